@@ -1,0 +1,13 @@
+"""routesim: batched simulation of request routing across LLM inference replicas.
+
+>>> import routesim
+>>> sweep = routesim.load_sweep("sweeps/exploration.toml")
+>>> results = routesim.run(sweep)          # {stage name: xarray.Dataset}
+"""
+
+__version__ = "0.1.0"
+
+from .config import ConfigError, load_sweep, parse_sweep  # noqa: E402
+from .study import run  # noqa: E402
+
+__all__ = ["ConfigError", "load_sweep", "parse_sweep", "run", "__version__"]

@@ -1,0 +1,491 @@
+"""Sweep file (TOML) -> validated, frozen description of every stage's grid.
+
+Parsing has no side effects: nothing is created or written. Every problem raises
+:class:`ConfigError`, which names the file and the key path (``stages[1].seeds``);
+the command line prints it as one line and exits with status 2.
+"""
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .dtypes import EventKind
+from .policies import NAMES as POLICY_NAMES
+
+
+class ConfigError(ValueError):
+    """A sweep file that cannot be run: ``file``, ``key`` path and ``message``."""
+
+    def __init__(self, file, key, message):
+        self.file, self.key, self.message = str(file), key, message
+        where = f"{self.file}: {key}: " if key else f"{self.file}: "
+        super().__init__(where + message)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar model parameter: its place in the sweep file, default, units and help."""
+
+    name: str          # flat name: stage override key, Dataset dimension, attrs key
+    section: str       # top-level table
+    path: tuple        # keys inside the section
+    default: Any
+    units: str
+    help: str
+    kind: type = float  # float or int
+    low: float = -math.inf
+    low_open: bool = False  # True: value must be > low, else >= low
+    high: float = math.inf
+
+
+PARAMS = (
+    Param("dt_ms", "simulation", ("dt_ms",), 0.5, "ms", "time step; 0 = exact event-time mode", low=0),
+    Param("warmup_s", "simulation", ("warmup_s",), 3.0, "s", "warm-up before the measured cohort", low=0, low_open=True),
+    Param("measure_s", "simulation", ("measure_s",), 12.0, "s", "measurement window after warm-up", low=0, low_open=True),
+    Param("slo_ms", "simulation", ("slo_ms",), 50.0, "ms", "end-to-end latency objective", low=0, low_open=True),
+    Param("queue_cap", "cluster", ("queue_cap",), 50, "requests", "waiting requests per replica, the one in service not counted", kind=int, low=1),
+    Param("reference_demand_ms", "cluster", ("reference_demand_ms",), 11.0, "ms", "demand of the reference request", low=0, low_open=True),
+    Param("prompt_tokens_median", "workload", ("prompt_tokens", "median"), 384.0, "tokens", "median of the prompt-token log-normal", low=0, low_open=True),
+    Param("prompt_tokens_sigma", "workload", ("prompt_tokens", "sigma"), 0.8, "1", "sigma of the prompt-token log-normal", low=0),
+    Param("prompt_tokens_min", "workload", ("prompt_tokens", "min"), 16, "tokens", "smallest prompt", kind=int, low=0),
+    Param("prompt_tokens_max", "workload", ("prompt_tokens", "max"), 4096, "tokens", "largest prompt", kind=int, low=0),
+    Param("output_tokens_median", "workload", ("output_tokens", "median"), 88.0, "tokens", "median of the output-token log-normal", low=0, low_open=True),
+    Param("output_tokens_sigma", "workload", ("output_tokens", "sigma"), 0.8, "1", "sigma of the output-token log-normal", low=0),
+    Param("output_tokens_min", "workload", ("output_tokens", "min"), 4, "tokens", "shortest output", kind=int, low=0),
+    Param("output_tokens_max", "workload", ("output_tokens", "max"), 1024, "tokens", "longest output", kind=int, low=0),
+    Param("demand_ms_base", "workload", ("demand_ms", "base"), 1.0, "ms", "fixed demand of every request", low=0),
+    Param("demand_ms_per_prompt_token", "workload", ("demand_ms", "per_prompt_token"), 0.00390625, "ms", "demand per prompt token", low=0),
+    Param("demand_ms_per_output_token", "workload", ("demand_ms", "per_output_token"), 0.0625, "ms", "demand per output token", low=0),
+    Param("jitter_min", "workload", ("jitter", "min"), 0.9, "1", "smallest service-time jitter factor", low=0, low_open=True),
+    Param("jitter_max", "workload", ("jitter", "max"), 1.1, "1", "largest service-time jitter factor", low=0, low_open=True),
+    Param("alpha", "policy", ("alpha",), 0.15, "1", "EWMA weight of every estimate", low=0, low_open=True, high=1),
+    Param("exploration", "policy", ("exploration",), 0.35, "1", "adaptive's exploration weight c", low=0),
+    Param("reward_ceiling_ms", "policy", ("reward_ceiling_ms",), 100.0, "ms", "adaptive's reward ceiling L", low=0, low_open=True),
+    Param("prior_service_ms", "policy", ("prior_service_ms",), 11.0, "ms", "initial service-time estimate ŝ₀", low=0, low_open=True),
+)
+PARAM = {p.name: p for p in PARAMS}
+
+STANDARD_DIMS = ("policy", "exploration", "rate_rps", "heterogeneity", "scenario", "seed")
+"""Dimensions every stage's Dataset has, in this order; swept parameters follow."""
+
+_MIN_MAX = (("prompt_tokens_min", "prompt_tokens_max"), ("output_tokens_min", "output_tokens_max"),
+            ("jitter_min", "jitter_max"))
+_GRID_KEYS = ("rate_rps", "heterogeneity", "scenario")
+_STAGE_KEYS = ("name", "policy", "seeds", "select", *_GRID_KEYS, "workload",
+               *(p.name for p in PARAMS if p.section != "workload"))
+_SECTION_KEYS = {
+    "simulation": ("dt_ms", "warmup_s", "measure_s", "slo_ms"),
+    "cluster": ("queue_cap", "reference_demand_ms", "heterogeneity"),
+    "workload": ("prompt_tokens", "output_tokens", "demand_ms", "jitter"),
+    "policy": ("alpha", "exploration", "reward_ceiling_ms", "prior_service_ms"),
+}
+_WORKLOAD_LEAVES = {"prompt_tokens": ("median", "sigma", "min", "max"),
+                    "output_tokens": ("median", "sigma", "min", "max"),
+                    "demand_ms": ("base", "per_prompt_token", "per_output_token"),
+                    "jitter": ("min", "max")}
+_TOP_KEYS = ("name", *_SECTION_KEYS, "scenarios", "grid", "stages")
+_EVENT_ACTIONS = ("rate_multiplier", "slowdown", "fail", "recover")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One scenario event; ``replica`` is 0-based (-1 for cluster-wide)."""
+
+    at_s: float
+    kind: EventKind
+    replica: int = -1
+    value: float = 0.0
+    key: str = field(default="", compare=False)  # key path in the file, for messages
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Pick the value of ``parameter`` that maximizes (or minimizes) the mean metric."""
+
+    parameter: str
+    metric: str
+    maximize: bool = True
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage's grid.
+
+    ``values`` maps every standard dimension and every parameter to a tuple of values;
+    a parameter whose tuple has several values, or that the file gave as a list, is a
+    dimension. ``inherit`` names parameters whose value comes from an earlier stage's
+    selection (their entry in ``values`` is only a placeholder until then).
+    """
+
+    name: str
+    key: str                       # key path in the file, for messages
+    values: dict
+    swept: tuple                   # extra dimensions (parameter names), in order
+    select: Selection | None = None
+    inherit: tuple = ()
+
+    @property
+    def dims(self):
+        return STANDARD_DIMS + self.swept
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A parsed, validated sweep file."""
+
+    name: str
+    path: Path
+    text: str
+    heterogeneity: dict            # name -> tuple of mean service times (ms), one per replica
+    scenarios: dict                # name -> tuple of Event, time-sorted
+    stages: tuple
+    units: dict = field(default_factory=lambda: {p.name: p.units for p in PARAMS})
+
+
+def _suggest(key, allowed, noun="valid keys"):
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else f" ({noun}: {', '.join(allowed)})"
+
+
+class _Reader:
+    """Typed access to the TOML tree, raising ConfigError with key paths."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def fail(self, key, message):
+        raise ConfigError(self.path, key, message)
+
+    def table(self, value, key, allowed):
+        if not isinstance(value, dict):
+            self.fail(key, f"expected a table, got {_typename(value)}")
+        for k in value:
+            if k not in allowed:
+                self.fail(_join(key, k), "unknown key" + _suggest(k, allowed))
+        return value
+
+    def number(self, value, key, kind=float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, f"expected a number, got {_typename(value)}")
+        if kind is int and not (isinstance(value, int) or float(value).is_integer()):
+            self.fail(key, f"expected a whole number, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(key, f"expected a finite number, got {value!r}")
+        return kind(value)
+
+    def string(self, value, key):
+        if not isinstance(value, str):
+            self.fail(key, f"expected a string, got {_typename(value)}")
+        return value
+
+    def values(self, value, key, item):
+        """A scalar or a non-empty list of them, as a tuple."""
+        if isinstance(value, list):
+            if not value:
+                self.fail(key, "empty axis: give at least one value")
+            return tuple(item(v, f"{key}[{i}]") for i, v in enumerate(value))
+        return (item(value, key),)
+
+
+def _typename(value):
+    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__)
+
+
+def _join(key, sub):
+    return f"{key}.{sub}" if key else str(sub)
+
+
+def load_sweep(path) -> Sweep:
+    """Read and validate a sweep file. Raises :class:`ConfigError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read: {exc.strerror}") from None
+    return parse_sweep(text, path)
+
+
+def parse_sweep(text: str, path="<string>") -> Sweep:
+    """Validate a sweep file's text; ``path`` only labels messages."""
+    rd = _Reader(path)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        rd.fail("", f"malformed TOML: {exc}")
+    rd.table(doc, "", _TOP_KEYS)
+    name = rd.string(doc.get("name", Path(str(path)).stem), "name")
+    if not name or "/" in name or name.startswith("."):
+        rd.fail("name", f"not usable as a folder name: {name!r}")
+
+    base = {}  # parameter -> (tuple of values, given as list?)
+    for section, keys in _SECTION_KEYS.items():
+        rd.table(doc.get(section, {}), section, keys)
+    for p in PARAMS:
+        raw, key = _lookup(rd, doc, p)
+        if raw is not None:
+            base[p.name] = (rd.values(raw, key, lambda v, k, p=p: _param_value(rd, p, v, k)),
+                            isinstance(raw, list))
+
+    het = _heterogeneity(rd, doc.get("cluster", {}).get("heterogeneity"))
+    scenarios = _scenarios(rd, doc.get("scenarios"))
+    grid = rd.table(doc.get("grid", {}), "grid", _GRID_KEYS)
+    raw_stages = doc.get("stages")
+    if not isinstance(raw_stages, list) or not raw_stages:
+        rd.fail("stages", "expected at least one [[stages]] table")
+
+    stages, selected = [], set()
+    for index, raw in enumerate(raw_stages):
+        stage = _stage(rd, index, raw, grid, base, het, scenarios, selected)
+        stages.append(stage)
+        if stage.select:
+            selected.add(stage.select.parameter)
+    names = [s.name for s in stages]
+    for i, s in enumerate(stages):
+        if s.name in names[:i]:
+            rd.fail(f"{s.key}.name", f"stage name {s.name!r} is used twice")
+    return Sweep(name=name, path=path, text=text, heterogeneity=het, scenarios=scenarios,
+                 stages=tuple(stages))
+
+
+def _lookup(rd, doc, p, section_table=None):
+    """The raw value of parameter ``p`` in a section table (None when absent)."""
+    node = doc.get(p.section, {}) if section_table is None else section_table
+    key = p.section
+    for k in p.path[:-1]:
+        key = _join(key, k)
+        node = node.get(k, {})
+        rd.table(node, key, _WORKLOAD_LEAVES[k])
+    return node.get(p.path[-1]), _join(key, p.path[-1])
+
+
+def _param_value(rd, p, value, key):
+    v = rd.number(value, key, p.kind)
+    lower_ok = v > p.low if p.low_open else v >= p.low
+    if not lower_ok or v > p.high:
+        bound = f"> {p.low:g}" if p.low_open else f">= {p.low:g}"
+        if p.high < math.inf:
+            bound += f" and <= {p.high:g}"
+        rd.fail(key, f"must be {bound}, got {v!r}")
+    return v
+
+
+def _heterogeneity(rd, raw):
+    if raw is None:
+        return {"default": (8.0, 11.0, 16.0), "high": (6.0, 11.0, 22.0)}
+    key = "cluster.heterogeneity"
+    if not isinstance(raw, dict) or not raw:
+        rd.fail(key, "expected a table of named settings, e.g. default = [8, 11, 16]")
+    out = {}
+    for name, ms in raw.items():
+        k = _join(key, name)
+        if not isinstance(ms, list) or not ms:
+            rd.fail(k, "expected a non-empty list of mean service times (ms), one per replica")
+        out[name] = tuple(rd.number(v, f"{k}[{i}]") for i, v in enumerate(ms))
+        for i, v in enumerate(out[name]):
+            if v <= 0:
+                rd.fail(f"{k}[{i}]", f"must be > 0, got {v!r}")
+    return out
+
+
+def _scenarios(rd, raw):
+    if raw is None:
+        raw = {"steady": {"events": []}}
+    rd.table(raw, "scenarios", list(raw))
+    out = {}
+    for name, body in raw.items():
+        key = _join("scenarios", name)
+        rd.table(body, key, ("events",))
+        events = body.get("events", [])
+        if not isinstance(events, list):
+            rd.fail(_join(key, "events"), f"expected a list of event tables, got {_typename(events)}")
+        parsed = [_event(rd, ev, f"{key}.events[{i}]") for i, ev in enumerate(events)]
+        out[name] = tuple(sorted(parsed, key=lambda e: e.at_s))  # stable: ties keep file order
+    return out
+
+
+def _event(rd, ev, key):
+    rd.table(ev, key, ("at_s", "replica", *_EVENT_ACTIONS))
+    if "at_s" not in ev:
+        rd.fail(_join(key, "at_s"), "missing: every event needs a time in seconds")
+    at_s = rd.number(ev["at_s"], _join(key, "at_s"))
+    if at_s < 0:
+        rd.fail(_join(key, "at_s"), f"must be >= 0, got {at_s!r}")
+    actions = [a for a in _EVENT_ACTIONS if a in ev]
+    if len(actions) != 1:
+        rd.fail(key, "needs exactly one of " + ", ".join(_EVENT_ACTIONS))
+    action = actions[0]
+    akey = _join(key, action)
+    if action == "rate_multiplier":
+        if "replica" in ev:
+            rd.fail(_join(key, "replica"), "a rate change applies to the whole cluster")
+        v = rd.number(ev[action], akey)
+        if v <= 0:
+            rd.fail(akey, f"must be > 0, got {v!r}")
+        return Event(at_s, EventKind.RATE, -1, v, key)
+    if "replica" not in ev:
+        rd.fail(_join(key, "replica"), f"missing: a {action} event names a replica (1-based)")
+    replica = rd.number(ev["replica"], _join(key, "replica"), int)
+    if replica < 1:
+        rd.fail(_join(key, "replica"), f"replica numbers start at 1, got {replica}")
+    if action == "slowdown":
+        v = rd.number(ev[action], akey)
+        if v <= 0:
+            rd.fail(akey, f"must be > 0, got {v!r}")
+        return Event(at_s, EventKind.SLOWDOWN, replica - 1, v, key)
+    if ev[action] is not True:
+        rd.fail(akey, f"expected true, got {ev[action]!r}")
+    return Event(at_s, EventKind.FAIL if action == "fail" else EventKind.RECOVER, replica - 1, 0.0, key)
+
+
+def _stage(rd, index, raw, grid, base, het, scenarios, selected):
+    key = f"stages[{index}]"
+    rd.table(raw, key, _STAGE_KEYS)
+    name = rd.string(raw.get("name", f"stage{index + 1}"), _join(key, "name"))
+    if not name or "/" in name or name.startswith("."):
+        rd.fail(_join(key, "name"), f"not usable as a file name: {name!r}")
+
+    def axis(k, item, default=None):
+        if k in raw:
+            return rd.values(raw[k], _join(key, k), item)
+        if k in grid:
+            return rd.values(grid[k], _join("grid", k), item)
+        if default is None:
+            rd.fail(_join(key, k), "missing: give it in the stage or in [grid]")
+        return default
+
+    def known(names, what):
+        def item(v, k):
+            v = rd.string(v, k)
+            if v not in names:
+                rd.fail(k, f"unknown {what} {v!r}" + _suggest(v, names, "known"))
+            return v
+        return item
+
+    def rate(v, k):
+        v = rd.number(v, k)
+        if v <= 0:
+            rd.fail(k, f"must be > 0, got {v!r}")
+        return v
+
+    values = {
+        "policy": axis("policy", known(list(POLICY_NAMES), "policy")),
+        "rate_rps": axis("rate_rps", rate),
+        "heterogeneity": axis("heterogeneity", known(list(het), "heterogeneity")),
+        "scenario": axis("scenario", known(list(scenarios), "scenario")),
+        "seed": _seeds(rd, raw.get("seeds"), _join(key, "seeds")),
+    }
+    swept, inherit = [], []
+    overrides = {}
+    if "workload" in raw:
+        wl = rd.table(raw["workload"], _join(key, "workload"), _SECTION_KEYS["workload"])
+        for p in PARAMS:
+            if p.section == "workload":
+                v, k = _lookup(rd, {}, p, wl)
+                if v is not None:
+                    overrides[p.name] = (v, _join(key, "workload." + ".".join(p.path)))
+    for p in PARAMS:
+        if p.section != "workload" and p.name in raw:
+            overrides[p.name] = (raw[p.name], _join(key, p.name))
+    for p in PARAMS:
+        if p.name in overrides:
+            v, k = overrides[p.name]
+            vals = rd.values(v, k, lambda x, kk, p=p: _param_value(rd, p, x, kk))
+            as_list = isinstance(v, list)
+        elif p.name in selected:
+            vals, as_list = (p.default,), False
+            inherit.append(p.name)
+        elif p.name in base:
+            vals, as_list = base[p.name]
+        else:
+            vals, as_list = (p.default,), False
+        values[p.name] = vals
+        if p.name != "exploration" and (as_list or len(vals) > 1):
+            swept.append(p.name)
+
+    select = None
+    if "select" in raw:
+        select = _selection(rd, raw["select"], _join(key, "select"), values)
+    stage = Stage(name=name, key=key, values=values, swept=tuple(swept), select=select,
+                  inherit=tuple(inherit))
+    _check_stage(rd, stage, het, scenarios)
+    return stage
+
+
+def _seeds(rd, raw, key):
+    if raw is None:
+        rd.fail(key, "missing: give seeds = { first = 1, count = 8 } or a list")
+    if isinstance(raw, dict):
+        rd.table(raw, key, ("first", "count"))
+        for k in ("first", "count"):
+            if k not in raw:
+                rd.fail(_join(key, k), "missing")
+        first = rd.number(raw["first"], _join(key, "first"), int)
+        count = rd.number(raw["count"], _join(key, "count"), int)
+        if first < 0:
+            rd.fail(_join(key, "first"), f"must be >= 0, got {first}")
+        if count < 1:
+            rd.fail(_join(key, "count"), f"empty axis: must be >= 1, got {count}")
+        return tuple(range(first, first + count))
+    seeds = rd.values(raw, key, lambda v, k: rd.number(v, k, int))
+    for i, s in enumerate(seeds):
+        if s < 0:
+            rd.fail(f"{key}[{i}]", f"must be >= 0, got {s}")
+    if len(set(seeds)) != len(seeds):
+        rd.fail(key, "a seed is listed twice")
+    return seeds
+
+
+def _selection(rd, raw, key, values):
+    rd.table(raw, key, ("parameter", "maximize", "minimize"))
+    if "parameter" not in raw:
+        rd.fail(_join(key, "parameter"), "missing: the parameter to select, e.g. \"exploration\"")
+    param = rd.string(raw["parameter"], _join(key, "parameter"))
+    if param not in PARAM:
+        rd.fail(_join(key, "parameter"), f"unknown parameter {param!r}" + _suggest(param, PARAM))
+    goals = [g for g in ("maximize", "minimize") if g in raw]
+    if len(goals) != 1:
+        rd.fail(key, "needs exactly one of maximize, minimize")
+    from .metrics import VARIABLES  # metrics imports numba; keep parse errors cheap to reach
+    scalar = [v for v in VARIABLES if v not in ("assigned", "replica_completed")]
+    metric = rd.string(raw[goals[0]], _join(key, goals[0]))
+    if metric not in scalar:
+        rd.fail(_join(key, goals[0]), f"unknown metric {metric!r}" + _suggest(metric, scalar))
+    return Selection(param, metric, goals[0] == "maximize")
+
+
+def _check_stage(rd, stage, het, scenarios):
+    """Checks that need the whole stage: bounds between keys, events, replica counts."""
+    v, key = stage.values, stage.key
+    for lo, hi in _MIN_MAX:
+        if min(v[hi]) < max(v[lo]):
+            p = PARAM[lo]
+            rd.fail(_join(p.section, ".".join(p.path[:-1])),
+                    f"min > max ({max(v[lo])!r} > {min(v[hi])!r}) in stage {stage.name!r}")
+    counts = {len(het[h]) for h in v["heterogeneity"]}
+    if len(counts) > 1:
+        rd.fail(_join(key, "heterogeneity"),
+                "settings with different replica counts cannot share one grid: "
+                + ", ".join(f"{h} has {len(het[h])}" for h in v["heterogeneity"]))
+    n_rep = counts.pop()
+    horizon_s = min(v["warmup_s"]) + min(v["measure_s"])
+    for s in v["scenario"]:
+        for ev in scenarios[s]:
+            if ev.at_s >= horizon_s:
+                rd.fail(_join(ev.key, "at_s"), f"an event at {ev.at_s:g} s is outside the horizon of stage "
+                              f"{stage.name!r} ({horizon_s:g} s)")
+            if ev.replica >= n_rep:
+                rd.fail(_join(ev.key, "replica"), f"replica {ev.replica + 1} does not exist in stage {stage.name!r} "
+                              f"(replicas are 1..{n_rep})")
+    for dt in v["dt_ms"]:
+        if dt == 0:
+            continue
+        for w in v["warmup_s"]:
+            for m in v["measure_s"]:
+                h = (w + m) * 1000.0
+                if abs(round(h / dt) * dt - h) > 1e-9 * h:
+                    rd.fail("simulation.dt_ms", f"a step of {dt:g} ms does not divide the "
+                                                f"horizon of {h:g} ms in stage {stage.name!r}")

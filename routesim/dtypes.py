@@ -1,0 +1,122 @@
+"""Record dtypes and integer codes shared by the Python side and the compiled kernels.
+
+Every dtype is aligned (``np.dtype([...], align=True)``) so it maps onto a C struct
+inside Numba. Times are in milliseconds of simulated time throughout.
+"""
+
+from enum import IntEnum
+
+import numpy as np
+
+
+class Policy(IntEnum):
+    """Routing policy codes. The sweep-file name is ``name.lower()``."""
+
+    ROUND_ROBIN = 0
+    LEAST_QUEUE = 1
+    LATENCY_AWARE = 2
+    ADAPTIVE = 3
+
+
+class EventKind(IntEnum):
+    """Scenario event codes (model.md §4)."""
+
+    RATE = 0      # rate multiplier: already folded into the workload's arrival times
+    SLOWDOWN = 1  # set a replica's scenario slowdown factor (absolute, not cumulative)
+    FAIL = 2      # mark unhealthy, re-route its waiting queue head first
+    RECOVER = 3   # mark healthy again, statistics untouched
+
+
+class Status(IntEnum):
+    """What became of a request (one byte per request per run)."""
+
+    PENDING = 0   # not yet arrived, or waiting in a queue
+    SERVING = 1
+    DONE = 2
+    SHED = 3
+
+
+PARAMS = np.dtype(
+    [
+        ("policy", np.int32),          # Policy code
+        ("n_replicas", np.int32),
+        ("queue_cap", np.int64),       # waiting requests per replica, in service not counted
+        ("dt_ms", np.float64),         # step; 0 = exact event-time mode
+        ("warmup_ms", np.float64),
+        ("horizon_ms", np.float64),    # warm-up + measurement
+        ("slo_ms", np.float64),
+        ("alpha", np.float64),         # EWMA weight of every estimate
+        ("exploration", np.float64),   # adaptive's c
+        ("reward_ceiling_ms", np.float64),  # adaptive's L
+        ("prior_service_ms", np.float64),   # ŝ₀
+        ("event_start", np.int64),     # first row of this run's scenario in the event table
+        ("event_count", np.int64),
+        ("workload", np.int64),        # index of this run's workload
+    ],
+    align=True,
+)
+"""Everything one run needs besides its workload: shape ``(runs,)``."""
+
+REPLICA = np.dtype(
+    [
+        ("base_speed", np.float64),  # ref_ms[i] / reference demand (service-time multiplier)
+        ("slowdown", np.float64),    # scenario factor in force; speed_i = base_speed · slowdown
+        ("healthy", np.bool_),
+        ("busy", np.bool_),
+        ("serving", np.int32),       # request index in service, -1 when idle
+        ("start_ms", np.float64),    # when the request in service started
+        ("end_ms", np.float64),      # time it completes (a grid time in discrete mode)
+        ("head", np.int32),          # FIFO waiting queue as a linked list over requests
+        ("tail", np.int32),
+        ("qlen", np.int64),          # waiting requests, the one in service not counted
+        ("s_hat", np.float64),       # ŝ_i, EWMA of observed service time (ms)
+        ("r_bar", np.float64),       # r̄_i, EWMA of reward max(0, 1 - s_obs / L)
+        ("n_obs", np.int64),         # n_i, completed observations
+        ("assigned", np.int64),      # routing decisions onto it in [warm-up, horizon)
+        ("completed", np.int64),     # completions on it in (warm-up, horizon]
+    ],
+    align=True,
+)
+"""State of one replica of one run: arrays of shape ``(runs, replicas)``."""
+
+ROUTER = np.dtype(
+    [
+        ("cursor", np.int64),       # round robin's cursor, advances on accepted requests
+        ("throughput", np.int64),   # completions (any request) in (warm-up, horizon]
+    ],
+    align=True,
+)
+"""Router state of one run: shape ``(runs,)``."""
+
+METRICS = np.dtype(
+    [
+        ("arrivals", np.int64),
+        ("completed", np.int64),
+        ("shed", np.int64),
+        ("unfinished", np.int64),
+        ("latency_p50", np.float64),
+        ("latency_p90", np.float64),
+        ("latency_p95", np.float64),
+        ("latency_p99", np.float64),
+        ("latency_mean", np.float64),
+        ("latency_max", np.float64),
+        ("slo_miss_rate", np.float64),
+        ("shed_rate", np.float64),
+        ("attainment", np.float64),
+        ("goodput", np.float64),
+        ("throughput", np.float64),
+    ],
+    align=True,
+)
+"""Per-run metrics of model.md §6: shape ``(runs,)``."""
+
+EVENT = np.dtype(
+    [
+        ("time_ms", np.float64),
+        ("kind", np.int32),     # EventKind code
+        ("replica", np.int32),  # 0-based; -1 for cluster-wide events
+        ("value", np.float64),  # rate multiplier or slowdown factor; unused otherwise
+    ],
+    align=True,
+)
+"""One scenario event. A scenario is a contiguous, time-sorted block of the table."""

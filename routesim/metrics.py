@@ -1,0 +1,91 @@
+"""Per-run metrics (model.md §6): the compiled computation and each variable's meaning.
+
+Cohort: requests arriving in ``[warm-up, horizon)``. Latency is end-to-end
+(completion - arrival, ms). Percentiles are nearest rank,
+``sorted[ceil(p·n/100) - 1]``, with the rank computed exactly in integers.
+"""
+
+import numba as nb
+import numpy as np
+
+from .conf import JIT
+from .dtypes import Status
+
+PERCENTILES = (50, 90, 95, 99)
+
+VARIABLES = {
+    # name: (units, description)
+    "arrivals": ("requests", "cohort requests: arrivals in [warm-up, horizon)"),
+    "completed": ("requests", "cohort requests completed by the horizon"),
+    "shed": ("requests", "cohort requests shed: no eligible replica at arrival or re-route"),
+    "unfinished": ("requests", "cohort requests still waiting or in service at the horizon"),
+    "latency_p50": ("ms", "median end-to-end latency of completed cohort requests (nearest rank)"),
+    "latency_p90": ("ms", "90th percentile end-to-end latency of completed cohort requests (nearest rank)"),
+    "latency_p95": ("ms", "95th percentile end-to-end latency of completed cohort requests (nearest rank)"),
+    "latency_p99": ("ms", "99th percentile end-to-end latency of completed cohort requests (nearest rank)"),
+    "latency_mean": ("ms", "mean end-to-end latency of completed cohort requests"),
+    "latency_max": ("ms", "largest end-to-end latency of a completed cohort request"),
+    "slo_miss_rate": ("1", "completed cohort requests slower than the SLO, over completed cohort requests"),
+    "shed_rate": ("1", "shed cohort requests over cohort arrivals"),
+    "attainment": ("1", "cohort requests completed within the SLO, over cohort arrivals"),
+    "goodput": ("requests/s", "cohort requests completed within the SLO, per second of measurement"),
+    "throughput": ("requests/s", "completions of any request in (warm-up, horizon], per second"),
+    "assigned": ("requests", "routing decisions placing a request on the replica in [warm-up, horizon), re-routes included"),
+    "replica_completed": ("requests", "completions on the replica in (warm-up, horizon]"),
+}
+"""Units and one-line description of every result variable (copied into Dataset attrs)."""
+
+
+@nb.njit(**JIT)
+def nearest_rank_nb(sorted_values, p):
+    """``sorted[ceil(p·n/100) - 1]`` for integer ``p``; NaN when empty."""
+    n = sorted_values.shape[0]
+    if n == 0:
+        return np.nan
+    return sorted_values[(p * n + 99) // 100 - 1]
+
+
+@nb.njit(**JIT)
+def run_metrics_nb(p, router, t_arr, done_t, status, lat_buf, out):
+    """Fill ``out`` (a METRICS record) from one finished run.
+
+    t_arr, done_t (completion time or NaN), status, lat_buf (scratch): shape (arrivals,).
+    """
+    warm, horizon, slo = p.warmup_ms, p.horizon_ms, p.slo_ms
+    measure_s = (horizon - warm) / 1000.0
+    arrivals = 0
+    shed = 0
+    on_time = 0
+    m = 0
+    total = 0.0
+    for q in range(t_arr.shape[0]):
+        t = t_arr[q]
+        if t < warm or t >= horizon:
+            continue
+        arrivals += 1
+        if status[q] == Status.DONE:
+            lat = done_t[q] - t
+            lat_buf[m] = lat
+            m += 1
+            total += lat
+            if lat <= slo:
+                on_time += 1
+        elif status[q] == Status.SHED:
+            shed += 1
+    lat = lat_buf[:m]
+    lat.sort()
+    out.arrivals = arrivals
+    out.completed = m
+    out.shed = shed
+    out.unfinished = arrivals - m - shed
+    out.latency_p50 = nearest_rank_nb(lat, 50)
+    out.latency_p90 = nearest_rank_nb(lat, 90)
+    out.latency_p95 = nearest_rank_nb(lat, 95)
+    out.latency_p99 = nearest_rank_nb(lat, 99)
+    out.latency_mean = total / m if m > 0 else np.nan
+    out.latency_max = lat[m - 1] if m > 0 else np.nan
+    out.slo_miss_rate = (m - on_time) / m if m > 0 else np.nan
+    out.shed_rate = shed / arrivals if arrivals > 0 else np.nan
+    out.attainment = on_time / arrivals if arrivals > 0 else np.nan
+    out.goodput = on_time / measure_s
+    out.throughput = router.throughput / measure_s

@@ -1,0 +1,124 @@
+"""Routing policies (model.md §5): one small compiled function each, one dispatcher.
+
+Every policy has the signature ``(rep, router, p) -> replica index or -1`` where
+``rep`` is the run's replica records (shape ``(replicas,)``, dtype ``REPLICA``),
+``router`` the run's ``ROUTER`` record and ``p`` its ``PARAMS`` record. A policy
+reads state; it never writes it. ``-1`` means no replica is eligible (shed).
+
+To add a policy: write ``_name_nb`` below, add a code to ``dtypes.Policy`` and one
+branch to ``choose_nb``. The engine loop does not change.
+
+Eligible set E: healthy replicas with fewer than ``queue_cap`` waiting requests.
+Outstanding load o_i = waiting + in service. Ties go to the lowest id (strict
+comparisons while scanning ids in ascending order).
+"""
+
+import math
+
+import numba as nb
+
+from .conf import JIT
+from .dtypes import Policy
+
+NAMES = {p.name.lower(): p for p in Policy}
+"""Sweep-file name -> policy code."""
+
+
+@nb.njit(**JIT)
+def eligible_nb(rep, i, p):
+    """Replica ``i`` is healthy and has room in its waiting queue."""
+    return rep[i].healthy and rep[i].qlen < p.queue_cap
+
+
+@nb.njit(**JIT)
+def outstanding_nb(rep, i):
+    """o_i: waiting requests plus the one in service."""
+    return rep[i].qlen + (1 if rep[i].busy else 0)
+
+
+@nb.njit(**JIT)
+def _round_robin_nb(rep, router, p):
+    """E as an ascending list; pick E[cursor mod |E|]."""
+    size = 0
+    for i in range(rep.shape[0]):
+        if eligible_nb(rep, i, p):
+            size += 1
+    if size == 0:
+        return -1
+    k = router.cursor % size
+    for i in range(rep.shape[0]):
+        if eligible_nb(rep, i, p):
+            if k == 0:
+                return i
+            k -= 1
+    return -1
+
+
+@nb.njit(**JIT)
+def _least_queue_nb(rep, router, p):
+    """argmin o_i."""
+    best, best_o = -1, 0
+    for i in range(rep.shape[0]):
+        if eligible_nb(rep, i, p):
+            o = outstanding_nb(rep, i)
+            if best < 0 or o < best_o:
+                best, best_o = i, o
+    return best
+
+
+@nb.njit(**JIT)
+def _latency_aware_nb(rep, router, p):
+    """argmin (o_i + 1) ŝ_i."""
+    best, best_cost = -1, 0.0
+    for i in range(rep.shape[0]):
+        if eligible_nb(rep, i, p):
+            cost = (outstanding_nb(rep, i) + 1) * rep[i].s_hat
+            if best < 0 or cost < best_cost:
+                best, best_cost = i, cost
+    return best
+
+
+@nb.njit(**JIT)
+def _adaptive_nb(rep, router, p):
+    """argmax r̄_i + c sqrt(ln(T + 1) / (n_i + 1)) - o_i ŝ_i / L, with T = Σ n_i."""
+    total = 0
+    for i in range(rep.shape[0]):
+        total += rep[i].n_obs
+    log_t = math.log(total + 1.0)
+    best, best_score = -1, 0.0
+    for i in range(rep.shape[0]):
+        if eligible_nb(rep, i, p):
+            score = (rep[i].r_bar
+                     + p.exploration * math.sqrt(log_t / (rep[i].n_obs + 1.0))
+                     - outstanding_nb(rep, i) * rep[i].s_hat / p.reward_ceiling_ms)
+            if best < 0 or score > best_score:
+                best, best_score = i, score
+    return best
+
+
+@nb.njit(**JIT)
+def choose_nb(rep, router, p):
+    """Dispatch on ``p.policy``: the replica a request goes to, or -1 to shed."""
+    code = p.policy
+    if code == Policy.ROUND_ROBIN:
+        return _round_robin_nb(rep, router, p)
+    if code == Policy.LEAST_QUEUE:
+        return _least_queue_nb(rep, router, p)
+    if code == Policy.LATENCY_AWARE:
+        return _latency_aware_nb(rep, router, p)
+    if code == Policy.ADAPTIVE:
+        return _adaptive_nb(rep, router, p)
+    return -2  # unknown code: the engine treats it as a bug, never as a shed
+
+
+@nb.njit(**JIT)
+def observe_nb(rep, i, s_obs, p):
+    """A completion on replica ``i`` took ``s_obs`` ms of service: update its statistics.
+
+    ŝ_i <- (1-α) ŝ_i + α s_obs;  r̄_i <- (1-α) r̄_i + α max(0, 1 - s_obs / L);  n_i += 1.
+    Kept for every policy, whichever routes, so traces can show them.
+    """
+    a = p.alpha
+    rep[i].s_hat = (1.0 - a) * rep[i].s_hat + a * s_obs
+    rep[i].r_bar = (1.0 - a) * rep[i].r_bar + a * max(0.0, 1.0 - s_obs / p.reward_ceiling_ms)
+    rep[i].n_obs += 1

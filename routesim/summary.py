@@ -1,0 +1,73 @@
+"""Readable summary tables of a stage's Dataset (what the command line prints)."""
+
+import numpy as np
+import xarray as xr
+
+from .config import Selection
+from .study import objective
+
+
+def table(headers, rows, align=None) -> str:
+    """Plain-text table; ``align`` is a string of 'l'/'r' per column (default: first left)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
+
+
+def _fmt(x, spec):
+    return "—" if x is None or not np.isfinite(x) else format(x, spec)
+
+
+def policy_rows(ds: xr.Dataset):
+    """Per policy (and per exploration weight when several): the headline numbers.
+
+    attainment: mean over runs; p50, p99, shed rate, goodput: median over runs (runs
+    without a completed request excluded from latency); p99 range: min–max over runs.
+    """
+    rows = []
+    by_expl = ds.sizes["exploration"] > 1
+    for pol in ds.policy.values:
+        for c in ds.exploration.values:
+            sub = ds.sel(policy=pol, exploration=c)
+            p99 = sub.latency_p99.values.ravel()
+            p99 = p99[np.isfinite(p99)]
+            rows.append([pol] + ([f"{c:g}"] if by_expl else []) + [
+                sub.attainment.size,
+                _fmt(100 * float(np.nanmean(sub.attainment.values)), ".2f"),
+                _fmt(float(np.nanmedian(sub.latency_p50.values)), ".1f"),
+                _fmt(float(np.nanmedian(sub.latency_p99.values)), ".1f"),
+                f"{_fmt(p99.min() if p99.size else np.nan, '.1f')}–{_fmt(p99.max() if p99.size else np.nan, '.1f')}",
+                _fmt(100 * float(np.nanmedian(sub.shed_rate.values)), ".2f"),
+                _fmt(float(np.nanmedian(sub.goodput.values)), ".1f"),
+            ])
+    headers = ["policy"] + (["c"] if by_expl else []) + [
+        "runs", "attain %", "p50 ms", "p99 ms", "p99 min–max ms", "shed %", "goodput/s"]
+    return headers, rows
+
+
+def selection_rows(ds: xr.Dataset, select: Selection):
+    obj = objective(ds, select)
+    chosen = ds.attrs.get(f"selects_{select.parameter}")
+    rows = [[f"{v:g}" if isinstance(v, float) else v, f"{o:.6f}", "← selected" if v == chosen else ""]
+            for v, o in zip(obj[select.parameter].values.tolist(), obj.values.tolist())]
+    goal = "max" if select.maximize else "min"
+    return [select.parameter, f"mean {select.metric} ({goal})", ""], rows
+
+
+def render(ds: xr.Dataset, select: Selection | None = None) -> str:
+    """The stage's printed summary: its selection table (if any) and its policy table."""
+    title = f"stage {ds.attrs['stage']}: {ds.attainment.size} runs"
+    for k, v in ds.attrs.items():
+        if k.startswith("selected_"):
+            title += f", {k[len('selected_'):]} = {v:g} (selected)"
+    parts = [title]
+    if select is not None:
+        parts.append(table(*selection_rows(ds, select), align="lrl"))
+    parts.append(table(*policy_rows(ds)))
+    return "\n\n".join(parts)

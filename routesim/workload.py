@@ -1,0 +1,116 @@
+"""The common-random-number workload of model.md §2.
+
+A run's workload depends only on its seed, its rate profile and the workload
+parameters, never on the policy: every policy of a grid replays the same arrivals.
+Arrival ``k`` consumes row ``k`` of ``Generator(PCG64(seed)).random((n, 4))``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_BLOCK_MIN = 1024
+
+
+@dataclass(frozen=True)
+class WorkloadParams:
+    """Token and demand distributions (defaults: model.md §2)."""
+
+    prompt_median: float = 384.0
+    prompt_sigma: float = 0.8
+    prompt_min: int = 16
+    prompt_max: int = 4096
+    output_median: float = 88.0
+    output_sigma: float = 0.8
+    output_min: int = 4
+    output_max: int = 1024
+    demand_base: float = 1.0           # ms
+    demand_per_prompt: float = 1 / 256  # ms per prompt token
+    demand_per_output: float = 1 / 16   # ms per output token
+    jitter_min: float = 0.9
+    jitter_max: float = 1.1
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload: arrays of shape ``(arrivals,)`` in arrival order."""
+
+    t_ms: np.ndarray       # float64, arrival time (ms)
+    prompt: np.ndarray     # int32, prompt tokens
+    output: np.ndarray     # int32, output tokens
+    jitter: np.ndarray     # float64, service-time multiplier
+    demand_ms: np.ndarray  # float64, demand of the request (ms)
+
+    def __len__(self) -> int:
+        return self.t_ms.size
+
+
+def rate_profile(rate_rps: float, rate_events, horizon_ms: float):
+    """Piecewise-constant arrival rate.
+
+    ``rate_events`` is a sequence of ``(time_ms, multiplier)`` sorted by time; each
+    multiplier is absolute and holds until the next one (a later event at an equal
+    time wins). Returns ``(starts_ms, rates_per_ms, cum)``, each of shape
+    ``(segments,)``, with ``cum[j] = Λ(starts_ms[j])``, the expected arrivals before
+    segment ``j``.
+    """
+    base = rate_rps / 1000.0
+    starts, rates = [0.0], [base]
+    for time_ms, multiplier in rate_events:
+        if time_ms >= horizon_ms:
+            continue
+        if time_ms == starts[-1]:
+            rates[-1] = base * multiplier
+        else:
+            starts.append(float(time_ms))
+            rates.append(base * multiplier)
+    cum = [0.0]
+    for j in range(1, len(starts)):
+        cum.append(cum[-1] + rates[j - 1] * (starts[j] - starts[j - 1]))
+    return np.array(starts), np.array(rates), np.array(cum)
+
+
+def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
+             params: WorkloadParams = WorkloadParams()) -> Workload:
+    """Draw the arrivals in ``[0, horizon_ms)`` of one (seed, rate profile)."""
+    starts, rates, cum = rate_profile(rate_rps, rate_events, horizon_ms)
+    total = cum[-1] + rates[-1] * (horizon_ms - starts[-1])  # Λ(horizon)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    blocks, s_blocks = [], []
+    s_last = 0.0
+    block = int(total + 8.0 * np.sqrt(total) + _BLOCK_MIN)
+    while True:
+        u = rng.random((block, 4))
+        # S_k = E_0 + ... + E_k, summed left to right across blocks
+        s = np.add.accumulate(np.concatenate(([s_last], -np.log1p(-u[:, 0]))))[1:]
+        blocks.append(u)
+        s_blocks.append(s)
+        s_last = s[-1]
+        if s_last >= total:
+            break
+        block = _BLOCK_MIN
+    u = np.concatenate(blocks)
+    s = np.concatenate(s_blocks)
+    n = int(np.searchsorted(s, total, side="left"))  # S_k < Λ(H)  <=>  t_k < H
+    u, s = u[:n], s[:n]
+    seg = np.searchsorted(cum, s, side="right") - 1
+    t_ms = starts[seg] + (s - cum[seg]) / rates[seg]
+    keep = t_ms < horizon_ms  # guards the last ulp of the inversion
+    u, t_ms = u[keep], t_ms[keep]
+
+    radius = np.sqrt(-2.0 * np.log1p(-u[:, 1]))
+    z1 = radius * np.cos(2.0 * np.pi * u[:, 2])
+    z2 = radius * np.sin(2.0 * np.pi * u[:, 2])
+    p = params
+    prompt = np.clip(np.rint(p.prompt_median * np.exp(p.prompt_sigma * z1)), p.prompt_min, p.prompt_max)
+    output = np.clip(np.rint(p.output_median * np.exp(p.output_sigma * z2)), p.output_min, p.output_max)
+    jitter = p.jitter_min + (p.jitter_max - p.jitter_min) * u[:, 3]
+    demand = p.demand_base + prompt * p.demand_per_prompt + output * p.demand_per_output
+    return Workload(t_ms=t_ms, prompt=prompt.astype(np.int32), output=output.astype(np.int32),
+                    jitter=jitter, demand_ms=demand)
+
+
+def expected_arrivals(rate_rps: float, rate_events, horizon_ms: float) -> float:
+    """Λ(horizon): the mean number of arrivals of a profile (for memory estimates)."""
+    starts, rates, cum = rate_profile(rate_rps, rate_events, horizon_ms)
+    return float(cum[-1] + rates[-1] * (horizon_ms - starts[-1]))

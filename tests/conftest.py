@@ -1,0 +1,61 @@
+"""Shared fixtures: small sweep files built from the shipped study, run once per session."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import routesim
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "sweeps" / "exploration.toml"
+HEAD = STUDY.read_text().split("[[stages]]")[0]
+"""The shipped study without its stages: every model.md constant and the four scenarios."""
+
+EXTRA_SCENARIOS = """
+[scenarios.early]   # fits a 4 s horizon: a slowdown from t = 0, a failure and recovery
+events = [{ at_s = 0, replica = 3, slowdown = 2.0 }, { at_s = 1.5, replica = 1, fail = true },
+          { at_s = 2.5, replica = 1, recover = true }, { at_s = 3, replica = 2, slowdown = 3.0 }]
+"""
+
+
+def sweep_text(stages: str, head: str = HEAD) -> str:
+    """A sweep file: the study's settings and scenarios plus the given [[stages]]."""
+    return head + EXTRA_SCENARIOS + stages
+
+
+def parse(stages: str, head: str = HEAD):
+    return routesim.parse_sweep(sweep_text(stages, head), "test.toml")
+
+
+def scenario_events(text: str, name: str) -> list:
+    """A scenario's events in sweep-file form, for the reference simulator."""
+    return tomllib.loads(text)["scenarios"][name]["events"]
+
+
+DIFFERENTIAL = """
+[[stages]]
+name = "study"
+policy = ["round_robin", "least_queue", "latency_aware", "adaptive"]
+rate_rps = [100, 250]
+seeds = [1, 2]
+
+[[stages]]
+name = "stress"            # overload, small queues, re-route sheds, a finer step
+policy = ["round_robin", "least_queue", "latency_aware", "adaptive"]
+exploration = [0, 0.5]
+rate_rps = [420]
+scenario = ["early", "failure"]
+queue_cap = 3
+warmup_s = 1
+measure_s = 11
+dt_ms = 0.25
+seeds = [3]
+"""
+
+
+@pytest.fixture(scope="session")
+def differential():
+    """(sweep, {stage: Dataset}) of the differential grid, simulated once."""
+    sweep = parse(DIFFERENTIAL)
+    return sweep, routesim.run(sweep, show_progress=False)
