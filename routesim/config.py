@@ -114,7 +114,8 @@ class Selection:
 class Stage:
     """One stage's grid.
 
-    ``values`` maps every standard dimension and every parameter to a tuple of values;
+    ``values`` maps every standard dimension and every parameter to a tuple of values
+    (``seed`` given as first/count: a ``range``, so a huge count costs nothing to parse);
     a parameter whose tuple has several values, or that the file gave as a list, is a
     dimension. ``inherit`` names parameters whose value comes from an earlier stage's
     selection (their entry in ``values`` is only a placeholder until then).
@@ -172,6 +173,8 @@ class _Reader:
             self.fail(key, f"expected a number, got {_typename(value)}")
         if kind is int and not (isinstance(value, int) or float(value).is_integer()):
             self.fail(key, f"expected a whole number, got {value!r}")
+        if kind is int and abs(value) >= 2**63:
+            self.fail(key, f"too large: {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             self.fail(key, f"expected a finite number, got {value!r}")
         return kind(value)
@@ -206,6 +209,8 @@ def load_sweep(path) -> Sweep:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(path, "", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     return parse_sweep(text, path)
 
 
@@ -251,10 +256,10 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
                  stages=tuple(stages))
 
 
-def _lookup(rd, doc, p, section_table=None):
-    """The raw value of parameter ``p`` in a section table (None when absent)."""
+def _lookup(rd, doc, p, section_table=None, prefix=""):
+    """The raw value of parameter ``p`` in a section table (None when absent), and its key path."""
     node = doc.get(p.section, {}) if section_table is None else section_table
-    key = p.section
+    key = _join(prefix, p.section)
     for k in p.path[:-1]:
         key = _join(key, k)
         node = node.get(k, {})
@@ -294,7 +299,7 @@ def _heterogeneity(rd, raw):
 def _scenarios(rd, raw):
     if raw is None:
         raw = {"steady": {"events": []}}
-    rd.table(raw, "scenarios", list(raw))
+    rd.table(raw, "scenarios", list(raw) if isinstance(raw, dict) else ())
     out = {}
     for name, body in raw.items():
         key = _join("scenarios", name)
@@ -384,9 +389,9 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected):
         wl = rd.table(raw["workload"], _join(key, "workload"), _SECTION_KEYS["workload"])
         for p in PARAMS:
             if p.section == "workload":
-                v, k = _lookup(rd, {}, p, wl)
+                v, k = _lookup(rd, {}, p, wl, prefix=key)
                 if v is not None:
-                    overrides[p.name] = (v, _join(key, "workload." + ".".join(p.path)))
+                    overrides[p.name] = (v, k)
     for p in PARAMS:
         if p.section != "workload" and p.name in raw:
             overrides[p.name] = (raw[p.name], _join(key, p.name))
@@ -409,9 +414,14 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected):
     select = None
     if "select" in raw:
         select = _selection(rd, raw["select"], _join(key, "select"), values)
+        if select.parameter not in STANDARD_DIMS + tuple(swept):
+            rd.fail(_join(key, "select.parameter"),
+                    f"{select.parameter!r} is not swept in stage {name!r}: give it a list of values")
     stage = Stage(name=name, key=key, values=values, swept=tuple(swept), select=select,
                   inherit=tuple(inherit))
-    _check_stage(rd, stage, het, scenarios)
+    where = {n: k for n, (_, k) in overrides.items()}
+    where["heterogeneity"] = _join(key if "heterogeneity" in raw else "grid", "heterogeneity")
+    _check_stage(rd, stage, het, scenarios, where)
     return stage
 
 
@@ -429,7 +439,7 @@ def _seeds(rd, raw, key):
             rd.fail(_join(key, "first"), f"must be >= 0, got {first}")
         if count < 1:
             rd.fail(_join(key, "count"), f"empty axis: must be >= 1, got {count}")
-        return tuple(range(first, first + count))
+        return range(first, first + count)  # lazy: a huge count is refused by check_memory, not built
     seeds = rd.values(raw, key, lambda v, k: rd.number(v, k, int))
     for i, s in enumerate(seeds):
         if s < 0:
@@ -457,17 +467,22 @@ def _selection(rd, raw, key, values):
     return Selection(param, metric, goals[0] == "maximize")
 
 
-def _check_stage(rd, stage, het, scenarios):
-    """Checks that need the whole stage: bounds between keys, events, replica counts."""
+def _check_stage(rd, stage, het, scenarios, where):
+    """Checks that need the whole stage: bounds between keys, events, replica counts.
+    ``where`` maps a parameter (or "heterogeneity") to the key path that gave its value."""
     v, key = stage.values, stage.key
+
+    def src(name):
+        p = PARAM[name]
+        return where.get(name, _join(p.section, ".".join(p.path)))
+
     for lo, hi in _MIN_MAX:
         if min(v[hi]) < max(v[lo]):
-            p = PARAM[lo]
-            rd.fail(_join(p.section, ".".join(p.path[:-1])),
+            rd.fail(src(lo) if lo in where or hi not in where else src(hi),
                     f"min > max ({max(v[lo])!r} > {min(v[hi])!r}) in stage {stage.name!r}")
     counts = {len(het[h]) for h in v["heterogeneity"]}
     if len(counts) > 1:
-        rd.fail(_join(key, "heterogeneity"),
+        rd.fail(where["heterogeneity"],
                 "settings with different replica counts cannot share one grid: "
                 + ", ".join(f"{h} has {len(het[h])}" for h in v["heterogeneity"]))
     n_rep = counts.pop()
@@ -487,5 +502,5 @@ def _check_stage(rd, stage, het, scenarios):
             for m in v["measure_s"]:
                 h = (w + m) * 1000.0
                 if abs(round(h / dt) * dt - h) > 1e-9 * h:
-                    rd.fail("simulation.dt_ms", f"a step of {dt:g} ms does not divide the "
+                    rd.fail(src("dt_ms"), f"a step of {dt:g} ms does not divide the "
                                                 f"horizon of {h:g} ms in stage {stage.name!r}")

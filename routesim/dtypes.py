@@ -72,6 +72,7 @@ REPLICA = np.dtype(
         ("s_hat", np.float64),       # ŝ_i, EWMA of observed service time (ms)
         ("r_bar", np.float64),       # r̄_i, EWMA of reward max(0, 1 - s_obs / L)
         ("n_obs", np.int64),         # n_i, completed observations
+        ("routed", np.int64),        # routing decisions onto it at any time (re-routes included)
         ("assigned", np.int64),      # routing decisions onto it in [warm-up, horizon)
         ("completed", np.int64),     # completions on it in (warm-up, horizon]
     ],

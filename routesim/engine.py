@@ -70,6 +70,7 @@ def init_run_nb(p, rep, router, q_next, done_t, status):
         rep[i].s_hat = p.prior_service_ms                       # ŝ₀
         rep[i].r_bar = 1.0 - p.prior_service_ms / p.reward_ceiling_ms  # 1 - ŝ₀ / L
         rep[i].n_obs = 0
+        rep[i].routed = 0
         rep[i].assigned = 0
         rep[i].completed = 0
     router.cursor = 0
@@ -102,6 +103,7 @@ def route_nb(q, t_decision, p, rep, router, q_next, status):
         return
     enqueue_nb(rep, i, q, q_next)
     router.cursor += 1
+    rep[i].routed += 1
     if p.warmup_ms <= t_decision < p.horizon_ms:
         rep[i].assigned += 1
 

@@ -17,7 +17,7 @@ def _parser():
     ap.add_argument("--out", type=Path, default=None, help="folder for <stage>.nc (default results/<name>/)")
     ap.add_argument("--stage", action="append", default=None, metavar="NAME",
                     help="run only this stage (and the stages whose selection it uses); repeatable")
-    ap.add_argument("--chunk-size", type=int, default=None, metavar="N",
+    ap.add_argument("--chunk-size", default=None, metavar="N",  # checked in main: one-line error
                     help="runs per compiled batch (default: automatic)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar and no tables")
     return ap
@@ -28,8 +28,14 @@ def main(argv=None) -> int:
     from .config import ConfigError, load_sweep  # after argparse: --help stays fast
 
     try:
-        if args.chunk_size is not None and args.chunk_size < 1:
-            raise ConfigError(args.sweep, "--chunk-size", f"must be >= 1, got {args.chunk_size}")
+        if args.chunk_size is not None:
+            try:
+                args.chunk_size = int(args.chunk_size)
+            except ValueError:
+                raise ConfigError(args.sweep, "--chunk-size",
+                                  f"expected a whole number, got {args.chunk_size!r}") from None
+            if args.chunk_size < 1:
+                raise ConfigError(args.sweep, "--chunk-size", f"must be >= 1, got {args.chunk_size}")
         sweep = load_sweep(args.sweep)
         from . import study
         study.check_memory(sweep, args.chunk_size)

@@ -59,3 +59,22 @@ def differential():
     """(sweep, {stage: Dataset}) of the differential grid, simulated once."""
     sweep = parse(DIFFERENTIAL)
     return sweep, routesim.run(sweep, show_progress=False)
+
+
+def assert_invariants(ds):
+    """Model.md §6 bookkeeping on every run of a Dataset: nothing lost, queues bounded."""
+    assert (ds.arrivals == ds.completed + ds.shed + ds.unfinished).all(), "a request was lost"
+    for name in ("completed", "shed", "unfinished"):
+        assert (ds[name] >= 0).all()
+    cap = ds.attrs.get("queue_cap")
+    if cap is not None:  # waiting + in service, per replica
+        assert (ds.unfinished <= ds.sizes["replica"] * (cap + 1)).all()
+    # a cohort completion is a completion in the window, which `throughput` counts
+    measure = ds.attrs.get("measure_s")
+    if measure is not None:
+        assert (ds.completed <= ds.throughput * measure + 1e-6).all()
+        assert (ds.replica_completed.sum("replica") == (ds.throughput * measure).round()).all()
+    done = ds.completed > 0
+    assert (ds.latency_p50 <= ds.latency_p99).where(done, True).all()
+    assert (ds.latency_p99 <= ds.latency_max).where(done, True).all()
+    assert ds.latency_p99.where(~done).isnull().all()
