@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import METRICS, REPLICA, ROUTER
+from .dtypes import METRICS, REPLICA, ROUTER, TAIL_LEVELS
 from .engine import run_batch_nb
 from .grid import SCRATCH_PER_ARRIVAL, Grid
 
@@ -19,11 +19,13 @@ MIN_CHUNKS = 16               # for a progress display that moves
 @dataclass(frozen=True)
 class Outcome:
     """Raw results of a grid: metrics (runs,) METRICS; replicas (runs, replicas) REPLICA
-    (final state and per-replica counters); router (runs,) ROUTER."""
+    (final state and per-replica counters); router (runs,) ROUTER; tail (runs, levels)
+    time-average fraction of replicas holding at least i requests."""
 
     metrics: np.ndarray
     replicas: np.ndarray
     router: np.ndarray
+    tail: np.ndarray
 
 
 def default_chunk_size(grid: Grid) -> int:
@@ -42,6 +44,8 @@ def simulate(grid: Grid, chunk_size: int | None = None, progress=None) -> Outcom
     replicas = np.zeros((runs, grid.replicas), dtype=REPLICA)
     replicas["base_speed"] = grid.base_speed
     router = np.zeros(runs, dtype=ROUTER)
+    tail = np.zeros((runs, TAIL_LEVELS))
+    ids = np.zeros((runs, grid.replicas), dtype=np.int64)
     arrivals = grid.arrivals()
     for lo in range(0, runs, chunk):
         hi = min(runs, lo + chunk)
@@ -49,9 +53,9 @@ def simulate(grid: Grid, chunk_size: int | None = None, progress=None) -> Outcom
         np.cumsum(arrivals[lo:hi], out=off[1:])
         n = int(off[-1])
         run_batch_nb(grid.params[lo:hi], replicas[lo:hi], router[lo:hi],
-                     grid.wl_t, grid.wl_demand, grid.wl_jitter, grid.wl_off, grid.events,
-                     off, np.empty(n, np.int32), np.empty(n), np.empty(n, np.int8),
-                     np.empty(n), metrics[lo:hi])
+                     grid.wl_t, grid.wl_demand, grid.wl_jitter, grid.wl_off, grid.ru, grid.ru_off,
+                     grid.events, off, np.empty(n, np.int32), np.empty(n), np.empty(n, np.int8),
+                     np.empty(n), ids[lo:hi], tail[lo:hi], metrics[lo:hi])
         if progress is not None:
             progress(hi - lo)
-    return Outcome(metrics=metrics, replicas=replicas, router=router)
+    return Outcome(metrics=metrics, replicas=replicas, router=router, tail=tail)

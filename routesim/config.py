@@ -35,10 +35,12 @@ class Param:
     default: Any
     units: str
     help: str
-    kind: type = float  # float or int
+    kind: type = float  # float, int or str
     low: float = -math.inf
     low_open: bool = False  # True: value must be > low, else >= low
     high: float = math.inf
+    options: tuple = ()     # the allowed values of a str parameter
+    allow_inf: bool = False  # ``inf`` means unbounded
 
 
 PARAMS = (
@@ -46,8 +48,9 @@ PARAMS = (
     Param("warmup_s", "simulation", ("warmup_s",), 3.0, "s", "warm-up before the measured cohort", low=0, low_open=True),
     Param("measure_s", "simulation", ("measure_s",), 12.0, "s", "measurement window after warm-up", low=0, low_open=True),
     Param("slo_ms", "simulation", ("slo_ms",), 50.0, "ms", "end-to-end latency objective", low=0, low_open=True),
-    Param("queue_cap", "cluster", ("queue_cap",), 50, "requests", "waiting requests per replica, the one in service not counted", kind=int, low=1),
+    Param("queue_cap", "cluster", ("queue_cap",), 50, "requests", "waiting requests per replica, the one in service not counted (inf: unbounded)", kind=int, low=1, allow_inf=True),
     Param("reference_demand_ms", "cluster", ("reference_demand_ms",), 11.0, "ms", "demand of the reference request", low=0, low_open=True),
+    Param("demand", "workload", ("demand",), "tokens", "", "demand distribution: tokens, exponential (mean reference_demand_ms) or constant", kind=str, options=("tokens", "exponential", "constant")),
     Param("prompt_tokens_median", "workload", ("prompt_tokens", "median"), 384.0, "tokens", "median of the prompt-token log-normal", low=0, low_open=True),
     Param("prompt_tokens_sigma", "workload", ("prompt_tokens", "sigma"), 0.8, "1", "sigma of the prompt-token log-normal", low=0),
     Param("prompt_tokens_min", "workload", ("prompt_tokens", "min"), 16, "tokens", "smallest prompt", kind=int, low=0),
@@ -65,6 +68,7 @@ PARAMS = (
     Param("exploration", "policy", ("exploration",), 0.35, "1", "adaptive's exploration weight c", low=0),
     Param("reward_ceiling_ms", "policy", ("reward_ceiling_ms",), 100.0, "ms", "adaptive's reward ceiling L", low=0, low_open=True),
     Param("prior_service_ms", "policy", ("prior_service_ms",), 11.0, "ms", "initial service-time estimate ŝ₀", low=0, low_open=True),
+    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_two samples per decision", kind=int, low=1),
 )
 PARAM = {p.name: p for p in PARAMS}
 
@@ -79,8 +83,8 @@ _STAGE_KEYS = ("name", "policy", "seeds", "select", *_GRID_KEYS, "workload",
 _SECTION_KEYS = {
     "simulation": ("dt_ms", "warmup_s", "measure_s", "slo_ms"),
     "cluster": ("queue_cap", "reference_demand_ms", "heterogeneity"),
-    "workload": ("prompt_tokens", "output_tokens", "demand_ms", "jitter"),
-    "policy": ("alpha", "exploration", "reward_ceiling_ms", "prior_service_ms"),
+    "workload": ("demand", "prompt_tokens", "output_tokens", "demand_ms", "jitter"),
+    "policy": ("alpha", "exploration", "reward_ceiling_ms", "prior_service_ms", "choices"),
 }
 _WORKLOAD_LEAVES = {"prompt_tokens": ("median", "sigma", "min", "max"),
                     "output_tokens": ("median", "sigma", "min", "max"),
@@ -148,6 +152,9 @@ class Sweep:
 
 def _suggest(key, allowed, noun="valid keys"):
     close = difflib.get_close_matches(key, list(allowed), n=1)
+    if not close:  # a short prefix scores too low for difflib: 'dt' -> 'dt_ms'
+        close = [a for a in allowed if a.startswith(key)]
+        close = close if len(close) == 1 else []
     return f" (did you mean '{close[0]}'?)" if close else f" ({noun}: {', '.join(allowed)})"
 
 
@@ -268,6 +275,13 @@ def _lookup(rd, doc, p, section_table=None, prefix=""):
 
 
 def _param_value(rd, p, value, key):
+    if p.kind is str:
+        v = rd.string(value, key)
+        if v not in p.options:
+            rd.fail(key, f"unknown value {v!r}" + _suggest(v, p.options, "known"))
+        return v
+    if p.allow_inf and isinstance(value, float) and value == math.inf:
+        return math.inf
     v = rd.number(value, key, p.kind)
     lower_ok = v > p.low if p.low_open else v >= p.low
     if not lower_ok or v > p.high:

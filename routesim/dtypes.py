@@ -16,6 +16,16 @@ class Policy(IntEnum):
     LEAST_QUEUE = 1
     LATENCY_AWARE = 2
     ADAPTIVE = 3
+    RANDOM = 4
+    POWER_OF_TWO = 5
+
+
+class Demand(IntEnum):
+    """How a request's demand is drawn (``workload.demand``)."""
+
+    TOKENS = 0       # from its prompt and output tokens (model.md §2)
+    EXPONENTIAL = 1  # exponential with mean reference_demand_ms, from U[k,1]
+    CONSTANT = 2     # exactly reference_demand_ms
 
 
 class EventKind(IntEnum):
@@ -49,9 +59,10 @@ PARAMS = np.dtype(
         ("exploration", np.float64),   # adaptive's c
         ("reward_ceiling_ms", np.float64),  # adaptive's L
         ("prior_service_ms", np.float64),   # ŝ₀
+        ("choices", np.int64),         # power_of_two's sample size d
         ("event_start", np.int64),     # first row of this run's scenario in the event table
         ("event_count", np.int64),
-        ("workload", np.int64),        # index of this run's workload
+        ("workload", np.int64),        # index of this run's workload (and router stream)
     ],
     align=True,
 )
@@ -75,6 +86,7 @@ REPLICA = np.dtype(
         ("routed", np.int64),        # routing decisions onto it at any time (re-routes included)
         ("assigned", np.int64),      # routing decisions onto it in [warm-up, horizon)
         ("completed", np.int64),     # completions on it in (warm-up, horizon]
+        ("area", np.float64),        # ∫ o_i dt over the window (request·ms); after the run, ÷ window
     ],
     align=True,
 )
@@ -84,6 +96,7 @@ ROUTER = np.dtype(
     [
         ("cursor", np.int64),       # round robin's cursor, advances on accepted requests
         ("throughput", np.int64),   # completions (any request) in (warm-up, horizon]
+        ("draws", np.int64),        # uniforms of the router stream consumed so far
     ],
     align=True,
 )
@@ -106,10 +119,14 @@ METRICS = np.dtype(
         ("attainment", np.float64),
         ("goodput", np.float64),
         ("throughput", np.float64),
+        ("mean_in_system", np.float64),
     ],
     align=True,
 )
 """Per-run metrics of model.md §6: shape ``(runs,)``."""
+
+TAIL_LEVELS = 17
+"""queue_tail is reported for i = 0 .. TAIL_LEVELS - 1 requests per replica."""
 
 EVENT = np.dtype(
     [

@@ -23,7 +23,7 @@ import numpy as np
 from .conf import JIT, JIT_PARALLEL
 from .dtypes import EventKind, Status
 from .metrics import run_metrics_nb
-from .policies import choose_nb, observe_nb
+from .policies import choose_nb, observe_nb, outstanding_nb
 
 
 @nb.njit(**JIT)
@@ -55,7 +55,7 @@ def end_time_nb(p):
 
 
 @nb.njit(**JIT)
-def init_run_nb(p, rep, router, q_next, done_t, status):
+def init_run_nb(p, rep, router, q_next, done_t, status, tail_area):
     """Reset a run's state; ``rep.base_speed`` is set by the caller."""
     for i in range(rep.shape[0]):
         rep[i].slowdown = 1.0
@@ -73,8 +73,11 @@ def init_run_nb(p, rep, router, q_next, done_t, status):
         rep[i].routed = 0
         rep[i].assigned = 0
         rep[i].completed = 0
+        rep[i].area = 0.0
     router.cursor = 0
     router.throughput = 0
+    router.draws = 0
+    tail_area[:] = 0.0
     q_next[:] = -1
     done_t[:] = np.nan
     status[:] = Status.PENDING
@@ -93,9 +96,9 @@ def enqueue_nb(rep, i, q, q_next):
 
 
 @nb.njit(**JIT)
-def route_nb(q, t_decision, p, rep, router, q_next, status):
+def route_nb(q, t_decision, p, rep, router, u, ids, q_next, status):
     """Route request ``q`` at time ``t_decision``: append it to a replica, or shed it."""
-    i = choose_nb(rep, router, p)
+    i = choose_nb(rep, router, p, u, ids)
     if i == -2:
         raise ValueError("unknown policy code")
     if i < 0:
@@ -109,7 +112,7 @@ def route_nb(q, t_decision, p, rep, router, q_next, status):
 
 
 @nb.njit(**JIT)
-def fail_nb(r, t_event, p, rep, router, q_next, status):
+def fail_nb(r, t_event, p, rep, router, u, ids, q_next, status):
     """Replica ``r`` fails: unhealthy first, then its waiting queue re-routed head first."""
     rep[r].healthy = False
     q = rep[r].head
@@ -118,12 +121,13 @@ def fail_nb(r, t_event, p, rep, router, q_next, status):
     rep[r].qlen = 0
     while q >= 0:
         nxt = q_next[q]
-        route_nb(q, t_event, p, rep, router, q_next, status)
+        route_nb(q, t_event, p, rep, router, u, ids, q_next, status)
         q = nxt
 
 
 @nb.njit(**JIT)
-def step_nb(T, ia, ie, p, rep, router, t_arr, demand, jitter, events, q_next, done_t, status):
+def step_nb(T, ia, ie, p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, done_t,
+            status):
     """Advance one run by the step ending at ``T``; return the next arrival and event.
 
     ``ia``/``ie`` index the first arrival/event not yet processed.
@@ -150,13 +154,13 @@ def step_nb(T, ia, ie, p, rep, router, t_arr, demand, jitter, events, q_next, do
         if kind == EventKind.SLOWDOWN:
             rep[ev.replica].slowdown = ev.value
         elif kind == EventKind.FAIL:
-            fail_nb(ev.replica, ev.time_ms, p, rep, router, q_next, status)
+            fail_nb(ev.replica, ev.time_ms, p, rep, router, u, ids, q_next, status)
         elif kind == EventKind.RECOVER:
             rep[ev.replica].healthy = True
         ie += 1  # EventKind.RATE: already in the workload's arrival times
     # 3. arrivals in (T - dt, T], in arrival order
     while ia < t_arr.shape[0] and slot_nb(t_arr[ia], dt) <= T:
-        route_nb(ia, t_arr[ia], p, rep, router, q_next, status)
+        route_nb(ia, t_arr[ia], p, rep, router, u, ids, q_next, status)
         ia += 1
     # 4. starts at T
     for i in range(n_rep):
@@ -191,37 +195,65 @@ def next_time_nb(ia, ie, p, rep, t_arr, events):
 
 
 @nb.njit(**JIT)
-def simulate_nb(p, rep, router, t_arr, demand, jitter, events, q_next, done_t, status):
-    """Run one simulation from time 0 to the horizon, visiting only active steps."""
-    init_run_nb(p, rep, router, q_next, done_t, status)
+def accumulate_nb(t0, t1, p, rep, tail_area):
+    """Add the state held over (t0, t1], clipped to the measurement window, to the
+    time integrals: ``rep.area`` += o_i·Δt; ``tail_area[min(o_i, K)]`` += Δt."""
+    lo = max(t0, p.warmup_ms)
+    hi = min(t1, p.horizon_ms)
+    if hi <= lo:
+        return
+    span = hi - lo
+    top = tail_area.shape[0] - 1
+    for i in range(rep.shape[0]):
+        o = outstanding_nb(rep, i)
+        rep[i].area += o * span
+        tail_area[min(o, top)] += span
+
+
+@nb.njit(**JIT)
+def simulate_nb(p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, done_t, status,
+                tail_area):
+    """Run one simulation from time 0 to the horizon, visiting only active steps.
+
+    u: the run's router stream; ids (replicas,) scratch; tail_area (levels,) out:
+    time in the window spent by replicas at each outstanding load (last level: or more).
+    """
+    init_run_nb(p, rep, router, q_next, done_t, status, tail_area)
     t_end = end_time_nb(p)
     ia, ie = 0, 0
+    t_prev = 0.0
     while True:
         T = next_time_nb(ia, ie, p, rep, t_arr, events)
         if T > t_end:
             break
-        ia, ie = step_nb(T, ia, ie, p, rep, router, t_arr, demand, jitter, events,
+        accumulate_nb(t_prev, T, p, rep, tail_area)
+        t_prev = T
+        ia, ie = step_nb(T, ia, ie, p, rep, router, u, ids, t_arr, demand, jitter, events,
                          q_next, done_t, status)
+    accumulate_nb(t_prev, t_end, p, rep, tail_area)
 
 
 @nb.njit(**JIT_PARALLEL)
-def run_batch_nb(params, rep, router, wl_t, wl_demand, wl_jitter, wl_off, events,
-                 scratch_off, q_next, done_t, status, lat_buf, out):
+def run_batch_nb(params, rep, router, wl_t, wl_demand, wl_jitter, wl_off, ru, ru_off, events,
+                 scratch_off, q_next, done_t, status, lat_buf, ids, tail, out):
     """Simulate every run of a batch and compute its metrics.
 
     params (runs,) PARAMS; rep (runs, replicas) REPLICA, in: ``base_speed``, out:
     final state; router (runs,) ROUTER, out; wl_* flat workload arrays with
-    ``wl_off`` (workloads + 1,) offsets; events (rows,) EVENT; scratch arrays are
-    flat with ``scratch_off`` (runs + 1,) offsets, one slot per arrival of the run;
-    out (runs,) METRICS.
+    ``wl_off`` (workloads + 1,) offsets; ru the router streams (uniforms) of the
+    workloads with ``ru_off`` (workloads + 1,) offsets; events (rows,) EVENT;
+    scratch arrays are flat with ``scratch_off`` (runs + 1,) offsets, one slot per
+    arrival of the run; ids (runs, replicas) scratch; tail (runs, levels) out: the
+    time-average fraction of replicas with at least i requests; out (runs,) METRICS.
     """
     for r in nb.prange(params.shape[0]):
         p = params[r]
         a, b = wl_off[p.workload], wl_off[p.workload + 1]
+        ua, ub = ru_off[p.workload], ru_off[p.workload + 1]
         s0, s1 = scratch_off[r], scratch_off[r + 1]
         e0 = p.event_start
         ev = events[e0:e0 + p.event_count]
-        simulate_nb(p, rep[r], router[r], wl_t[a:b], wl_demand[a:b], wl_jitter[a:b], ev,
-                    q_next[s0:s1], done_t[s0:s1], status[s0:s1])
-        run_metrics_nb(p, router[r], wl_t[a:b], done_t[s0:s1], status[s0:s1],
-                       lat_buf[s0:s1], out[r])
+        simulate_nb(p, rep[r], router[r], ru[ua:ub], ids[r], wl_t[a:b], wl_demand[a:b],
+                    wl_jitter[a:b], ev, q_next[s0:s1], done_t[s0:s1], status[s0:s1], tail[r])
+        run_metrics_nb(p, rep[r], router[r], wl_t[a:b], done_t[s0:s1], status[s0:s1],
+                       lat_buf[s0:s1], tail[r], out[r])

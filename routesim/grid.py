@@ -13,8 +13,8 @@ import numpy as np
 
 from .config import PARAM, PARAMS, Stage, Sweep
 from .dtypes import EVENT, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, EventKind
-from .policies import NAMES as POLICY_NAMES
-from .workload import WorkloadParams, expected_arrivals, generate
+from .policies import NAMES as POLICY_NAMES, uniforms_per_decision
+from .workload import WorkloadParams, expected_arrivals, generate, router_stream
 
 _WORKLOAD_FIELDS = {
     "prompt_tokens_median": "prompt_median", "prompt_tokens_sigma": "prompt_sigma",
@@ -24,8 +24,10 @@ _WORKLOAD_FIELDS = {
     "demand_ms_base": "demand_base", "demand_ms_per_prompt_token": "demand_per_prompt",
     "demand_ms_per_output_token": "demand_per_output",
     "jitter_min": "jitter_min", "jitter_max": "jitter_max",
+    "demand": "demand", "reference_demand_ms": "reference_demand_ms",
 }
 _WORKLOAD_DIMS = ("seed", "rate_rps", "warmup_s", "measure_s", *_WORKLOAD_FIELDS)
+UNBOUNDED = 2**62        # queue_cap = inf
 BYTES_PER_ARRIVAL = 32   # workload: t, demand, jitter (float64), prompt, output (int32)
 SCRATCH_PER_ARRIVAL = 21  # per run: q_next (int32), done_t, lat_buf (float64), status (int8)
 
@@ -36,7 +38,9 @@ class Grid:
 
     coords: dimension -> values, in dimension order; params (runs,) PARAMS;
     base_speed (runs, replicas) ms per ms of demand; events (rows,) EVENT;
-    wl_* flat workload arrays with wl_off (workloads + 1,) offsets.
+    wl_* flat workload arrays with wl_off (workloads + 1,) offsets; ru the router
+    streams of the workloads (uniforms) with ru_off (workloads + 1,) offsets, empty
+    when no policy of the stage draws.
     """
 
     stage: Stage
@@ -48,6 +52,8 @@ class Grid:
     wl_demand: np.ndarray
     wl_jitter: np.ndarray
     wl_off: np.ndarray
+    ru: np.ndarray
+    ru_off: np.ndarray
 
     @property
     def shape(self):
@@ -125,7 +131,8 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     params["policy"] = codes[idx["policy"]]
     het = np.array([sweep.heterogeneity[h] for h in values["heterogeneity"]])
     params["n_replicas"] = het.shape[1]
-    params["queue_cap"] = col["queue_cap"]
+    params["queue_cap"] = np.where(np.isinf(col["queue_cap"]), UNBOUNDED, col["queue_cap"])
+    params["choices"] = col["choices"]
     params["dt_ms"] = col["dt_ms"]
     params["warmup_ms"] = col["warmup_s"] * 1000.0
     params["horizon_ms"] = (col["warmup_s"] + col["measure_s"]) * 1000.0
@@ -145,7 +152,7 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     params["workload"] = inverse
     workloads = []
     for r in first:
-        wp = WorkloadParams(**{f: PARAM[name].kind(np.broadcast_to(col[name], (runs,))[r])
+        wp = WorkloadParams(**{f: PARAM[name].kind(np.broadcast_to(col[name], (runs,))[r].item())
                                for name, f in _WORKLOAD_FIELDS.items()})
         seed = int(values["seed"][idx["seed"][r]])
         rate = float(values["rate_rps"][idx["rate_rps"][r]])
@@ -155,13 +162,25 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     wl_off = np.zeros(len(workloads) + 1, dtype=np.int64)
     wl_off[1:] = np.cumsum([len(w) for w in workloads])
 
+    # router streams: enough uniforms for every decision (each request is routed at
+    # most once plus once per failure event) of the hungriest policy of the stage
+    per_decision = max(uniforms_per_decision(c, int(d)) for c in codes
+                       for d in np.atleast_1d(col["choices"]))
+    fails = max(sum(e.kind == EventKind.FAIL for e in sweep.scenarios[s]) for s in values["scenario"])
+    counts = [len(w) * (1 + fails) * per_decision for w in workloads]
+    seeds = [int(values["seed"][idx["seed"][r]]) for r in first]
+    ru_off = np.zeros(len(workloads) + 1, dtype=np.int64)
+    ru_off[1:] = np.cumsum(counts)
+    ru = (np.concatenate([router_stream(s, c) for s, c in zip(seeds, counts)])
+          if ru_off[-1] else np.zeros(0))
+
     coords = {d: tuple(values[d]) for d in stage.dims}
     return Grid(stage=stage, coords=coords, params=params, base_speed=base_speed,
                 events=events,
                 wl_t=np.concatenate([w.t_ms for w in workloads]),
                 wl_demand=np.concatenate([w.demand_ms for w in workloads]),
                 wl_jitter=np.concatenate([w.jitter for w in workloads]),
-                wl_off=wl_off)
+                wl_off=wl_off, ru=ru, ru_off=ru_off)
 
 
 def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, int]:

@@ -30,6 +30,9 @@ VARIABLES = {
     "attainment": ("1", "cohort requests completed within the SLO, over cohort arrivals"),
     "goodput": ("requests/s", "cohort requests completed within the SLO, per second of measurement"),
     "throughput": ("requests/s", "completions of any request in (warm-up, horizon], per second"),
+    "mean_in_system": ("requests", "time-average requests waiting or in service over the measurement window"),
+    "queue_tail": ("1", "time-average fraction of replicas holding at least `level` requests (waiting + in service)"),
+    "replica_mean_in_system": ("requests", "time-average requests waiting or in service at the replica"),
     "assigned": ("requests", "routing decisions placing a request on the replica in [warm-up, horizon), re-routes included"),
     "replica_completed": ("requests", "completions on the replica in (warm-up, horizon]"),
 }
@@ -46,10 +49,13 @@ def nearest_rank_nb(sorted_values, p):
 
 
 @nb.njit(**JIT)
-def run_metrics_nb(p, router, t_arr, done_t, status, lat_buf, out):
+def run_metrics_nb(p, rep, router, t_arr, done_t, status, lat_buf, tail, out):
     """Fill ``out`` (a METRICS record) from one finished run.
 
     t_arr, done_t (completion time or NaN), status, lat_buf (scratch): shape (arrivals,).
+    tail (levels,): in, time at each outstanding load summed over replicas; out, the
+    time-average fraction of replicas with at least i requests. ``rep.area`` becomes
+    the replica's time-average number of requests.
     """
     warm, horizon, slo = p.warmup_ms, p.horizon_ms, p.slo_ms
     measure_s = (horizon - warm) / 1000.0
@@ -89,3 +95,13 @@ def run_metrics_nb(p, router, t_arr, done_t, status, lat_buf, out):
     out.attainment = on_time / arrivals if arrivals > 0 else np.nan
     out.goodput = on_time / measure_s
     out.throughput = router.throughput / measure_s
+    window = horizon - warm
+    in_system = 0.0
+    for i in range(rep.shape[0]):
+        rep[i].area /= window
+        in_system += rep[i].area
+    out.mean_in_system = in_system
+    acc = 0.0
+    for k in range(tail.shape[0] - 1, -1, -1):  # fraction with >= k: sum of levels k..K
+        acc += tail[k]
+        tail[k] = acc / (window * rep.shape[0])

@@ -1,9 +1,13 @@
 """Routing policies (model.md §5): one small compiled function each, one dispatcher.
 
-Every policy has the signature ``(rep, router, p) -> replica index or -1`` where
-``rep`` is the run's replica records (shape ``(replicas,)``, dtype ``REPLICA``),
-``router`` the run's ``ROUTER`` record and ``p`` its ``PARAMS`` record. A policy
-reads state; it never writes it. ``-1`` means no replica is eligible (shed).
+Every policy has the signature ``(rep, router, p, u, ids) -> replica index or -1``
+where ``rep`` is the run's replica records (shape ``(replicas,)``, dtype ``REPLICA``),
+``router`` the run's ``ROUTER`` record, ``p`` its ``PARAMS`` record, ``u`` the
+run's router stream of uniforms (pre-drawn outside the kernels, see
+``workload.router_stream``) and ``ids`` a scratch array of shape ``(replicas,)``.
+A policy reads state; it never writes it, except that a randomized policy advances
+``router.draws`` by the uniforms it consumes. ``-1`` means no replica is eligible
+(shed).
 
 To add a policy: write ``_name_nb`` below, add a code to ``dtypes.Policy`` and one
 branch to ``choose_nb``. The engine loop does not change.
@@ -16,6 +20,7 @@ comparisons while scanning ids in ascending order).
 import math
 
 import numba as nb
+import numpy as np
 
 from .conf import JIT
 from .dtypes import Policy
@@ -37,7 +42,7 @@ def outstanding_nb(rep, i):
 
 
 @nb.njit(**JIT)
-def _round_robin_nb(rep, router, p):
+def _round_robin_nb(rep, router, p, u, ids):
     """E as an ascending list; pick E[cursor mod |E|]."""
     size = 0
     for i in range(rep.shape[0]):
@@ -55,7 +60,7 @@ def _round_robin_nb(rep, router, p):
 
 
 @nb.njit(**JIT)
-def _least_queue_nb(rep, router, p):
+def _least_queue_nb(rep, router, p, u, ids):
     """argmin o_i."""
     best, best_o = -1, 0
     for i in range(rep.shape[0]):
@@ -67,7 +72,7 @@ def _least_queue_nb(rep, router, p):
 
 
 @nb.njit(**JIT)
-def _latency_aware_nb(rep, router, p):
+def _latency_aware_nb(rep, router, p, u, ids):
     """argmin (o_i + 1) ŝ_i."""
     best, best_cost = -1, 0.0
     for i in range(rep.shape[0]):
@@ -79,7 +84,7 @@ def _latency_aware_nb(rep, router, p):
 
 
 @nb.njit(**JIT)
-def _adaptive_nb(rep, router, p):
+def _adaptive_nb(rep, router, p, u, ids):
     """argmax r̄_i + c sqrt(ln(T + 1) / (n_i + 1)) - o_i ŝ_i / L, with T = Σ n_i."""
     total = 0
     for i in range(rep.shape[0]):
@@ -97,18 +102,79 @@ def _adaptive_nb(rep, router, p):
 
 
 @nb.njit(**JIT)
-def choose_nb(rep, router, p):
+def eligible_ids_nb(rep, p, ids):
+    """Write E (ascending) into ``ids``; return |E|."""
+    m = 0
+    for i in range(rep.shape[0]):
+        if eligible_nb(rep, i, p):
+            ids[m] = i
+            m += 1
+    return m
+
+
+@nb.njit(**JIT)
+def draw_nb(router, u):
+    """The next uniform of the run's router stream."""
+    x = u[router.draws]
+    router.draws += 1
+    return x
+
+
+@nb.njit(**JIT)
+def _random_nb(rep, router, p, u, ids):
+    """E[floor(u·|E|)]: one uniform per decision."""
+    x = draw_nb(router, u)
+    m = eligible_ids_nb(rep, p, ids)
+    if m == 0:
+        return -1
+    return ids[min(np.int64(x * m), m - 1)]
+
+
+@nb.njit(**JIT)
+def _power_of_two_nb(rep, router, p, u, ids):
+    """Sample d = ``p.choices`` distinct members of E (partial Fisher–Yates, d uniforms
+    per decision), pick the least outstanding among them, ties to the lowest id."""
+    d = p.choices
+    m = eligible_ids_nb(rep, p, ids)
+    best, best_o = -1, 0
+    for j in range(d):
+        x = draw_nb(router, u)
+        if j >= m:
+            continue
+        k = min(j + np.int64(x * (m - j)), m - 1)
+        ids[j], ids[k] = ids[k], ids[j]
+        i = ids[j]
+        o = outstanding_nb(rep, i)
+        if best < 0 or o < best_o or (o == best_o and i < best):
+            best, best_o = i, o
+    return best
+
+
+@nb.njit(**JIT)
+def choose_nb(rep, router, p, u, ids):
     """Dispatch on ``p.policy``: the replica a request goes to, or -1 to shed."""
     code = p.policy
     if code == Policy.ROUND_ROBIN:
-        return _round_robin_nb(rep, router, p)
+        return _round_robin_nb(rep, router, p, u, ids)
     if code == Policy.LEAST_QUEUE:
-        return _least_queue_nb(rep, router, p)
+        return _least_queue_nb(rep, router, p, u, ids)
     if code == Policy.LATENCY_AWARE:
-        return _latency_aware_nb(rep, router, p)
+        return _latency_aware_nb(rep, router, p, u, ids)
     if code == Policy.ADAPTIVE:
-        return _adaptive_nb(rep, router, p)
+        return _adaptive_nb(rep, router, p, u, ids)
+    if code == Policy.RANDOM:
+        return _random_nb(rep, router, p, u, ids)
+    if code == Policy.POWER_OF_TWO:
+        return _power_of_two_nb(rep, router, p, u, ids)
     return -2  # unknown code: the engine treats it as a bug, never as a shed
+
+
+RANDOMIZED = (Policy.RANDOM, Policy.POWER_OF_TWO)
+
+
+def uniforms_per_decision(code, choices):
+    """Router-stream uniforms one decision of this policy consumes."""
+    return {Policy.RANDOM: 1, Policy.POWER_OF_TWO: choices}.get(Policy(code), 0)
 
 
 @nb.njit(**JIT)

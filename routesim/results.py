@@ -12,7 +12,8 @@ from .config import PARAM, Sweep
 from .grid import Grid
 from .metrics import VARIABLES
 
-PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed"}  # Dataset <- REPLICA field
+PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed",
+               "replica_mean_in_system": "area"}  # Dataset variable <- REPLICA field
 _DIM_ATTRS = {
     "policy": ("", "routing policy"),
     "rate_rps": ("requests/s", "base arrival rate"),
@@ -20,6 +21,7 @@ _DIM_ATTRS = {
     "scenario": ("", "named list of scenario events"),
     "seed": ("", "seed of the common-random-number workload"),
     "replica": ("", "replica number, 1-based"),
+    "level": ("requests", "requests held by a replica (waiting + in service)"),
 }
 
 
@@ -41,12 +43,16 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
         units, desc = VARIABLES[name]
         data[name] = (dims + ["replica"], outcome.replicas[field].reshape(shape + (n_rep,)),
                       {"units": units, "description": desc})
+    units, desc = VARIABLES["queue_tail"]
+    data["queue_tail"] = (dims + ["level"], outcome.tail.reshape(shape + (outcome.tail.shape[1],)),
+                          {"units": units, "description": desc})
     hets = grid.coords["heterogeneity"]
     data["mean_service_ms"] = (["heterogeneity", "replica"],
                                np.array([sweep.heterogeneity[h] for h in hets]),
                                {"units": "ms", "description": "replica's mean service time of the reference request"})
     coords = {d: (d, np.asarray(v), _coord_attrs(d)) for d, v in grid.coords.items()}
     coords["replica"] = ("replica", np.arange(1, n_rep + 1), _coord_attrs("replica"))
+    coords["level"] = ("level", np.arange(outcome.tail.shape[1]), _coord_attrs("level"))
     stage = grid.stage
     attrs = {
         "sweep_name": sweep.name,

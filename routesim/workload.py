@@ -29,6 +29,8 @@ class WorkloadParams:
     demand_per_output: float = 1 / 16   # ms per output token
     jitter_min: float = 0.9
     jitter_max: float = 1.1
+    demand: str = "tokens"              # "tokens", "exponential" or "constant"
+    reference_demand_ms: float = 11.0   # mean (exponential) or value (constant)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,14 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
     prompt = np.clip(np.rint(p.prompt_median * np.exp(p.prompt_sigma * z1)), p.prompt_min, p.prompt_max)
     output = np.clip(np.rint(p.output_median * np.exp(p.output_sigma * z2)), p.output_min, p.output_max)
     jitter = p.jitter_min + (p.jitter_max - p.jitter_min) * u[:, 3]
-    demand = p.demand_base + prompt * p.demand_per_prompt + output * p.demand_per_output
+    if p.demand == "tokens":
+        demand = p.demand_base + prompt * p.demand_per_prompt + output * p.demand_per_output
+    elif p.demand == "exponential":  # inverse transform of U[k,1]
+        demand = -p.reference_demand_ms * np.log1p(-u[:, 1])
+    elif p.demand == "constant":
+        demand = np.full(len(t_ms), float(p.reference_demand_ms))
+    else:
+        raise ValueError(f"unknown demand distribution {p.demand!r}")
     return Workload(t_ms=t_ms, prompt=prompt.astype(np.int32), output=output.astype(np.int32),
                     jitter=jitter, demand_ms=demand)
 
@@ -114,3 +123,14 @@ def expected_arrivals(rate_rps: float, rate_events, horizon_ms: float) -> float:
     """Λ(horizon): the mean number of arrivals of a profile (for memory estimates)."""
     starts, rates, cum = rate_profile(rate_rps, rate_events, horizon_ms)
     return float(cum[-1] + rates[-1] * (horizon_ms - starts[-1]))
+
+
+def router_stream(seed: int, count: int) -> np.ndarray:
+    """The router's own uniforms for a run with this seed, shape ``(count,)``.
+
+    Independent of the workload stream (a spawned child of the seed's SeedSequence);
+    randomized policies consume it in decision order. Its prefix does not depend on
+    ``count``.
+    """
+    child = np.random.SeedSequence(seed).spawn(1)[0]
+    return np.random.Generator(np.random.PCG64(child)).random(count)

@@ -1,0 +1,602 @@
+"""python -m routesim.figures results/<name>/ [--out figures/] [--load-curve DIR] [--quiet]
+
+Regenerates the study's figures, as PNG and SVG, from its result Datasets (and from
+timelines traced from the sweep text those Datasets carry):
+
+- ``development-objective``: the selection objective against the exploration weight;
+- ``validation-attainment``: mean attainment per policy and condition;
+- ``validation-p99``: median p99 and its min–max range across seeds;
+- ``timeline-<scenario>``: timelines of the straggler and failure scenarios;
+- ``load-curve``: the queueing hockey stick (from ``results/load-curve/``);
+- ``estimate-lag``: the straggler's ŝ against its true mean service, several α.
+
+Every figure uses :data:`PALETTE` (one colour per policy; adaptive in the accent
+colour). Output is byte-for-byte deterministic: fixed SVG hash salt, no dates or
+software versions in the files.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from .dtypes import EventKind  # noqa: E402
+
+PALETTE = {
+    "round_robin": "#8c8c8c",    # grey
+    "least_queue": "#4f7cac",    # muted blue
+    "latency_aware": "#5e9c76",  # muted green
+    "adaptive": "#e8590c",       # accent: strong orange
+    "random": "#b59b72",         # muted sand
+    "power_of_two": "#8e77a8",   # muted violet
+}
+"""One colour per policy, used by every figure."""
+
+LABELS = {"round_robin": "Round Robin", "least_queue": "Least Queue", "latency_aware": "Latency Aware",
+          "adaptive": "Adaptive", "random": "Random", "power_of_two": "Power of Two"}
+ACCENT = "adaptive"
+_SPARE = ("#a0522d", "#6b8e23", "#708090", "#b8860b")
+
+STYLE = {
+    "svg.hashsalt": "routesim",
+    "svg.fonttype": "path",
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 9.5,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e4e4e4",
+    "grid.linewidth": 0.6,
+    "axes.axisbelow": True,
+    "legend.frameon": False,
+    "path.simplify": False,
+}
+"""Matplotlib settings of every figure (applied with ``rc_context``)."""
+
+DPI = 150
+NAMES = {
+    "development": "development-objective",
+    "attainment": "validation-attainment",
+    "p99": "validation-p99",
+    "straggler": "timeline-straggler",
+    "failure": "timeline-failure",
+    "load_curve": "load-curve",
+    "lag": "estimate-lag",
+}
+"""File stem of each figure (``figures/<stem>.png`` and ``.svg``)."""
+
+LAG_ALPHAS = (0.05, 0.3, 0.6)
+"""α values of the estimate-lag figure, besides the sweep's own."""
+
+
+def colour(policy) -> str:
+    if policy in PALETTE:
+        return PALETTE[policy]
+    return _SPARE[sum(map(ord, str(policy))) % len(_SPARE)]
+
+
+def label(policy) -> str:
+    return LABELS.get(policy, str(policy))
+
+
+def _width(policy):
+    return 2.0 if policy == ACCENT else 1.4
+
+
+def _z(policy):
+    return 3 if policy == ACCENT else 2
+
+
+# --------------------------------------------------------------------------------------
+# Reading results
+# --------------------------------------------------------------------------------------
+
+def squeeze(ds: xr.Dataset, keep=("policy", "rate_rps", "heterogeneity", "scenario", "seed", "replica")):
+    """Drop length-1 dimensions not in ``keep``; refuse a Dataset with other swept ones."""
+    for d in list(ds.dims):
+        if d in keep or d in ("level",):
+            continue
+        if ds.sizes[d] == 1:
+            ds = ds.isel({d: 0})
+        elif d != "exploration" or "exploration" not in keep:
+            raise ValueError(f"cannot plot a Dataset swept over {d!r} ({ds.sizes[d]} values)")
+    return ds
+
+
+def load(results_dir) -> dict:
+    """{stage name: Dataset} of every ``*.nc`` stage file in a results folder."""
+    out = {}
+    for path in sorted(Path(results_dir).glob("*.nc")):
+        if path.name.startswith("trace"):
+            continue
+        ds = xr.open_dataset(path, engine="h5netcdf").load()
+        out[ds.attrs.get("stage", path.stem)] = ds
+    return out
+
+
+def stages(results: dict):
+    """(development, validation): the selecting stage and the stage that compares policies."""
+    dev = next((ds for ds in results.values() if any(k.startswith("selects_") for k in ds.attrs)), None)
+    val = next((ds for ds in reversed(list(results.values())) if ds.sizes.get("policy", 0) > 1), None)
+    return dev, val
+
+
+def _scenario_with(sweep, kind):
+    """The first scenario of the sweep with an event of this kind (a slowdown > 1 for SLOWDOWN)."""
+    for name, events in sweep.scenarios.items():
+        for e in events:
+            if e.kind == kind and (kind != EventKind.SLOWDOWN or e.value > 1):
+                return name
+    return None
+
+
+def _sweep(ds):
+    from .config import parse_sweep
+    return parse_sweep(ds.attrs["sweep_text"], ds.attrs.get("sweep_file", "<dataset>"))
+
+
+def condition(val: xr.Dataset) -> dict:
+    """The traced condition: the highest rate, the default (else first) heterogeneity, the first seed."""
+    hets = [str(h) for h in val.heterogeneity.values]
+    return dict(rate_rps=float(val.rate_rps.values.max()),
+                heterogeneity="default" if "default" in hets else hets[0],
+                seed=int(val.seed.values[0]))
+
+
+def timeline_traces(val: xr.Dataset) -> dict:
+    """{"straggler": trace, "failure": trace} of every policy at :func:`condition`."""
+    from .trace import trace
+    sweep = _sweep(val)
+    scenarios = [str(s) for s in val.scenario.values]
+    out = {}
+    for key, kind in (("straggler", EventKind.SLOWDOWN), ("failure", EventKind.FAIL)):
+        name = _scenario_with(sweep, kind)
+        if name is not None and name in scenarios:
+            out[key] = trace(val, scenario=name, **condition(val))
+    return out
+
+
+def lag_trace(val: xr.Dataset):
+    """The straggler scenario at :func:`condition` for the policies that route on ŝ,
+    with α swept over the sweep's value and :data:`LAG_ALPHAS`; None without a straggler."""
+    from .trace import trace
+    sweep = _sweep(val)
+    name = _scenario_with(sweep, EventKind.SLOWDOWN)
+    if name is None or name not in [str(s) for s in val.scenario.values]:
+        return None
+    pols = [p for p in ("latency_aware", "adaptive") if p in val.policy.values] or [str(val.policy.values[-1])]
+    alphas = sorted(set(LAG_ALPHAS) | {float(val.attrs.get("alpha", 0.15))})
+    return trace(val, policy=pols, scenario=name, alpha=alphas, **condition(val))
+
+
+def straggler_event(tl: xr.Dataset):
+    """(replica, onset s, factor, recovery s or None) of a trace's first slowdown > 1."""
+    kinds = tl.event_kind.values
+    for k in range(kinds.shape[0]):
+        if kinds[k] == "slowdown" and tl.event_value.values[k] > 1:
+            rep = int(tl.event_replica.values[k])
+            rec = [float(tl.event_time.values[m]) for m in range(k + 1, kinds.shape[0])
+                   if kinds[m] == "slowdown" and int(tl.event_replica.values[m]) == rep]
+            return rep, float(tl.event_time.values[k]), float(tl.event_value.values[k]), (rec[0] if rec else None)
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------
+
+def _policy_legend(fig, policies, **kw):
+    handles = [Line2D([], [], color=colour(p), lw=_width(p), marker="o", ms=4, label=label(p)) for p in policies]
+    kw.setdefault("loc", "upper center")
+    kw.setdefault("ncol", len(policies))
+    fig.legend(handles=handles, **kw)
+
+
+def development_figure(dev: xr.Dataset) -> Figure:
+    """Left: the objective (mean over conditions of the mean attainment over seeds)
+    against c, the selected value marked. Right: each condition's attainment relative
+    to its value at the first c, with the mean."""
+    from .study import objective
+    from .config import Selection
+    dev = squeeze(dev, keep=("exploration", "rate_rps", "heterogeneity", "scenario", "seed", "replica"))
+    param = next(k[len("selects_"):] for k in dev.attrs if k.startswith("selects_"))
+    chosen = float(dev.attrs[f"selects_{param}"])
+    obj = 100 * objective(dev, Selection(param, "attainment"))
+    c = obj[param].values
+    per = 100 * dev.attainment.mean("seed")
+    conds = per.stack(condition=[d for d in per.dims if d != param]).transpose(param, "condition")
+    rel = conds - conds.isel({param: 0})
+
+    fig = Figure(figsize=(7.2, 3.0), layout="constrained")
+    a, b = fig.subplots(1, 2)
+    col = colour(ACCENT)
+    a.plot(c, obj.values, color=col, lw=2, marker="o", ms=5, zorder=3)
+    i = int(np.argmin(np.abs(c - chosen)))
+    a.plot([c[i]], [obj.values[i]], marker="*", ms=15, color=col, mec="black", mew=0.8, zorder=4,
+           ls="none", label=f"selected c = {chosen:g}")
+    a.set_xlabel(f"exploration weight c ({param})")
+    a.set_ylabel("mean attainment over conditions (%)")
+    a.set_title(f"Selection objective ({conds.sizes['condition']} conditions × {dev.sizes['seed']} seeds)")
+    a.legend(loc="best")
+    a.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+
+    for k in range(rel.sizes["condition"]):
+        b.plot(c, rel.values[:, k], color="#9a9a9a", lw=0.7, alpha=0.7, zorder=2)
+    b.plot(c, rel.mean("condition").values, color=col, lw=2, marker="o", ms=4, zorder=3,
+           label="mean over conditions")
+    b.plot([], [], color="#9a9a9a", lw=0.7, label="one condition (mean over seeds)")
+    b.axhline(0, color="black", lw=0.6)
+    b.axvline(chosen, color=col, lw=0.8, ls=":")
+    b.set_xlabel(f"exploration weight c ({param})")
+    b.set_ylabel(f"attainment − attainment at c = {c[0]:g} (pp)")
+    b.set_title("Per-condition spread")
+    b.legend(loc="best")
+    return fig
+
+
+def attainment_figure(val: xr.Dataset) -> Figure:
+    """Heatmaps of mean attainment over seeds: one panel per heterogeneity setting,
+    rows scenario × rate, columns policies."""
+    val = squeeze(val)
+    att = 100 * val.attainment.mean("seed")
+    pols = [str(p) for p in val.policy.values]
+    hets = [str(h) for h in val.heterogeneity.values]
+    scens = [str(s) for s in val.scenario.values]
+    rates = val.rate_rps.values
+    n_rows = len(scens) * len(rates)
+    fig = Figure(figsize=(3.0 + 1.5 * len(hets) * len(pols) / 2, 1.2 + 0.28 * n_rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(hets), sharey=True))
+    cmap = matplotlib.colormaps["cividis"]
+    im = None
+    for ax, h in zip(axes, hets):
+        grid = np.array([[float(att.sel(policy=p, heterogeneity=h, scenario=s, rate_rps=r))
+                          for p in pols] for s in scens for r in rates])
+        im = ax.imshow(grid, cmap=cmap, vmin=0, vmax=100, aspect="auto")
+        for (y, x), v in np.ndenumerate(grid):
+            txt = "—" if not np.isfinite(v) else f"{v:.1f}"
+            ax.text(x, y, txt, ha="center", va="center", fontsize=7.5,
+                    color="black" if (np.isfinite(v) and v > 55) else "white")
+        ax.set_xticks(range(len(pols)), [label(p) for p in pols], rotation=30, ha="right")
+        for t, p in zip(ax.get_xticklabels(), pols):
+            t.set_color(colour(p))
+            t.set_fontweight("bold")
+        ax.set_yticks(range(n_rows), [f"{s} · {r:g} req/s" for s in scens for r in rates])
+        for k in range(1, len(scens)):
+            ax.axhline(k * len(rates) - 0.5, color="white", lw=2)
+        ax.set_title(f"heterogeneity: {h}")
+        ax.grid(False)
+        for side in ("left", "bottom"):
+            ax.spines[side].set_visible(False)
+        ax.tick_params(length=0)
+    fig.colorbar(im, ax=list(axes), label=f"mean attainment over {val.sizes['seed']} seeds (%)", shrink=0.8)
+    return fig
+
+
+def p99_figure(val: xr.Dataset) -> Figure:
+    """Median p99 across seeds (marker) and its min–max range (bar) per policy, rate,
+    scenario (columns) and heterogeneity (rows); log scale, the SLO dashed."""
+    val = squeeze(val)
+    pols = [str(p) for p in val.policy.values]
+    hets = [str(h) for h in val.heterogeneity.values]
+    scens = [str(s) for s in val.scenario.values]
+    rates = val.rate_rps.values
+    p99 = val.latency_p99
+    med, lo, hi = p99.median("seed"), p99.min("seed"), p99.max("seed")
+    slo = float(val.attrs.get("slo_ms", np.nan))
+    fig = Figure(figsize=(7.4, 1.0 + 2.2 * len(hets)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(hets), len(scens), sharex=True, sharey=True))
+    width = 0.8 / len(pols)
+    for r, h in enumerate(hets):
+        for k, s in enumerate(scens):
+            ax = axes[r, k]
+            for j, p in enumerate(pols):
+                x = np.arange(len(rates)) + (j - (len(pols) - 1) / 2) * width
+                sel = dict(policy=p, heterogeneity=h, scenario=s)
+                m, a, b = med.sel(sel).values, lo.sel(sel).values, hi.sel(sel).values
+                ax.vlines(x, a, b, color=colour(p), lw=1.2, alpha=0.8, zorder=_z(p))
+                ax.plot(x, m, ls="none", marker="o", ms=4 if p != ACCENT else 5, color=colour(p),
+                        mec="white", mew=0.4, zorder=_z(p) + 1)
+            if np.isfinite(slo):
+                ax.axhline(slo, color="black", lw=0.8, ls="--", zorder=1)
+            ax.set_yscale("log")
+            ax.set_xticks(range(len(rates)), [f"{x:g}" for x in rates])
+            if r == 0:
+                ax.set_title(s)
+            if r == len(hets) - 1:
+                ax.set_xlabel("arrival rate (req/s)")
+            if k == 0:
+                ax.set_ylabel(f"{h}\np99 latency (ms)")
+    handles = [Line2D([], [], color=colour(p), marker="o", ms=4, lw=1.2, label=label(p)) for p in pols]
+    handles.append(Line2D([], [], color="black", lw=0.8, ls="--", label=f"SLO {slo:g} ms"))
+    fig.legend(handles=handles, loc="outside upper center", ncol=len(handles))
+    fig.get_layout_engine().set(h_pad=0.04)
+    return fig
+
+
+def _mark_events(ax, tl, text=False):
+    """Shade the interval of each scenario disturbance and mark every event time."""
+    times = tl.event_time.values
+    kinds = tl.event_kind.values
+    start = None
+    for k in range(times.shape[0]):
+        t, kind, v = float(times[k]), str(kinds[k]), float(tl.event_value.values[k])
+        ax.axvline(t, color="#555555", lw=0.8, ls=":", zorder=1)
+        opening = kind == "fail" or (kind in ("slowdown", "rate_multiplier") and v != 1)
+        if opening and start is None:
+            start = t
+        elif not opening and start is not None:
+            ax.axvspan(start, t, color="#f2e3d5", alpha=0.6, lw=0, zorder=0)
+            start = None
+    if start is not None:
+        ax.axvspan(start, float(tl.time.values[-1]), color="#f2e3d5", alpha=0.6, lw=0, zorder=0)
+
+
+def _event_text(tl):
+    parts = []
+    for k in range(tl.sizes.get("event", 0)):
+        t, kind = float(tl.event_time.values[k]), str(tl.event_kind.values[k])
+        rep, v = int(tl.event_replica.values[k]), float(tl.event_value.values[k])
+        what = {"slowdown": f"replica {rep} slowdown ×{v:g}", "fail": f"replica {rep} fails",
+                "recover": f"replica {rep} recovers", "rate_multiplier": f"rate ×{v:g}"}[kind]
+        parts.append(f"{t:g} s: {what}")
+    return "; ".join(parts)
+
+
+_REPLICA_STYLES = ("-", "--", ":", "-.")
+
+
+def timeline_figure(tl: xr.Dataset) -> Figure:
+    """One row per policy: queue per replica, rolling p99 against the SLO, rolling
+    throughput and cumulative sheds, with the scenario's events marked."""
+    pols = [str(p) for p in tl.policy.values]
+    t = tl.time.values
+    slo = float(tl.attrs.get("slo_ms", np.nan))
+    fig = Figure(figsize=(7.6, 0.9 + 1.75 * len(pols)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(pols), 4, sharex=True))
+    titles = ("waiting queue (requests)", f"rolling p99, last {tl.attrs['rolling_completions']} (ms)",
+              f"throughput, trailing {tl.attrs['throughput_window_ms'] / 1000:g} s (req/s)",
+              "shed, cumulative (requests)")
+    p99_top = float(np.nanmax(tl.rolling_p99.values)) if np.isfinite(tl.rolling_p99.values).any() else 100.0
+    sheds = tl.sheds.cumsum("time")
+    shed_top = max(1.0, float(sheds.max()))
+    tput_top = float(tl.rolling_throughput.max())
+    q_top = float(tl.queue.max())
+    for r, p in enumerate(pols):
+        one = tl.sel(policy=p)
+        col = colour(p)
+        ax = axes[r, 0]
+        for i, rep in enumerate(tl.replica.values):
+            ax.plot(t, one.queue.sel(replica=rep).values, color=col, lw=1.0,
+                    ls=_REPLICA_STYLES[i % len(_REPLICA_STYLES)], label=f"replica {rep}")
+        ax.set_ylim(-0.02 * q_top - 0.5, 1.05 * q_top + 0.5)
+        ax.set_ylabel(label(p), color=col, fontweight="bold", fontsize=9.5)
+        ax = axes[r, 1]
+        ax.plot(t, one.rolling_p99.values, color=col, lw=1.2)
+        if np.isfinite(slo):
+            ax.axhline(slo, color="black", lw=0.8, ls="--")
+        ax.set_yscale("log")
+        ax.set_ylim(max(1.0, 0.5 * float(np.nanmin(tl.rolling_p99.values))), 1.5 * p99_top)
+        ax = axes[r, 2]
+        ax.plot(t, one.rolling_throughput.values, color=col, lw=1.2)
+        ax.set_ylim(0, 1.08 * tput_top)
+        ax = axes[r, 3]
+        ax.plot(t, sheds.sel(policy=p).values, color=col, lw=1.2)
+        ax.set_ylim(-0.02 * shed_top, 1.08 * shed_top)
+        for ax in axes[r]:
+            _mark_events(ax, tl)
+    for k, title in enumerate(titles):
+        axes[0, k].set_title(title, fontsize=8.5)
+        axes[-1, k].set_xlabel("time (s)")
+    handles = [Line2D([], [], color="#444444", lw=1.0, ls=_REPLICA_STYLES[i % 4], label=f"replica {rep}")
+               for i, rep in enumerate(tl.replica.values)]
+    handles.append(Line2D([], [], color="black", lw=0.8, ls="--", label=f"SLO {slo:g} ms"))
+    handles.append(matplotlib.patches.Patch(color="#f2e3d5", label="disturbance"))
+    scen = str(tl.scenario.values)
+    fig.suptitle(f"{scen}: {float(tl.rate_rps):g} req/s, heterogeneity {str(tl.heterogeneity.values)}, "
+                 f"seed {int(tl.seed)} — {_event_text(tl)}", fontsize=9)
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles))
+    return fig
+
+
+def capacity_rps(ds: xr.Dataset, heterogeneity, mean_demand_ms) -> float:
+    """Σ_i 1 / E[service_i] in requests/s: replica i serves a mean request in
+    mean_service_ms[i] / reference demand × E[demand × jitter] (grid rounding ignored)."""
+    ms = ds.mean_service_ms.sel(heterogeneity=heterogeneity).values
+    return float(np.sum(1000.0 / (ms / float(ds.attrs["reference_demand_ms"]) * mean_demand_ms)))
+
+
+def mean_demand(ds: xr.Dataset) -> float:
+    from .trace import mean_demand_ms
+    from .config import PARAM
+    return mean_demand_ms({n: (ds.attrs[n],) for n in PARAM if PARAM[n].section == "workload"})
+
+
+def load_curve_figure(lc: xr.Dataset) -> Figure:
+    """Median p99 (top, log) and mean attainment (bottom) against the arrival rate,
+    one line per policy, one column per heterogeneity setting; steady scenario."""
+    lc = squeeze(lc)
+    if "scenario" in lc.dims:
+        lc = lc.sel(scenario="steady") if "steady" in lc.scenario.values else lc.isel(scenario=0)
+    pols = [str(p) for p in lc.policy.values]
+    hets = [str(h) for h in lc.heterogeneity.values]
+    rates = lc.rate_rps.values
+    slo = float(lc.attrs.get("slo_ms", np.nan))
+    demand = mean_demand(lc)
+    fig = Figure(figsize=(7.2, 5.2), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(2, len(hets), sharex=True, sharey="row"))
+    if axes.shape[0] != 2:
+        axes = axes.T
+    for k, h in enumerate(hets):
+        cap = capacity_rps(lc, h, demand)
+        for p in pols:
+            one = lc.sel(policy=p, heterogeneity=h)
+            kw = dict(color=colour(p), lw=_width(p), marker="o", ms=3.5, zorder=_z(p), label=label(p))
+            axes[0, k].plot(rates, one.latency_p99.median("seed").values, **kw)
+            axes[1, k].plot(rates, 100 * one.attainment.mean("seed").values, **kw)
+        axes[0, k].axhline(slo, color="black", lw=0.8, ls="--", label=f"SLO {slo:g} ms")
+        axes[0, k].set_yscale("log")
+        axes[0, k].set_title(f"heterogeneity: {h} ({', '.join(f'{x:g}' for x in lc.mean_service_ms.sel(heterogeneity=h).values)} ms)")
+        for ax in axes[:, k]:
+            ax.axvline(cap, color="#555555", lw=0.8, ls=":")
+        axes[1, k].text(cap, 3, f" capacity ≈ {cap:.0f} req/s", rotation=90, va="bottom", ha="right",
+                        fontsize=7.5, color="#444444")
+        axes[1, k].set_xlabel("arrival rate (req/s)")
+        axes[1, k].set_ylim(0, 102)
+    axes[0, 0].set_ylabel(f"median p99 over {lc.sizes['seed']} seeds (ms)")
+    axes[1, 0].set_ylabel("mean attainment (%)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=len(handles))
+    return fig
+
+
+def estimate_lag_figure(tl: xr.Dataset) -> Figure:
+    """ŝ of the straggler replica against its true mean service time, one line per α,
+    one panel per policy."""
+    ev = straggler_event(tl)
+    rep, onset, factor, recovery = ev
+    pols = [str(p) for p in tl.policy.values]
+    alphas = tl.alpha.values if "alpha" in tl.dims else np.array([tl.attrs["alpha"]])
+    t = tl.time.values
+    end = recovery + 0.4 * (recovery - onset) if recovery is not None else float(t[-1])
+    lo = max(0.0, onset - 0.3 * ((recovery or end) - onset))
+    win = (t >= lo) & (t <= end)
+    fig = Figure(figsize=(7.2, 3.2), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(pols), sharey=True))
+    for ax, p in zip(axes, pols):
+        one = tl.sel(policy=p, replica=rep)
+        base = np.array(matplotlib.colors.to_rgb(colour(p)))
+        for k, a in enumerate(alphas):
+            shade = 0.25 + 0.75 * (k + 1) / len(alphas)          # light (small α) to full colour
+            c = 1 - shade * (1 - base)
+            s_hat = one.s_hat.sel(alpha=a) if "alpha" in one.dims else one.s_hat
+            ax.plot(t[win], s_hat.values[win], color=c, lw=1.3, label=f"α = {a:g}", zorder=3)
+        true = one.mean_service.isel(alpha=0) if "alpha" in one.mean_service.dims else one.mean_service
+        ax.plot(t[win], true.values[win], color="black", lw=1.0, ls="--", zorder=4,
+                label="true mean service")
+        _mark_events(ax, tl)
+        ax.set_title(label(p), color=colour(p), fontweight="bold")
+        ax.set_xlabel("time (s)")
+        ax.set_xlim(t[win][0], t[win][-1])
+        ax.legend(loc="upper right")
+    axes[0].set_ylabel(f"replica {rep}: " + r"$\hat{s}$ and true mean service (ms)")
+    before = float(tl.mean_service.sel(replica=rep).values.ravel()[0])
+    fig.suptitle(f"{str(tl.scenario.values)}, {float(tl.rate_rps):g} req/s, seed {int(tl.seed)}: replica {rep} "
+                 f"slows ×{factor:g} at {onset:g} s (true mean {before:.1f} → {before * factor:.1f} ms)"
+                 + (f", recovers at {recovery:g} s" if recovery is not None else ""), fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------
+
+def save(fig: Figure, out_dir, stem) -> list:
+    """Write ``stem.png`` and ``stem.svg`` deterministically; return the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with matplotlib.rc_context(STYLE):
+        for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+            path = out_dir / f"{stem}.{ext}"
+            tmp = out_dir / f".{stem}.{ext}.tmp"
+            fig.savefig(tmp, format=ext, dpi=DPI, metadata=meta)
+            tmp.replace(path)
+            paths.append(path)
+    return paths
+
+
+def jobs(results_dir, load_curve_dir=None):
+    """[(stem, function returning a Figure)] for a results folder, in order."""
+    results = load(results_dir)
+    dev, val = stages(results)
+    out = []
+    if dev is not None:
+        out.append((NAMES["development"], lambda: development_figure(dev)))
+    if val is not None:
+        out.append((NAMES["attainment"], lambda: attainment_figure(val)))
+        out.append((NAMES["p99"], lambda: p99_figure(val)))
+        traces = {}
+
+        def timeline(key):
+            if not traces:
+                traces.update(timeline_traces(val))
+            return timeline_figure(traces[key])
+        sweep = _sweep(val)
+        for key, kind in (("straggler", EventKind.SLOWDOWN), ("failure", EventKind.FAIL)):
+            name = _scenario_with(sweep, kind)
+            if name is not None and name in [str(s) for s in val.scenario.values]:
+                out.append((f"timeline-{name}", lambda key=key: timeline(key)))
+    if load_curve_dir is not None:
+        lc = load(load_curve_dir)
+        _, lcv = stages(lc)
+        if lcv is not None:
+            out.append((NAMES["load_curve"], lambda: load_curve_figure(lcv)))
+    if val is not None and _scenario_with(_sweep(val), EventKind.SLOWDOWN) in [str(s) for s in val.scenario.values]:
+        out.append((NAMES["lag"], lambda: estimate_lag_figure(lag_trace(val))))
+    return out
+
+
+def render(results_dir, out_dir="figures", load_curve_dir=None, show_progress=False) -> list:
+    """Render every figure of a results folder into ``out_dir``; return the written paths."""
+    todo = jobs(results_dir, load_curve_dir)
+    paths = []
+    bar = None
+    if show_progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(todo), desc="figures", unit="fig", leave=False)
+    for stem, make in todo:
+        if bar is not None:
+            bar.set_postfix_str(stem)
+        with matplotlib.rc_context(STYLE):
+            fig = make()
+        paths += save(fig, out_dir, stem)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return paths
+
+
+def default_load_curve(results_dir):
+    """``results/load-curve/`` beside ``results/<name>/``, when it exists."""
+    cand = Path(results_dir).resolve().parent / "load-curve"
+    return cand if cand.is_dir() and cand != Path(results_dir).resolve() and any(cand.glob("*.nc")) else None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m routesim.figures", description=__doc__.split("\n\n")[1])
+    ap.add_argument("results", type=Path, help="results folder of a sweep (results/<name>/)")
+    ap.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default figures/)")
+    ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
+                    help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
+    ap.add_argument("--quiet", action="store_true", help="no progress and no list of files")
+    args = ap.parse_args(argv)
+    if not args.results.is_dir() or not any(args.results.glob("*.nc")):
+        print(f"error: {args.results}: no result files (*.nc); run python -m routesim.sweep first", file=sys.stderr)
+        return 2
+    lc = args.load_curve or default_load_curve(args.results)
+    if lc is None and not args.quiet:
+        print("note: no results/load-curve/ (python -m routesim.sweep sweeps/load-curve.toml): "
+              "skipping the load-curve figure", file=sys.stderr)
+    paths = render(args.results, args.out, lc, show_progress=not args.quiet)
+    if not args.quiet:
+        for p in paths:
+            print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
