@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import METRICS, REPLICA, ROUTER, TAIL_LEVELS
+from .dtypes import LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK
 from .engine import run_batch_nb
 from .grid import SCRATCH_PER_ARRIVAL, Grid
 
@@ -44,18 +44,18 @@ def simulate(grid: Grid, chunk_size: int | None = None, progress=None) -> Outcom
     replicas = np.zeros((runs, grid.replicas), dtype=REPLICA)
     replicas["base_speed"] = grid.base_speed
     router = np.zeros(runs, dtype=ROUTER)
-    tail = np.zeros((runs, TAIL_LEVELS))
-    ids = np.zeros((runs, grid.replicas), dtype=np.int64)
+    levels = np.zeros((runs, TAIL_LEVELS), dtype=LEVEL)
+    work = np.zeros((runs, grid.replicas + 1), dtype=WORK)
     arrivals = grid.arrivals()
     for lo in range(0, runs, chunk):
         hi = min(runs, lo + chunk)
         off = np.zeros(hi - lo + 1, dtype=np.int64)
         np.cumsum(arrivals[lo:hi], out=off[1:])
         n = int(off[-1])
-        run_batch_nb(grid.params[lo:hi], replicas[lo:hi], router[lo:hi],
-                     grid.wl_t, grid.wl_demand, grid.wl_jitter, grid.wl_off, grid.ru, grid.ru_off,
-                     grid.events, off, np.empty(n, np.int32), np.empty(n), np.empty(n, np.int8),
-                     np.empty(n), ids[lo:hi], tail[lo:hi], metrics[lo:hi])
+        run_batch_nb(grid.params[lo:hi], replicas[lo:hi], router[lo:hi], work[lo:hi],
+                     levels[lo:hi], np.empty(n, REQUEST), off, grid.wl_t, grid.wl_demand,
+                     grid.wl_jitter, grid.wl_off, grid.ru, grid.ru_off, grid.events,
+                     metrics[lo:hi])
         if progress is not None:
             progress(hi - lo)
-    return Outcome(metrics=metrics, replicas=replicas, router=router, tail=tail)
+    return Outcome(metrics=metrics, replicas=replicas, router=router, tail=levels["area"])

@@ -74,6 +74,8 @@ REPLICA = np.dtype(
         ("slowdown", np.float64),    # scenario factor in force; speed_i = base_speed · slowdown
         ("healthy", np.bool_),
         ("busy", np.bool_),
+        ("elig", np.bool_),          # in E: healthy and qlen < queue_cap (kept in step)
+        ("dirty", np.bool_),         # on this step's list of replicas that may start
         ("serving", np.int32),       # request index in service, -1 when idle
         ("start_ms", np.float64),    # when the request in service started
         ("end_ms", np.float64),      # time it completes (a grid time in discrete mode)
@@ -87,6 +89,7 @@ REPLICA = np.dtype(
         ("assigned", np.int64),      # routing decisions onto it in [warm-up, horizon)
         ("completed", np.int64),     # completions on it in (warm-up, horizon]
         ("area", np.float64),        # ∫ o_i dt over the window (request·ms); after the run, ÷ window
+        ("t_mark", np.float64),      # time up to which ``area`` is integrated
     ],
     align=True,
 )
@@ -97,6 +100,9 @@ ROUTER = np.dtype(
         ("cursor", np.int64),       # round robin's cursor, advances on accepted requests
         ("throughput", np.int64),   # completions (any request) in (warm-up, horizon]
         ("draws", np.int64),        # uniforms of the router stream consumed so far
+        ("n_elig", np.int64),       # |E|
+        ("n_dirty", np.int64),      # replicas on this step's start list
+        ("heap_n", np.int64),       # busy replicas in the completion heap
     ],
     align=True,
 )
@@ -138,3 +144,39 @@ EVENT = np.dtype(
     align=True,
 )
 """One scenario event. A scenario is a contiguous, time-sorted block of the table."""
+
+WORK = np.dtype(
+    [
+        ("heap_t", np.float64),  # completion heap: end time (min-heap) ...
+        ("heap_i", np.int32),    # ... and its replica
+        ("dirty", np.int32),     # replicas that may start at the end of this step
+        ("bit", np.int32),       # Fenwick tree over replicas of the indicator "in E"
+        ("sw_pos", np.int32),    # power_of_two's partial shuffle: moved positions ...
+        ("sw_val", np.int32),    # ... and the replicas now at them
+    ],
+    align=True,
+)
+"""Index structures of one run: arrays of shape ``(runs, replicas + 1)``. They make a
+step cost O(log replicas) for the policies that do not scan every replica."""
+
+LEVEL = np.dtype(
+    [
+        ("count", np.int64),   # replicas holding this many requests now (last level: or more)
+        ("area", np.float64),  # replica·ms at this load in the window; after the run: the
+                               # time-average fraction of replicas holding at least this many
+        ("t_mark", np.float64),  # time up to which ``area`` is integrated
+    ],
+    align=True,
+)
+"""Outstanding-load histogram of one run: arrays of shape ``(runs, TAIL_LEVELS)``."""
+
+REQUEST = np.dtype(
+    [
+        ("next", np.int32),      # the request behind it in its waiting queue, -1 at the tail
+        ("status", np.int8),     # Status code
+        ("done_ms", np.float64), # completion time (NaN until it completes)
+        ("lat_ms", np.float64),  # metrics scratch: sorted completed cohort latencies
+    ],
+    align=True,
+)
+"""One request of one run: flat arrays, one block of ``arrivals`` rows per run."""

@@ -10,9 +10,14 @@ mode (``dt = 0``) the same loop processes each event at its own time.
 Within one step at time ``T`` the order is: completions, scenario events, arrivals
 (each routed with the state left by everything before it), starts.
 
-Requests are indexed ``0..n-1`` in arrival order within a run. Waiting queues are
-FIFO linked lists through ``q_next``, so a run's memory grows with its arrivals and
-not with ``queue_cap × replicas``.
+A run's state (all shapes per run): ``rep`` (replicas,) REPLICA; ``router`` a ROUTER
+record; ``work`` (replicas + 1,) WORK: a min-heap of completion times, the list of
+replicas that may start this step and a Fenwick tree over E; ``levels`` (levels,)
+LEVEL: how many replicas hold each load, and the time integrals behind
+``queue_tail``; ``req`` (arrivals,) REQUEST. Requests are indexed ``0..n-1`` in
+arrival order within a run; waiting queues are FIFO linked lists through
+``req.next``, so memory grows with arrivals and not with ``queue_cap × replicas``.
+A step costs O(log replicas) plus the policy's own cost.
 """
 
 import math
@@ -23,7 +28,7 @@ import numpy as np
 from .conf import JIT, JIT_PARALLEL
 from .dtypes import EventKind, Status
 from .metrics import run_metrics_nb
-from .policies import choose_nb, observe_nb, outstanding_nb
+from .policies import bit_add_nb, choose_nb, observe_nb, outstanding_nb
 
 
 @nb.njit(**JIT)
@@ -54,57 +59,173 @@ def end_time_nb(p):
     return np.int64(round(p.horizon_ms / p.dt_ms)) * p.dt_ms
 
 
+# --- bookkeeping of the load o_i: time integrals, histogram, eligibility -----------
+
 @nb.njit(**JIT)
-def init_run_nb(p, rep, router, q_next, done_t, status, tail_area):
+def _window_nb(t0, t1, p):
+    """Length of (t0, t1] inside the measurement window [warm-up, horizon]."""
+    return max(0.0, min(t1, p.horizon_ms) - max(t0, p.warmup_ms))
+
+
+@nb.njit(**JIT)
+def _flush_nb(i, T, p, rep):
+    """Integrate replica ``i``'s load up to ``T`` (its load is about to change)."""
+    rep[i].area += outstanding_nb(rep, i) * _window_nb(rep[i].t_mark, T, p)
+    rep[i].t_mark = T
+
+
+@nb.njit(**JIT)
+def _level_add_nb(lv, delta, T, p, levels):
+    """``delta`` replicas join load level ``lv`` at ``T``; integrate the level up to T."""
+    levels[lv].area += levels[lv].count * _window_nb(levels[lv].t_mark, T, p)
+    levels[lv].t_mark = T
+    levels[lv].count += delta
+
+
+@nb.njit(**JIT)
+def _relevel_nb(old, new, T, p, levels):
+    """A replica's load went from ``old`` to ``new`` at ``T``: move it in the histogram."""
+    top = levels.shape[0] - 1
+    old, new = min(old, top), min(new, top)
+    if old != new:
+        _level_add_nb(old, -1, T, p, levels)
+        _level_add_nb(new, 1, T, p, levels)
+
+
+@nb.njit(**JIT)
+def _refresh_eligible_nb(i, p, rep, router, work):
+    """Bring ``rep.elig``, |E| and the Fenwick tree up to date for replica ``i``."""
+    now = rep[i].healthy and rep[i].qlen < p.queue_cap
+    if now != rep[i].elig:
+        rep[i].elig = now
+        delta = 1 if now else -1
+        router.n_elig += delta
+        bit_add_nb(work.bit, i, delta)
+
+
+@nb.njit(**JIT)
+def _mark_dirty_nb(i, rep, router, work):
+    """Replica ``i`` may start a request at the end of this step."""
+    if not rep[i].dirty:
+        rep[i].dirty = True
+        work.dirty[router.n_dirty] = i
+        router.n_dirty += 1
+
+
+# --- the completion heap (end time, replica) ------------------------------------------
+
+@nb.njit(**JIT)
+def _heap_push_nb(t, i, router, work):
+    h_t, h_i = work.heap_t, work.heap_i
+    k = router.heap_n
+    router.heap_n += 1
+    while k > 0:
+        parent = (k - 1) // 2
+        if h_t[parent] <= t:
+            break
+        h_t[k], h_i[k] = h_t[parent], h_i[parent]
+        k = parent
+    h_t[k], h_i[k] = t, i
+
+
+@nb.njit(**JIT)
+def _heap_pop_nb(router, work):
+    """Remove the earliest completion; return its replica."""
+    h_t, h_i = work.heap_t, work.heap_i
+    top = h_i[0]
+    router.heap_n -= 1
+    n = router.heap_n
+    t, i = h_t[n], h_i[n]
+    k = 0
+    while True:
+        child = 2 * k + 1
+        if child >= n:
+            break
+        if child + 1 < n and h_t[child + 1] < h_t[child]:
+            child += 1
+        if t <= h_t[child]:
+            break
+        h_t[k], h_i[k] = h_t[child], h_i[child]
+        k = child
+    if n > 0:
+        h_t[k], h_i[k] = t, i
+    return top
+
+
+# --- the run ---------------------------------------------------------------------------
+
+@nb.njit(**JIT)
+def init_run_nb(p, rep, router, work, levels, req):
     """Reset a run's state; ``rep.base_speed`` is set by the caller."""
-    for i in range(rep.shape[0]):
+    n_rep = rep.shape[0]
+    router.cursor = 0
+    router.throughput = 0
+    router.draws = 0
+    router.n_elig = 0
+    router.n_dirty = 0
+    router.heap_n = 0
+    work.bit[:] = 0
+    for lv in range(levels.shape[0]):
+        levels[lv].count = 0
+        levels[lv].area = 0.0
+        levels[lv].t_mark = 0.0
+    levels[0].count = n_rep
+    for i in range(n_rep):
         rep[i].slowdown = 1.0
         rep[i].healthy = True
         rep[i].busy = False
+        rep[i].elig = False
+        rep[i].dirty = False
         rep[i].serving = -1
         rep[i].start_ms = 0.0
         rep[i].end_ms = np.inf
         rep[i].head = -1
         rep[i].tail = -1
         rep[i].qlen = 0
-        rep[i].s_hat = p.prior_service_ms                       # ŝ₀
+        rep[i].s_hat = p.prior_service_ms                             # ŝ₀
         rep[i].r_bar = 1.0 - p.prior_service_ms / p.reward_ceiling_ms  # 1 - ŝ₀ / L
         rep[i].n_obs = 0
         rep[i].routed = 0
         rep[i].assigned = 0
         rep[i].completed = 0
         rep[i].area = 0.0
-    router.cursor = 0
-    router.throughput = 0
-    router.draws = 0
-    tail_area[:] = 0.0
-    q_next[:] = -1
-    done_t[:] = np.nan
-    status[:] = Status.PENDING
+        rep[i].t_mark = 0.0
+        _refresh_eligible_nb(i, p, rep, router, work)
+    for q in range(req.shape[0]):
+        req[q].next = -1
+        req[q].status = Status.PENDING
+        req[q].done_ms = np.nan
 
 
 @nb.njit(**JIT)
-def enqueue_nb(rep, i, q, q_next):
-    """Append request ``q`` to replica ``i``'s waiting queue."""
-    q_next[q] = -1
+def enqueue_nb(i, q, T, p, rep, router, work, levels, req):
+    """Append request ``q`` to replica ``i``'s waiting queue at time ``T``."""
+    o = outstanding_nb(rep, i)
+    _flush_nb(i, T, p, rep)
+    req[q].next = -1
     if rep[i].qlen == 0:
         rep[i].head = q
     else:
-        q_next[rep[i].tail] = q
+        req[rep[i].tail].next = q
     rep[i].tail = q
     rep[i].qlen += 1
+    _relevel_nb(o, o + 1, T, p, levels)
+    _refresh_eligible_nb(i, p, rep, router, work)
+    _mark_dirty_nb(i, rep, router, work)
 
 
 @nb.njit(**JIT)
-def route_nb(q, t_decision, p, rep, router, u, ids, q_next, status):
-    """Route request ``q`` at time ``t_decision``: append it to a replica, or shed it."""
-    i = choose_nb(rep, router, p, u, ids)
+def route_nb(q, t_decision, T, p, rep, router, work, levels, req, u):
+    """Route request ``q`` (decided at ``t_decision``, queued at ``T``): append it to a
+    replica, or shed it."""
+    i = choose_nb(rep, router, p, u, work)
     if i == -2:
         raise ValueError("unknown policy code")
     if i < 0:
-        status[q] = Status.SHED
+        req[q].status = Status.SHED
+        req[q].done_ms = T
         return
-    enqueue_nb(rep, i, q, q_next)
+    enqueue_nb(i, q, T, p, rep, router, work, levels, req)
     router.cursor += 1
     rep[i].routed += 1
     if p.warmup_ms <= t_decision < p.horizon_ms:
@@ -112,41 +233,72 @@ def route_nb(q, t_decision, p, rep, router, u, ids, q_next, status):
 
 
 @nb.njit(**JIT)
-def fail_nb(r, t_event, p, rep, router, u, ids, q_next, status):
+def fail_nb(r, t_event, T, p, rep, router, work, levels, req, u):
     """Replica ``r`` fails: unhealthy first, then its waiting queue re-routed head first."""
     rep[r].healthy = False
+    _refresh_eligible_nb(r, p, rep, router, work)
+    o = outstanding_nb(rep, r)
+    _flush_nb(r, T, p, rep)
     q = rep[r].head
     rep[r].head = -1
     rep[r].tail = -1
     rep[r].qlen = 0
+    _relevel_nb(o, outstanding_nb(rep, r), T, p, levels)
     while q >= 0:
-        nxt = q_next[q]
-        route_nb(q, t_event, p, rep, router, u, ids, q_next, status)
+        nxt = req[q].next
+        route_nb(q, t_event, T, p, rep, router, work, levels, req, u)
         q = nxt
 
 
 @nb.njit(**JIT)
-def step_nb(T, ia, ie, p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, done_t,
-            status):
+def complete_nb(i, T, p, rep, router, levels, req):
+    """Replica ``i``'s request in service completes at ``T``."""
+    q = rep[i].serving
+    observe_nb(rep, i, T - rep[i].start_ms, p)  # s_obs = T - start
+    o = outstanding_nb(rep, i)
+    _flush_nb(i, T, p, rep)
+    req[q].done_ms = T
+    req[q].status = Status.DONE
+    rep[i].busy = False
+    rep[i].serving = -1
+    rep[i].end_ms = np.inf
+    _relevel_nb(o, o - 1, T, p, levels)
+    if T > p.warmup_ms:
+        rep[i].completed += 1
+        router.throughput += 1
+
+
+@nb.njit(**JIT)
+def start_nb(i, T, p, rep, router, work, req, demand, jitter):
+    """Replica ``i`` starts its queue head at ``T`` (its load does not change)."""
+    q = rep[i].head
+    rep[i].head = req[q].next
+    rep[i].qlen -= 1
+    if rep[i].qlen == 0:
+        rep[i].tail = -1
+    speed = rep[i].base_speed * rep[i].slowdown
+    rep[i].busy = True
+    rep[i].serving = q
+    rep[i].start_ms = T
+    rep[i].end_ms = slot_nb(T + demand[q] * speed * jitter[q], p.dt_ms)
+    req[q].status = Status.SERVING
+    _heap_push_nb(rep[i].end_ms, i, router, work)
+    _refresh_eligible_nb(i, p, rep, router, work)
+
+
+@nb.njit(**JIT)
+def step_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand, jitter, events):
     """Advance one run by the step ending at ``T``; return the next arrival and event.
 
     ``ia``/``ie`` index the first arrival/event not yet processed.
     """
     dt = p.dt_ms
-    n_rep = rep.shape[0]
     # 1. completions at T
-    for i in range(n_rep):
-        if rep[i].busy and rep[i].end_ms <= T:
-            q = rep[i].serving
-            observe_nb(rep, i, T - rep[i].start_ms, p)  # s_obs = T - start
-            done_t[q] = T
-            status[q] = Status.DONE
-            rep[i].busy = False
-            rep[i].serving = -1
-            rep[i].end_ms = np.inf
-            if T > p.warmup_ms:
-                rep[i].completed += 1
-                router.throughput += 1
+    while router.heap_n > 0 and work.heap_t[0] <= T:
+        i = _heap_pop_nb(router, work)
+        complete_nb(i, T, p, rep, router, levels, req)
+        if rep[i].qlen > 0:
+            _mark_dirty_nb(i, rep, router, work)
     # 2. scenario events in (T - dt, T], in time order
     while ie < events.shape[0] and slot_nb(events[ie].time_ms, dt) <= T:
         ev = events[ie]
@@ -154,33 +306,27 @@ def step_nb(T, ia, ie, p, rep, router, u, ids, t_arr, demand, jitter, events, q_
         if kind == EventKind.SLOWDOWN:
             rep[ev.replica].slowdown = ev.value
         elif kind == EventKind.FAIL:
-            fail_nb(ev.replica, ev.time_ms, p, rep, router, u, ids, q_next, status)
+            fail_nb(ev.replica, ev.time_ms, T, p, rep, router, work, levels, req, u)
         elif kind == EventKind.RECOVER:
             rep[ev.replica].healthy = True
+            _refresh_eligible_nb(ev.replica, p, rep, router, work)
         ie += 1  # EventKind.RATE: already in the workload's arrival times
     # 3. arrivals in (T - dt, T], in arrival order
     while ia < t_arr.shape[0] and slot_nb(t_arr[ia], dt) <= T:
-        route_nb(ia, t_arr[ia], p, rep, router, u, ids, q_next, status)
+        route_nb(ia, t_arr[ia], T, p, rep, router, work, levels, req, u)
         ia += 1
-    # 4. starts at T
-    for i in range(n_rep):
+    # 4. starts at T: every idle replica with a waiting request (any order: independent)
+    for k in range(router.n_dirty):
+        i = work.dirty[k]
+        rep[i].dirty = False
         if not rep[i].busy and rep[i].qlen > 0:
-            q = rep[i].head
-            rep[i].head = q_next[q]
-            rep[i].qlen -= 1
-            if rep[i].qlen == 0:
-                rep[i].tail = -1
-            speed = rep[i].base_speed * rep[i].slowdown
-            rep[i].busy = True
-            rep[i].serving = q
-            rep[i].start_ms = T
-            rep[i].end_ms = slot_nb(T + demand[q] * speed * jitter[q], dt)
-            status[q] = Status.SERVING
+            start_nb(i, T, p, rep, router, work, req, demand, jitter)
+    router.n_dirty = 0
     return ia, ie
 
 
 @nb.njit(**JIT)
-def next_time_nb(ia, ie, p, rep, t_arr, events):
+def next_time_nb(ia, ie, p, router, work, t_arr, events):
     """The next time at which something happens (inf when nothing will)."""
     dt = p.dt_ms
     t = np.inf
@@ -188,72 +334,63 @@ def next_time_nb(ia, ie, p, rep, t_arr, events):
         t = slot_nb(t_arr[ia], dt)
     if ie < events.shape[0]:
         t = min(t, slot_nb(events[ie].time_ms, dt))
-    for i in range(rep.shape[0]):
-        if rep[i].busy:
-            t = min(t, rep[i].end_ms)
+    if router.heap_n > 0:
+        t = min(t, work.heap_t[0])
     return t
 
 
 @nb.njit(**JIT)
-def accumulate_nb(t0, t1, p, rep, tail_area):
-    """Add the state held over (t0, t1], clipped to the measurement window, to the
-    time integrals: ``rep.area`` += o_i·Δt; ``tail_area[min(o_i, K)]`` += Δt."""
-    lo = max(t0, p.warmup_ms)
-    hi = min(t1, p.horizon_ms)
-    if hi <= lo:
-        return
-    span = hi - lo
-    top = tail_area.shape[0] - 1
-    for i in range(rep.shape[0]):
-        o = outstanding_nb(rep, i)
-        rep[i].area += o * span
-        tail_area[min(o, top)] += span
+def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand, jitter,
+               events):
+    """Process every active step at a time ``<= t_stop``; return (ia, ie). The state
+    between processed times is constant."""
+    while True:
+        T = next_time_nb(ia, ie, p, router, work, t_arr, events)
+        if T > t_stop:
+            return ia, ie
+        ia, ie = step_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand,
+                         jitter, events)
 
 
 @nb.njit(**JIT)
-def simulate_nb(p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, done_t, status,
-                tail_area):
-    """Run one simulation from time 0 to the horizon, visiting only active steps.
-
-    u: the run's router stream; ids (replicas,) scratch; tail_area (levels,) out:
-    time in the window spent by replicas at each outstanding load (last level: or more).
-    """
-    init_run_nb(p, rep, router, q_next, done_t, status, tail_area)
+def finish_nb(p, rep, levels):
+    """Close the time integrals at the end of the run."""
     t_end = end_time_nb(p)
-    ia, ie = 0, 0
-    t_prev = 0.0
-    while True:
-        T = next_time_nb(ia, ie, p, rep, t_arr, events)
-        if T > t_end:
-            break
-        accumulate_nb(t_prev, T, p, rep, tail_area)
-        t_prev = T
-        ia, ie = step_nb(T, ia, ie, p, rep, router, u, ids, t_arr, demand, jitter, events,
-                         q_next, done_t, status)
-    accumulate_nb(t_prev, t_end, p, rep, tail_area)
+    for lv in range(levels.shape[0]):
+        _level_add_nb(lv, 0, t_end, p, levels)
+    for i in range(rep.shape[0]):
+        _flush_nb(i, t_end, p, rep)
+
+
+@nb.njit(**JIT)
+def simulate_nb(p, rep, router, work, levels, req, u, t_arr, demand, jitter, events):
+    """Run one simulation from time 0 to the horizon, visiting only active steps."""
+    init_run_nb(p, rep, router, work, levels, req)
+    advance_nb(end_time_nb(p), 0, 0, p, rep, router, work, levels, req, u, t_arr, demand, jitter,
+               events)
+    finish_nb(p, rep, levels)
 
 
 @nb.njit(**JIT_PARALLEL)
-def run_batch_nb(params, rep, router, wl_t, wl_demand, wl_jitter, wl_off, ru, ru_off, events,
-                 scratch_off, q_next, done_t, status, lat_buf, ids, tail, out):
+def run_batch_nb(params, rep, router, work, levels, req, req_off, wl_t, wl_demand, wl_jitter,
+                 wl_off, ru, ru_off, events, out):
     """Simulate every run of a batch and compute its metrics.
 
-    params (runs,) PARAMS; rep (runs, replicas) REPLICA, in: ``base_speed``, out:
-    final state; router (runs,) ROUTER, out; wl_* flat workload arrays with
-    ``wl_off`` (workloads + 1,) offsets; ru the router streams (uniforms) of the
-    workloads with ``ru_off`` (workloads + 1,) offsets; events (rows,) EVENT;
-    scratch arrays are flat with ``scratch_off`` (runs + 1,) offsets, one slot per
-    arrival of the run; ids (runs, replicas) scratch; tail (runs, levels) out: the
-    time-average fraction of replicas with at least i requests; out (runs,) METRICS.
+    params (runs,) PARAMS; rep (runs, replicas) REPLICA, in: ``base_speed``, out: final
+    state and per-replica counters; router (runs,) ROUTER; work (runs, replicas + 1)
+    WORK scratch; levels (runs, levels) LEVEL, out: ``area`` = the time-average
+    fraction of replicas holding at least that many requests; req flat REQUEST scratch
+    with ``req_off`` (runs + 1,) offsets, one row per arrival of the run; wl_* flat
+    workload arrays with ``wl_off`` (workloads + 1,) offsets; ru the router streams
+    (uniforms) of the workloads with ``ru_off`` (workloads + 1,) offsets; events
+    (rows,) EVENT; out (runs,) METRICS.
     """
     for r in nb.prange(params.shape[0]):
         p = params[r]
         a, b = wl_off[p.workload], wl_off[p.workload + 1]
         ua, ub = ru_off[p.workload], ru_off[p.workload + 1]
-        s0, s1 = scratch_off[r], scratch_off[r + 1]
         e0 = p.event_start
-        ev = events[e0:e0 + p.event_count]
-        simulate_nb(p, rep[r], router[r], ru[ua:ub], ids[r], wl_t[a:b], wl_demand[a:b],
-                    wl_jitter[a:b], ev, q_next[s0:s1], done_t[s0:s1], status[s0:s1], tail[r])
-        run_metrics_nb(p, rep[r], router[r], wl_t[a:b], done_t[s0:s1], status[s0:s1],
-                       lat_buf[s0:s1], tail[r], out[r])
+        run_req = req[req_off[r]:req_off[r + 1]]
+        simulate_nb(p, rep[r], router[r], work[r], levels[r], run_req, ru[ua:ub], wl_t[a:b],
+                    wl_demand[a:b], wl_jitter[a:b], events[e0:e0 + p.event_count])
+        run_metrics_nb(p, rep[r], router[r], levels[r], run_req, wl_t[a:b], out[r])

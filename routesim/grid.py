@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import PARAM, PARAMS, Stage, Sweep
-from .dtypes import EVENT, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, EventKind
+from .dtypes import EVENT, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, REQUEST, EventKind
 from .policies import NAMES as POLICY_NAMES, uniforms_per_decision
 from .workload import WorkloadParams, expected_arrivals, generate, router_stream
 
@@ -29,7 +29,7 @@ _WORKLOAD_FIELDS = {
 _WORKLOAD_DIMS = ("seed", "rate_rps", "warmup_s", "measure_s", *_WORKLOAD_FIELDS)
 UNBOUNDED = 2**62        # queue_cap = inf
 BYTES_PER_ARRIVAL = 32   # workload: t, demand, jitter (float64), prompt, output (int32)
-SCRATCH_PER_ARRIVAL = 21  # per run: q_next (int32), done_t, lat_buf (float64), status (int8)
+SCRATCH_PER_ARRIVAL = REQUEST.itemsize  # per run: one REQUEST record per arrival
 
 
 @dataclass(frozen=True)

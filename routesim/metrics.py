@@ -49,13 +49,13 @@ def nearest_rank_nb(sorted_values, p):
 
 
 @nb.njit(**JIT)
-def run_metrics_nb(p, rep, router, t_arr, done_t, status, lat_buf, tail, out):
+def run_metrics_nb(p, rep, router, levels, req, t_arr, out):
     """Fill ``out`` (a METRICS record) from one finished run.
 
-    t_arr, done_t (completion time or NaN), status, lat_buf (scratch): shape (arrivals,).
-    tail (levels,): in, time at each outstanding load summed over replicas; out, the
-    time-average fraction of replicas with at least i requests. ``rep.area`` becomes
-    the replica's time-average number of requests.
+    req (arrivals,) REQUEST: status and completion times in, ``lat_ms`` used as
+    scratch; t_arr (arrivals,) arrival times. ``levels.area`` (replica·ms spent at
+    each load) becomes the time-average fraction of replicas holding at least that
+    many requests, and ``rep.area`` (request·ms) the replica's time-average load.
     """
     warm, horizon, slo = p.warmup_ms, p.horizon_ms, p.slo_ms
     measure_s = (horizon - warm) / 1000.0
@@ -64,32 +64,33 @@ def run_metrics_nb(p, rep, router, t_arr, done_t, status, lat_buf, tail, out):
     on_time = 0
     m = 0
     total = 0.0
+    lat = req.lat_ms
     for q in range(t_arr.shape[0]):
         t = t_arr[q]
         if t < warm or t >= horizon:
             continue
         arrivals += 1
-        if status[q] == Status.DONE:
-            lat = done_t[q] - t
-            lat_buf[m] = lat
+        if req[q].status == Status.DONE:
+            x = req[q].done_ms - t
+            lat[m] = x
             m += 1
-            total += lat
-            if lat <= slo:
+            total += x
+            if x <= slo:
                 on_time += 1
-        elif status[q] == Status.SHED:
+        elif req[q].status == Status.SHED:
             shed += 1
-    lat = lat_buf[:m]
-    lat.sort()
+    done = lat[:m]
+    done.sort()
     out.arrivals = arrivals
     out.completed = m
     out.shed = shed
     out.unfinished = arrivals - m - shed
-    out.latency_p50 = nearest_rank_nb(lat, 50)
-    out.latency_p90 = nearest_rank_nb(lat, 90)
-    out.latency_p95 = nearest_rank_nb(lat, 95)
-    out.latency_p99 = nearest_rank_nb(lat, 99)
+    out.latency_p50 = nearest_rank_nb(done, 50)
+    out.latency_p90 = nearest_rank_nb(done, 90)
+    out.latency_p95 = nearest_rank_nb(done, 95)
+    out.latency_p99 = nearest_rank_nb(done, 99)
     out.latency_mean = total / m if m > 0 else np.nan
-    out.latency_max = lat[m - 1] if m > 0 else np.nan
+    out.latency_max = done[m - 1] if m > 0 else np.nan
     out.slo_miss_rate = (m - on_time) / m if m > 0 else np.nan
     out.shed_rate = shed / arrivals if arrivals > 0 else np.nan
     out.attainment = on_time / arrivals if arrivals > 0 else np.nan
@@ -102,6 +103,6 @@ def run_metrics_nb(p, rep, router, t_arr, done_t, status, lat_buf, tail, out):
         in_system += rep[i].area
     out.mean_in_system = in_system
     acc = 0.0
-    for k in range(tail.shape[0] - 1, -1, -1):  # fraction with >= k: sum of levels k..K
-        acc += tail[k]
-        tail[k] = acc / (window * rep.shape[0])
+    for k in range(levels.shape[0] - 1, -1, -1):  # fraction with >= k: levels k..K
+        acc += levels[k].area
+        levels[k].area = acc / (window * rep.shape[0])

@@ -1,18 +1,20 @@
 """Routing policies (model.md §5): one small compiled function each, one dispatcher.
 
-Every policy has the signature ``(rep, router, p, u, ids) -> replica index or -1``
+Every policy has the signature ``(rep, router, p, u, work) -> replica index or -1``
 where ``rep`` is the run's replica records (shape ``(replicas,)``, dtype ``REPLICA``),
-``router`` the run's ``ROUTER`` record, ``p`` its ``PARAMS`` record, ``u`` the
-run's router stream of uniforms (pre-drawn outside the kernels, see
-``workload.router_stream``) and ``ids`` a scratch array of shape ``(replicas,)``.
-A policy reads state; it never writes it, except that a randomized policy advances
-``router.draws`` by the uniforms it consumes. ``-1`` means no replica is eligible
-(shed).
+``router`` the run's ``ROUTER`` record, ``p`` its ``PARAMS`` record, ``u`` the run's
+router stream of uniforms (pre-drawn outside the kernels, see
+``workload.router_stream``) and ``work`` the run's ``WORK`` index structures. A policy
+reads state; it never writes it, except that a randomized policy advances
+``router.draws`` by the uniforms it consumes and uses ``work`` as scratch. ``-1``
+means no replica is eligible (shed).
 
 To add a policy: write ``_name_nb`` below, add a code to ``dtypes.Policy`` and one
 branch to ``choose_nb``. The engine loop does not change.
 
-Eligible set E: healthy replicas with fewer than ``queue_cap`` waiting requests.
+Eligible set E: healthy replicas with fewer than ``queue_cap`` waiting requests; the
+engine keeps ``rep.elig``, ``router.n_elig`` = |E| and a Fenwick tree over ``rep.elig``
+(``work.bit``) up to date, so the k-th member of E (ascending) costs O(log replicas).
 Outstanding load o_i = waiting + in service. Ties go to the lowest id (strict
 comparisons while scanning ids in ascending order).
 """
@@ -30,41 +32,52 @@ NAMES = {p.name.lower(): p for p in Policy}
 
 
 @nb.njit(**JIT)
-def eligible_nb(rep, i, p):
-    """Replica ``i`` is healthy and has room in its waiting queue."""
-    return rep[i].healthy and rep[i].qlen < p.queue_cap
-
-
-@nb.njit(**JIT)
 def outstanding_nb(rep, i):
     """o_i: waiting requests plus the one in service."""
     return rep[i].qlen + (1 if rep[i].busy else 0)
 
 
 @nb.njit(**JIT)
-def _round_robin_nb(rep, router, p, u, ids):
-    """E as an ascending list; pick E[cursor mod |E|]."""
-    size = 0
-    for i in range(rep.shape[0]):
-        if eligible_nb(rep, i, p):
-            size += 1
-    if size == 0:
-        return -1
-    k = router.cursor % size
-    for i in range(rep.shape[0]):
-        if eligible_nb(rep, i, p):
-            if k == 0:
-                return i
-            k -= 1
-    return -1
+def bit_add_nb(bit, i, delta):
+    """Add ``delta`` at replica ``i`` of the Fenwick tree ``bit`` (1-based, length n + 1)."""
+    j = i + 1
+    while j < bit.shape[0]:
+        bit[j] += delta
+        j += j & -j
 
 
 @nb.njit(**JIT)
-def _least_queue_nb(rep, router, p, u, ids):
+def kth_eligible_nb(bit, k):
+    """E[k]: the replica with exactly ``k`` eligible replicas below it (0-based k < |E|)."""
+    n = bit.shape[0] - 1
+    step = 1
+    while step * 2 <= n:
+        step *= 2
+    pos = 0  # largest prefix whose count is <= k
+    while step > 0:
+        nxt = pos + step
+        if nxt <= n and bit[nxt] <= k:
+            pos = nxt
+            k -= bit[nxt]
+        step //= 2
+    return pos  # 1-based pos + 1 is the answer's 1-based index, i.e. 0-based pos
+
+
+@nb.njit(**JIT)
+def _round_robin_nb(rep, router, p, u, work):
+    """E as an ascending list; pick E[cursor mod |E|]."""
+    m = router.n_elig
+    if m == 0:
+        return -1
+    return kth_eligible_nb(work.bit, router.cursor % m)
+
+
+@nb.njit(**JIT)
+def _least_queue_nb(rep, router, p, u, work):
     """argmin o_i."""
     best, best_o = -1, 0
     for i in range(rep.shape[0]):
-        if eligible_nb(rep, i, p):
+        if rep[i].elig:
             o = outstanding_nb(rep, i)
             if best < 0 or o < best_o:
                 best, best_o = i, o
@@ -72,11 +85,11 @@ def _least_queue_nb(rep, router, p, u, ids):
 
 
 @nb.njit(**JIT)
-def _latency_aware_nb(rep, router, p, u, ids):
+def _latency_aware_nb(rep, router, p, u, work):
     """argmin (o_i + 1) ŝ_i."""
     best, best_cost = -1, 0.0
     for i in range(rep.shape[0]):
-        if eligible_nb(rep, i, p):
+        if rep[i].elig:
             cost = (outstanding_nb(rep, i) + 1) * rep[i].s_hat
             if best < 0 or cost < best_cost:
                 best, best_cost = i, cost
@@ -84,7 +97,7 @@ def _latency_aware_nb(rep, router, p, u, ids):
 
 
 @nb.njit(**JIT)
-def _adaptive_nb(rep, router, p, u, ids):
+def _adaptive_nb(rep, router, p, u, work):
     """argmax r̄_i + c sqrt(ln(T + 1) / (n_i + 1)) - o_i ŝ_i / L, with T = Σ n_i."""
     total = 0
     for i in range(rep.shape[0]):
@@ -92,24 +105,13 @@ def _adaptive_nb(rep, router, p, u, ids):
     log_t = math.log(total + 1.0)
     best, best_score = -1, 0.0
     for i in range(rep.shape[0]):
-        if eligible_nb(rep, i, p):
+        if rep[i].elig:
             score = (rep[i].r_bar
                      + p.exploration * math.sqrt(log_t / (rep[i].n_obs + 1.0))
                      - outstanding_nb(rep, i) * rep[i].s_hat / p.reward_ceiling_ms)
             if best < 0 or score > best_score:
                 best, best_score = i, score
     return best
-
-
-@nb.njit(**JIT)
-def eligible_ids_nb(rep, p, ids):
-    """Write E (ascending) into ``ids``; return |E|."""
-    m = 0
-    for i in range(rep.shape[0]):
-        if eligible_nb(rep, i, p):
-            ids[m] = i
-            m += 1
-    return m
 
 
 @nb.njit(**JIT)
@@ -121,29 +123,55 @@ def draw_nb(router, u):
 
 
 @nb.njit(**JIT)
-def _random_nb(rep, router, p, u, ids):
+def _random_nb(rep, router, p, u, work):
     """E[floor(u·|E|)]: one uniform per decision."""
     x = draw_nb(router, u)
-    m = eligible_ids_nb(rep, p, ids)
+    m = router.n_elig
     if m == 0:
         return -1
-    return ids[min(np.int64(x * m), m - 1)]
+    return kth_eligible_nb(work.bit, min(np.int64(x * m), m - 1))
 
 
 @nb.njit(**JIT)
-def _power_of_two_nb(rep, router, p, u, ids):
-    """Sample d = ``p.choices`` distinct members of E (partial Fisher–Yates, d uniforms
-    per decision), pick the least outstanding among them, ties to the lowest id."""
+def _shuffled_nb(work, n_moved, position):
+    """The replica at ``position`` of E after the partial shuffle so far."""
+    for t in range(n_moved):
+        if work.sw_pos[t] == position:
+            return work.sw_val[t]
+    return kth_eligible_nb(work.bit, position)
+
+
+@nb.njit(**JIT)
+def _place_nb(work, n_moved, position, replica):
+    """Record that ``replica`` now sits at ``position``; return the new n_moved."""
+    for t in range(n_moved):
+        if work.sw_pos[t] == position:
+            work.sw_val[t] = replica
+            return n_moved
+    work.sw_pos[n_moved] = position
+    work.sw_val[n_moved] = replica
+    return n_moved + 1
+
+
+@nb.njit(**JIT)
+def _power_of_two_nb(rep, router, p, u, work):
+    """Sample d = ``p.choices`` distinct members of E, pick the least outstanding among
+    them, ties to the lowest id. The sample is a partial Fisher–Yates shuffle of E
+    (ascending): for j < min(d, |E|), swap positions j and j + floor(u_j (|E| - j)); it
+    always consumes d uniforms."""
     d = p.choices
-    m = eligible_ids_nb(rep, p, ids)
+    m = router.n_elig
+    n_moved = 0
     best, best_o = -1, 0
     for j in range(d):
         x = draw_nb(router, u)
         if j >= m:
             continue
         k = min(j + np.int64(x * (m - j)), m - 1)
-        ids[j], ids[k] = ids[k], ids[j]
-        i = ids[j]
+        at_j = _shuffled_nb(work, n_moved, j)
+        i = _shuffled_nb(work, n_moved, k)
+        n_moved = _place_nb(work, n_moved, j, i)
+        n_moved = _place_nb(work, n_moved, k, at_j)
         o = outstanding_nb(rep, i)
         if best < 0 or o < best_o or (o == best_o and i < best):
             best, best_o = i, o
@@ -151,25 +179,22 @@ def _power_of_two_nb(rep, router, p, u, ids):
 
 
 @nb.njit(**JIT)
-def choose_nb(rep, router, p, u, ids):
+def choose_nb(rep, router, p, u, work):
     """Dispatch on ``p.policy``: the replica a request goes to, or -1 to shed."""
     code = p.policy
     if code == Policy.ROUND_ROBIN:
-        return _round_robin_nb(rep, router, p, u, ids)
+        return _round_robin_nb(rep, router, p, u, work)
     if code == Policy.LEAST_QUEUE:
-        return _least_queue_nb(rep, router, p, u, ids)
+        return _least_queue_nb(rep, router, p, u, work)
     if code == Policy.LATENCY_AWARE:
-        return _latency_aware_nb(rep, router, p, u, ids)
+        return _latency_aware_nb(rep, router, p, u, work)
     if code == Policy.ADAPTIVE:
-        return _adaptive_nb(rep, router, p, u, ids)
+        return _adaptive_nb(rep, router, p, u, work)
     if code == Policy.RANDOM:
-        return _random_nb(rep, router, p, u, ids)
+        return _random_nb(rep, router, p, u, work)
     if code == Policy.POWER_OF_TWO:
-        return _power_of_two_nb(rep, router, p, u, ids)
+        return _power_of_two_nb(rep, router, p, u, work)
     return -2  # unknown code: the engine treats it as a bug, never as a shed
-
-
-RANDOMIZED = (Policy.RANDOM, Policy.POWER_OF_TWO)
 
 
 def uniforms_per_decision(code, choices):

@@ -54,10 +54,33 @@ seeds = [3]
 """
 
 
+EXACT = """
+[[stages]]
+name = "exact"             # event-time mode, every policy, all demand distributions
+policy = ["round_robin", "least_queue", "latency_aware", "adaptive", "random", "power_of_two"]
+rate_rps = [250]
+scenario = ["steady", "burst", "failure"]
+workload = { demand = ["tokens", "exponential", "constant"] }
+dt_ms = 0
+seeds = [5]
+
+[[stages]]
+name = "random"            # the randomized policies on the grid, several choices, small queues
+policy = ["random", "power_of_two"]
+rate_rps = [300]
+scenario = ["early", "failure"]
+choices = [1, 2, 3]
+queue_cap = 4
+warmup_s = 1
+measure_s = 11
+seeds = [6, 7]
+"""
+
+
 @pytest.fixture(scope="session")
 def differential():
     """(sweep, {stage: Dataset}) of the differential grid, simulated once."""
-    sweep = parse(DIFFERENTIAL)
+    sweep = parse(DIFFERENTIAL + EXACT)
     return sweep, routesim.run(sweep, show_progress=False)
 
 

@@ -2,7 +2,9 @@
 
 Counts must agree exactly, floats within 1e-9: every policy × scenario × both
 heterogeneities × several seeds and rates, plus an overloaded grid with tiny queues,
-failures (re-route sheds), an event at t = 0 and a finer step.
+failures (re-route sheds), an event at t = 0 and a finer step; exact event-time mode
+with every policy and demand distribution; the randomized policies with several
+sample sizes.
 """
 
 import math
@@ -16,7 +18,10 @@ from routesim.config import PARAM
 
 COUNTS = ("arrivals", "completed", "shed", "unfinished")
 FLOATS = ("latency_p50", "latency_p90", "latency_p95", "latency_p99", "latency_mean",
-          "latency_max", "slo_miss_rate", "shed_rate", "attainment", "goodput", "throughput")
+          "latency_max", "slo_miss_rate", "shed_rate", "attainment", "goodput", "throughput",
+          "mean_in_system")
+VECTORS = {"assigned": "assigned", "replica_completed": "replica_completed",
+           "replica_mean_in_system": "mean_in_system_replica", "queue_tail": "queue_tail"}
 
 
 def _points(ds):
@@ -31,7 +36,7 @@ def _close(a, b):
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
 
 
-@pytest.mark.parametrize("stage", ["study", "stress"])
+@pytest.mark.parametrize("stage", ["study", "stress", "exact", "random"])
 def test_every_run_matches_the_reference(differential, stage):
     sweep, results = differential
     ds = results[stage]
@@ -50,10 +55,9 @@ def test_every_run_matches_the_reference(differential, stage):
             policy=point["policy"], seed=point["seed"], rate_rps=point["rate_rps"],
             ref_ms=list(sweep.heterogeneity[point["heterogeneity"]]),
             events=scenario_events(sweep.text, point["scenario"]),
-            exploration=point["exploration"],
-            **{k: fixed[k] for k in ("dt_ms", "warmup_s", "measure_s", "slo_ms", "queue_cap",
-                                     "reference_demand_ms", "alpha", "reward_ceiling_ms",
-                                     "prior_service_ms")},
+            **{k: point[k] if k in point else fixed[k] for k in (
+                "exploration", "demand", "choices", "dt_ms", "warmup_s", "measure_s", "slo_ms", "queue_cap",
+                "reference_demand_ms", "alpha", "reward_ceiling_ms", "prior_service_ms")},
             workload=wl)
         for name in COUNTS:
             if int(run[name]) != ref[name]:
@@ -61,9 +65,10 @@ def test_every_run_matches_the_reference(differential, stage):
         for name in FLOATS:
             if not _close(float(run[name]), ref[name]):
                 mismatches.append((point, name, float(run[name]), ref[name]))
-        for name, ref_name in (("assigned", "assigned"), ("replica_completed", "replica_completed")):
-            if list(run[name].values) != list(ref[ref_name]):
-                mismatches.append((point, name, list(run[name].values), ref[ref_name]))
+        for name, ref_name in VECTORS.items():
+            ours, theirs = run[name].values.tolist(), list(ref[ref_name])
+            if len(ours) != len(theirs) or not all(map(_close, ours, theirs)):
+                mismatches.append((point, name, ours, theirs))
         checked += 1
     assert checked == ds.attainment.size
     assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
