@@ -7,6 +7,14 @@ fast engine may skip them, the reference deliberately does not), plain lists for
 queues.  The fast engine is checked against this file, so the two must stay
 independent: nothing here imports from ``routesim``.
 
+Beyond the page (the lead's extensions):
+  * dt_ms = 0 is the exact event-time mode (_simulate_exact): jump to the next
+    arrival / end of service / scenario event and apply the same four phases there.
+  * demand = "tokens" | "exponential" | "constant" (generate_workload).
+  * policies "random" and "power_of_two" (keyword choices), fed by router_uniforms(seed, n),
+    a flat stream consumed from its start in decision order (1 or `choices` per decision).
+  * time averages over [W, H]: mean_in_system, mean_in_system_replica, queue_tail[0..16].
+
 Symbols follow model.md: ``dt``, grid times ``t_k = k*dt``, horizon ``H``, warm-up
 ``W``, replica statistics ``ŝ_i`` (s_hat), ``r̄_i`` (r_bar), ``n_i`` (n), outstanding
 load ``o_i``, eligible set ``E``, EWMA weight ``α``, reward ceiling ``L``,
@@ -33,7 +41,11 @@ DEFAULT_WORKLOAD = dict(prompt_median=384, prompt_sigma=0.8, prompt_min=16, prom
                         demand_base=1.0, demand_per_prompt=1/256, demand_per_output=1/16,
                         jitter_min=0.9, jitter_max=1.1)
 
-POLICIES = ("round_robin", "least_queue", "latency_aware", "adaptive")
+POLICIES = ("round_robin", "least_queue", "latency_aware", "adaptive")   # deterministic routers
+RANDOMIZED_POLICIES = ("random", "power_of_two")  # baselines fed by router_uniforms()
+ALL_POLICIES = POLICIES + RANDOMIZED_POLICIES
+DEMANDS = ("tokens", "exponential", "constant")
+TAIL_LEVELS = 17   # queue_tail[i] for i = 0 .. 16
 
 _ROW_BLOCK = 1024  # rows of U drawn per rng.random call; row k does not depend on it
 
@@ -106,8 +118,19 @@ def _inverse_Lambda(S: float, segments) -> float:
 
 
 def generate_workload(seed: int, rate_rps: float, events: list[dict], horizon_ms: float,
-                      workload: dict = DEFAULT_WORKLOAD) -> dict[str, np.ndarray]:
-    """keys: 't_ms', 'prompt', 'output', 'jitter', 'demand_ms' (one entry per arrival, arrival order)"""
+                      workload: dict = DEFAULT_WORKLOAD, *, demand: str = "tokens",
+                      reference_demand_ms: float = 11.0) -> dict[str, np.ndarray]:
+    """keys: 't_ms', 'prompt', 'output', 'jitter', 'demand_ms' (one entry per arrival, arrival order)
+
+    demand (tokens, times and jitter are the same whatever it is):
+      "tokens"      demand_ms = demand_base + prompt·per_prompt + output·per_output (model.md §2)
+      "exponential" demand_ms = −reference_demand_ms · log1p(−U[k,1])  (mean reference_demand_ms,
+                    the inverse transform of the same uniform that feeds Box–Muller's R)
+      "constant"    demand_ms = reference_demand_ms
+    """
+    if demand not in DEMANDS:
+        raise ValueError(f"unknown demand {demand!r}; expected one of {DEMANDS}")
+    D = float(reference_demand_ms)
     w = workload
     segments = _rate_segments(rate_rps, events)
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -139,13 +162,18 @@ def generate_workload(seed: int, rate_rps: float, events: list[dict], horizon_ms
         output = int(np.clip(np.rint(w["output_median"] * np.exp(w["output_sigma"] * z2)),
                              w["output_min"], w["output_max"]))
         jitter = w["jitter_min"] + (w["jitter_max"] - w["jitter_min"]) * u3
-        demand = w["demand_base"] + prompt * w["demand_per_prompt"] + output * w["demand_per_output"]
+        if demand == "tokens":
+            d = w["demand_base"] + prompt * w["demand_per_prompt"] + output * w["demand_per_output"]
+        elif demand == "exponential":
+            d = -D * float(np.log1p(-u1))      # inverse transform of U[k,1]
+        else:  # "constant"
+            d = D
 
         t_list.append(t)
         prompt_list.append(prompt)
         output_list.append(output)
         jitter_list.append(jitter)
-        demand_list.append(demand)
+        demand_list.append(d)
 
     return {
         "t_ms": np.array(t_list, dtype=np.float64),
@@ -177,6 +205,9 @@ class Replica:
         self.s_hat = float(prior_service_ms)              # ŝ_i, starts at ŝ₀
         self.r_bar = 1.0 - float(prior_service_ms) / L    # r̄_i, starts at 1 − ŝ₀/L
         self.n = 0                                        # n_i
+        # time integrals over [W, H] (see _Run.accumulate)
+        self.area = 0.0                                   # ∫ o_i dt
+        self.time_at_level = [0.0] * TAIL_LEVELS          # time with o_i = l (l = 16: 16 or more)
 
     def speed(self) -> float:
         # speed_i = ref_ms[i] / reference demand × scenario factor in force
@@ -241,6 +272,50 @@ def _choose(policy: str, replicas: list[Replica], queue_cap: int, rr_cursor: int
 
 
 # --------------------------------------------------------------------------------------
+# Randomized baselines: random and power_of_two
+# --------------------------------------------------------------------------------------
+
+def router_uniforms(seed: int, count: int) -> np.ndarray:
+    """The router's own flat stream of uniforms, separate from the workload's.
+
+    Generator(PCG64(SeedSequence(seed).spawn(1)[0])).random(count); element j does
+    not depend on count, so drawing a safe upper bound up front changes nothing."""
+    child = np.random.SeedSequence(seed).spawn(1)[0]
+    return np.random.Generator(np.random.PCG64(child)).random(count)
+
+
+def _choose_random(replicas: list[Replica], queue_cap: int, u: float) -> int | None:
+    """E[floor(u·m)] (clamped to m − 1), or None (shed) when m = |E| = 0."""
+    E = _eligible(replicas, queue_cap)
+    m = len(E)
+    if m == 0:
+        return None
+    return E[min(math.floor(u * m), m - 1)]
+
+
+def _choose_power_of_two(replicas: list[Replica], queue_cap: int, us: list[float]) -> int | None:
+    """Sample d = min(len(us), m) distinct candidates from E by a partial Fisher–Yates
+    shuffle driven by us[0 .. d−1], then pick the least outstanding o_i, ties to the
+    lowest id (not the first drawn).  None (shed) when m = 0."""
+    E = _eligible(replicas, queue_cap)
+    m = len(E)
+    if m == 0:
+        return None
+    e = list(E)                       # work on a copy
+    d = min(len(us), m)
+    for j in range(d):
+        k = min(j + math.floor(us[j] * (m - j)), m - 1)
+        e[j], e[k] = e[k], e[j]
+    candidates = sorted(e[:d])        # ascending ids: the first strict minimum is the lowest id
+    best, best_val = None, None
+    for i in candidates:
+        val = replicas[i].outstanding()
+        if best is None or val < best_val:
+            best, best_val = i, val
+    return best
+
+
+# --------------------------------------------------------------------------------------
 # Metrics helpers (model.md §6)
 # --------------------------------------------------------------------------------------
 
@@ -258,128 +333,298 @@ def _ratio(num: int, den: int) -> float:
 
 
 # --------------------------------------------------------------------------------------
-# One run
+# One run: the state and the four phases, shared by both time modes
 # --------------------------------------------------------------------------------------
 
-def _simulate(*, policy, seed, rate_rps, ref_ms, events, dt_ms, warmup_s, measure_s, slo_ms,
-              queue_cap, reference_demand_ms, alpha, exploration, reward_ceiling_ms,
-              prior_service_ms, workload):
-    """Run one simulation; return (metrics dict, trace dict).  The trace holds
-    per-request records for tests: arrival, replica (last placement), start,
-    completion (nan if not completed), shed flag, plus the workload."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}")
-    dt = float(dt_ms)
-    if not dt > 0:
-        raise ValueError("the reference implements the discrete-time mode only (dt_ms > 0)")
+class _Run:
+    """Everything one run keeps, and the four phases of model.md §3 as methods.  The
+    two time modes (_simulate_discrete, _simulate_exact) differ only in which times T
+    they process and, in discrete mode, in that a completion is observed at the grid
+    time after its end rather than at its end."""
 
-    W = warmup_s * 1000.0                       # warm-up end, ms
-    H = (warmup_s + measure_s) * 1000.0         # horizon, ms
-    K = round(H / dt)                           # number of steps
-    L = float(reward_ceiling_ms)
-    a = float(alpha)
+    def __init__(self, *, policy, seed, rate_rps, ref_ms, events, warmup_s, measure_s,
+                 queue_cap, reference_demand_ms, alpha, exploration, reward_ceiling_ms,
+                 prior_service_ms, workload, demand, choices):
+        if policy not in ALL_POLICIES:
+            raise ValueError(f"unknown policy {policy!r}")
+        if policy == "power_of_two" and not (isinstance(choices, (int, np.integer)) and choices >= 1):
+            raise ValueError(f"choices must be an integer >= 1, got {choices!r}")
+        self.policy = policy
+        self.queue_cap = queue_cap
+        self.exploration = exploration
+        self.choices = int(choices)
+        self.W = warmup_s * 1000.0                       # warm-up end, ms
+        self.H = (warmup_s + measure_s) * 1000.0         # horizon, ms
+        self.L = float(reward_ceiling_ms)
+        self.a = float(alpha)
 
-    wl = generate_workload(seed, rate_rps, events, H, workload)
-    arr_t = [float(x) for x in wl["t_ms"]]
-    demand = [float(x) for x in wl["demand_ms"]]
-    jitter = [float(x) for x in wl["jitter"]]
-    n_req = len(arr_t)
+        self.wl = generate_workload(seed, rate_rps, events, self.H, workload,
+                                    demand=demand, reference_demand_ms=reference_demand_ms)
+        self.arr_t = [float(x) for x in self.wl["t_ms"]]
+        self.demand = [float(x) for x in self.wl["demand_ms"]]
+        self.jitter = [float(x) for x in self.wl["jitter"]]
+        n_req = len(self.arr_t)
 
-    replicas = [Replica(ref, reference_demand_ms, prior_service_ms, L) for ref in ref_ms]
-    n_rep = len(replicas)
-    rr_cursor = 0
+        self.replicas = [Replica(ref, reference_demand_ms, prior_service_ms, self.L) for ref in ref_ms]
+        n_rep = len(self.replicas)
+        self.rr_cursor = 0
 
-    # per-request records
-    req_replica = [-1] * n_req
-    req_start = [math.nan] * n_req
-    req_done = [math.nan] * n_req       # completion time
-    req_shed = [False] * n_req
-    rerouted = 0                        # accepted re-routes (for tests)
+        # router uniforms, drawn up front: every decision is an arrival or a re-route,
+        # and each fail event re-routes at most n_req requests
+        n_fail = sum(1 for ev in events if _event_kind(ev) == "fail")
+        per_decision = {"random": 1, "power_of_two": self.choices}.get(policy, 0)
+        self.u = [float(x) for x in router_uniforms(seed, n_req * (1 + n_fail) * per_decision)]
+        self.u_used = 0                   # uniforms consumed so far, from the start
 
-    assigned = [0] * n_rep              # routing decisions at times in [W, H)
-    replica_completed = [0] * n_rep     # completions at times in (W, H]
-    completions_in_window = 0           # any request, completion time in (W, H]
+        # per-request records
+        self.req_replica = [-1] * n_req
+        self.req_start = [math.nan] * n_req
+        self.req_done = [math.nan] * n_req       # completion time
+        self.req_shed = [False] * n_req
+        self.rerouted = 0                        # accepted re-routes (for tests)
+        self.decisions = []                      # (kind, request, replica or None), in order
 
-    # scenario events that act on replicas (rate events live in the workload)
-    sched = [(t, ev) for (t, _, ev) in _sorted_events(events) if _event_kind(ev) != "rate"]
-    next_event = 0
-    next_arrival = 0
+        self.assigned = [0] * n_rep              # routing decisions at times in [W, H)
+        self.replica_completed = [0] * n_rep     # completions at times in (W, H]
+        self.completions_in_window = 0           # any request, completion time in (W, H]
 
-    def place(q: int, i: int | None, decision_time: float) -> None:
-        """Accept request q on replica i (append to its waiting queue) or shed it."""
-        nonlocal rr_cursor
-        if i is None:
-            req_shed[q] = True
+        # time integrals over [W, H] (accumulate())
+        # (per replica: Replica.area, Replica.time_at_level)
+        self.span = 0.0                           # Σ lengths integrated (= H − W up to rounding)
+        self.area_total = 0.0                     # ∫ Σ_i o_i dt
+
+        # scenario events that act on replicas (rate events live in the workload)
+        self.sched = [(t, ev) for (t, _, ev) in _sorted_events(events) if _event_kind(ev) != "rate"]
+        self.next_event = 0
+        self.next_arrival = 0
+
+    # ---- what comes next ----
+    def next_arrival_time(self) -> float:
+        return self.arr_t[self.next_arrival] if self.next_arrival < len(self.arr_t) else math.inf
+
+    def next_event_time(self) -> float:
+        return self.sched[self.next_event][0] if self.next_event < len(self.sched) else math.inf
+
+    def earliest_end(self) -> float:
+        ends = [r.end for r in self.replicas if r.in_service is not None]
+        return min(ends) if ends else math.inf
+
+    # ---- time integrals ----
+    def accumulate(self, t_prev: float, T: float) -> None:
+        """Add the state held over (t_prev, T] ∩ [W, H] to the time integrals.  Called
+        at each processed time T BEFORE the step is applied, and once more up to H."""
+        lo = max(t_prev, self.W)
+        hi = min(T, self.H)
+        if not hi > lo:
             return
-        replicas[i].waiting.append(q)
-        req_replica[q] = i
-        if policy == "round_robin":
-            rr_cursor += 1                  # advances only on an accepted request
-        if W <= decision_time < H:
-            assigned[i] += 1
+        length = hi - lo
+        self.span += length
+        total = 0
+        for r in self.replicas:
+            o = r.outstanding()                          # o_i = waiting + in service
+            total += o
+            r.area += length * o
+            r.time_at_level[o if o < TAIL_LEVELS else TAIL_LEVELS - 1] += length   # level min(o_i, 16)
+        self.area_total += length * total
 
-    for k in range(K):                      # step from t_k to t_{k+1}; empty steps too
-        t_k = k * dt
-        t_next = (k + 1) * dt               # t_{k+1} = (k+1)·dt, never a running sum
+    def queue_tail(self) -> list[float]:
+        """queue_tail[l] = time average over [W, H] of the fraction of replicas with
+        o_i >= l, l = 0..16 = mean over replicas of (time with o_i >= l) / (time).
+        The suffix sums run from the top level down, so the list is non-increasing in
+        floating point too, and queue_tail[0] is exactly 1."""
+        n_rep = len(self.replicas)
+        if not self.span > 0 or n_rep == 0:
+            return [float("nan")] * TAIL_LEVELS
+        tail = [0.0] * TAIL_LEVELS
+        for r in self.replicas:
+            times = r.time_at_level
+            at_least = [0.0] * TAIL_LEVELS               # time with o_i >= l
+            at_least[TAIL_LEVELS - 1] = times[TAIL_LEVELS - 1]
+            for level in range(TAIL_LEVELS - 2, -1, -1):
+                at_least[level] = times[level] + at_least[level + 1]
+            for level in range(TAIL_LEVELS):
+                tail[level] += at_least[level] / at_least[0]
+        return [x / n_rep for x in tail]
 
-        # 1. Completions: in-service requests with end <= t_{k+1} complete at t_{k+1}.
-        for i, r in enumerate(replicas):
-            if r.in_service is not None and r.end <= t_next:
-                q = r.in_service
-                s_obs = t_next - r.start                       # observed service time
-                r.s_hat = (1 - a) * r.s_hat + a * s_obs        # ŝ ← (1−α)ŝ + α s_obs
-                r.r_bar = (1 - a) * r.r_bar + a * max(0.0, 1 - s_obs / L)  # r̄ ← (1−α)r̄ + α max(0, 1 − s_obs/L)
-                r.n = r.n + 1                                  # n ← n + 1
-                req_done[q] = t_next
-                r.in_service = None
-                if W < t_next <= H:
-                    completions_in_window += 1
-                    replica_completed[i] += 1
+    # ---- routing ----
+    def _take_uniforms(self, count: int) -> list[float]:
+        us = self.u[self.u_used:self.u_used + count]
+        assert len(us) == count, "router uniforms exhausted (the up-front bound is wrong)"
+        self.u_used += count
+        return us
 
-        # 2. Scenario events with time in (t_k, t_{k+1}], time order, ties in list order.
-        #    (Sorted list + pointer; an event at time 0 falls into the first step.)
-        while next_event < len(sched) and sched[next_event][0] <= t_next:
-            ev_t, ev = sched[next_event]
-            next_event += 1
-            kind = _event_kind(ev)
-            i = int(ev["replica"]) - 1      # 1-based in the sweep file
-            if not 0 <= i < n_rep:
-                raise ValueError(f"event names replica {ev['replica']} of {n_rep}: {ev!r}")
-            r = replicas[i]
-            if kind == "slowdown":
-                r.slowdown = float(ev["slowdown"])   # SET, not multiplied
-            elif kind == "fail":
-                r.healthy = False                    # unhealthy first: not eligible for its own queue
-                moved, r.waiting = r.waiting, []
-                for q in moved:                      # head first, original arrival time kept
-                    choice = _choose(policy, replicas, queue_cap, rr_cursor, exploration, L)
-                    place(q, choice, ev_t)
-                    if choice is not None:
-                        rerouted += 1
-                # its in-service request stays and finishes
-            elif kind == "recover":
-                r.healthy = True                     # statistics untouched
+    def route(self) -> int | None:
+        """One routing decision with the state as it is now (None = shed)."""
+        if self.policy == "random":
+            return _choose_random(self.replicas, self.queue_cap, self._take_uniforms(1)[0])
+        if self.policy == "power_of_two":
+            return _choose_power_of_two(self.replicas, self.queue_cap, self._take_uniforms(self.choices))
+        return _choose(self.policy, self.replicas, self.queue_cap, self.rr_cursor, self.exploration, self.L)
 
-        # 3. Arrivals with time in (t_k, t_{k+1}], in arrival order.
-        while next_arrival < n_req and arr_t[next_arrival] <= t_next:
-            q = next_arrival
-            next_arrival += 1
-            assert arr_t[q] > t_k or k == 0
-            place(q, _choose(policy, replicas, queue_cap, rr_cursor, exploration, L), arr_t[q])
+    def place(self, q: int, i: int | None, decision_time: float) -> None:
+        """Accept request q on replica i (append to its waiting queue) or shed it."""
+        if i is None:
+            self.req_shed[q] = True
+            return
+        self.replicas[i].waiting.append(q)
+        self.req_replica[q] = i
+        if self.policy == "round_robin":
+            self.rr_cursor += 1                 # advances only on an accepted request
+        if self.W <= decision_time < self.H:
+            self.assigned[i] += 1
 
-        # 4. Starts: each replica with an empty slot starts its queue head at t_{k+1}.
-        for i, r in enumerate(replicas):
+    # ---- the four phases ----
+    def complete(self, i: int, T: float) -> None:
+        """1. Replica i's in-service request completes at T."""
+        r = self.replicas[i]
+        a, L = self.a, self.L
+        q = r.in_service
+        s_obs = T - r.start                                # observed service time
+        r.s_hat = (1 - a) * r.s_hat + a * s_obs            # ŝ ← (1−α)ŝ + α s_obs
+        r.r_bar = (1 - a) * r.r_bar + a * max(0.0, 1 - s_obs / L)  # r̄ ← (1−α)r̄ + α max(0, 1 − s_obs/L)
+        r.n = r.n + 1                                      # n ← n + 1
+        self.req_done[q] = T
+        r.in_service = None
+        if self.W < T <= self.H:
+            self.completions_in_window += 1
+            self.replica_completed[i] += 1
+
+    def apply_next_event(self) -> None:
+        """2. The next scenario event (sorted list + pointer: time order, ties in list order)."""
+        ev_t, ev = self.sched[self.next_event]
+        self.next_event += 1
+        kind = _event_kind(ev)
+        i = int(ev["replica"]) - 1      # 1-based in the sweep file
+        if not 0 <= i < len(self.replicas):
+            raise ValueError(f"event names replica {ev['replica']} of {len(self.replicas)}: {ev!r}")
+        r = self.replicas[i]
+        if kind == "slowdown":
+            r.slowdown = float(ev["slowdown"])   # SET, not multiplied
+        elif kind == "fail":
+            r.healthy = False                    # unhealthy first: not eligible for its own queue
+            moved, r.waiting = r.waiting, []
+            for q in moved:                      # head first, original arrival time kept
+                choice = self.route()
+                self.decisions.append(("reroute", q, choice))
+                self.place(q, choice, ev_t)
+                if choice is not None:
+                    self.rerouted += 1
+            # its in-service request stays and finishes
+        elif kind == "recover":
+            r.healthy = True                     # statistics untouched
+
+    def arrive_next(self) -> None:
+        """3. The next arrival is routed with the state as left by everything before it."""
+        q = self.next_arrival
+        self.next_arrival += 1
+        choice = self.route()
+        self.decisions.append(("arrival", q, choice))
+        self.place(q, choice, self.arr_t[q])
+
+    def start_idle(self, T: float) -> None:
+        """4. Each replica with an empty slot starts its queue head at T."""
+        for r in self.replicas:
             if r.in_service is None and r.waiting:
                 q = r.waiting.pop(0)
                 r.in_service = q
-                r.start = t_next
-                r.end = t_next + demand[q] * r.speed() * jitter[q]   # speed read now
-                req_start[q] = t_next
+                r.start = T
+                r.end = T + self.demand[q] * r.speed() * self.jitter[q]   # (demand·speed)·jitter, speed read now
+                self.req_start[q] = T
+
+
+def _simulate_discrete(run: _Run, dt: float) -> int:
+    """model.md §3: one Python loop over EVERY grid step (empty steps too); returns K."""
+    K = round(run.H / dt)                   # number of steps
+    for k in range(K):                      # step from t_k to t_{k+1}
+        t_k = k * dt
+        t_next = (k + 1) * dt               # t_{k+1} = (k+1)·dt, never a running sum
+        run.accumulate(t_k, t_next)         # the state held over (t_k, t_{k+1}]
+
+        # 1. Completions: in-service requests with end <= t_{k+1} complete at t_{k+1}.
+        for i, r in enumerate(run.replicas):
+            if r.in_service is not None and r.end <= t_next:
+                run.complete(i, t_next)
+
+        # 2. Scenario events with time in (t_k, t_{k+1}] (an event at time 0 falls into the first step).
+        while run.next_event_time() <= t_next:
+            run.apply_next_event()
+
+        # 3. Arrivals with time in (t_k, t_{k+1}], in arrival order.
+        while run.next_arrival_time() <= t_next:
+            assert run.next_arrival_time() > t_k or k == 0
+            run.arrive_next()
+
+        # 4. Starts at t_{k+1}.
+        run.start_idle(t_next)
+    run.accumulate(K * dt, run.H)           # finish at H (nothing when K·dt >= H)
+    return K
+
+
+def _simulate_exact(run: _Run) -> int:
+    """Exact event-time mode (dt = 0): jump from event time to event time.
+
+    The next time T is the smallest of the next arrival time, the earliest end of a
+    request in service and the next scenario event time; at T the same four phases as
+    a discrete step run: (1) every request whose end == T completes at T (replicas in
+    id order), (2) scenario events at T, (3) arrivals at T, (4) idle replicas start
+    their queue head at T.  Stops after the last T <= H.  Returns the number of times
+    processed."""
+    t_prev = 0.0
+    processed = 0
+    while True:
+        T = min(run.next_arrival_time(), run.earliest_end(), run.next_event_time())
+        if T > run.H:                       # also when nothing is left (inf)
+            break
+        run.accumulate(t_prev, T)           # the state held over (t_prev, T]
+        t_prev = T
+
+        # 1. Completions: every request whose end == T (T is the earliest end, so <= is ==).
+        for i, r in enumerate(run.replicas):
+            if r.in_service is not None and r.end <= T:
+                run.complete(i, T)
+
+        # 2. Scenario events at T, time order, ties in list order.
+        while run.next_event_time() <= T:
+            run.apply_next_event()
+
+        # 3. Arrivals at T, in arrival order.
+        while run.next_arrival_time() <= T:
+            run.arrive_next()
+
+        # 4. Starts at T.
+        run.start_idle(T)
+        processed += 1
+    run.accumulate(t_prev, run.H)           # finish at H
+    return processed
+
+
+def _simulate(*, policy, seed, rate_rps, ref_ms, events, dt_ms, warmup_s, measure_s, slo_ms,
+              queue_cap, reference_demand_ms, alpha, exploration, reward_ceiling_ms,
+              prior_service_ms, workload, demand="tokens", choices=2):
+    """Run one simulation; return (metrics dict, trace dict).  dt_ms > 0 steps the grid
+    (model.md §3), dt_ms = 0 is the exact event-time mode.  The trace holds
+    per-request records for tests: arrival, replica (last placement), start,
+    completion (nan if not completed), shed flag, the routing decisions in order,
+    plus the workload."""
+    dt = float(dt_ms)
+    if not dt >= 0:
+        raise ValueError(f"dt_ms must be > 0 (discrete) or 0 (exact), got {dt_ms!r}")
+    run = _Run(policy=policy, seed=seed, rate_rps=rate_rps, ref_ms=ref_ms, events=events,
+               warmup_s=warmup_s, measure_s=measure_s, queue_cap=queue_cap,
+               reference_demand_ms=reference_demand_ms, alpha=alpha, exploration=exploration,
+               reward_ceiling_ms=reward_ceiling_ms, prior_service_ms=prior_service_ms,
+               workload=workload, demand=demand, choices=choices)
+    if dt > 0:
+        K = _simulate_discrete(run, dt)
+    else:
+        K = _simulate_exact(run)
+    W, H = run.W, run.H
+    arr_t, req_done, req_shed = run.arr_t, run.req_done, run.req_shed
 
     # ---- metrics over the cohort: arrivals in [W, H) ----
     arrivals = completed = shed = unfinished = 0
     latencies = []
-    for q in range(n_req):
+    for q in range(len(arr_t)):
         if not (W <= arr_t[q] < H):
             continue
         arrivals += 1
@@ -396,6 +641,7 @@ def _simulate(*, policy, seed, rate_rps, ref_ms, events, dt_ms, warmup_s, measur
     on_time = sum(1 for x in latencies if x <= slo_ms)
     missed = sum(1 for x in latencies if x > slo_ms)
     nan = float("nan")
+    span = run.span
     result = {
         "arrivals": arrivals,
         "completed": completed,
@@ -411,25 +657,31 @@ def _simulate(*, policy, seed, rate_rps, ref_ms, events, dt_ms, warmup_s, measur
         "shed_rate": _ratio(shed, arrivals),
         "attainment": _ratio(on_time, arrivals),
         "goodput": on_time / measure_s,
-        "throughput": completions_in_window / measure_s,
-        "assigned": assigned,
-        "replica_completed": replica_completed,
-        "final_s_hat": [r.s_hat for r in replicas],
-        "final_r_bar": [r.r_bar for r in replicas],
-        "final_n": [r.n for r in replicas],
-        "rr_cursor": rr_cursor,
+        "throughput": run.completions_in_window / measure_s,
+        "assigned": run.assigned,
+        "replica_completed": run.replica_completed,
+        # time averages over [W, H] (divided by the integrated length, = H − W up to rounding)
+        "mean_in_system": run.area_total / span if span > 0 else nan,
+        "mean_in_system_replica": [r.area / span if span > 0 else nan for r in run.replicas],
+        "queue_tail": run.queue_tail(),
+        "final_s_hat": [r.s_hat for r in run.replicas],
+        "final_r_bar": [r.r_bar for r in run.replicas],
+        "final_n": [r.n for r in run.replicas],
+        "rr_cursor": run.rr_cursor,
+        "router_uniforms_used": run.u_used,
     }
     trace = {
-        "workload": wl,
+        "workload": run.wl,
         "arrival": arr_t,
-        "replica": req_replica,
-        "start": req_start,
+        "replica": run.req_replica,
+        "start": run.req_start,
         "done": req_done,
         "shed": req_shed,
-        "rerouted": rerouted,
+        "rerouted": run.rerouted,
+        "decisions": run.decisions,
         "W": W,
         "H": H,
-        "K": K,
+        "K": K,          # discrete: number of grid steps; exact: number of times processed
     }
     return result, trace
 
@@ -437,12 +689,16 @@ def _simulate(*, policy, seed, rate_rps, ref_ms, events, dt_ms, warmup_s, measur
 def simulate_run(*, policy: str, seed: int, rate_rps: float, ref_ms: list[float], events: list[dict],
                  dt_ms=0.5, warmup_s=3.0, measure_s=12.0, slo_ms=50.0, queue_cap=50,
                  reference_demand_ms=11.0, alpha=0.15, exploration=0.35, reward_ceiling_ms=100.0,
-                 prior_service_ms=11.0, workload: dict = DEFAULT_WORKLOAD) -> dict:
-    """One run of model.md §1–6; returns the metrics of §6 plus the final router
-    statistics (final_s_hat, final_r_bar, final_n, per replica) and rr_cursor."""
+                 prior_service_ms=11.0, workload: dict = DEFAULT_WORKLOAD, demand: str = "tokens",
+                 choices: int = 2) -> dict:
+    """One run of model.md §1–6; returns the metrics of §6, the time averages
+    mean_in_system, mean_in_system_replica and queue_tail, the final router
+    statistics (final_s_hat, final_r_bar, final_n, per replica), rr_cursor and
+    router_uniforms_used.  dt_ms = 0 selects the exact event-time mode."""
     result, _ = _simulate(policy=policy, seed=seed, rate_rps=rate_rps, ref_ms=ref_ms, events=events,
                           dt_ms=dt_ms, warmup_s=warmup_s, measure_s=measure_s, slo_ms=slo_ms,
                           queue_cap=queue_cap, reference_demand_ms=reference_demand_ms, alpha=alpha,
                           exploration=exploration, reward_ceiling_ms=reward_ceiling_ms,
-                          prior_service_ms=prior_service_ms, workload=workload)
+                          prior_service_ms=prior_service_ms, workload=workload, demand=demand,
+                          choices=choices)
     return result

@@ -323,3 +323,452 @@ def test_nearest_rank():
     assert ref.nearest_rank(list(range(1, 11)), 95) == 10  # ceil(9.5) = 10
     assert ref.nearest_rank(list(range(1, 21)), 95) == 19  # 19 exactly, no float round-up
     assert math.isnan(ref.nearest_rank([], 50))
+
+
+# ------------------------------------------------------------------------------------
+# Exact event-time mode (dt_ms = 0)
+# ------------------------------------------------------------------------------------
+
+FLAT = dict(ref.DEFAULT_WORKLOAD, jitter_min=1.0, jitter_max=1.0)   # jitter exactly 1.0
+
+
+def _fifo_exact(arr, demand, jitter, speed_at, cap, t_end):
+    """Single FIFO server with waiting cap in continuous time: start_q = max(a_q, completion
+    of the previous accepted request); completion = start + service exactly.  q is shed
+    when the earlier accepted requests still waiting at a_q (start >= a_q: a start at a_q
+    happens after q is routed) number >= cap; a completion at a_q comes before it."""
+    start, done, shed = [math.nan] * len(arr), [math.nan] * len(arr), [False] * len(arr)
+    accepted = []
+    prev_done = 0.0
+    for q, a in enumerate(arr):
+        if a > t_end:
+            break
+        waiting = sum(1 for r in accepted if not start[r] < a)   # nan (never starts) counts
+        if waiting >= cap:
+            shed[q] = True
+            continue
+        accepted.append(q)
+        s = max(a, prev_done)
+        if s > t_end or math.isnan(prev_done):
+            prev_done = math.nan
+            continue
+        start[q] = s
+        c = s + demand[q] * speed_at(s) * jitter[q]
+        if c > t_end:
+            prev_done = math.nan
+            continue
+        done[q] = prev_done = c
+    return start, done, shed
+
+
+def test_exact_single_replica_by_hand():
+    """seed 1, rate 100, one replica of speed 1, constant demand 11 ms, no jitter: every
+    service is exactly 11 ms and starts the moment the replica is free.
+    a = 7.1707, 10.9080, 18.8840, 22.8848, 24.3240, 38.2015 (then 70.8 > 60)
+    q0 7.1707 → 18.1707; q1 18.1707 → 29.1707; q2 29.1707 → 40.1707; q3 40.1707 → 51.1707;
+    q4 starts 51.1707, would end 62.1707 > H = 60: unfinished, as is q5 (waiting)."""
+    res, tr = run_traced(policy="least_queue", seed=1, rate_rps=100, ref_ms=[11.0], events=[],
+                         warmup_s=0.0, measure_s=0.06, dt_ms=0, demand="constant", workload=FLAT)
+    a = tr["arrival"]
+    assert len(a) == 6 and tr["workload"]["jitter"].tolist() == [1.0] * 6
+    assert tr["workload"]["demand_ms"].tolist() == [11.0] * 6
+    s0 = a[0]
+    starts = [s0, s0 + 11.0, s0 + 11.0 + 11.0, s0 + 11.0 + 11.0 + 11.0]
+    assert tr["start"][:4] == starts
+    assert tr["done"][:4] == [s + 11.0 for s in starts]
+    assert tr["start"][4] == starts[3] + 11.0 and math.isnan(tr["done"][4])
+    assert math.isnan(tr["start"][5]) and math.isnan(tr["done"][5])
+    assert res["completed"] == 4 and res["unfinished"] == 2 and res["shed"] == 0
+    lat = sorted(d - x for d, x in zip(tr["done"][:4], a))
+    assert res["latency_mean"] == pytest.approx(sum(lat) / 4, abs=1e-12)
+    assert res["latency_max"] == lat[-1]
+    # every s_obs is 11 (up to rounding of (s + 11) − s): ŝ stays 11, r̄ stays 0.89
+    assert res["final_s_hat"][0] == pytest.approx(11.0, abs=1e-12)
+    assert res["final_r_bar"][0] == pytest.approx(0.89, abs=1e-12)
+    assert res["final_n"] == [4]
+    # in system: q0 from 7.17, then 1..3 until q4 ends beyond H (q1 joins at 10.9, ...)
+    steps = sorted([(x, +1) for x in a] + [(d, -1) for d in tr["done"][:4]])
+    area, n, t_prev = 0.0, 0, 0.0
+    for t, delta in steps:
+        area += (t - t_prev) * n
+        n, t_prev = n + delta, t
+    area += (60.0 - t_prev) * n
+    assert res["mean_in_system"] == pytest.approx(area / 60.0, rel=1e-12)
+
+
+def test_exact_tokens_demand_by_hand():
+    """Rows 0-2 of workload-vectors.md in exact mode: completions at start + service."""
+    res, tr = run_traced(policy="least_queue", seed=1, rate_rps=100, ref_ms=[11.0], events=[],
+                         warmup_s=0.0, measure_s=0.06, dt_ms=0)
+    w = tr["workload"]
+    service = [float(w["demand_ms"][q]) * 1.0 * float(w["jitter"][q]) for q in range(3)]
+    # 34.633, 5.741, 7.124: q0 7.1707 → 41.8039; q1 41.8039 → 47.5453; q2 47.5453 → 54.6695
+    assert tr["start"][0] == tr["arrival"][0]
+    assert tr["done"][0] == tr["arrival"][0] + service[0]
+    assert tr["start"][1] == tr["done"][0] and tr["done"][1] == tr["start"][1] + service[1]
+    assert tr["start"][2] == tr["done"][1] and tr["done"][2] == tr["start"][2] + service[2]
+    assert tr["done"][2] == pytest.approx(54.6695, abs=1e-4)
+    assert res["completed"] == 3
+
+
+def _at_s_for(ms):
+    """A float at_s with at_s * 1000.0 == ms exactly (an event at exactly that time)."""
+    x = ms / 1000.0
+    for _ in range(16):
+        if x * 1000.0 == ms:
+            return x
+        x = float(np.nextafter(x, math.inf if x * 1000.0 < ms else -math.inf))
+    raise AssertionError(f"no at_s for {ms!r}")
+
+
+def test_exact_ties_completion_then_event_then_arrival():
+    """Two replicas of equal speed, service D = a1 − a0 exactly, so q0 ends exactly at a1.
+    At T = a1 the order is: q0 completes (replica 0 idle again), then the slowdown of
+    replica 0 at a1 is applied, then q1 is routed (least queue: both empty → id 0), then
+    q1 starts on replica 0 at a1 with the new speed.  Routing before the completion would
+    have sent q1 to replica 1; starting before the event would have served it at speed 1."""
+    a = ref.generate_workload(1, 100, [], 60.0)["t_ms"].tolist()
+    D = a[1] - a[0]
+    assert a[0] + D == a[1]                                   # precondition: an exact tie
+    events = [{"at_s": _at_s_for(a[1]), "replica": 1, "slowdown": 2.0}]
+    res, tr = run_traced(policy="least_queue", seed=1, rate_rps=100, ref_ms=[D, D], events=events,
+                         warmup_s=0.0, measure_s=0.06, dt_ms=0, demand="constant",
+                         reference_demand_ms=D, workload=FLAT)
+    assert tr["replica"][:3] == [0, 0, 0]
+    assert tr["start"][:2] == [a[0], a[1]]
+    assert tr["done"][0] == a[1]                              # completes exactly at its end
+    assert tr["done"][1] == a[1] + (D * 2.0) * 1.0            # served at the slowed speed
+    assert a[1] + 2 * D < a[2] and tr["start"][2] == a[2]     # q2 finds replica 0 idle
+    assert tr["done"][0] - tr["start"][0] == D                 # s_obs = T − start, exactly D here
+    # the same with a failure of replica 1 at a1: the event precedes the arrival, so q1 goes to 1
+    events = [{"at_s": _at_s_for(a[1]), "replica": 1, "fail": True}]
+    _, tr = run_traced(policy="least_queue", seed=1, rate_rps=100, ref_ms=[D, D], events=events,
+                       warmup_s=0.0, measure_s=0.06, dt_ms=0, demand="constant",
+                       reference_demand_ms=D, workload=FLAT)
+    assert tr["replica"][:3] == [0, 1, 1] and tr["done"][0] == a[1]
+
+
+@pytest.mark.parametrize("cap", [1, 3, 50])
+@pytest.mark.parametrize("policy", ref.ALL_POLICIES)
+def test_exact_single_replica_matches_fifo_recurrence(policy, cap):
+    events = [{"at_s": 0.4, "replica": 1, "slowdown": 4.0}, {"at_s": 0.8, "replica": 1, "slowdown": 1.0}]
+    res, tr = run_traced(policy=policy, seed=9, rate_rps=150, ref_ms=[11.0], events=events,
+                         warmup_s=0.2, measure_s=1.0, queue_cap=cap, dt_ms=0)
+    w = tr["workload"]
+    speed_at = lambda s: (11.0 / 11.0) * (4.0 if 400.0 <= s < 800.0 else 1.0)  # event first at a tie
+    start, done, shed = _fifo_exact(list(w["t_ms"]), list(w["demand_ms"]), list(w["jitter"]),
+                                    speed_at, cap, 1200.0)
+    assert np.array_equal(tr["start"], start, equal_nan=True)
+    assert np.array_equal(tr["done"], done, equal_nan=True)
+    assert tr["shed"] == shed
+    if cap < 50:
+        assert res["shed"] > 0
+    assert res["arrivals"] == res["completed"] + res["shed"] + res["unfinished"]
+
+
+def test_exact_queue_cap_zero_and_failure_at_time_zero_shed_everything():
+    for kw in (dict(queue_cap=0, events=[]),
+               dict(events=[{"at_s": 0, "replica": 1, "fail": True}])):
+        for policy in ref.ALL_POLICIES:
+            res = ref.simulate_run(policy=policy, seed=3, rate_rps=100, ref_ms=[11.0], dt_ms=0,
+                                   warmup_s=0.5, measure_s=1.0, **kw)
+            assert res["arrivals"] > 0 and res["shed"] == res["arrivals"]
+            assert res["throughput"] == 0.0 and res["assigned"] == [0]
+            assert res["mean_in_system"] == 0.0 and res["queue_tail"][1] == 0.0
+
+
+def test_exact_and_discrete_converge_as_dt_shrinks():
+    """Round robin without sheds routes identically at every dt, so each replica is the
+    same FIFO queue.  On the grid an arrival is seen up to dt late and a completion up
+    to dt late, so a request's completion lag δ_q obeys
+    δ_q <= max(dt, δ_prev − idle) + dt, idle = the exact idle time before it: the gap
+    closes in proportion to dt."""
+    kw = dict(policy="round_robin", seed=5, rate_rps=150, ref_ms=HET["default"], events=[],
+              warmup_s=0.2, measure_s=0.8)
+    exact, tr_e = run_traced(dt_ms=0, **kw)
+    gaps = {}
+    for dt in (0.4, 0.04):
+        res, tr = run_traced(dt_ms=dt, **kw)
+        assert tr["replica"] == tr_e["replica"]
+        for i in range(3):
+            lag, prev_done = 0.0, 0.0
+            for q in (q for q, r in enumerate(tr_e["replica"]) if r == i):
+                if math.isnan(tr_e["done"][q]) or math.isnan(tr["done"][q]):
+                    break
+                idle = tr_e["start"][q] - prev_done
+                lag = max(dt, lag - idle) + dt                # the bound on δ_q
+                gap = tr["done"][q] - tr_e["done"][q]
+                assert -1e-9 <= gap <= lag + 1e-9             # the grid only ever delays
+                prev_done = tr_e["done"][q]
+        both = [(d, e) for d, e in zip(tr["done"], tr_e["done"]) if not (math.isnan(d) or math.isnan(e))]
+        assert len(both) >= res["completed"] - 3
+        gaps[dt] = max(d - e for d, e in both)
+        assert abs(res["latency_mean"] - exact["latency_mean"]) <= 3 * dt
+        # Little: Δ(in system) ≈ λ · Δ(latency), λ = 0.15 per ms
+        assert abs(res["mean_in_system"] - exact["mean_in_system"]) <= 0.5 * dt
+    assert gaps[0.04] < gaps[0.4] / 5
+
+
+@pytest.mark.parametrize("policy,scenario,dt", [
+    (policy, scenario, dt) for policy in ref.ALL_POLICIES for scenario in SCENARIOS for dt in (0, 0.5)
+    if dt == 0 or policy in ref.RANDOMIZED_POLICIES])   # discrete deterministic: test_full_run_conservation
+def test_short_run_conservation(policy, scenario, dt):
+    """Bookkeeping in the exact mode (every policy) and for the randomized baselines."""
+    short = {"steady": [], "burst": [{"at_s": 1, "rate_multiplier": 2.0}, {"at_s": 1.5, "rate_multiplier": 1.0}],
+             "straggler": [{"at_s": 1, "replica": 1, "slowdown": 4.0}, {"at_s": 1.5, "replica": 1, "slowdown": 1.0}],
+             "failure": [{"at_s": 1, "replica": 2, "fail": True}, {"at_s": 1.5, "replica": 2, "recover": True}]}
+    seed = 1 + ref.ALL_POLICIES.index(policy)
+    res, tr = run_traced(policy=policy, seed=seed, rate_rps=300, ref_ms=HET["high"], events=short[scenario],
+                         warmup_s=0.5, measure_s=1.5, queue_cap=5, dt_ms=dt)
+    assert res["arrivals"] == res["completed"] + res["shed"] + res["unfinished"]
+    t = tr["workload"]["t_ms"]
+    assert res["arrivals"] == int(np.sum((t >= 500.0) & (t < 2000.0)))
+    assert sum(res["final_n"]) == int(np.sum(~np.isnan(np.array(tr["done"]))))
+    assert res["throughput"] * 1.5 == pytest.approx(sum(res["replica_completed"]))
+    if scenario == "failure":
+        assert tr["rerouted"] > 0 or res["shed"] > 0
+    if dt == 0:
+        assert _never_routed(tr) == 0                         # every arrival < H is processed
+    assert sum(res["assigned"]) >= res["arrivals"] - res["shed"] - _never_routed(tr)
+    assert res["router_uniforms_used"] == len(tr["decisions"]) * {"random": 1, "power_of_two": 2}.get(policy, 0)
+    assert res["rr_cursor"] == (sum(1 for _, _, c in tr["decisions"] if c is not None)
+                                if policy == "round_robin" else 0)
+    _check_time_averages(res, tr, dt, events=short[scenario])
+
+
+# ------------------------------------------------------------------------------------
+# Demand distributions
+# ------------------------------------------------------------------------------------
+
+def test_exponential_demand():
+    D = 11.0
+    tok = ref.generate_workload(2, 1000, [], 8000.0)
+    exp = ref.generate_workload(2, 1000, [], 8000.0, demand="exponential", reference_demand_ms=D)
+    for key in ("t_ms", "prompt", "output", "jitter"):          # only the demand changes
+        np.testing.assert_array_equal(tok[key], exp[key])
+    n = len(exp["demand_ms"])
+    assert n > 7000
+    # the inverse transform of the same U[k, 1], recomputed from the generator
+    U = np.random.Generator(np.random.PCG64(2)).random((n, 4))
+    np.testing.assert_allclose(exp["demand_ms"], -D * np.log1p(-U[:, 1]), rtol=1e-14, atol=0)
+    mean = float(np.mean(exp["demand_ms"]))
+    assert abs(mean - D) <= 5 * D / math.sqrt(n)               # exponential: sd = mean
+    assert float(np.std(exp["demand_ms"])) == pytest.approx(D, rel=0.1)
+    assert np.all(exp["demand_ms"] >= 0)
+
+
+def test_constant_demand_and_no_jitter():
+    w = ref.generate_workload(4, 200, [], 3000.0, FLAT, demand="constant", reference_demand_ms=7.5)
+    tok = ref.generate_workload(4, 200, [], 3000.0)
+    assert np.all(w["demand_ms"] == 7.5) and np.all(w["jitter"] == 1.0)
+    np.testing.assert_array_equal(w["prompt"], tok["prompt"])
+    np.testing.assert_array_equal(w["t_ms"], tok["t_ms"])
+    with pytest.raises(ValueError):
+        ref.generate_workload(4, 200, [], 3000.0, demand="pareto")
+    # a replica of speed 2 (ref 15 ms for a 7.5 ms reference demand) serves everything in 15 ms
+    _, tr = run_traced(policy="least_queue", seed=4, rate_rps=40, ref_ms=[15.0], events=[], dt_ms=0,
+                       warmup_s=0.0, measure_s=1.0, demand="constant", reference_demand_ms=7.5, workload=FLAT)
+    services = [d - s for d, s in zip(tr["done"], tr["start"]) if not math.isnan(d)]
+    assert len(services) > 20 and all(x == pytest.approx(15.0, abs=1e-12) for x in services)
+
+
+# ------------------------------------------------------------------------------------
+# Randomized baselines: random and power_of_two
+# ------------------------------------------------------------------------------------
+
+def test_router_uniforms_stream():
+    u = ref.router_uniforms(7, 1000)
+    np.testing.assert_array_equal(ref.router_uniforms(7, 10), u[:10])    # prefix independent of count
+    child = np.random.SeedSequence(7).spawn(1)[0]
+    np.testing.assert_array_equal(u, np.random.Generator(np.random.PCG64(child)).random(1000))
+    assert not np.array_equal(u[:4], np.random.Generator(np.random.PCG64(7)).random(4))  # not the workload's
+    assert len(ref.router_uniforms(7, 0)) == 0
+
+
+def _replicas(outstanding, healthy=None):
+    reps = []
+    for i, o in enumerate(outstanding):
+        r = ref.Replica(11.0, 11.0, 11.0, 100.0)
+        if o > 0:
+            r.in_service = 1000 + i
+            r.waiting = list(range(o - 1))
+        if healthy is not None:
+            r.healthy = healthy[i]
+        reps.append(r)
+    return reps
+
+
+def test_random_and_power_of_two_choices_by_hand():
+    reps = _replicas([0, 5, 5, 0])
+    # random: E[floor(u·m)]
+    assert [ref._choose_random(reps, 50, u) for u in (0.0, 0.2499, 0.25, 0.74, 0.75)] == [0, 0, 1, 2, 3]
+    assert ref._choose_random(reps, 50, float(np.nextafter(1.0, 0.0))) == 3
+    # E = [0, 1, 3] when replica 2 is unhealthy: u = 0.5 → floor(1.5) = 1 → E[1] = 1
+    assert ref._choose_random(_replicas([0, 5, 5, 0], healthy=[1, 1, 0, 1]), 50, 0.5) == 1
+    # queue_cap: replicas 1 and 2 have 4 waiting, so with cap 4 E = [0, 3]
+    assert ref._choose_random(reps, 4, 0.6) == 3
+    assert ref._choose_random(_replicas([1], healthy=[0]), 50, 0.3) is None
+    # power_of_two: e = [0, 1, 2, 3]; j=0: k = 0 + floor(0.6·4) = 2 → [2, 1, 0, 3];
+    # j=1: k = 1 + floor(0.0·3) = 1 → candidates [2, 1], both o = 5 → lowest id 1
+    assert ref._choose_power_of_two(reps, 50, [0.6, 0.0]) == 1
+    # j=0: k = 3 → [3, 1, 2, 0]; j=1: k = 1 + floor(0.5·3) = 2 → [3, 2, 1, 0]; candidates [3, 2] → 3 (o = 0)
+    assert ref._choose_power_of_two(reps, 50, [0.99, 0.5]) == 3
+    # j=0: k = 1 → [1, 0, 2, 3]; j=1: k = 1 + floor(0.4·3) = 2 → [1, 2, 0, 3]; candidates [1, 2] → 1
+    assert ref._choose_power_of_two(reps, 50, [0.3, 0.4]) == 1
+    # choices >= m: least queue over E, whatever the uniforms
+    assert ref._choose_power_of_two(_replicas([3, 1, 2]), 50, [0.9, 0.9, 0.9, 0.9]) == 1
+    assert ref._choose_power_of_two(_replicas([2, 1, 1]), 50, [0.0, 0.0, 0.0]) == 1
+    assert ref._choose_power_of_two(_replicas([2], healthy=[0]), 50, [0.5, 0.5]) is None
+
+
+def test_random_routing_is_uniform_and_uses_one_uniform_per_decision():
+    res, tr = run_traced(policy="random", seed=12, rate_rps=240, ref_ms=[11.0, 11.0, 11.0], events=[],
+                         warmup_s=0.0, measure_s=5.0, dt_ms=0, queue_cap=10**6)
+    n = len(tr["arrival"])
+    assert n > 1000 and len(tr["decisions"]) == n and res["router_uniforms_used"] == n
+    u = ref.router_uniforms(12, n)
+    assert tr["replica"] == [math.floor(x * 3) for x in u]          # E = [0, 1, 2] throughout
+    sd = math.sqrt(n * (1 / 3) * (2 / 3))
+    for count in res["assigned"]:
+        assert abs(count - n / 3) <= 5 * sd
+
+
+@pytest.mark.parametrize("policy,per_decision", [("random", 1), ("power_of_two", 3)])
+def test_consumption_counts_include_sheds_and_reroutes(policy, per_decision):
+    events = [{"at_s": 0.5, "replica": 1, "fail": True}, {"at_s": 0.8, "replica": 2, "fail": True},
+              {"at_s": 1.2, "replica": 1, "recover": True}]
+    res, tr = run_traced(policy=policy, seed=6, rate_rps=400, ref_ms=HET["default"], events=events,
+                         warmup_s=0.2, measure_s=1.3, dt_ms=0, queue_cap=2, choices=3)
+    kinds = [k for k, _, _ in tr["decisions"]]
+    assert kinds.count("arrival") == len(tr["arrival"])
+    assert kinds.count("reroute") > 0
+    assert any(c is None for _, _, c in tr["decisions"])          # some decisions shed
+    assert res["router_uniforms_used"] == per_decision * len(tr["decisions"])
+    for k, q, c in tr["decisions"]:          # no traffic to failed replicas (ids 0 and 1 here)
+        a = tr["arrival"][q]
+        if k == "reroute" or 500.0 <= a <= 1200.0:
+            assert c != 0
+        if 800.0 <= a <= 1200.0:
+            assert c != 1
+    assert res["arrivals"] == res["completed"] + res["shed"] + res["unfinished"]
+
+
+@pytest.mark.parametrize("dt", [0, 0.5])
+@pytest.mark.parametrize("choices", [3, 5])
+def test_power_of_two_with_all_choices_is_least_queue(choices, dt):
+    events = [{"at_s": 0.7, "replica": 2, "fail": True}, {"at_s": 1.0, "replica": 2, "recover": True}]
+    kw = dict(seed=8, rate_rps=420, ref_ms=HET["default"], events=events, warmup_s=0.2, measure_s=1.3,
+              queue_cap=3, dt_ms=dt)
+    lq, tr_lq = run_traced(policy="least_queue", **kw)
+    p2, tr_p2 = run_traced(policy="power_of_two", choices=choices, **kw)
+    assert lq["shed"] > 0 and any(k == "reroute" for k, _, _ in tr_lq["decisions"])
+    for key in ("replica", "shed", "decisions"):
+        assert tr_lq[key] == tr_p2[key], key
+    for key in ("start", "done"):
+        assert np.array_equal(tr_lq[key], tr_p2[key], equal_nan=True), key
+    for key in lq:
+        if key != "router_uniforms_used":
+            assert np.array_equal(np.array(lq[key]), np.array(p2[key]), equal_nan=True), key
+    assert p2["router_uniforms_used"] == choices * len(tr_p2["decisions"])
+
+
+def test_power_of_two_two_choices_differs_and_balances():
+    kw = dict(seed=8, rate_rps=250, ref_ms=[11.0, 11.0, 11.0], events=[], warmup_s=0.2, measure_s=2.0, dt_ms=0)
+    lq = ref.simulate_run(policy="least_queue", **kw)
+    p2 = ref.simulate_run(policy="power_of_two", **kw)
+    rnd = ref.simulate_run(policy="random", **kw)
+    assert p2["assigned"] != lq["assigned"]
+    # sampling two and joining the shorter queue sits between random and least queue
+    assert lq["mean_in_system"] <= p2["mean_in_system"] <= rnd["mean_in_system"]
+
+
+# ------------------------------------------------------------------------------------
+# Time averages: mean_in_system, mean_in_system_replica, queue_tail
+# ------------------------------------------------------------------------------------
+
+def _processed_time(x, dt):
+    """The time at which something that happens at x is processed."""
+    return x if dt == 0 else _grid_ceil(x, dt)
+
+
+def _segments(tr, dt, events):
+    """(replica, from, to) intervals each request spends in a replica's queue or slot,
+    rebuilt from the trace: placed at the processing time of its arrival, moved at the
+    processing time of the failure that re-routed it (or dropped there if shed), gone at
+    its completion (or still there at H)."""
+    H = tr["H"]
+    fails = {int(ev["replica"]) - 1: [] for ev in events if ev.get("fail")}
+    for ev in events:
+        if ev.get("fail"):
+            fails[int(ev["replica"]) - 1].append(_processed_time(ev["at_s"] * 1000.0, dt))
+    hops = {}                                  # q -> [(replica or None, from)]
+    for kind, q, c in tr["decisions"]:
+        if kind == "arrival":
+            hops[q] = [(c, _processed_time(tr["arrival"][q], dt))]
+        else:                                  # the first failure of its replica after it got there
+            prev, since = hops[q][-1]
+            t = min(f for f in fails[prev] if f >= since)
+            hops[q].append((c, t))
+    segs = []
+    for q, h in hops.items():
+        end = tr["done"][q] if not math.isnan(tr["done"][q]) else H
+        for (rep, t0), nxt in zip(h, h[1:] + [(None, end)]):
+            if rep is not None:
+                segs.append((rep, t0, nxt[1]))
+    return segs
+
+
+def _check_time_averages(res, tr, dt, events=()):
+    W, H = tr["W"], tr["H"]
+    n_rep = len(res["assigned"])
+    segs = _segments(tr, dt, list(events))
+    overlap = lambda a, b: max(0.0, min(b, H) - max(a, W))
+    per = [sum(overlap(a, b) for r, a, b in segs if r == i) / (H - W) for i in range(n_rep)]
+    assert res["mean_in_system"] == pytest.approx(sum(per), rel=1e-9, abs=1e-12)
+    assert res["mean_in_system_replica"] == pytest.approx(per, rel=1e-9, abs=1e-12)
+    tail = res["queue_tail"]
+    assert len(tail) == 17 and tail[0] == 1.0
+    assert all(x >= y for x, y in zip(tail, tail[1:])) and tail[-1] >= 0.0
+    if tail[16] == 0.0:                         # E[o] = Σ_{l >= 1} P(o >= l), averaged over replicas
+        assert sum(tail[1:]) * n_rep == pytest.approx(res["mean_in_system"], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("dt", [0, 0.5])
+def test_mean_in_system_littles_law_one_replica(dt):
+    """One replica, constant 11 ms demand, 30 req/s (ρ = 0.33): the time-average number in
+    system equals the in-window sojourn time per ms, summed from the request trace, and
+    is close to λ·W (Little) with the cohort's arrival rate and mean latency."""
+    res, tr = run_traced(policy="least_queue", seed=21, rate_rps=30, ref_ms=[11.0], events=[],
+                         warmup_s=0.5, measure_s=4.0, dt_ms=dt, demand="constant", workload=FLAT)
+    W, H = tr["W"], tr["H"]
+    assert res["shed"] == 0 and res["arrivals"] > 80
+    sojourn = 0.0
+    for q, a in enumerate(tr["arrival"]):
+        end = tr["done"][q] if not math.isnan(tr["done"][q]) else H
+        sojourn += max(0.0, min(end, H) - max(_processed_time(a, dt), W))
+    assert res["mean_in_system"] == pytest.approx(sojourn / (H - W), rel=1e-12)
+    assert res["mean_in_system_replica"] == [res["mean_in_system"]]
+    little = res["arrivals"] / (H - W) * res["latency_mean"]        # λ · W
+    assert res["mean_in_system"] == pytest.approx(little, rel=0.05)
+    # one replica: queue_tail[1] is the busy fraction, the union of the in-system intervals
+    busy, reach = 0.0, W
+    for q, a in enumerate(tr["arrival"]):
+        t0 = max(_processed_time(a, dt), reach)
+        end = min(tr["done"][q] if not math.isnan(tr["done"][q]) else H, H)
+        if end > t0:
+            busy += end - t0
+            reach = end
+    assert res["queue_tail"][1] == pytest.approx(busy / (H - W), rel=1e-9)
+    assert res["queue_tail"][1] == pytest.approx(30 * 11.0 / 1000, rel=0.2)   # ≈ ρ
+    _check_time_averages(res, tr, dt)
+
+
+@pytest.mark.parametrize("dt", [0, 0.5])
+def test_queue_tail_under_overload_with_failure(dt):
+    events = [{"at_s": 0.6, "replica": 2, "fail": True}, {"at_s": 1.1, "replica": 2, "recover": True}]
+    res, tr = run_traced(policy="round_robin", seed=14, rate_rps=400, ref_ms=HET["high"], events=events,
+                         warmup_s=0.3, measure_s=1.2, dt_ms=dt)
+    tail = res["queue_tail"]
+    assert tail[16] > 0.0 and tail[1] > tail[16]                 # long queues at times
+    assert tr["rerouted"] > 0
+    _check_time_averages(res, tr, dt, events)
