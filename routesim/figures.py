@@ -62,7 +62,7 @@ STYLE = {
     "grid.linewidth": 0.6,
     "axes.axisbelow": True,
     "legend.frameon": False,
-    "path.simplify": False,
+    "path.simplify": True,
 }
 """Matplotlib settings of every figure (applied with ``rc_context``)."""
 
@@ -122,7 +122,8 @@ def load(results_dir) -> dict:
     for path in sorted(Path(results_dir).glob("*.nc")):
         if path.name.startswith("trace"):
             continue
-        ds = xr.open_dataset(path, engine="h5netcdf").load()
+        with xr.open_dataset(path, engine="h5netcdf") as f:
+            ds = f.load()
         out[ds.attrs.get("stage", path.stem)] = ds
     return out
 
@@ -169,17 +170,23 @@ def timeline_traces(val: xr.Dataset) -> dict:
     return out
 
 
-def lag_trace(val: xr.Dataset):
-    """The straggler scenario at :func:`condition` for the policies that route on ŝ,
-    with α swept over the sweep's value and :data:`LAG_ALPHAS`; None without a straggler."""
+def lag_trace(val: xr.Dataset, seed=None):
+    """The straggler scenario at :func:`condition` (or the given seeds) for the policies
+    that route on ŝ, with α swept over the sweep's value and :data:`LAG_ALPHAS`; None
+    without a straggler."""
     from .trace import trace
     sweep = _sweep(val)
     name = _scenario_with(sweep, EventKind.SLOWDOWN)
     if name is None or name not in [str(s) for s in val.scenario.values]:
         return None
     pols = [p for p in ("latency_aware", "adaptive") if p in val.policy.values] or [str(val.policy.values[-1])]
-    alphas = sorted(set(LAG_ALPHAS) | {float(val.attrs.get("alpha", 0.15))})
-    return trace(val, policy=pols, scenario=name, alpha=alphas, **condition(val))
+    study = float(val.attrs.get("alpha", 0.15))
+    cond = condition(val)
+    if seed is not None:
+        cond["seed"] = seed
+    tl = trace(val, policy=pols, scenario=name, alpha=sorted(set(LAG_ALPHAS) | {study}), **cond)
+    tl.attrs["alpha_study"] = study
+    return tl
 
 
 def straggler_event(tl: xr.Dataset):
@@ -220,18 +227,18 @@ def development_figure(dev: xr.Dataset) -> Figure:
     conds = per.stack(condition=[d for d in per.dims if d != param]).transpose(param, "condition")
     rel = conds - conds.isel({param: 0})
 
-    fig = Figure(figsize=(7.2, 3.0), layout="constrained")
+    fig = Figure(figsize=(7.4, 3.4), layout="constrained")
     a, b = fig.subplots(1, 2)
     col = colour(ACCENT)
     a.plot(c, obj.values, color=col, lw=2, marker="o", ms=5, zorder=3)
     i = int(np.argmin(np.abs(c - chosen)))
     a.plot([c[i]], [obj.values[i]], marker="*", ms=15, color=col, mec="black", mew=0.8, zorder=4,
            ls="none", label=f"selected c = {chosen:g}")
-    a.set_xlabel(f"exploration weight c ({param})")
+    a.set_xlabel(_param_label(param))
     a.set_ylabel("mean attainment over conditions (%)")
-    a.set_title(f"Selection objective ({conds.sizes['condition']} conditions × {dev.sizes['seed']} seeds)")
-    a.legend(loc="best")
-    a.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+    span = float(obj.max() - obj.min())
+    a.set_title(f"Selection objective: {conds.sizes['condition']} conditions × {dev.sizes['seed']} seeds\n"
+                f"(whole range {span:.2f} percentage points)")
 
     for k in range(rel.sizes["condition"]):
         b.plot(c, rel.values[:, k], color="#9a9a9a", lw=0.7, alpha=0.7, zorder=2)
@@ -240,11 +247,16 @@ def development_figure(dev: xr.Dataset) -> Figure:
     b.plot([], [], color="#9a9a9a", lw=0.7, label="one condition (mean over seeds)")
     b.axhline(0, color="black", lw=0.6)
     b.axvline(chosen, color=col, lw=0.8, ls=":")
-    b.set_xlabel(f"exploration weight c ({param})")
-    b.set_ylabel(f"attainment − attainment at c = {c[0]:g} (pp)")
-    b.set_title("Per-condition spread")
-    b.legend(loc="best")
+    b.set_xlabel(_param_label(param))
+    b.set_ylabel(f"change from c = {c[0]:g} (percentage points)")
+    b.set_title(f"Each condition relative to c = {c[0]:g}\n(the spread the mean hides)")
+    handles = a.get_legend_handles_labels()[0] + b.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3)
     return fig
+
+
+def _param_label(param):
+    return "exploration weight c" if param == "exploration" else param
 
 
 def attainment_figure(val: xr.Dataset) -> Figure:
@@ -311,7 +323,7 @@ def p99_figure(val: xr.Dataset) -> Figure:
                         mec="white", mew=0.4, zorder=_z(p) + 1)
             if np.isfinite(slo):
                 ax.axhline(slo, color="black", lw=0.8, ls="--", zorder=1)
-            ax.set_yscale("log")
+            _log_ms_axis(ax)
             ax.set_xticks(range(len(rates)), [f"{x:g}" for x in rates])
             if r == 0:
                 ax.set_title(s)
@@ -326,7 +338,25 @@ def p99_figure(val: xr.Dataset) -> Figure:
     return fig
 
 
-def _mark_events(ax, tl, text=False):
+def _log_ms_axis(ax):
+    """A log axis of milliseconds labelled 10, 20, 50, 100, ... in plain numbers."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
+def _shade(col, k):
+    """Replica k's shade of a policy colour: 0 darkest, then the colour, then lighter."""
+    rgb = np.array(matplotlib.colors.to_rgb(col))
+    if k == 0:
+        return tuple(0.55 * rgb)
+    if k == 1:
+        return tuple(rgb)
+    return tuple(1 - (1 - rgb) * max(0.25, 0.55 - 0.15 * (k - 2)))
+
+
+def _mark_events(ax, tl):
     """Shade the interval of each scenario disturbance and mark every event time."""
     times = tl.event_time.values
     kinds = tl.event_kind.values
@@ -349,7 +379,8 @@ def _event_text(tl):
     for k in range(tl.sizes.get("event", 0)):
         t, kind = float(tl.event_time.values[k]), str(tl.event_kind.values[k])
         rep, v = int(tl.event_replica.values[k]), float(tl.event_value.values[k])
-        what = {"slowdown": f"replica {rep} slowdown ×{v:g}", "fail": f"replica {rep} fails",
+        what = {"slowdown": f"replica {rep} slowdown ×{v:g}" if v != 1 else f"replica {rep} back to full speed",
+                "fail": f"replica {rep} fails",
                 "recover": f"replica {rep} recovers", "rate_multiplier": f"rate ×{v:g}"}[kind]
         parts.append(f"{t:g} s: {what}")
     return "; ".join(parts)
@@ -366,9 +397,9 @@ def timeline_figure(tl: xr.Dataset) -> Figure:
     slo = float(tl.attrs.get("slo_ms", np.nan))
     fig = Figure(figsize=(7.6, 0.9 + 1.75 * len(pols)), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(pols), 4, sharex=True))
-    titles = ("waiting queue (requests)", f"rolling p99, last {tl.attrs['rolling_completions']} (ms)",
-              f"throughput, trailing {tl.attrs['throughput_window_ms'] / 1000:g} s (req/s)",
-              "shed, cumulative (requests)")
+    titles = ("waiting queue (requests)", f"p99 of last {tl.attrs['rolling_completions']} (ms)",
+              f"throughput, {tl.attrs['throughput_window_ms'] / 1000:g} s window (req/s)",
+              "shed so far (requests)")
     p99_top = float(np.nanmax(tl.rolling_p99.values)) if np.isfinite(tl.rolling_p99.values).any() else 100.0
     sheds = tl.sheds.cumsum("time")
     shed_top = max(1.0, float(sheds.max()))
@@ -379,15 +410,16 @@ def timeline_figure(tl: xr.Dataset) -> Figure:
         col = colour(p)
         ax = axes[r, 0]
         for i, rep in enumerate(tl.replica.values):
-            ax.plot(t, one.queue.sel(replica=rep).values, color=col, lw=1.0,
-                    ls=_REPLICA_STYLES[i % len(_REPLICA_STYLES)], label=f"replica {rep}")
+            ax.plot(t, one.queue.sel(replica=rep).values, color=_shade(col, i), lw=0.9,
+                    ls=_REPLICA_STYLES[i % len(_REPLICA_STYLES)], label=f"replica {rep}",
+                    zorder=3 - 0.1 * i)
         ax.set_ylim(-0.02 * q_top - 0.5, 1.05 * q_top + 0.5)
         ax.set_ylabel(label(p), color=col, fontweight="bold", fontsize=9.5)
         ax = axes[r, 1]
         ax.plot(t, one.rolling_p99.values, color=col, lw=1.2)
         if np.isfinite(slo):
             ax.axhline(slo, color="black", lw=0.8, ls="--")
-        ax.set_yscale("log")
+        _log_ms_axis(ax)
         ax.set_ylim(max(1.0, 0.5 * float(np.nanmin(tl.rolling_p99.values))), 1.5 * p99_top)
         ax = axes[r, 2]
         ax.plot(t, one.rolling_throughput.values, color=col, lw=1.2)
@@ -400,7 +432,8 @@ def timeline_figure(tl: xr.Dataset) -> Figure:
     for k, title in enumerate(titles):
         axes[0, k].set_title(title, fontsize=8.5)
         axes[-1, k].set_xlabel("time (s)")
-    handles = [Line2D([], [], color="#444444", lw=1.0, ls=_REPLICA_STYLES[i % 4], label=f"replica {rep}")
+    handles = [Line2D([], [], color=_shade("#808080", i), lw=1.2, ls=_REPLICA_STYLES[i % 4],
+                      label=f"replica {rep}" + (" (darkest)" if i == 0 else ""))
                for i, rep in enumerate(tl.replica.values)]
     handles.append(Line2D([], [], color="black", lw=0.8, ls="--", label=f"SLO {slo:g} ms"))
     handles.append(matplotlib.patches.Patch(color="#f2e3d5", label="disturbance"))
@@ -421,7 +454,8 @@ def capacity_rps(ds: xr.Dataset, heterogeneity, mean_demand_ms) -> float:
 def mean_demand(ds: xr.Dataset) -> float:
     from .trace import mean_demand_ms
     from .config import PARAM
-    return mean_demand_ms({n: (ds.attrs[n],) for n in PARAM if PARAM[n].section == "workload"})
+    return mean_demand_ms({n: (ds.attrs[n],) for n in PARAM
+                           if (PARAM[n].section == "workload" or n == "reference_demand_ms") and n in ds.attrs})
 
 
 def load_curve_figure(lc: xr.Dataset) -> Figure:
@@ -447,12 +481,12 @@ def load_curve_figure(lc: xr.Dataset) -> Figure:
             axes[0, k].plot(rates, one.latency_p99.median("seed").values, **kw)
             axes[1, k].plot(rates, 100 * one.attainment.mean("seed").values, **kw)
         axes[0, k].axhline(slo, color="black", lw=0.8, ls="--", label=f"SLO {slo:g} ms")
-        axes[0, k].set_yscale("log")
+        _log_ms_axis(axes[0, k])
         axes[0, k].set_title(f"heterogeneity: {h} ({', '.join(f'{x:g}' for x in lc.mean_service_ms.sel(heterogeneity=h).values)} ms)")
         for ax in axes[:, k]:
             ax.axvline(cap, color="#555555", lw=0.8, ls=":")
-        axes[1, k].text(cap, 3, f" capacity ≈ {cap:.0f} req/s", rotation=90, va="bottom", ha="right",
-                        fontsize=7.5, color="#444444")
+        axes[0, k].text(cap, 0.03, f"capacity ≈ {cap:.0f} req/s ", rotation=90, va="bottom", ha="right",
+                        fontsize=7.5, color="#444444", transform=axes[0, k].get_xaxis_transform())
         axes[1, k].set_xlabel("arrival rate (req/s)")
         axes[1, k].set_ylim(0, 102)
     axes[0, 0].set_ylabel(f"median p99 over {lc.sizes['seed']} seeds (ms)")
@@ -462,40 +496,63 @@ def load_curve_figure(lc: xr.Dataset) -> Figure:
     return fig
 
 
+def reach_time(t, s_hat, true, onset, frac=0.9):
+    """Seconds after ``onset`` until ŝ first covers ``frac`` of the step of the true
+    mean (NaN if it never does before the next change of the true mean)."""
+    i0 = int(np.searchsorted(t, onset, side="left"))
+    before, after = true[max(i0 - 1, 0)], true[min(i0 + 1, len(true) - 1)]
+    target = before + frac * (after - before)
+    for i in range(i0, len(t)):
+        if true[i] != after:
+            break
+        if (after > before and s_hat[i] >= target) or (after < before and s_hat[i] <= target):
+            return float(t[i] - onset)
+    return float("nan")
+
+
 def estimate_lag_figure(tl: xr.Dataset) -> Figure:
-    """ŝ of the straggler replica against its true mean service time, one line per α,
-    one panel per policy."""
-    ev = straggler_event(tl)
-    rep, onset, factor, recovery = ev
+    """ŝ of the straggler replica against its true mean service time: one row per
+    policy, one column per α, with the time ŝ takes to cover 90 % of each step."""
+    rep, onset, factor, recovery = straggler_event(tl)
     pols = [str(p) for p in tl.policy.values]
     alphas = tl.alpha.values if "alpha" in tl.dims else np.array([tl.attrs["alpha"]])
     t = tl.time.values
-    end = recovery + 0.4 * (recovery - onset) if recovery is not None else float(t[-1])
-    lo = max(0.0, onset - 0.3 * ((recovery or end) - onset))
-    win = (t >= lo) & (t <= end)
-    fig = Figure(figsize=(7.2, 3.2), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(pols), sharey=True))
-    for ax, p in zip(axes, pols):
-        one = tl.sel(policy=p, replica=rep)
-        base = np.array(matplotlib.colors.to_rgb(colour(p)))
+    end = recovery + 1.5 if recovery is not None else float(t[-1])
+    win = (t >= onset - 1.0) & (t <= end)
+    fig = Figure(figsize=(7.6, 1.3 + 1.9 * len(pols)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(pols), len(alphas), sharex=True, sharey=True))
+    top = 0.0
+    for r, p in enumerate(pols):
         for k, a in enumerate(alphas):
-            shade = 0.25 + 0.75 * (k + 1) / len(alphas)          # light (small α) to full colour
-            c = 1 - shade * (1 - base)
-            s_hat = one.s_hat.sel(alpha=a) if "alpha" in one.dims else one.s_hat
-            ax.plot(t[win], s_hat.values[win], color=c, lw=1.3, label=f"α = {a:g}", zorder=3)
-        true = one.mean_service.isel(alpha=0) if "alpha" in one.mean_service.dims else one.mean_service
-        ax.plot(t[win], true.values[win], color="black", lw=1.0, ls="--", zorder=4,
-                label="true mean service")
-        _mark_events(ax, tl)
-        ax.set_title(label(p), color=colour(p), fontweight="bold")
-        ax.set_xlabel("time (s)")
-        ax.set_xlim(t[win][0], t[win][-1])
-        ax.legend(loc="upper right")
-    axes[0].set_ylabel(f"replica {rep}: " + r"$\hat{s}$ and true mean service (ms)")
+            ax = axes[r, k]
+            one = tl.sel(policy=p, replica=rep)
+            if "alpha" in one.dims:
+                one = one.sel(alpha=a)
+            s_hat, true = one.s_hat.values, one.mean_service.values
+            top = max(top, float(s_hat[win].max()))
+            ax.plot(t[win], s_hat[win], color=colour(p), lw=0.9, zorder=3)
+            ax.plot(t[win], true[win], color="black", lw=1.0, ls="--", zorder=4)
+            _mark_events(ax, tl)
+            lines = [f"90 % of step up: {1000 * reach_time(t, s_hat, true, onset):.0f} ms"]
+            if recovery is not None:
+                lines.append(f"90 % of step down: {1000 * reach_time(t, s_hat, true, recovery):.0f} ms")
+            ax.text(0.03, 0.97, "\n".join(lines), transform=ax.transAxes, va="top", ha="left", fontsize=7,
+                    color="#333333", bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5), zorder=5)
+            if r == 0:
+                ax.set_title(f"α = {a:g}" + (" (study)" if np.isclose(a, tl.attrs.get("alpha_study", np.nan)) else ""))
+            if r == len(pols) - 1:
+                ax.set_xlabel("time (s)")
+            if k == 0:
+                ax.set_ylabel(f"{label(p)}\n" + r"$\hat{s}$ (ms)", color=colour(p), fontweight="bold")
+    axes[0, 0].set_ylim(0, 1.05 * top)
     before = float(tl.mean_service.sel(replica=rep).values.ravel()[0])
-    fig.suptitle(f"{str(tl.scenario.values)}, {float(tl.rate_rps):g} req/s, seed {int(tl.seed)}: replica {rep} "
-                 f"slows ×{factor:g} at {onset:g} s (true mean {before:.1f} → {before * factor:.1f} ms)"
-                 + (f", recovers at {recovery:g} s" if recovery is not None else ""), fontsize=9)
+    handles = [Line2D([], [], color="#666666", lw=0.9, label=r"$\hat{s}$ of replica " + f"{rep} (EWMA of observed service)"),
+               Line2D([], [], color="black", lw=1.0, ls="--",
+                      label=f"true mean service ({before:.1f} → {before * factor:.1f} ms)")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
+    fig.suptitle(f"{str(tl.scenario.values)}, {float(tl.rate_rps):g} req/s, heterogeneity "
+                 f"{str(tl.heterogeneity.values)}, seed {int(tl.seed)}: replica {rep} serves ×{factor:g} slower "
+                 f"from {onset:g} s" + (f" to {recovery:g} s" if recovery is not None else ""), fontsize=9)
     return fig
 
 
@@ -515,6 +572,7 @@ def save(fig: Figure, out_dir, stem) -> list:
             fig.savefig(tmp, format=ext, dpi=DPI, metadata=meta)
             tmp.replace(path)
             paths.append(path)
+            fig.set_layout_engine("none")  # laid out once (for the PNG): the SVG has the same layout
     return paths
 
 

@@ -42,7 +42,7 @@ from .conf import JIT, JIT_PARALLEL
 from .config import PARAM, ConfigError, Stage, Sweep, _check_stage, _param_value, _Reader, load_sweep, parse_sweep
 from .dtypes import METRICS, REPLICA, ROUTER, TAIL_LEVELS, EventKind, Status
 from .engine import accumulate_nb, end_time_nb, init_run_nb, next_time_nb, step_nb
-from .metrics import VARIABLES, nearest_rank_nb, run_metrics_nb
+from .metrics import VARIABLES, run_metrics_nb
 
 INTERVAL_MS = 10.0           # default sampling interval
 ROLLING_COMPLETIONS = 250    # the rolling p99 covers the last this many completions
@@ -105,6 +105,28 @@ _EVENT_NAMES = {EventKind.RATE: "rate_multiplier", EventKind.SLOWDOWN: "slowdown
 # --------------------------------------------------------------------------------------
 
 @nb.njit(**JIT)
+def top_rank_nb(values, p, top):
+    """Nearest-rank percentile ``sorted(values)[ceil(p·m/100) - 1]`` (NaN when empty),
+    found as the k-th largest, k = m - rank + 1, by one scan that keeps the k largest
+    in ``top`` (descending). For p = 99 and m <= 250 values, k <= 3.
+    """
+    m = values.shape[0]
+    if m == 0:
+        return np.nan
+    k = m - (p * m + 99) // 100 + 1
+    for a in range(k):
+        top[a] = -np.inf
+    for v in values:
+        if v > top[k - 1]:
+            a = k - 1
+            while a > 0 and top[a - 1] < v:
+                top[a] = top[a - 1]
+                a -= 1
+            top[a] = v
+    return top[k - 1]
+
+
+@nb.njit(**JIT)
 def _record_nb(j, s, rep, ia, n_done, n_on, n_shed, lo, comp_t, comp_lat, lat_sort,
                window_n, tput_ms, o_rep, o_clu):
     """Write sample ``j`` (time ``s``); return the new first completion inside the
@@ -121,11 +143,7 @@ def _record_nb(j, s, rep, ia, n_done, n_on, n_shed, lo, comp_t, comp_lat, lat_so
         o.routed = rep[i].routed
     c = o_clu[j]
     m = min(n_done, window_n)               # the last m completions
-    for k in range(m):
-        lat_sort[k] = comp_lat[n_done - m + k]
-    last = lat_sort[:m]
-    last.sort()
-    c.p99 = nearest_rank_nb(last, 99)
+    c.p99 = top_rank_nb(comp_lat[n_done - m:n_done], 99, lat_sort)
     while lo < n_done and comp_t[lo] <= s - tput_ms:   # window (s - W, s]
         lo += 1
     c.throughput = (n_done - lo) / (tput_ms / 1000.0)
@@ -147,7 +165,8 @@ def trace_run_nb(p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, 
     of a step are the requests in service before it that are DONE after it, in replica
     order (the order ``step_nb`` completes them). Sheds of a step follow from
     conservation: in system before + arrivals - completions - in system after.
-    Scratch comp_t, comp_lat: one slot per arrival; lat_sort: window_n slots.
+    Scratch comp_t, comp_lat: one slot per arrival; lat_sort: window_n slots (for
+    :func:`top_rank_nb`).
     ``out``: METRICS record; tail_area as in :func:`engine.simulate_nb`.
     """
     init_run_nb(p, rep, router, q_next, done_t, status, tail_area)
@@ -247,7 +266,8 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
     """The stage of a trace: ``stage`` narrowed to one condition and seed.
 
     An axis left as None keeps the stage's value when it has only one (the seed: its
-    first); ``policy`` None keeps every policy of the stage. ``params`` override any
+    first); ``policy`` None keeps every policy of the stage. Several policies, or
+    several seeds, become dimensions of the trace. ``params`` override any
     parameter; a list becomes a dimension (e.g. ``alpha=[0.05, 0.15, 0.3]``).
     Raises ConfigError naming the argument.
     """
@@ -287,10 +307,10 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
     values["rate_rps"] = tuple(float(v) for v in one("rate_rps", rate_rps, positive))
     values["heterogeneity"] = one("heterogeneity", heterogeneity, known("heterogeneity", list(sweep.heterogeneity)))
     values["scenario"] = one("scenario", scenario, known("scenario", list(sweep.scenarios)))
-    values["seed"] = (int(values["seed"][0]),) if seed is None else tuple(
-        int(rd.number(v, "seed", int)) for v in one("seed", seed))
-    if values["seed"][0] < 0:
-        rd.fail("seed", f"must be >= 0, got {values['seed'][0]}")
+    seeds = (values["seed"][0],) if seed is None else _values(seed)
+    values["seed"] = tuple(rd.number(v, "seed", int) for v in seeds)
+    if not values["seed"] or min(values["seed"]) < 0 or len(set(values["seed"])) != len(values["seed"]):
+        rd.fail("seed", f"expected distinct seeds >= 0, got {seeds!r}")
 
     swept = list(stage.swept)
     inherit = list(stage.inherit)
@@ -314,8 +334,10 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
 def mean_demand_ms(values: dict) -> float:
     """E[demand × jitter] of the workload (model.md §2), exactly up to float rounding.
 
-    Tokens are ``clip(rint(median · exp(sigma · z)), min, max)`` with ``z`` standard
-    normal, so E[tokens] is a sum over integers of k · P(rint = k); jitter is uniform.
+    ``values``: parameter name -> tuple whose first item is used. Tokens are
+    ``clip(rint(median · exp(sigma · z)), min, max)`` with ``z`` standard normal, so
+    E[tokens] is a sum over integers of k · P(rint = k); jitter is uniform; the
+    exponential and constant demands have mean ``reference_demand_ms``.
     """
     def mean_tokens(kind):
         med, sig = values[f"{kind}_tokens_median"][0], values[f"{kind}_tokens_sigma"][0]
@@ -329,9 +351,13 @@ def mean_demand_ms(values: dict) -> float:
         cdf[0], cdf[-1] = 0.0, 1.0
         return float(np.dot(k, np.diff(cdf)))
 
-    d = (values["demand_ms_base"][0]
-         + values["demand_ms_per_prompt_token"][0] * mean_tokens("prompt")
-         + values["demand_ms_per_output_token"][0] * mean_tokens("output"))
+    kind = values.get("demand", ("tokens",))[0]
+    if kind == "tokens":
+        d = (values["demand_ms_base"][0]
+             + values["demand_ms_per_prompt_token"][0] * mean_tokens("prompt")
+             + values["demand_ms_per_output_token"][0] * mean_tokens("output"))
+    else:  # exponential with this mean, or this constant
+        d = values["reference_demand_ms"][0]
     return d * 0.5 * (values["jitter_min"][0] + values["jitter_max"][0])
 
 
@@ -349,10 +375,40 @@ def trace(source, *, policy=None, rate_rps=None, heterogeneity=None, scenario=No
     stage whose settings apply (default: the Dataset's, else the sweep's last).
     ``selected``: values of parameters the stage inherits from an earlier selection;
     when one is missing the selecting stages are run first (``show_progress`` shows
-    them). ``params``: parameter overrides; a list becomes a dimension.
+    them). ``params``: parameter overrides; a list becomes a dimension. Raises
+    ConfigError (naming the argument) on bad input.
     """
-    from . import grid as grid_mod
+    plan = prepare(source, policy=policy, rate_rps=rate_rps, heterogeneity=heterogeneity,
+                   scenario=scenario, seed=seed, stage=stage, selected=selected,
+                   interval_ms=interval_ms, **params)
+    return plan.run(show_progress=show_progress)
 
+
+class Plan:
+    """A validated trace, ready to run: ``sweep``, the narrowed ``stage``, the
+    ``selected`` values known so far, and the ``sources``: earlier stages to run for
+    the inherited values still missing."""
+
+    def __init__(self, sweep, stage, selected, sources, interval_ms):
+        self.sweep, self.stage, self.selected = sweep, stage, selected
+        self.sources, self.interval_ms = sources, interval_ms
+
+    def run(self, show_progress: bool = False) -> xr.Dataset:
+        from . import grid as grid_mod
+        chosen = dict(self.selected)
+        if self.sources:  # run the earlier stages that select them (and what those need)
+            from .study import run
+            earlier = run(self.sweep, stages=self.sources, show_progress=show_progress)
+            chosen.update({k[len("selects_"):]: _scalar(v) for ds in earlier.values()
+                           for k, v in ds.attrs.items() if k.startswith("selects_")})
+        g = grid_mod.build(self.sweep, self.stage, chosen)
+        return _run(self.sweep, self.stage, g, chosen, self.interval_ms)
+
+
+def prepare(source, *, policy=None, rate_rps=None, heterogeneity=None, scenario=None, seed=None,
+            stage: str | None = None, selected: dict | None = None, interval_ms: float = INTERVAL_MS,
+            **params) -> Plan:
+    """Validate the arguments of :func:`trace` without simulating anything."""
     sweep, ds_stage, ds_selected = _source(source)
     names = [s.name for s in sweep.stages]
     stage = stage or ds_stage or names[-1]
@@ -366,16 +422,9 @@ def trace(source, *, policy=None, rate_rps=None, heterogeneity=None, scenario=No
     chosen = dict(ds_selected)
     chosen.update(selected or {})
     missing = [n for n in narrowed.inherit if n not in chosen]
-    if missing:  # run the earlier stages that select them (and what those need)
-        from .study import run
-        before = sweep.stages[:names.index(stage)]
-        sources = sorted({[s for s in before if s.select and s.select.parameter == n][-1].name
-                          for n in missing})
-        earlier = run(sweep, stages=sources, show_progress=show_progress)
-        chosen.update({k[len("selects_"):]: _scalar(v) for ds in earlier.values()
-                       for k, v in ds.attrs.items() if k.startswith("selects_")})
-    g = grid_mod.build(sweep, narrowed, chosen)
-    return _run(sweep, narrowed, g, chosen, interval_ms)
+    before = sweep.stages[:names.index(stage)]
+    sources = sorted({[s for s in before if s.select and s.select.parameter == n][-1].name for n in missing})
+    return Plan(sweep, narrowed, chosen, sources, float(interval_ms))
 
 
 def _run(sweep, stage, g, selected, interval_ms):
@@ -405,7 +454,7 @@ def _run(sweep, stage, g, selected, interval_ms):
 
 
 def _interval(cumulative):
-    """Per-interval counts from cumulative ones along the time axis (-1 for replicas, -1 or -2)."""
+    """Per-interval counts from cumulative ones along the last (time) axis."""
     return np.diff(cumulative, axis=-1, prepend=0)
 
 
@@ -414,13 +463,12 @@ def _to_dataset(sweep, stage, g, selected, sample_ms, interval_ms, o_rep, o_clu,
     from .results import PER_REPLICA, _coord_attrs, version
 
     dims = list(g.coords)
-    shape = g.shape
     keep = [d for d in dims if d == "policy" or len(g.coords[d]) > 1]
     n_s, n_rep = sample_ms.shape[0], g.replicas
 
-    def shaped(a, tail):
-        a = a.reshape(shape + tail)
-        return a.reshape(tuple(len(g.coords[d]) for d in keep) + tail)
+    def shaped(a, extra):
+        """Flat runs (+ extra axes) -> the kept dimensions (+ extra axes)."""
+        return a.reshape(tuple(len(g.coords[d]) for d in keep) + extra)
 
     def var(name, a, tail_dims):
         units, desc = TRACE_VARIABLES[name]
@@ -430,7 +478,7 @@ def _to_dataset(sweep, stage, g, selected, sample_ms, interval_ms, o_rep, o_clu,
     clu = lambda f: shaped(o_clu[f], (n_s,))  # noqa: E731
     values = grid_mod.resolve(stage, selected)
     idx = grid_mod._index(stage, values)
-    wl_names = [n for n in PARAM if PARAM[n].section == "workload"]
+    wl_names = [n for n in PARAM if PARAM[n].section == "workload" or n == "reference_demand_ms"]
     per_run = {}
     demand = np.empty(g.runs)
     for r in range(g.runs):  # E[demand × jitter] of each run's workload parameters
@@ -519,7 +567,8 @@ def _parser():
     ap.add_argument("--rate", default=None, metavar="R", help="base arrival rate, requests/s")
     ap.add_argument("--heterogeneity", default=None, metavar="H", help="named replica setting")
     ap.add_argument("--scenario", default=None, metavar="S", help="named scenario")
-    ap.add_argument("--seed", default=None, metavar="N", help="workload seed (default: the stage's first)")
+    ap.add_argument("--seed", default=None, metavar="N",
+                    help="workload seed, or several comma-separated (default: the stage's first)")
     ap.add_argument("--stage", default=None, metavar="NAME", help="stage whose settings apply (default: the last)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=V[,V...]",
                     help="override a parameter, e.g. alpha=0.05,0.15,0.3 (several values: a dimension)")
@@ -528,6 +577,10 @@ def _parser():
                     help="output file (default results/<name>/trace-<scenario>-<heterogeneity>-<rate>rps-seed<N>.nc)")
     ap.add_argument("--quiet", action="store_true", help="no progress and no summary")
     return ap
+
+
+_FLAGS = {"rate_rps": "--rate", "heterogeneity": "--heterogeneity", "scenario": "--scenario",
+          "seed": "--seed", "policy": "--policy", "stage": "--stage", "interval_ms": "--interval-ms"}
 
 
 def _number(text, key, path, kind=float):
@@ -556,24 +609,30 @@ def main(argv=None) -> int:
             policies = [p.strip() for item in args.policy for p in item.split(",") if p.strip()]
         kw = dict(policy=policies, heterogeneity=args.heterogeneity, scenario=args.scenario,
                   stage=args.stage, interval_ms=_number(args.interval_ms, "--interval-ms", args.sweep),
-                  show_progress=not args.quiet, **params)
+                  **params)
         if args.rate is not None:
             kw["rate_rps"] = _number(args.rate, "--rate", args.sweep)
         if args.seed is not None:
-            kw["seed"] = _number(args.seed, "--seed", args.sweep, int)
-        if not args.quiet:
-            print("tracing…", file=sys.stderr, flush=True)
-        ds = trace(sweep, **kw)
+            seeds = [_number(v, "--seed", args.sweep, int) for v in args.seed.split(",")]
+            kw["seed"] = seeds if len(seeds) > 1 else seeds[0]
+        plan = prepare(sweep, **kw)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        flag = _FLAGS.get(exc.key, f"--set {exc.key}" if exc.key in PARAM else exc.key)
+        print(f"error: {ConfigError(exc.file, flag, exc.message)}", file=sys.stderr)
         return 2
+    if plan.sources and not args.quiet:
+        print(f"stage {plan.stage.name!r} uses the value selected by {', '.join(plan.sources)}: "
+              "running it first (give it with --set to skip)", file=sys.stderr, flush=True)
+    if not args.quiet:
+        print("tracing…", file=sys.stderr, flush=True)
+    ds = plan.run(show_progress=not args.quiet)
 
     from .results import write_atomic
     out = args.out
     if out is None:
         out = Path("results") / sweep.name / (
             f"trace-{ds.scenario.values.item()}-{ds.heterogeneity.values.item()}-"
-            f"{float(ds.rate_rps.values):g}rps-seed{int(ds.seed.values)}.nc")
+            f"{float(ds.rate_rps.values):g}rps-seed{'-'.join(str(int(x)) for x in np.atleast_1d(ds.seed.values))}.nc")
     write_atomic(ds, out)
     if not args.quiet:
         print(summary(ds))
