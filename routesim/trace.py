@@ -40,8 +40,8 @@ import xarray as xr
 
 from .conf import JIT, JIT_PARALLEL
 from .config import PARAM, ConfigError, Stage, Sweep, _check_stage, _param_value, _Reader, load_sweep, parse_sweep
-from .dtypes import METRICS, REPLICA, ROUTER, TAIL_LEVELS, EventKind, Status
-from .engine import accumulate_nb, end_time_nb, init_run_nb, next_time_nb, step_nb
+from .dtypes import LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK, EventKind, Status
+from .engine import end_time_nb, finish_nb, init_run_nb, next_time_nb, step_nb
 from .metrics import VARIABLES, run_metrics_nb
 
 INTERVAL_MS = 10.0           # default sampling interval
@@ -155,23 +155,20 @@ def _record_nb(j, s, rep, ia, n_done, n_on, n_shed, lo, comp_t, comp_lat, lat_so
 
 
 @nb.njit(**JIT)
-def trace_run_nb(p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, done_t, status,
-                 tail_area, sample_ms, window_n, tput_ms, comp_t, comp_lat, lat_sort, o_rep, o_clu,
-                 out):
+def trace_run_nb(p, rep, router, work, levels, req, u, t_arr, demand, jitter, events, sample_ms,
+                 window_n, tput_ms, comp_t, comp_lat, lat_sort, o_rep, o_clu, out):
     """One run, exactly as :func:`engine.simulate_nb` runs it, sampled at ``sample_ms``.
 
     Before each active step at time ``T``, every sample time ``s < T`` not yet written
     is recorded (so a sample at ``s`` sees every step at a time ``<= s``). Completions
     of a step are the requests in service before it that are DONE after it, in replica
-    order (the order ``step_nb`` completes them). Sheds of a step follow from
-    conservation: in system before + arrivals - completions - in system after.
-    Scratch comp_t, comp_lat: one slot per arrival; lat_sort: window_n slots (for
-    :func:`top_rank_nb`).
-    ``out``: METRICS record; tail_area as in :func:`engine.simulate_nb`.
+    order. Sheds of a step follow from conservation: in system before + arrivals -
+    completions - in system after. Scratch comp_t, comp_lat: one slot per arrival;
+    lat_sort: window_n slots (for :func:`top_rank_nb`). ``out``: METRICS record; the
+    other state as in :func:`engine.simulate_nb`.
     """
-    init_run_nb(p, rep, router, q_next, done_t, status, tail_area)
+    init_run_nb(p, rep, router, work, levels, req)
     t_end = end_time_nb(p)
-    t_prev = 0.0
     n_rep = rep.shape[0]
     n_s = sample_ms.shape[0]
     ia, ie = 0, 0
@@ -179,26 +176,24 @@ def trace_run_nb(p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, 
     n_done, n_on, n_shed, lo = 0, 0, 0, 0
     before = np.empty(n_rep, np.int64)   # request in service before the step, or -1
     while True:
-        T = next_time_nb(ia, ie, p, rep, t_arr, events)
+        T = next_time_nb(ia, ie, p, router, work, t_arr, events)
         while j < n_s and sample_ms[j] < T:
             lo = _record_nb(j, sample_ms[j], rep, ia, n_done, n_on, n_shed, lo, comp_t,
                             comp_lat, lat_sort, window_n, tput_ms, o_rep, o_clu)
             j += 1
         if T > t_end:
             break
-        accumulate_nb(t_prev, T, p, rep, tail_area)
-        t_prev = T
         in_system = 0
         for i in range(n_rep):
             before[i] = rep[i].serving if rep[i].busy else -1
             in_system += rep[i].qlen + (1 if rep[i].busy else 0)
         ia0 = ia
-        ia, ie = step_nb(T, ia, ie, p, rep, router, u, ids, t_arr, demand, jitter, events,
-                         q_next, done_t, status)
+        ia, ie = step_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand, jitter,
+                         events)
         finished = 0
         for i in range(n_rep):
             q = before[i]
-            if q >= 0 and status[q] == Status.DONE:
+            if q >= 0 and req[q].status == Status.DONE:
                 lat = T - t_arr[q]                       # end-to-end latency
                 comp_t[n_done] = T
                 comp_lat[n_done] = lat
@@ -210,29 +205,30 @@ def trace_run_nb(p, rep, router, u, ids, t_arr, demand, jitter, events, q_next, 
         for i in range(n_rep):
             after += rep[i].qlen + (1 if rep[i].busy else 0)
         n_shed += in_system + (ia - ia0) - finished - after
-    accumulate_nb(t_prev, t_end, p, rep, tail_area)
-    run_metrics_nb(p, rep, router, t_arr, done_t, status, comp_lat, tail_area, out)
+    finish_nb(p, rep, levels)
+    run_metrics_nb(p, rep, router, levels, req, t_arr, out)
 
 
 @nb.njit(**JIT_PARALLEL)
-def trace_batch_nb(params, rep, router, wl_t, wl_demand, wl_jitter, wl_off, ru, ru_off, events,
-                   scratch_off, q_next, done_t, status, ids, tail, comp_t, comp_lat, lat_sort,
-                   sample_ms, window_n, tput_ms, o_rep, o_clu, out):
+def trace_batch_nb(params, rep, router, work, levels, req, req_off, wl_t, wl_demand, wl_jitter,
+                   wl_off, ru, ru_off, events, comp_t, comp_lat, lat_sort, sample_ms, window_n,
+                   tput_ms, o_rep, o_clu, out):
     """Trace every run of a (small) grid: only the ``prange`` loop over runs.
 
-    Shapes as in :func:`engine.run_batch_nb`; lat_sort (runs, window_n);
-    o_rep (runs, samples, replicas) REPLICA_SAMPLE; o_clu (runs, samples) CLUSTER_SAMPLE.
+    Shapes as in :func:`engine.run_batch_nb`; comp_t, comp_lat flat like ``req``;
+    lat_sort (runs, window_n); o_rep (runs, samples, replicas) REPLICA_SAMPLE;
+    o_clu (runs, samples) CLUSTER_SAMPLE.
     """
     for r in nb.prange(params.shape[0]):
         p = params[r]
         a, b = wl_off[p.workload], wl_off[p.workload + 1]
         ua, ub = ru_off[p.workload], ru_off[p.workload + 1]
-        s0, s1 = scratch_off[r], scratch_off[r + 1]
+        s0, s1 = req_off[r], req_off[r + 1]
         e0 = p.event_start
-        trace_run_nb(p, rep[r], router[r], ru[ua:ub], ids[r], wl_t[a:b], wl_demand[a:b],
-                     wl_jitter[a:b], events[e0:e0 + p.event_count], q_next[s0:s1],
-                     done_t[s0:s1], status[s0:s1], tail[r], sample_ms, window_n, tput_ms,
-                     comp_t[s0:s1], comp_lat[s0:s1], lat_sort[r], o_rep[r], o_clu[r], out[r])
+        trace_run_nb(p, rep[r], router[r], work[r], levels[r], req[s0:s1], ru[ua:ub], wl_t[a:b],
+                     wl_demand[a:b], wl_jitter[a:b], events[e0:e0 + p.event_count], sample_ms,
+                     window_n, tput_ms, comp_t[s0:s1], comp_lat[s0:s1], lat_sort[r], o_rep[r],
+                     o_clu[r], out[r])
 
 
 # --------------------------------------------------------------------------------------
@@ -444,12 +440,13 @@ def _run(sweep, stage, g, selected, interval_ms):
     o_rep = np.zeros((runs, n_samples, n_rep), dtype=REPLICA_SAMPLE)
     o_clu = np.zeros((runs, n_samples), dtype=CLUSTER_SAMPLE)
     metrics = np.zeros(runs, dtype=METRICS)
-    tail = np.zeros((runs, TAIL_LEVELS))
-    trace_batch_nb(g.params, rep, router, g.wl_t, g.wl_demand, g.wl_jitter, g.wl_off, g.ru, g.ru_off,
-                   g.events, off, np.empty(n, np.int32), np.empty(n), np.empty(n, np.int8),
-                   np.zeros((runs, n_rep), np.int64), tail, np.empty(n), np.empty(n),
+    levels = np.zeros((runs, TAIL_LEVELS), dtype=LEVEL)
+    trace_batch_nb(g.params, rep, router, np.zeros((runs, n_rep + 1), dtype=WORK), levels,
+                   np.empty(n, REQUEST), off, g.wl_t, g.wl_demand, g.wl_jitter, g.wl_off, g.ru,
+                   g.ru_off, g.events, np.empty(n), np.empty(n),
                    np.empty((runs, ROLLING_COMPLETIONS)), sample_ms, ROLLING_COMPLETIONS,
                    THROUGHPUT_WINDOW_MS, o_rep, o_clu, metrics)
+    tail = levels["area"]
     return _to_dataset(sweep, stage, g, selected, sample_ms, interval_ms, o_rep, o_clu, metrics, rep, tail)
 
 
