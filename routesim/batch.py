@@ -1,7 +1,9 @@
 """Run a grid through the batch kernel, in chunks of runs of bounded memory.
 
 Runs are independent and the kernel holds no random state, so results do not
-depend on the chunk size or the thread count.
+depend on the chunk size or the thread count: a chunk (a contiguous range of flat
+runs, see :mod:`routesim.chunks`) can be simulated anywhere, in any order, and put
+back in its place.
 """
 
 from dataclasses import dataclass
@@ -27,6 +29,27 @@ class Outcome:
     router: np.ndarray
     tail: np.ndarray
 
+    FIELDS = ("metrics", "replicas", "router", "tail")
+
+    @classmethod
+    def empty(cls, grid: Grid, lo: int = 0, hi: int | None = None) -> "Outcome":
+        """Output arrays for runs ``lo:hi`` of ``grid``, ready for the kernel."""
+        hi = grid.runs if hi is None else hi
+        replicas = np.zeros((hi - lo, grid.replicas), dtype=REPLICA)
+        replicas["base_speed"] = grid.base_speed[lo:hi]
+        return cls(metrics=np.zeros(hi - lo, dtype=METRICS), replicas=replicas,
+                   router=np.zeros(hi - lo, dtype=ROUTER), tail=np.zeros((hi - lo, TAIL_LEVELS)))
+
+    @property
+    def runs(self) -> int:
+        return self.metrics.shape[0]
+
+    def put(self, lo: int, part: "Outcome") -> None:
+        """Copy ``part`` (the results of runs ``lo:lo + part.runs``) into place."""
+        hi = lo + part.runs
+        for name in self.FIELDS:
+            getattr(self, name)[lo:hi] = getattr(part, name)
+
 
 def default_chunk_size(grid: Grid) -> int:
     """Runs per chunk: at most ``SCRATCH_BUDGET`` of scratch, at least ``MIN_CHUNKS`` chunks."""
@@ -36,26 +59,29 @@ def default_chunk_size(grid: Grid) -> int:
     return max(1, min(by_memory, max(by_progress, 64)))
 
 
+def simulate_range(grid: Grid, lo: int, hi: int) -> Outcome:
+    """Simulate runs ``lo:hi`` of ``grid`` (one chunk); scratch is sized to this chunk."""
+    out = Outcome.empty(grid, lo, hi)
+    arrivals = grid.arrivals()[lo:hi]
+    off = np.zeros(hi - lo + 1, dtype=np.int64)
+    np.cumsum(arrivals, out=off[1:])
+    n = int(off[-1])
+    levels = np.zeros((hi - lo, TAIL_LEVELS), dtype=LEVEL)
+    run_batch_nb(grid.params[lo:hi], out.replicas, out.router,
+                 np.zeros((hi - lo, grid.replicas + 1), dtype=WORK), levels,
+                 np.empty(n, REQUEST), off, grid.wl_t, grid.wl_demand, grid.wl_jitter,
+                 grid.wl_off, grid.ru, grid.ru_off, grid.events, out.metrics)
+    out.tail[:] = levels["area"]
+    return out
+
+
 def simulate(grid: Grid, chunk_size: int | None = None, progress=None) -> Outcome:
     """Simulate every run of ``grid``; ``progress(n)`` is called after each chunk of n runs."""
-    runs = grid.runs
     chunk = chunk_size or default_chunk_size(grid)
-    metrics = np.zeros(runs, dtype=METRICS)
-    replicas = np.zeros((runs, grid.replicas), dtype=REPLICA)
-    replicas["base_speed"] = grid.base_speed
-    router = np.zeros(runs, dtype=ROUTER)
-    levels = np.zeros((runs, TAIL_LEVELS), dtype=LEVEL)
-    work = np.zeros((runs, grid.replicas + 1), dtype=WORK)
-    arrivals = grid.arrivals()
-    for lo in range(0, runs, chunk):
-        hi = min(runs, lo + chunk)
-        off = np.zeros(hi - lo + 1, dtype=np.int64)
-        np.cumsum(arrivals[lo:hi], out=off[1:])
-        n = int(off[-1])
-        run_batch_nb(grid.params[lo:hi], replicas[lo:hi], router[lo:hi], work[lo:hi],
-                     levels[lo:hi], np.empty(n, REQUEST), off, grid.wl_t, grid.wl_demand,
-                     grid.wl_jitter, grid.wl_off, grid.ru, grid.ru_off, grid.events,
-                     metrics[lo:hi])
+    outcome = Outcome.empty(grid)
+    for lo in range(0, grid.runs, chunk):
+        hi = min(grid.runs, lo + chunk)
+        outcome.put(lo, simulate_range(grid, lo, hi))
         if progress is not None:
             progress(hi - lo)
-    return Outcome(metrics=metrics, replicas=replicas, router=router, tail=levels["area"])
+    return outcome

@@ -1,11 +1,18 @@
-"""Run the stages of a sweep in order: grids, selection, Datasets."""
+"""Run the stages of a sweep in order: grids, chunks (here or on a cluster, kept for
+``--resume``), selection, Datasets."""
 
+import contextlib
+import shutil
+import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from . import batch, grid as grid_mod
+from . import batch, chunks, grid as grid_mod
 from .config import ConfigError, Selection, Stage, Sweep
 from .results import to_dataset
 
@@ -60,20 +67,57 @@ def check_memory(sweep: Sweep, chunk_size: int | None = None) -> None:
                               "this machine can give it; use fewer seeds, rates or swept values")
 
 
+@dataclass(frozen=True)
+class ChunkCount:
+    """How a stage's chunks were obtained: ``resumed`` read back from a checkpoint,
+    ``computed`` simulated now (``runs`` runs in ``seconds``)."""
+
+    stage: str
+    chunks: int
+    resumed: int
+    computed: int
+    runs: int
+    seconds: float
+
+    @property
+    def runs_per_s(self) -> float:
+        return self.runs / self.seconds if self.seconds > 0 else float("nan")
+
+
 def run(sweep: Sweep, stages=None, show_progress: bool = True, chunk_size: int | None = None,
-        on_stage: Callable[[Stage, xr.Dataset], None] | None = None) -> dict:
+        on_stage: Callable[[Stage, xr.Dataset], None] | None = None, *,
+        checkpoint: str | Path | None = None, resume: bool = False, client=None,
+        on_chunks: Callable[[ChunkCount], None] | None = None,
+        note: Callable[[str], None] | None = None) -> dict:
     """Run the sweep's stages in order; return {stage name: Dataset}.
 
     ``stages`` names a subset (earlier stages whose selection they need run too, and
     are returned as well). ``on_stage(stage, ds)`` is called as each stage finishes.
+
+    Each stage is split into chunks of ``chunk_size`` runs (default: automatic, see
+    :func:`routesim.batch.default_chunk_size`); the Dataset does not depend on it.
+    ``client`` (a ``dask.distributed.Client``) runs the chunks on its cluster instead
+    of in this process. With ``checkpoint`` (a folder), every finished chunk is kept
+    there as it completes, one subfolder per stage, and the folder is removed once all
+    the stages have finished; ``resume=True`` then reuses the chunks a killed run left
+    behind (with, unless ``chunk_size`` is given, their chunk size) when they belong to
+    the same sweep text, stage, selection and package, and starts a stage fresh
+    otherwise, saying why through ``note(message)`` (default: print to stderr).
+    ``on_chunks(ChunkCount)`` is told after each stage how many chunks were resumed.
     """
     check_memory(sweep, chunk_size)
     todo = _needed(sweep, stages)
+    note = note or (lambda msg: print(msg, file=sys.stderr, flush=True))
     selected, out = {}, {}
     for stage in todo:
         grid = grid_mod.build(sweep, stage, selected)
-        with _progress(show_progress, grid.runs, stage.name) as bar:
-            outcome = batch.simulate(grid, chunk_size, bar.update if bar else None)
+        inherited = {name: selected[name] for name in stage.inherit}
+        folder = Path(checkpoint) / stage.name if checkpoint is not None else None
+        size = chunk_size or (resume and folder and _stored_chunk_size(folder)) or batch.default_chunk_size(grid)
+        outcome, count = _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
+                                         show_progress, note)
+        if on_chunks is not None:
+            on_chunks(count)
         ds = to_dataset(sweep, grid, outcome, selected)
         if stage.select:
             value = choose(ds, stage.select)
@@ -82,19 +126,64 @@ def run(sweep: Sweep, stages=None, show_progress: bool = True, chunk_size: int |
         out[stage.name] = ds
         if on_stage is not None:
             on_stage(stage, ds)
+    if checkpoint is not None:  # every stage is done (and written by on_stage)
+        for stage in todo:
+            shutil.rmtree(Path(checkpoint) / stage.name, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            Path(checkpoint).rmdir()  # only if no other stage's chunks are left in it
     return out
 
 
-class _progress:
-    """A tqdm bar over runs, or nothing when quiet."""
+def _stored_chunk_size(folder: Path) -> int | None:
+    size = (chunks.read_manifest(folder) or {}).get("chunk_size")
+    return size if isinstance(size, int) and size >= 1 else None
 
-    def __init__(self, show, total, label):
-        self.show, self.total, self.label, self.bar = show, total, label, None
+
+def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client, show_progress, note):
+    """The stage's Outcome, chunk by chunk: resumed from ``folder``, then computed here
+    or on ``client``'s cluster, each computed chunk saved to ``folder`` as it arrives."""
+    ranges = chunks.plan(grid.runs, size)
+    outcome = batch.Outcome.empty(grid)
+    store, resumed = None, set()
+    fingerprint = chunks.Fingerprint.of(sweep.text, stage.name, inherited, size, grid.runs)
+    if folder is not None:
+        store = chunks.ChunkStore.open(folder, fingerprint, ranges, resume, note)
+        for i, part in store.finished():
+            outcome.put(ranges[i][0], part)
+            resumed.add(i)
+    todo = [i for i in range(len(ranges)) if i not in resumed]
+    if client is None:
+        parts = ((i, batch.simulate_range(grid, *ranges[i])) for i in todo)
+    else:
+        from . import cluster
+        job = cluster.Job.of(sweep, stage, inherited)
+        parts = cluster.compute(client, job, ranges, todo, tag=f"{stage.name}-{fingerprint.digest[:8]}")
+    runs, t0 = 0, time.perf_counter()
+    with _progress(show_progress, len(ranges), len(resumed), stage.name) as bar:
+        for i, part in parts:
+            lo, hi = ranges[i]
+            outcome.put(lo, part)
+            if store is not None:
+                store.save(i, part)
+            runs += hi - lo
+            if bar is not None:
+                bar.set_postfix_str(f"{runs / max(time.perf_counter() - t0, 1e-9):,.0f} runs/s", refresh=False)
+                bar.update(1)
+    count = ChunkCount(stage.name, len(ranges), len(resumed), len(todo), runs, time.perf_counter() - t0)
+    return outcome, count
+
+
+class _progress:
+    """A tqdm bar over a stage's chunks (runs per second in its postfix), or nothing when quiet."""
+
+    def __init__(self, show, total, initial, label):
+        self.show, self.total, self.initial, self.label, self.bar = show, total, initial, label, None
 
     def __enter__(self):
         if self.show:
             from tqdm.auto import tqdm
-            self.bar = tqdm(total=self.total, desc=self.label, unit="run", leave=False)
+            self.bar = tqdm(total=self.total, initial=self.initial, desc=self.label, unit="chunk",
+                            leave=False)
         return self.bar
 
     def __exit__(self, *exc):

@@ -1,8 +1,12 @@
-"""python -m routesim.sweep SWEEP.toml [--out DIR] [--quiet]
+"""python -m routesim.sweep SWEEP.toml [--out DIR] [--quiet] [--resume] [--workers N | --scheduler ADDR]
 
 Runs every stage of a sweep file in order, prints each stage's summary table and
 writes ``DIR/<stage>.nc`` (default ``results/<name>/``). Exit status: 0 on success,
-2 on bad input (one line on stderr naming the file and key), 1 on an internal error.
+2 on bad input (one line on stderr naming the file and key), 1 on an internal error
+or a lost cluster.
+
+Finished chunks are kept in ``DIR/.chunks/<stage>/`` as they complete, and removed
+once every stage has finished; ``--resume`` picks up a killed run where it stopped.
 """
 
 import argparse
@@ -18,9 +22,36 @@ def _parser():
     ap.add_argument("--stage", action="append", default=None, metavar="NAME",
                     help="run only this stage (and the stages whose selection it uses); repeatable")
     ap.add_argument("--chunk-size", default=None, metavar="N",  # checked in main: one-line error
-                    help="runs per compiled batch (default: automatic)")
+                    help="runs per chunk (default: automatic); results do not depend on it")
     ap.add_argument("--quiet", action="store_true", help="no progress bar and no tables")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the chunks a killed run of the same sweep left in DIR/.chunks")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                       help="run the chunks on this dask.distributed scheduler's workers")
+    where.add_argument("--workers", default=None, metavar="N",
+                       help="run the chunks on a local Dask cluster of N worker processes")
     return ap
+
+
+def _count(args, option):
+    """The whole number >= 1 given to ``option``, or None; a ConfigError otherwise."""
+    from .config import ConfigError
+    text = getattr(args, option.lstrip("-").replace("-", "_"))
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(args.sweep, option, f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise ConfigError(args.sweep, option, f"must be >= 1, got {value}")
+    return value
+
+
+def _kept(checkpoint: Path) -> str:
+    kept = sum(1 for _ in checkpoint.glob("*/[0-9]*.npz"))
+    return f"{kept} finished chunks kept in {checkpoint}; rerun with --resume to finish"
 
 
 def main(argv=None) -> int:
@@ -28,19 +59,20 @@ def main(argv=None) -> int:
     from .config import ConfigError, load_sweep  # after argparse: --help stays fast
 
     try:
-        if args.chunk_size is not None:
-            try:
-                args.chunk_size = int(args.chunk_size)
-            except ValueError:
-                raise ConfigError(args.sweep, "--chunk-size",
-                                  f"expected a whole number, got {args.chunk_size!r}") from None
-            if args.chunk_size < 1:
-                raise ConfigError(args.sweep, "--chunk-size", f"must be >= 1, got {args.chunk_size}")
+        args.chunk_size = _count(args, "--chunk-size")
+        args.workers = _count(args, "--workers")
         sweep = load_sweep(args.sweep)
         from . import study
         study.check_memory(sweep, args.chunk_size)
         if args.stage:
             study._needed(sweep, args.stage)
+        if args.scheduler is not None or args.workers is not None:
+            from . import cluster
+            try:
+                cluster.distributed()
+            except cluster.ClusterError as exc:
+                raise ConfigError(args.sweep, "--scheduler" if args.scheduler else "--workers",
+                                  str(exc)) from None
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -49,17 +81,54 @@ def main(argv=None) -> int:
     from .summary import render
 
     out = args.out or Path("results") / sweep.name
+    checkpoint = out / ".chunks"
     t0 = time.perf_counter()
 
     def finished(stage, ds):
         path = out / f"{stage.name}.nc"
+        for stray in out.glob(f".{path.name}.*.tmp"):  # left by a run killed while writing
+            stray.unlink(missing_ok=True)
         write_atomic(ds, path)
         if not args.quiet:
             print(render(ds, stage.select))
             print(f"\nwrote {path}\n", flush=True)
 
-    study.run(sweep, stages=args.stage, show_progress=not args.quiet,
-              chunk_size=args.chunk_size, on_stage=finished)
+    def counted(c):
+        if not args.quiet:
+            resumed = f"{c.resumed} resumed from {checkpoint / c.stage}, " if c.resumed else ""
+            print(f"{c.stage}: {c.chunks} chunks, {resumed}{c.computed} computed "
+                  f"({c.runs:,} runs, {c.runs_per_s:,.0f} runs/s)", flush=True)
+
+    def note(msg):
+        print(f"note: {msg}", file=sys.stderr, flush=True)
+
+    def go(client=None):
+        study.run(sweep, stages=args.stage, show_progress=not args.quiet, chunk_size=args.chunk_size,
+                  on_stage=finished, checkpoint=checkpoint, resume=args.resume, client=client,
+                  on_chunks=counted, note=note)
+
+    if args.scheduler is None and args.workers is None:
+        go()
+    else:
+        from . import cluster
+        where = "--scheduler" if args.scheduler else "--workers"
+        connected = False
+        try:
+            with cluster.connect(args.scheduler, args.workers) as client:
+                connected = True
+                if not args.quiet:
+                    n = len(client.nthreads())
+                    print(f"cluster: {client.scheduler.address} ({n} workers)", flush=True)
+                go(client)
+        except cluster.ClusterError as exc:
+            if not connected:  # unreachable scheduler: nothing written
+                print(f"error: {ConfigError(args.sweep, where, str(exc))}", file=sys.stderr)
+                return 2
+            print(f"error: {exc}; {_kept(checkpoint)}", file=sys.stderr)  # a mismatched worker
+            return 1
+        except cluster.SchedulerLost as exc:
+            print(f"error: {exc}; {_kept(checkpoint)}", file=sys.stderr)
+            return 1
     if not args.quiet:
         print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -69,5 +138,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted (finished chunks are kept: rerun with --resume to finish)", file=sys.stderr)
         sys.exit(130)

@@ -1,0 +1,222 @@
+"""Chunks of a stage: planning, and persistence of finished chunks for ``--resume``.
+
+A chunk is a contiguous range ``lo:hi`` of a stage's flat runs. The flat order is
+C order over ``Stage.dims`` with ``seed`` innermost (then any swept parameters), so a
+chunk is a block of conditions × a block of seeds. Every chunk is simulated on its
+own (:func:`routesim.batch.simulate_range`) and put back in place, so the assembled
+Dataset is the same, bit for bit, whatever the chunk size and wherever chunks ran.
+
+On disk (one folder per stage, by default ``results/<name>/.chunks/<stage>/``)::
+
+    manifest.json      what the chunks belong to: fingerprint, runs, chunk size
+    000000.npz         runs lo:hi of chunk 0: metrics, replicas, router, tail, lo, hi
+    000001.npz         ...
+
+Every file is written under a temporary name and renamed, so a process killed at any
+point (SIGKILL included) leaves only whole chunks and at worst a stray temporary.
+A chunk belongs to its manifest's fingerprint: a hash of the sweep file's text, the
+stage, the values it inherits from earlier selections, the chunk size, and the
+package (its version and a digest of the source of the modules that simulate). A
+changed sweep file or package makes the stored chunks stale: they are then
+discarded, never mixed in.
+"""
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .batch import Outcome
+
+FORMAT = 1            # bump when the layout of a chunk file changes
+MANIFEST = "manifest.json"
+
+
+def plan(runs: int, size: int) -> list[tuple[int, int]]:
+    """The chunks of ``runs`` flat runs, at most ``size`` runs each: [(lo, hi), ...]."""
+    if size < 1:
+        raise ValueError(f"chunk size must be >= 1, got {size}")
+    return [(lo, min(runs, lo + size)) for lo in range(0, runs, size)]
+
+
+SIMULATION = ("grid", "batch", "chunks")
+"""The modules a chunk's numbers come from; with every routesim module they import,
+their source is part of the package digest (figures, tables, the command line are not)."""
+
+
+def _imports(path: Path) -> set:
+    """The routesim modules that the module at ``path`` imports (relative or absolute)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level == 1 or base.split(".")[0] == "routesim":
+                base = base.removeprefix("routesim").lstrip(".")
+                found |= {base.split(".")[0]} if base else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("routesim.")}
+    return found
+
+
+def _source_digest() -> str:
+    from . import __version__
+    here = Path(__file__).parent
+    todo, seen = list(SIMULATION), set()
+    while todo:
+        name = todo.pop()
+        path = here / f"{name}.py"
+        if name in seen or not path.exists():
+            continue
+        seen.add(name)
+        todo += _imports(path)
+    h = hashlib.sha256()
+    for name in sorted(seen):
+        h.update(name.encode() + b"\0" + (here / f"{name}.py").read_bytes() + b"\0")
+    return f"{__version__}+{h.hexdigest()[:16]}"
+
+
+_DIGEST = _source_digest()  # at import: as close as it gets to the code this process runs
+
+
+def package_digest() -> str:
+    """routesim's version and a hash of the source of its simulation modules (those of
+    SIMULATION and what they import): what produced a chunk. A worker whose digest
+    differs from the client's refuses chunks (cluster.py)."""
+    return _DIGEST
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a stage's chunks depend on; ``digest`` is the key that stored chunks must match."""
+
+    sweep: str       # hash of the sweep file's text
+    package: str     # package_digest()
+    stage: str       # stage name and the selected values it inherits
+    chunk_size: int
+    runs: int
+
+    @classmethod
+    def of(cls, sweep_text: str, stage_name: str, inherited: dict, chunk_size: int, runs: int):
+        sel = json.dumps({k: repr(_plain(v)) for k, v in sorted(inherited.items())})
+        return cls(sweep=hashlib.sha256(sweep_text.encode()).hexdigest(), package=package_digest(),
+                   stage=f"{stage_name} {sel}", chunk_size=int(chunk_size), runs=int(runs))
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps([FORMAT, self.sweep, self.package, self.stage, self.chunk_size, self.runs])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def differences(self, stored: dict) -> list[str]:
+        """What changed, in words, since ``stored`` (a manifest) was written."""
+        why = []
+        if stored.get("sweep") != self.sweep:
+            why.append("the sweep file changed")
+        if stored.get("package") != self.package:
+            why.append(f"routesim changed ({stored.get('package')} -> {self.package})")
+        if stored.get("stage") != self.stage:
+            why.append("the selected values it inherits changed")
+        if stored.get("chunk_size") != self.chunk_size:
+            why.append(f"the chunk size changed ({stored.get('chunk_size')} -> {self.chunk_size})")
+        if stored.get("runs") != self.runs:
+            why.append("the number of runs changed")
+        return why or ["their format changed"]
+
+
+def write_bytes_atomic(path: Path, write) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path``, then rename it to ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_manifest(folder: Path) -> dict | None:
+    try:
+        return json.loads((Path(folder) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class ChunkStore:
+    """The finished chunks of one stage in ``folder``.
+
+    ``open`` starts fresh (removing whatever is there) unless ``resume`` is set and
+    the stored manifest has the same fingerprint; ``done`` then lists the chunks
+    already on disk. ``note(message)`` is told, in one line, why stored chunks are
+    not reused.
+    """
+
+    def __init__(self, folder: Path, fingerprint: Fingerprint, ranges: list, done: list):
+        """Use :meth:`open`."""
+        self.folder, self.fingerprint, self.ranges, self.done = Path(folder), fingerprint, ranges, done
+
+    @classmethod
+    def open(cls, folder, fingerprint: Fingerprint, ranges: list, resume: bool, note=print):
+        folder = Path(folder)
+        stored = read_manifest(folder) if resume else None
+        if stored is not None and stored.get("digest") == fingerprint.digest:
+            done = [i for i in range(len(ranges)) if (folder / cls.name(i)).exists()]
+            for stray in folder.glob(".*.tmp"):  # a write cut short by a kill
+                stray.unlink(missing_ok=True)
+            return cls(folder, fingerprint, ranges, done)
+        if stored is not None:
+            note(f"{folder}: stored chunks are stale ({'; '.join(fingerprint.differences(stored))}); "
+                 "starting this stage fresh")
+        elif resume and folder.exists():
+            note(f"{folder}: no usable manifest; starting this stage fresh")
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        manifest = dict(vars(fingerprint), digest=fingerprint.digest, format=FORMAT,
+                        chunks=len(ranges))
+        write_bytes_atomic(folder / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+        return cls(folder, fingerprint, ranges, [])
+
+    @staticmethod
+    def name(i: int) -> str:
+        return f"{i:06d}.npz"
+
+    def path(self, i: int) -> Path:
+        return self.folder / self.name(i)
+
+    def save(self, i: int, part: Outcome) -> None:
+        lo, hi = self.ranges[i]
+        arrays = {name: getattr(part, name) for name in Outcome.FIELDS}
+        write_bytes_atomic(self.path(i), lambda f: np.savez(f, lo=lo, hi=hi, **arrays))
+
+    def load(self, i: int) -> Outcome:
+        lo, hi = self.ranges[i]
+        with np.load(self.path(i), allow_pickle=False) as z:
+            if (int(z["lo"]), int(z["hi"])) != (lo, hi):
+                raise ValueError(f"{self.path(i)} holds runs {int(z['lo'])}:{int(z['hi'])}, not {lo}:{hi}")
+            part = Outcome(**{name: z[name] for name in Outcome.FIELDS})
+        if part.runs != hi - lo or any(getattr(part, n).shape[0] != hi - lo for n in Outcome.FIELDS):
+            raise ValueError(f"{self.path(i)} does not hold {hi - lo} runs")
+        return part
+
+    def finished(self):
+        """(i, Outcome) of each stored chunk that reads back whole; one that does not
+        (it cannot happen through a kill, only through outside damage) is left out,
+        to be computed again."""
+        for i in self.done:
+            try:
+                yield i, self.load(i)
+            except Exception:  # noqa: BLE001 - unreadable: compute it again
+                continue
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
