@@ -83,6 +83,9 @@ def write_atomic(ds: xr.Dataset, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a result file is not
     try:
         ds.to_netcdf(tmp, engine="h5netcdf")
         os.replace(tmp, path)

@@ -4,6 +4,7 @@ import numpy as np
 import xarray as xr
 
 from .config import Selection
+from .metrics import VARIABLES
 from .study import objective
 
 
@@ -54,10 +55,12 @@ def policy_rows(ds: xr.Dataset):
 def selection_rows(ds: xr.Dataset, select: Selection):
     obj = objective(ds, select)
     chosen = ds.attrs.get(f"selects_{select.parameter}")
-    rows = [[f"{v:g}" if isinstance(v, float) else v, f"{o:.6f}", "← selected" if v == chosen else ""]
+    percent = VARIABLES[select.metric][0] == "1"  # a fraction: shown in % like the policy table
+    rows = [[f"{v:g}" if isinstance(v, float) else v, f"{100 * o:.4f}" if percent else f"{o:.6g}",
+             "← selected" if v == chosen else ""]
             for v, o in zip(obj[select.parameter].values.tolist(), obj.values.tolist())]
     goal = "max" if select.maximize else "min"
-    return [select.parameter, f"mean {select.metric} ({goal})", ""], rows
+    return [select.parameter, f"mean {select.metric}{' %' if percent else ''} ({goal})", ""], rows
 
 
 def render(ds: xr.Dataset, select: Selection | None = None) -> str:
