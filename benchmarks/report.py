@@ -1,0 +1,215 @@
+"""The table, the targets and docs/performance.md, with the previous figures beside the new.
+
+The figures of a run are a flat ``{key: number}`` dict. docs/performance.md carries
+them verbatim in an HTML comment at its end, so the next run can read the committed
+figures back (``git show HEAD:docs/performance.md``, else the file on disk) and print
+them beside its own: a regression is then one glance away.
+"""
+
+import json
+import math
+import re
+import subprocess
+
+from .harness import ROOT
+
+DOC = ROOT / "docs" / "performance.md"
+_BLOCK = re.compile(r"<!-- benchmark-figures\n(.*?)\n-->", re.S)
+GIB = 2**30
+
+ROWS = [
+    # key, label, unit, scale, better ("low"/"high")
+    ("study.cold_s", "full study, whole command, cold (empty compilation cache)", "s", 1, "low"),
+    ("study.warm_s", "full study, whole command, warm", "s", 1, "low"),
+    ("study.warm_cpu_s", "full study, whole command, warm: CPU time (all threads)", "s", 1, "low"),
+    ("engine.cold_s", "full study, engine only, cold (first pass, compiling)", "s", 1, "low"),
+    ("engine.warm_s", "full study, engine only, warm (build + simulate)", "s", 1, "low"),
+    ("engine.warm_cpu_s", "full study, engine only, warm: CPU time (all threads)", "s", 1, "low"),
+    ("engine.one_thread_s", "full study, engine only, warm, 1 thread", "s", 1, "low"),
+    ("engine.req_per_core_s", "simulated requests per second per core (1 thread)", "M/s", 1e-6, "high"),
+    ("engine.req_per_core_s_2t", "simulated requests per second per core (2 threads)", "M/s", 1e-6, "high"),
+    ("import.s", "imports of the command line", "s", 1, "low"),
+    ("peers.engine_ms", "one run, engine, 1 thread (build + simulate), CPU", "ms", 1e3, "low"),
+    ("peers.simpy_ms", "one run, SimPy model, CPU", "ms", 1e3, "low"),
+    ("peers.reference_ms", "one run, naive reference (tests/reference.py), CPU", "ms", 1e3, "low"),
+    ("peers.simpy_ratio", "SimPy / engine, per run per core", "x", 1, "high"),
+    ("peers.reference_ratio", "reference / engine, per run per core", "x", 1, "high"),
+    ("study.cold_rss", "peak RSS, study command, cold", "MiB", 2**-20, "low"),
+    ("study.warm_rss", "peak RSS, study command, warm", "MiB", 2**-20, "low"),
+    ("engine.rss", "peak RSS, engine only (study grids, in-process)", "MiB", 2**-20, "low"),
+    ("peers.engine_rss", "peak RSS, engine peer process", "MiB", 2**-20, "low"),
+    ("peers.simpy_rss", "peak RSS, SimPy peer process", "MiB", 2**-20, "low"),
+    ("peers.reference_rss", "peak RSS, reference peer process", "MiB", 2**-20, "low"),
+    ("big.wall_s", "{big} grid, whole command (chunked)", "s", 1, "low"),
+    ("big.rss", "{big} grid, peak RSS", "MiB", 2**-20, "low"),
+]
+
+TARGETS = [
+    # key, text, comparison, limit, unit label, scale
+    ("engine.warm_s", "full study engine time (workload generation included), warm", "<", 0.5, "s", 1),
+    ("study.warm_s", "whole command (imports, files) warm", "<", 4.0, "s", 1),
+    ("peers.simpy_ratio", "per run per core vs SimPy", ">=", 100.0, "x", 1),
+    ("peers.reference_ratio", "per run per core vs naive reference", ">=", 50.0, "x", 1),
+    ("study.cold_s", "first run on a fresh clone, compilation included", "<", 30.0, "s", 1),
+    ("study.peak_rss", "study's peak RSS", "<", 1.0, "GiB", 1 / GIB),
+    ("big.rss", "{big} grid in bounded memory", "<", 2.0, "GiB", 1 / GIB),
+]
+
+
+def previous() -> tuple[dict, str]:
+    """(figures, where from) of the last committed docs/performance.md, else the file."""
+    for source, read in (("HEAD:docs/performance.md", _git_doc), ("docs/performance.md", _disk_doc)):
+        text = read()
+        if text:
+            m = _BLOCK.search(text)
+            if m:
+                try:
+                    return json.loads(m.group(1)), source
+                except ValueError:
+                    pass
+    return {}, "none"
+
+
+def _git_doc():
+    try:
+        r = subprocess.run(["git", "show", "HEAD:docs/performance.md"], cwd=ROOT, text=True,
+                           capture_output=True)
+        return r.stdout if r.returncode == 0 else ""
+    except OSError:
+        return ""
+
+
+def _disk_doc():
+    return DOC.read_text() if DOC.exists() else ""
+
+
+def fmt(value, scale=1.0):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    v = value * scale
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def change(new, old, better):
+    if new is None or old is None or not old or any(isinstance(x, float) and math.isnan(x) for x in (new, old)):
+        return ""
+    r = new / old
+    worse = r > 1.1 if better == "low" else r < 1 / 1.1
+    return f"{r:.2f}x" + (" (worse)" if worse else "")
+
+
+def _big(fig):
+    return f"{int(fig.get('big.runs', 100_032)):,}-run"
+
+
+def table(fig: dict, prev: dict) -> list[list[str]]:
+    rows = [["measure", "now", "previous", "now/prev", "unit"]]
+    for key, label, unit, scale, better in ROWS:
+        if key in fig or key in prev:
+            rows.append([label.format(big=_big(fig)), fmt(fig.get(key), scale), fmt(prev.get(key), scale),
+                         change(fig.get(key), prev.get(key), better), unit])
+    return rows
+
+
+def targets(fig: dict) -> list[list[str]]:
+    rows = [["target", "limit", "measured", "met"]]
+    for key, text, op, limit, unit, scale in TARGETS:
+        text = text.format(big=_big(fig))
+        v = fig.get(key)
+        if v is None:
+            rows.append([text, f"{op} {limit:g} {unit}", "not measured", "–"])
+            continue
+        got = v * scale
+        ok = got < limit if op == "<" else got >= limit
+        rows.append([text, f"{op} {limit:g} {unit}", f"{fmt(got)} {unit}", "met" if ok else "NOT MET"])
+    return rows
+
+
+def text_table(rows) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for n, r in enumerate(rows):
+        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def md_table(rows, align=None) -> str:
+    align = align or ["l"] + ["r"] * (len(rows[0]) - 1)
+    sep = ["---" if a == "l" else "---:" for a in align]
+    lines = ["| " + " | ".join(rows[0]) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def scaling_rows(points: list, prev: dict) -> list[list[str]]:
+    rows = [["value", "runs", "requests", "engine ns/request", "previous", "simulate ns/request",
+             "workload ns/request", "peak RSS MiB"]]
+    for p in points:
+        key = f"scale.{p['kind']}.{p['value']}"
+        rows.append([str(p["value"]), f"{p['runs']:,}", f"{p['requests']:,}", fmt(p["ns_per_request"]),
+                     fmt(prev.get(key)), fmt(p["sim_ns_per_request"]),
+                     fmt(p["build_s"] / p["requests"] * 1e9), fmt(p["peak_rss"], 2**-20)])
+    return rows
+
+
+def write_doc(fig, prev, prev_source, meta, detail) -> str:
+    """The text of docs/performance.md."""
+    m = meta["machine"]
+    lines = [
+        "# Performance",
+        "",
+        "<!-- Generated by `python -m benchmarks` (benchmarks/report.py): do not edit by hand;",
+        "     run the suite again instead. The figures at the end are read back by the next run. -->",
+        "",
+        "Generated by `python -m benchmarks` on "
+        f"{m['date']}: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
+        f"Python {m['python']}, NumPy {m['numpy']}, Numba {m['numba']}; routesim at {m['commit']}. "
+        f"Load average from other processes during the run: {meta['load']} (the machine is shared; "
+        "wall times are the best of several repeats, CPU times are given where contention matters).",
+        "",
+        f"Previous figures: {prev_source}.",
+        "",
+        "## Summary",
+        "",
+        md_table(table(fig, prev), ["l", "r", "r", "r", "l"]),
+        "",
+        "## Targets (2 cores, warm cache unless stated)",
+        "",
+        md_table(targets(fig), ["l", "l", "r", "l"]),
+        "",
+        "## One run against its peers",
+        "",
+        detail["peers_text"],
+        "",
+        "## Scaling (time per simulated request should stay roughly flat)",
+        "",
+        detail["scaling_text"],
+        "",
+        "## Where the time goes (warm, whole command, 2 threads)",
+        "",
+        detail["breakdown_text"],
+        "",
+        "## Hot spots found, and the fixes proposed",
+        "",
+        detail["findings_text"],
+        "",
+        "## How it is measured",
+        "",
+        detail["method_text"],
+        "",
+        "<!-- benchmark-figures",
+        json.dumps(fig, indent=0, sort_keys=True),
+        "-->",
+        "",
+    ]
+    return "\n".join(lines)
