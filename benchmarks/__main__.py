@@ -243,9 +243,9 @@ METHOD = """\
 
 FINDINGS = """\
 Found while writing this suite (2026-11-29), measured on a private copy of routesim
-(engine of commit 2afd15d: completion heap, start list, Fenwick tree, lazy integrals)
-and handed to the engine's owner; the tables above show whatever the engine does now.
-A/B figures are best of 3, the two versions alternated, load average 2-3.
+(engine of commit 2afd15d: completion heap, start list, Fenwick tree, lazy integrals).
+Fixes 1 and 2 are applied in the engine since; the tables above show whatever the
+engine does now. A/B figures are best of 3, the two versions alternated, load average 2-3.
 
 1. **Two calls and repeated slot arithmetic per active step** (`engine.advance_nb`
    calling `next_time_nb` and `step_nb`). Each active step calls two functions of 7
@@ -256,8 +256,8 @@ A/B figures are best of 3, the two versions alternated, load average 2-3.
    (metrics, replica state and queue_tail of all 3,456 study runs compared bit for
    bit; the engine-vs-reference, study, policy, trace and SimPy tests pass) and cuts
    the study's `batch.simulate` from 4.8-5.1 to 2.3-2.5 CPU s on one thread, and from
-   6.4-6.7 to 1.9-3.4 s of wall time on two. `step_nb`/`next_time_nb` stay for
-   `trace.py`.
+   6.4-6.7 to 1.9-3.4 s of wall time on two. (`trace.py` now calls `advance_nb` up to
+   the next time, which processes exactly one step.)
 2. **Percentiles by sorting** (`metrics.run_metrics_nb`): sorting each run's ~2,400
    latencies (a strided view of the REQUEST records) is most of the metrics kernel.
    Four nearest ranks by in-place quickselect, each searching at or above the previous

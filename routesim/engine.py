@@ -287,45 +287,6 @@ def start_nb(i, T, p, rep, router, work, req, demand, jitter):
 
 
 @nb.njit(**JIT)
-def step_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand, jitter, events):
-    """Advance one run by the step ending at ``T``; return the next arrival and event.
-
-    ``ia``/``ie`` index the first arrival/event not yet processed.
-    """
-    dt = p.dt_ms
-    # 1. completions at T
-    while router.heap_n > 0 and work.heap_t[0] <= T:
-        i = _heap_pop_nb(router, work)
-        complete_nb(i, T, p, rep, router, levels, req)
-        if rep[i].qlen > 0:
-            _mark_dirty_nb(i, rep, router, work)
-    # 2. scenario events in (T - dt, T], in time order
-    while ie < events.shape[0] and slot_nb(events[ie].time_ms, dt) <= T:
-        ev = events[ie]
-        kind = ev.kind
-        if kind == EventKind.SLOWDOWN:
-            rep[ev.replica].slowdown = ev.value
-        elif kind == EventKind.FAIL:
-            fail_nb(ev.replica, ev.time_ms, T, p, rep, router, work, levels, req, u)
-        elif kind == EventKind.RECOVER:
-            rep[ev.replica].healthy = True
-            _refresh_eligible_nb(ev.replica, p, rep, router, work)
-        ie += 1  # EventKind.RATE: already in the workload's arrival times
-    # 3. arrivals in (T - dt, T], in arrival order
-    while ia < t_arr.shape[0] and slot_nb(t_arr[ia], dt) <= T:
-        route_nb(ia, t_arr[ia], T, p, rep, router, work, levels, req, u)
-        ia += 1
-    # 4. starts at T: every idle replica with a waiting request (any order: independent)
-    for k in range(router.n_dirty):
-        i = work.dirty[k]
-        rep[i].dirty = False
-        if not rep[i].busy and rep[i].qlen > 0:
-            start_nb(i, T, p, rep, router, work, req, demand, jitter)
-    router.n_dirty = 0
-    return ia, ie
-
-
-@nb.njit(**JIT)
 def next_time_nb(ia, ie, p, router, work, t_arr, events):
     """The next time at which something happens (inf when nothing will)."""
     dt = p.dt_ms
@@ -343,13 +304,55 @@ def next_time_nb(ia, ie, p, router, work, t_arr, events):
 def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand, jitter,
                events):
     """Process every active step at a time ``<= t_stop``; return (ia, ie). The state
-    between processed times is constant."""
+    between processed times is constant.
+
+    Each active step at time ``T`` runs the four phases of model.md §3 in order. The
+    processing times of the next arrival and the next event (``ta``, ``te``) are
+    computed once each, not at every check. With ``t_stop`` = the next time (see
+    :func:`next_time_nb`) it processes exactly one step, which is how a trace samples
+    the state between steps.
+    """
+    dt = p.dt_ms
+    n_arr, n_ev = t_arr.shape[0], events.shape[0]
+    ta = slot_nb(t_arr[ia], dt) if ia < n_arr else np.inf
+    te = slot_nb(events[ie].time_ms, dt) if ie < n_ev else np.inf
     while True:
-        T = next_time_nb(ia, ie, p, router, work, t_arr, events)
+        T = min(ta, te)
+        if router.heap_n > 0:
+            T = min(T, work.heap_t[0])
         if T > t_stop:
             return ia, ie
-        ia, ie = step_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand,
-                         jitter, events)
+        # 1. completions at T
+        while router.heap_n > 0 and work.heap_t[0] <= T:
+            i = _heap_pop_nb(router, work)
+            complete_nb(i, T, p, rep, router, levels, req)
+            if rep[i].qlen > 0:
+                _mark_dirty_nb(i, rep, router, work)
+        # 2. scenario events in (T - dt, T], in time order
+        while te <= T:
+            ev = events[ie]
+            kind = ev.kind
+            if kind == EventKind.SLOWDOWN:
+                rep[ev.replica].slowdown = ev.value
+            elif kind == EventKind.FAIL:
+                fail_nb(ev.replica, ev.time_ms, T, p, rep, router, work, levels, req, u)
+            elif kind == EventKind.RECOVER:
+                rep[ev.replica].healthy = True
+                _refresh_eligible_nb(ev.replica, p, rep, router, work)
+            ie += 1  # EventKind.RATE: already in the workload's arrival times
+            te = slot_nb(events[ie].time_ms, dt) if ie < n_ev else np.inf
+        # 3. arrivals in (T - dt, T], in arrival order
+        while ta <= T:
+            route_nb(ia, t_arr[ia], T, p, rep, router, work, levels, req, u)
+            ia += 1
+            ta = slot_nb(t_arr[ia], dt) if ia < n_arr else np.inf
+        # 4. starts at T
+        for k in range(router.n_dirty):
+            i = work.dirty[k]
+            rep[i].dirty = False
+            if not rep[i].busy and rep[i].qlen > 0:
+                start_nb(i, T, p, rep, router, work, req, demand, jitter)
+        router.n_dirty = 0
 
 
 @nb.njit(**JIT)

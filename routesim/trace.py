@@ -2,7 +2,7 @@
 
 ``routesim.trace(...)`` runs one condition (a rate, a heterogeneity setting, a
 scenario and a seed) for one or more policies through the very kernels a grid uses
-(:func:`engine.init_run_nb`, :func:`engine.next_time_nb`, :func:`engine.step_nb`)
+(:func:`engine.init_run_nb`, :func:`engine.next_time_nb`, :func:`engine.advance_nb`)
 and samples the state every ``interval_ms`` of simulated time. The result is an
 xarray Dataset over a ``time`` dimension (seconds):
 
@@ -41,7 +41,7 @@ import xarray as xr
 from .conf import JIT, JIT_PARALLEL
 from .config import PARAM, ConfigError, Stage, Sweep, _check_stage, _param_value, _Reader, load_sweep, parse_sweep
 from .dtypes import LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK, EventKind, Status
-from .engine import end_time_nb, finish_nb, init_run_nb, next_time_nb, step_nb
+from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb, next_time_nb
 from .metrics import VARIABLES, run_metrics_nb
 
 INTERVAL_MS = 10.0           # default sampling interval
@@ -188,8 +188,8 @@ def trace_run_nb(p, rep, router, work, levels, req, u, t_arr, demand, jitter, ev
             before[i] = rep[i].serving if rep[i].busy else -1
             in_system += rep[i].qlen + (1 if rep[i].busy else 0)
         ia0 = ia
-        ia, ie = step_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand, jitter,
-                         events)
+        ia, ie = advance_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand,
+                            jitter, events)  # exactly the step at T
         finished = 0
         for i in range(n_rep):
             q = before[i]
