@@ -307,15 +307,22 @@ def _one_replica_sweep(name, demand, jitter, quick):
     return sweep_text(name, {"one": [SERVICE_MS]}, stages, demand=demand, jitter=jitter)
 
 
+def _mm1_rows(check, case, ds, rho, in_system, label):
+    """The M/M/1 predictions at load ``rho``: sojourn, mean in system (``in_system``,
+    a variable of ``ds``), and the tail P(N >= i) = ρⁱ."""
+    mu = 1.0 / SERVICE_MS
+    w = theory.mm1_sojourn(rho * mu, mu)
+    mean, se = seed_stats(per_seed(ds[in_system]))
+    return ([_sojourn_row(check, case, ds, w, 2 * w * w),
+             Row(check, case, label, rho / (1 - rho), mean, se)]
+            + _tail_rows(check, case, ds, lambda i: theory.mm1_tail(rho, i)))
+
+
 def _mm1_analyze(out, quick):
-    mu, rows = 1.0 / SERVICE_MS, []
+    rows = []
     for rho in ONE_REPLICA_LOADS:
-        ds, case = out[f"rho{rho:g}"], f"ρ = {rho:g}"
-        w = theory.mm1_sojourn(rho * mu, mu)
-        rows.append(_sojourn_row("mm1", case, ds, w, 2 * w * w))
-        mean, se = seed_stats(per_seed(ds.mean_in_system))
-        rows.append(Row("mm1", case, "mean in system L", rho / (1 - rho), mean, se))
-        rows += _tail_rows("mm1", case, ds, lambda i, r=rho: theory.mm1_tail(r, i))
+        rows += _mm1_rows("mm1", f"ρ = {rho:g}", out[f"rho{rho:g}"], rho, "mean_in_system",
+                          "mean in system L")
     return rows, {}
 
 
@@ -408,14 +415,10 @@ def _cluster_sweep(name, policy, quick):
 
 
 def _random_analyze(out, quick):
-    mu, rows = 1.0 / SERVICE_MS, []
+    rows = []
     for rho in CLUSTER_LOADS:
-        ds, case = out[f"rho{rho:g}"], f"N = {CLUSTER}, ρ = {rho:g} each"
-        w = theory.mm1_sojourn(rho * mu, mu)
-        rows.append(_sojourn_row("random", case, ds, w, 2 * w * w))
-        mean, se = seed_stats(per_seed(ds.replica_mean_in_system))
-        rows.append(Row("random", case, "mean in system per replica", rho / (1 - rho), mean, se))
-        rows += _tail_rows("random", case, ds, lambda i, r=rho: theory.mm1_tail(r, i))
+        rows += _mm1_rows("random", f"N = {CLUSTER}, ρ = {rho:g} each", out[f"rho{rho:g}"], rho,
+                          "replica_mean_in_system", "mean in system per replica")
     return rows, {}
 
 
