@@ -634,21 +634,39 @@ def default_load_curve(results_dir):
     return cand if cand.is_dir() and cand != Path(results_dir).resolve() and any(cand.glob("*.nc")) else None
 
 
+def add_load_curve_arg(ap):
+    """The ``--load-curve DIR`` option of the commands that read a sweep's results."""
+    ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
+                    help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
+
+
+def check_inputs(args, without_load_curve):
+    """(ok, load-curve folder or None) for ``args.results`` and ``args.load_curve``.
+
+    Not ok, after one error line on stderr, when the results folder holds no result
+    file; a missing load curve is a note (unless ``args.quiet``) saying what is left
+    out (``without_load_curve``).
+    """
+    if not args.results.is_dir() or not any(args.results.glob("*.nc")):
+        print(f"error: {args.results}: no result files (*.nc); run python -m routesim.sweep first", file=sys.stderr)
+        return False, None
+    lc = args.load_curve or default_load_curve(args.results)
+    if lc is None and not args.quiet:
+        print("note: no results/load-curve/ (python -m routesim.sweep sweeps/load-curve.toml): "
+              + without_load_curve, file=sys.stderr)
+    return True, lc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m routesim.figures", description=__doc__.split("\n\n")[1])
     ap.add_argument("results", type=Path, help="results folder of a sweep (results/<name>/)")
     ap.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default figures/)")
-    ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
-                    help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
+    add_load_curve_arg(ap)
     ap.add_argument("--quiet", action="store_true", help="no progress and no list of files")
     args = ap.parse_args(argv)
-    if not args.results.is_dir() or not any(args.results.glob("*.nc")):
-        print(f"error: {args.results}: no result files (*.nc); run python -m routesim.sweep first", file=sys.stderr)
+    ok, lc = check_inputs(args, "skipping the load-curve figure")
+    if not ok:
         return 2
-    lc = args.load_curve or default_load_curve(args.results)
-    if lc is None and not args.quiet:
-        print("note: no results/load-curve/ (python -m routesim.sweep sweeps/load-curve.toml): "
-              "skipping the load-curve figure", file=sys.stderr)
     paths = render(args.results, args.out, lc, show_progress=not args.quiet)
     if not args.quiet:
         for p in paths:

@@ -646,17 +646,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output file (default {DEFAULT_OUT})")
     ap.add_argument("--figures", type=Path, default=Path("figures"),
                     help="folder of the figures the document links to (default figures/)")
-    ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
-                    help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
+    F.add_load_curve_arg(ap)
     ap.add_argument("--quiet", action="store_true", help="no progress and no messages")
     args = ap.parse_args(argv)
-    if not args.results.is_dir() or not any(args.results.glob("*.nc")):
-        print(f"error: {args.results}: no result files (*.nc); run python -m routesim.sweep first", file=sys.stderr)
+    ok, lc = F.check_inputs(args, "leaving out the hockey stick")
+    if not ok:
         return 2
-    lc = args.load_curve or F.default_load_curve(args.results)
-    if lc is None and not args.quiet:
-        print("note: no results/load-curve/ (python -m routesim.sweep sweeps/load-curve.toml): "
-              "leaving out the hockey stick", file=sys.stderr)
     try:
         text = build(args.results, args.figures, args.out, lc, show_progress=not args.quiet)
     except ValueError as exc:
