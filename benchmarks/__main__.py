@@ -9,7 +9,6 @@ Not part of CI's pass/fail: it takes about ten minutes on the 2-core machine.
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile

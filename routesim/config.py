@@ -484,7 +484,7 @@ def _selection(rd, raw, key, values):
 def _check_stage(rd, stage, het, scenarios, where):
     """Checks that need the whole stage: bounds between keys, events, replica counts.
     ``where`` maps a parameter (or "heterogeneity") to the key path that gave its value."""
-    v, key = stage.values, stage.key
+    v = stage.values
 
     def src(name):
         p = PARAM[name]

@@ -15,7 +15,7 @@ import xarray as xr
 
 import routesim
 from conftest import HEAD, ROOT, parse, sweep_text
-from routesim import batch, chunks, grid as grid_mod
+from routesim import batch, chunks
 from routesim.sweep import main
 
 TWO_STAGES = """

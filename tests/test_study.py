@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import xarray as xr
 from hypothesis import HealthCheck, given, settings, strategies as st
 
