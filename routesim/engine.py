@@ -60,6 +60,8 @@ def end_time_nb(p):
 
 
 # --- bookkeeping of the load o_i: time integrals, histogram, eligibility -----------
+# Small helpers on records (one replica ``ri = rep[i]``) and scalars, so that the
+# compiler inlines them into the loop of :func:`advance_nb`.
 
 @nb.njit(**JIT)
 def _window_nb(t0, t1, p):
@@ -68,10 +70,10 @@ def _window_nb(t0, t1, p):
 
 
 @nb.njit(**JIT)
-def _flush_nb(i, T, p, rep):
-    """Integrate replica ``i``'s load up to ``T`` (its load is about to change)."""
-    rep[i].area += outstanding_nb(rep, i) * _window_nb(rep[i].t_mark, T, p)
-    rep[i].t_mark = T
+def _flush_nb(ri, T, p):
+    """Integrate replica ``ri``'s load up to ``T`` (its load is about to change)."""
+    ri.area += outstanding_nb(ri) * _window_nb(ri.t_mark, T, p)
+    ri.t_mark = T
 
 
 @nb.njit(**JIT)
@@ -93,22 +95,22 @@ def _relevel_nb(old, new, T, p, levels):
 
 
 @nb.njit(**JIT)
-def _refresh_eligible_nb(i, p, rep, router, work):
-    """Bring ``rep.elig``, |E| and the Fenwick tree up to date for replica ``i``."""
-    now = rep[i].healthy and rep[i].qlen < p.queue_cap
-    if now != rep[i].elig:
-        rep[i].elig = now
+def _refresh_eligible_nb(i, ri, p, router, work):
+    """Bring ``ri.elig``, |E| and the Fenwick tree up to date for replica ``i``."""
+    now = ri.healthy and ri.qlen < p.queue_cap
+    if now != ri.elig:
+        ri.elig = now
         delta = 1 if now else -1
         router.n_elig += delta
-        bit_add_nb(work.bit, i, delta)
+        bit_add_nb(work, i, delta)
 
 
 @nb.njit(**JIT)
-def _mark_dirty_nb(i, rep, router, work):
+def _mark_dirty_nb(i, ri, router, work):
     """Replica ``i`` may start a request at the end of this step."""
-    if not rep[i].dirty:
-        rep[i].dirty = True
-        work.dirty[router.n_dirty] = i
+    if not ri.dirty:
+        ri.dirty = True
+        work[router.n_dirty].dirty = i
         router.n_dirty += 1
 
 
@@ -116,39 +118,37 @@ def _mark_dirty_nb(i, rep, router, work):
 
 @nb.njit(**JIT)
 def _heap_push_nb(t, i, router, work):
-    h_t, h_i = work.heap_t, work.heap_i
     k = router.heap_n
     router.heap_n += 1
     while k > 0:
         parent = (k - 1) // 2
-        if h_t[parent] <= t:
+        if work[parent].heap_t <= t:
             break
-        h_t[k], h_i[k] = h_t[parent], h_i[parent]
+        work[k].heap_t, work[k].heap_i = work[parent].heap_t, work[parent].heap_i
         k = parent
-    h_t[k], h_i[k] = t, i
+    work[k].heap_t, work[k].heap_i = t, i
 
 
 @nb.njit(**JIT)
 def _heap_pop_nb(router, work):
     """Remove the earliest completion; return its replica."""
-    h_t, h_i = work.heap_t, work.heap_i
-    top = h_i[0]
+    top = work[0].heap_i
     router.heap_n -= 1
     n = router.heap_n
-    t, i = h_t[n], h_i[n]
+    t, i = work[n].heap_t, work[n].heap_i
     k = 0
     while True:
         child = 2 * k + 1
         if child >= n:
             break
-        if child + 1 < n and h_t[child + 1] < h_t[child]:
+        if child + 1 < n and work[child + 1].heap_t < work[child].heap_t:
             child += 1
-        if t <= h_t[child]:
+        if t <= work[child].heap_t:
             break
-        h_t[k], h_i[k] = h_t[child], h_i[child]
+        work[k].heap_t, work[k].heap_i = work[child].heap_t, work[child].heap_i
         k = child
     if n > 0:
-        h_t[k], h_i[k] = t, i
+        work[k].heap_t, work[k].heap_i = t, i
     return top
 
 
@@ -164,33 +164,35 @@ def init_run_nb(p, rep, router, work, levels, req):
     router.n_elig = 0
     router.n_dirty = 0
     router.heap_n = 0
-    work.bit[:] = 0
+    for k in range(work.shape[0]):
+        work[k].bit = 0
     for lv in range(levels.shape[0]):
         levels[lv].count = 0
         levels[lv].area = 0.0
         levels[lv].t_mark = 0.0
     levels[0].count = n_rep
     for i in range(n_rep):
-        rep[i].slowdown = 1.0
-        rep[i].healthy = True
-        rep[i].busy = False
-        rep[i].elig = False
-        rep[i].dirty = False
-        rep[i].serving = -1
-        rep[i].start_ms = 0.0
-        rep[i].end_ms = np.inf
-        rep[i].head = -1
-        rep[i].tail = -1
-        rep[i].qlen = 0
-        rep[i].s_hat = p.prior_service_ms                             # ŝ₀
-        rep[i].r_bar = 1.0 - p.prior_service_ms / p.reward_ceiling_ms  # 1 - ŝ₀ / L
-        rep[i].n_obs = 0
-        rep[i].routed = 0
-        rep[i].assigned = 0
-        rep[i].completed = 0
-        rep[i].area = 0.0
-        rep[i].t_mark = 0.0
-        _refresh_eligible_nb(i, p, rep, router, work)
+        ri = rep[i]
+        ri.slowdown = 1.0
+        ri.healthy = True
+        ri.busy = False
+        ri.elig = False
+        ri.dirty = False
+        ri.serving = -1
+        ri.start_ms = 0.0
+        ri.end_ms = np.inf
+        ri.head = -1
+        ri.tail = -1
+        ri.qlen = 0
+        ri.s_hat = p.prior_service_ms                             # ŝ₀
+        ri.r_bar = 1.0 - p.prior_service_ms / p.reward_ceiling_ms  # 1 - ŝ₀ / L
+        ri.n_obs = 0
+        ri.routed = 0
+        ri.assigned = 0
+        ri.completed = 0
+        ri.area = 0.0
+        ri.t_mark = 0.0
+        _refresh_eligible_nb(i, ri, p, router, work)
     for q in range(req.shape[0]):
         req[q].next = -1
         req[q].status = Status.PENDING
@@ -198,92 +200,20 @@ def init_run_nb(p, rep, router, work, levels, req):
 
 
 @nb.njit(**JIT)
-def enqueue_nb(i, q, T, p, rep, router, work, levels, req):
-    """Append request ``q`` to replica ``i``'s waiting queue at time ``T``."""
-    o = outstanding_nb(rep, i)
-    _flush_nb(i, T, p, rep)
-    req[q].next = -1
-    if rep[i].qlen == 0:
-        rep[i].head = q
-    else:
-        req[rep[i].tail].next = q
-    rep[i].tail = q
-    rep[i].qlen += 1
-    _relevel_nb(o, o + 1, T, p, levels)
-    _refresh_eligible_nb(i, p, rep, router, work)
-    _mark_dirty_nb(i, rep, router, work)
-
-
-@nb.njit(**JIT)
-def route_nb(q, t_decision, T, p, rep, router, work, levels, req, u):
-    """Route request ``q`` (decided at ``t_decision``, queued at ``T``): append it to a
-    replica, or shed it."""
-    i = choose_nb(rep, router, p, u, work)
-    if i == -2:
-        raise ValueError("unknown policy code")
-    if i < 0:
-        req[q].status = Status.SHED
-        req[q].done_ms = T
-        return
-    enqueue_nb(i, q, T, p, rep, router, work, levels, req)
-    router.cursor += 1
-    rep[i].routed += 1
-    if p.warmup_ms <= t_decision < p.horizon_ms:
-        rep[i].assigned += 1
-
-
-@nb.njit(**JIT)
-def fail_nb(r, t_event, T, p, rep, router, work, levels, req, u):
-    """Replica ``r`` fails: unhealthy first, then its waiting queue re-routed head first."""
-    rep[r].healthy = False
-    _refresh_eligible_nb(r, p, rep, router, work)
-    o = outstanding_nb(rep, r)
-    _flush_nb(r, T, p, rep)
-    q = rep[r].head
-    rep[r].head = -1
-    rep[r].tail = -1
-    rep[r].qlen = 0
-    _relevel_nb(o, outstanding_nb(rep, r), T, p, levels)
-    while q >= 0:
-        nxt = req[q].next
-        route_nb(q, t_event, T, p, rep, router, work, levels, req, u)
-        q = nxt
-
-
-@nb.njit(**JIT)
-def complete_nb(i, T, p, rep, router, levels, req):
-    """Replica ``i``'s request in service completes at ``T``."""
-    q = rep[i].serving
-    observe_nb(rep, i, T - rep[i].start_ms, p)  # s_obs = T - start
-    o = outstanding_nb(rep, i)
-    _flush_nb(i, T, p, rep)
-    req[q].done_ms = T
-    req[q].status = Status.DONE
-    rep[i].busy = False
-    rep[i].serving = -1
-    rep[i].end_ms = np.inf
-    _relevel_nb(o, o - 1, T, p, levels)
-    if T > p.warmup_ms:
-        rep[i].completed += 1
-        router.throughput += 1
-
-
-@nb.njit(**JIT)
-def start_nb(i, T, p, rep, router, work, req, demand, jitter):
-    """Replica ``i`` starts its queue head at ``T`` (its load does not change)."""
-    q = rep[i].head
-    rep[i].head = req[q].next
-    rep[i].qlen -= 1
-    if rep[i].qlen == 0:
-        rep[i].tail = -1
-    speed = rep[i].base_speed * rep[i].slowdown
-    rep[i].busy = True
-    rep[i].serving = q
-    rep[i].start_ms = T
-    rep[i].end_ms = slot_nb(T + demand[q] * speed * jitter[q], p.dt_ms)
-    req[q].status = Status.SERVING
-    _heap_push_nb(rep[i].end_ms, i, router, work)
-    _refresh_eligible_nb(i, p, rep, router, work)
+def _detach_queue_nb(r, T, p, rep, router, work, levels):
+    """Replica ``r`` fails: unhealthy, its waiting queue detached; return the queue's
+    head (the requests stay linked through ``req.next``) for re-routing, head first."""
+    rr = rep[r]
+    rr.healthy = False
+    _refresh_eligible_nb(r, rr, p, router, work)
+    o = outstanding_nb(rr)
+    _flush_nb(rr, T, p)
+    q = rr.head
+    rr.head = -1
+    rr.tail = -1
+    rr.qlen = 0
+    _relevel_nb(o, outstanding_nb(rr), T, p, levels)
+    return q
 
 
 @nb.njit(**JIT)
@@ -296,7 +226,7 @@ def next_time_nb(ia, ie, p, router, work, t_arr, events):
     if ie < events.shape[0]:
         t = min(t, slot_nb(events[ie].time_ms, dt))
     if router.heap_n > 0:
-        t = min(t, work.heap_t[0])
+        t = min(t, work[0].heap_t)
     return t
 
 
@@ -311,6 +241,12 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
     computed once each, not at every check. With ``t_stop`` = the next time (see
     :func:`next_time_nb`) it processes exactly one step, which is how a trace samples
     the state between steps.
+
+    The per-request work (completion, routing, start) is written out in this one loop,
+    with only small helpers on records, rather than as functions taking the run's
+    arrays: a call with array arguments costs more than the work it does (see
+    docs/performance.md). Every routing decision, an arrival's or a re-route's after a
+    failure, goes through the one routing block below.
     """
     dt = p.dt_ms
     n_arr, n_ev = t_arr.shape[0], events.shape[0]
@@ -319,39 +255,101 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
     while True:
         T = min(ta, te)
         if router.heap_n > 0:
-            T = min(T, work.heap_t[0])
+            T = min(T, work[0].heap_t)
         if T > t_stop:
             return ia, ie
         # 1. completions at T
-        while router.heap_n > 0 and work.heap_t[0] <= T:
+        while router.heap_n > 0 and work[0].heap_t <= T:
             i = _heap_pop_nb(router, work)
-            complete_nb(i, T, p, rep, router, levels, req)
-            if rep[i].qlen > 0:
-                _mark_dirty_nb(i, rep, router, work)
-        # 2. scenario events in (T - dt, T], in time order
-        while te <= T:
-            ev = events[ie]
-            kind = ev.kind
-            if kind == EventKind.SLOWDOWN:
-                rep[ev.replica].slowdown = ev.value
-            elif kind == EventKind.FAIL:
-                fail_nb(ev.replica, ev.time_ms, T, p, rep, router, work, levels, req, u)
-            elif kind == EventKind.RECOVER:
-                rep[ev.replica].healthy = True
-                _refresh_eligible_nb(ev.replica, p, rep, router, work)
-            ie += 1  # EventKind.RATE: already in the workload's arrival times
-            te = slot_nb(events[ie].time_ms, dt) if ie < n_ev else np.inf
-        # 3. arrivals in (T - dt, T], in arrival order
-        while ta <= T:
-            route_nb(ia, t_arr[ia], T, p, rep, router, work, levels, req, u)
-            ia += 1
-            ta = slot_nb(t_arr[ia], dt) if ia < n_arr else np.inf
-        # 4. starts at T
+            ri = rep[i]
+            observe_nb(ri, T - ri.start_ms, p)  # s_obs = T - start
+            o = outstanding_nb(ri)
+            _flush_nb(ri, T, p)
+            rq = req[ri.serving]
+            rq.done_ms = T
+            rq.status = Status.DONE
+            ri.busy = False
+            ri.serving = -1
+            ri.end_ms = np.inf
+            _relevel_nb(o, o - 1, T, p, levels)
+            if T > p.warmup_ms:
+                ri.completed += 1
+                router.throughput += 1
+            if ri.qlen > 0:
+                _mark_dirty_nb(i, ri, router, work)
+        # 2. scenario events in (T - dt, T], in time order, then 3. arrivals in
+        # (T - dt, T], in arrival order; a failure's queue is re-routed, head first,
+        # before the next event.
+        rerouted = -1     # next request of a failed replica's detached queue
+        t_failed = 0.0    # its decision time: the failure's
+        while True:
+            if rerouted >= 0:
+                q, t_decision = rerouted, t_failed
+                rerouted = req[q].next
+            elif te <= T:
+                ev = events[ie]
+                kind = ev.kind
+                if kind == EventKind.SLOWDOWN:
+                    rep[ev.replica].slowdown = ev.value
+                elif kind == EventKind.FAIL:
+                    rerouted = _detach_queue_nb(ev.replica, T, p, rep, router, work, levels)
+                    t_failed = ev.time_ms
+                elif kind == EventKind.RECOVER:
+                    rep[ev.replica].healthy = True
+                    _refresh_eligible_nb(ev.replica, rep[ev.replica], p, router, work)
+                ie += 1  # EventKind.RATE: already in the workload's arrival times
+                te = slot_nb(events[ie].time_ms, dt) if ie < n_ev else np.inf
+                continue
+            elif ta <= T:
+                q, t_decision = ia, t_arr[ia]
+                ia += 1
+                ta = slot_nb(t_arr[ia], dt) if ia < n_arr else np.inf
+            else:
+                break
+            # route request q (decided at t_decision, queued at T): append or shed
+            i = choose_nb(rep, router, p, u, work)
+            if i == -2:
+                raise ValueError("unknown policy code")
+            if i < 0:
+                req[q].status = Status.SHED
+                req[q].done_ms = T
+                continue
+            ri = rep[i]
+            o = outstanding_nb(ri)
+            _flush_nb(ri, T, p)
+            req[q].next = -1
+            if ri.qlen == 0:
+                ri.head = q
+            else:
+                req[ri.tail].next = q
+            ri.tail = q
+            ri.qlen += 1
+            _relevel_nb(o, o + 1, T, p, levels)
+            _refresh_eligible_nb(i, ri, p, router, work)
+            _mark_dirty_nb(i, ri, router, work)
+            router.cursor += 1
+            ri.routed += 1
+            if p.warmup_ms <= t_decision < p.horizon_ms:
+                ri.assigned += 1
+        # 4. starts at T: each replica on the start list that is idle takes its head
         for k in range(router.n_dirty):
-            i = work.dirty[k]
-            rep[i].dirty = False
-            if not rep[i].busy and rep[i].qlen > 0:
-                start_nb(i, T, p, rep, router, work, req, demand, jitter)
+            i = work[k].dirty
+            ri = rep[i]
+            ri.dirty = False
+            if ri.busy or ri.qlen == 0:
+                continue
+            q = ri.head
+            ri.head = req[q].next
+            ri.qlen -= 1
+            if ri.qlen == 0:
+                ri.tail = -1
+            ri.busy = True  # its load does not change
+            ri.serving = q
+            ri.start_ms = T
+            ri.end_ms = slot_nb(T + demand[q] * (ri.base_speed * ri.slowdown) * jitter[q], dt)
+            req[q].status = Status.SERVING
+            _heap_push_nb(ri.end_ms, i, router, work)
+            _refresh_eligible_nb(i, ri, p, router, work)
         router.n_dirty = 0
 
 
@@ -362,7 +360,7 @@ def finish_nb(p, rep, levels):
     for lv in range(levels.shape[0]):
         _level_add_nb(lv, 0, t_end, p, levels)
     for i in range(rep.shape[0]):
-        _flush_nb(i, t_end, p, rep)
+        _flush_nb(rep[i], t_end, p)
 
 
 @nb.njit(**JIT)

@@ -32,33 +32,33 @@ NAMES = {p.name.lower(): p for p in Policy}
 
 
 @nb.njit(**JIT)
-def outstanding_nb(rep, i):
-    """o_i: waiting requests plus the one in service."""
-    return rep[i].qlen + (1 if rep[i].busy else 0)
+def outstanding_nb(ri):
+    """o_i of the replica record ``ri``: waiting requests plus the one in service."""
+    return ri.qlen + (1 if ri.busy else 0)
 
 
 @nb.njit(**JIT)
-def bit_add_nb(bit, i, delta):
-    """Add ``delta`` at replica ``i`` of the Fenwick tree ``bit`` (1-based, length n + 1)."""
+def bit_add_nb(work, i, delta):
+    """Add ``delta`` at replica ``i`` of the Fenwick tree ``work.bit`` (1-based, length n + 1)."""
     j = i + 1
-    while j < bit.shape[0]:
-        bit[j] += delta
+    while j < work.shape[0]:
+        work[j].bit += delta
         j += j & -j
 
 
 @nb.njit(**JIT)
-def kth_eligible_nb(bit, k):
+def kth_eligible_nb(work, k):
     """E[k]: the replica with exactly ``k`` eligible replicas below it (0-based k < |E|)."""
-    n = bit.shape[0] - 1
+    n = work.shape[0] - 1
     step = 1
     while step * 2 <= n:
         step *= 2
     pos = 0  # largest prefix whose count is <= k
     while step > 0:
         nxt = pos + step
-        if nxt <= n and bit[nxt] <= k:
+        if nxt <= n and work[nxt].bit <= k:
             pos = nxt
-            k -= bit[nxt]
+            k -= work[nxt].bit
         step //= 2
     return pos  # 1-based pos + 1 is the answer's 1-based index, i.e. 0-based pos
 
@@ -69,7 +69,7 @@ def _round_robin_nb(rep, router, p, u, work):
     m = router.n_elig
     if m == 0:
         return -1
-    return kth_eligible_nb(work.bit, router.cursor % m)
+    return kth_eligible_nb(work, router.cursor % m)
 
 
 @nb.njit(**JIT)
@@ -78,7 +78,7 @@ def _least_queue_nb(rep, router, p, u, work):
     best, best_o = -1, 0
     for i in range(rep.shape[0]):
         if rep[i].elig:
-            o = outstanding_nb(rep, i)
+            o = outstanding_nb(rep[i])
             if best < 0 or o < best_o:
                 best, best_o = i, o
     return best
@@ -90,7 +90,7 @@ def _latency_aware_nb(rep, router, p, u, work):
     best, best_cost = -1, 0.0
     for i in range(rep.shape[0]):
         if rep[i].elig:
-            cost = (outstanding_nb(rep, i) + 1) * rep[i].s_hat
+            cost = (outstanding_nb(rep[i]) + 1) * rep[i].s_hat
             if best < 0 or cost < best_cost:
                 best, best_cost = i, cost
     return best
@@ -108,7 +108,7 @@ def _adaptive_nb(rep, router, p, u, work):
         if rep[i].elig:
             score = (rep[i].r_bar
                      + p.exploration * math.sqrt(log_t / (rep[i].n_obs + 1.0))
-                     - outstanding_nb(rep, i) * rep[i].s_hat / p.reward_ceiling_ms)
+                     - outstanding_nb(rep[i]) * rep[i].s_hat / p.reward_ceiling_ms)
             if best < 0 or score > best_score:
                 best, best_score = i, score
     return best
@@ -129,27 +129,27 @@ def _random_nb(rep, router, p, u, work):
     m = router.n_elig
     if m == 0:
         return -1
-    return kth_eligible_nb(work.bit, min(np.int64(x * m), m - 1))
+    return kth_eligible_nb(work, min(np.int64(x * m), m - 1))
 
 
 @nb.njit(**JIT)
 def _shuffled_nb(work, n_moved, position):
     """The replica at ``position`` of E after the partial shuffle so far."""
     for t in range(n_moved):
-        if work.sw_pos[t] == position:
-            return work.sw_val[t]
-    return kth_eligible_nb(work.bit, position)
+        if work[t].sw_pos == position:
+            return work[t].sw_val
+    return kth_eligible_nb(work, position)
 
 
 @nb.njit(**JIT)
 def _place_nb(work, n_moved, position, replica):
     """Record that ``replica`` now sits at ``position``; return the new n_moved."""
     for t in range(n_moved):
-        if work.sw_pos[t] == position:
-            work.sw_val[t] = replica
+        if work[t].sw_pos == position:
+            work[t].sw_val = replica
             return n_moved
-    work.sw_pos[n_moved] = position
-    work.sw_val[n_moved] = replica
+    work[n_moved].sw_pos = position
+    work[n_moved].sw_val = replica
     return n_moved + 1
 
 
@@ -172,7 +172,7 @@ def _power_of_two_nb(rep, router, p, u, work):
         i = _shuffled_nb(work, n_moved, k)
         n_moved = _place_nb(work, n_moved, j, i)
         n_moved = _place_nb(work, n_moved, k, at_j)
-        o = outstanding_nb(rep, i)
+        o = outstanding_nb(rep[i])
         if best < 0 or o < best_o or (o == best_o and i < best):
             best, best_o = i, o
     return best
@@ -203,13 +203,14 @@ def uniforms_per_decision(code, choices):
 
 
 @nb.njit(**JIT)
-def observe_nb(rep, i, s_obs, p):
-    """A completion on replica ``i`` took ``s_obs`` ms of service: update its statistics.
+def observe_nb(ri, s_obs, p):
+    """A completion on replica record ``ri`` took ``s_obs`` ms of service: update its
+    statistics.
 
     ŝ_i <- (1-α) ŝ_i + α s_obs;  r̄_i <- (1-α) r̄_i + α max(0, 1 - s_obs / L);  n_i += 1.
     Kept for every policy, whichever routes, so traces can show them.
     """
     a = p.alpha
-    rep[i].s_hat = (1.0 - a) * rep[i].s_hat + a * s_obs
-    rep[i].r_bar = (1.0 - a) * rep[i].r_bar + a * max(0.0, 1.0 - s_obs / p.reward_ceiling_ms)
-    rep[i].n_obs += 1
+    ri.s_hat = (1.0 - a) * ri.s_hat + a * s_obs
+    ri.r_bar = (1.0 - a) * ri.r_bar + a * max(0.0, 1.0 - s_obs / p.reward_ceiling_ms)
+    ri.n_obs += 1

@@ -31,7 +31,7 @@ class State:
         self.work["bit"] = 0
         self.rep["elig"] = self.rep["healthy"] & (self.rep["qlen"] < self.p["queue_cap"])
         for i in np.flatnonzero(self.rep["elig"]):
-            bit_add_nb(self.work["bit"], i, 1)
+            bit_add_nb(self.work, i, 1)
         self.router["n_elig"] = self.rep["elig"].sum()
 
     def choose(self, u=np.linspace(0.01, 0.99, 64)):
@@ -133,8 +133,8 @@ def test_power_of_two_draws_distinct_replicas():
 
 @pytest.mark.parametrize("mask", [[1, 1, 1, 1, 1], [0, 1, 0, 1, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 1]])
 def test_kth_eligible_walks_the_fenwick_tree(mask):
-    bit = np.zeros(len(mask) + 1, np.int32)
+    work = np.zeros(len(mask) + 1, WORK)
     for i, m in enumerate(mask):
         if m:
-            bit_add_nb(bit, i, 1)
-    assert [kth_eligible_nb(bit, k) for k in range(sum(mask))] == list(np.flatnonzero(mask))
+            bit_add_nb(work, i, 1)
+    assert [kth_eligible_nb(work, k) for k in range(sum(mask))] == list(np.flatnonzero(mask))
