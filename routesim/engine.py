@@ -20,7 +20,6 @@ arrival order within a run; waiting queues are FIFO linked lists through
 A step costs O(log replicas) plus the policy's own cost.
 """
 
-import math
 
 import numba as nb
 import numpy as np
@@ -41,14 +40,16 @@ def slot_nb(t, dt):
     """
     if dt == 0.0:
         return t
-    k = np.int64(math.ceil(t / dt))
-    if k > 1 and (k - 1) * dt >= t:
-        k -= 1
+    # k is kept as a float (an integer, exactly, far beyond any horizon in steps), and
+    # estimated as t · (1/dt) rather than t / dt so that, inside advance_nb's loop, the
+    # division is done once. The estimate is within one of the answer; the two checks
+    # make it exact.
+    k = np.ceil(t * (1.0 / dt))
+    if k > 1.0 and (k - 1.0) * dt >= t:
+        k -= 1.0
     elif k * dt < t:
-        k += 1
-    if k < 1:
-        k = 1
-    return k * dt
+        k += 1.0
+    return max(k, 1.0) * dt
 
 
 @nb.njit(**JIT)

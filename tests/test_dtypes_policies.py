@@ -2,9 +2,12 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from routesim import dtypes
 from routesim.dtypes import PARAMS, REPLICA, ROUTER, WORK, Policy
+from routesim.engine import slot_nb
 from routesim.policies import NAMES, bit_add_nb, choose_nb, kth_eligible_nb
 
 
@@ -138,3 +141,25 @@ def test_kth_eligible_walks_the_fenwick_tree(mask):
         if m:
             bit_add_nb(work, i, 1)
     assert [kth_eligible_nb(work, k) for k in range(sum(mask))] == list(np.flatnonzero(mask))
+
+
+@given(t=st.floats(0.0, 1e7, allow_nan=False), dt=st.sampled_from([0.05, 0.1, 0.25, 0.3, 0.5, 1.0, 0.7, 1e-3]))
+def test_slot_is_the_first_grid_time_at_or_after_t(t, dt):
+    # model.md §3: something at t is processed at the end of the step containing it, the
+    # first k·dt >= t with k >= 1, compared as the floating-point product k * dt.
+    k = slot_nb(t, dt) / dt
+    k = round(k)
+    assert slot_nb(t, dt) == k * dt
+    assert k >= 1 and k * dt >= t
+    assert k == 1 or (k - 1) * dt < t
+    assert slot_nb(t, 0.0) == t
+
+
+@pytest.mark.parametrize("dt", [0.05, 0.1, 0.3, 0.5, 0.7])
+def test_slot_on_and_beside_grid_times(dt):
+    # the hard cases: t on a grid time (as the product k * dt) and one ulp either side
+    for k in range(1, 200_001, 7):
+        on = k * dt
+        assert slot_nb(on, dt) == on
+        assert slot_nb(np.nextafter(on, np.inf), dt) == (k + 1) * dt
+        assert slot_nb(np.nextafter(on, -np.inf), dt) == on
