@@ -175,7 +175,6 @@ REQUEST = np.dtype(
         ("next", np.int32),      # the request behind it in its waiting queue, -1 at the tail
         ("status", np.int8),     # Status code
         ("done_ms", np.float64), # completion time (NaN until it completes)
-        ("lat_ms", np.float64),  # metrics scratch: sorted completed cohort latencies
     ],
     align=True,
 )

@@ -98,8 +98,8 @@ def ranked_nb(values, p, lo):
 def run_metrics_nb(p, rep, router, levels, req, t_arr, out):
     """Fill ``out`` (a METRICS record) from one finished run.
 
-    req (arrivals,) REQUEST: status and completion times in, ``lat_ms`` used as
-    scratch; t_arr (arrivals,) arrival times. ``levels.area`` (replica·ms spent at
+    req (arrivals,) REQUEST: status and completion times; t_arr (arrivals,) arrival
+    times. The latencies are selected in a contiguous buffer of the run's own. ``levels.area`` (replica·ms spent at
     each load) becomes the time-average fraction of replicas holding at least that
     many requests, and ``rep.area`` (request·ms) the replica's time-average load.
     """
@@ -110,7 +110,7 @@ def run_metrics_nb(p, rep, router, levels, req, t_arr, out):
     on_time = 0
     m = 0
     total = 0.0
-    lat = req.lat_ms
+    lat = np.empty(t_arr.shape[0])
     for q in range(t_arr.shape[0]):
         t = t_arr[q]
         if t < warm or t >= horizon:
