@@ -10,6 +10,7 @@ once every stage has finished; ``--resume`` picks up a killed run where it stopp
 """
 
 import argparse
+import gc
 import sys
 import time
 from pathlib import Path
@@ -134,9 +135,20 @@ def main(argv=None) -> int:
     return 0
 
 
+def _exit(code: int):
+    """Leave the process. What is alive now goes with it: frozen, the interpreter's
+    final garbage collections do not walk it (about 0.45 s after a study)."""
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
+    # numba, xarray and pandas, imported by now, live as long as the process: frozen,
+    # the collector stops walking them at every full collection (0.3-0.5 s of a study).
+    gc.freeze()
     try:
-        sys.exit(main())
+        code = main()
     except KeyboardInterrupt:
         print("interrupted (finished chunks are kept: rerun with --resume to finish)", file=sys.stderr)
-        sys.exit(130)
+        code = 130
+    _exit(code)
