@@ -241,39 +241,70 @@ METHOD = """\
 
 
 FINDINGS = """\
-Found while writing this suite (2026-11-29), measured on a private copy of routesim
-(engine of commit 2afd15d: completion heap, start list, Fenwick tree, lazy integrals).
-Fixes 1 and 2 are applied in the engine since; the tables above show whatever the
-engine does now. A/B figures are best of 3, the two versions alternated, load average 2-3.
+**Why the targets marked NOT MET are not met.** What is left is the cost of each simulated
+request in the compiled loop, 140-160 ns of one core when the machine is quiet (the
+figures above are from whatever load the run met). The study simulates 9.38 M requests;
+0.5 s on two cores, workload generation included, needs about 85 ns per request with the
+metrics, and the SimPy ratio of 100x about 100 ns: both need another 1.6-1.8x that we did
+not find in this engine's structure (below, 6). The whole command's 4 s sits within the
+machine's noise of what is measured now: the same command, same build, took 3.5-6.1 s
+within minutes on this shared host (no steal time is reported to the guest).
 
-1. **Two calls and repeated slot arithmetic per active step** (`engine.advance_nb`
-   calling `next_time_nb` and `step_nb`). Each active step calls two functions of 7
-   and 14 arguments (8 of them arrays) and re-derives the slot (a division and a
-   `ceil`) of the next arrival and next event at every check. Doing the step's four
-   phases inline in `advance_nb`, with `ta`/`te` (the next arrival's and event's
-   processing time) computed once per arrival and per event, gives identical results
-   (metrics, replica state and queue_tail of all 3,456 study runs compared bit for
-   bit; the engine-vs-reference, study, policy, trace and SimPy tests pass) and cuts
-   the study's `batch.simulate` from 4.8-5.1 to 2.3-2.5 CPU s on one thread, and from
-   6.4-6.7 to 1.9-3.4 s of wall time on two. (`trace.py` now calls `advance_nb` up to
-   the next time, which processes exactly one step.)
-2. **Percentiles by sorting** (`metrics.run_metrics_nb`): sorting each run's ~2,400
-   latencies (a strided view of the REQUEST records) is most of the metrics kernel.
-   Four nearest ranks by in-place quickselect, each searching at or above the previous
-   rank, give the same values (checked against the sort on 20,000 random arrays with
-   ties) at about a third of the cost (included in the figures of 1).
-3. **What remains per request** after 1 and 2 is about 250 ns of one core (one
-   thread, loaded machine): the policy call chain (`route_nb` -> `choose_nb` ->
-   policy -> `enqueue_nb` -> `_flush_nb`/`_relevel_nb`/`_refresh_eligible_nb`/
-   `_mark_dirty_nb`), each taking the run's record arrays, and field-by-field access
-   to aligned records that the compiler cannot keep in registers. A stripped loop over
-   the same arrivals with replica state in local arrays (least-queue, no events, no
-   time integrals) ran at about 60 ns per request: the distance to the 0.5 s and
-   100x-SimPy targets is in that restructuring.
-4. **Whole command, outside the engine**: imports (xarray, pandas, numba), loading the
-   compiled kernels from the cache on the first call, xarray importing `dask.array`
-   when it builds the first Dataset (dask comes with `distributed`), and h5netcdf
-   writing each variable with its dimension scales: see the phase table.
+Found with `perf record` on the engine (one thread, the validation stage; JIT symbols
+from the compiled library, samples mapped to functions and instructions) and A/B runs of
+two copies of the package alternated, best of 3-5 each. Every change below gives results
+bit for bit equal to the engine before it on all 3,456 study runs (metrics, replica
+state, queue_tail), and the engine-vs-reference, policy, trace and SimPy tests pass.
+
+1. **Two calls and repeated slot arithmetic per active step** (`advance_nb` calling
+   `next_time_nb` and `step_nb`, 7 and 14 arguments): the four phases written inline,
+   `ta`/`te` computed once per arrival and per event. `batch.simulate` of the study
+   4.8-5.1 -> 2.3-2.5 CPU s on one thread (an earlier session).
+2. **Percentiles by sorting**: four nearest ranks by quickselect, each searching above
+   the previous one (an earlier session, included in 1).
+3. **Field views of the index structures** (`work.heap_t[k]`, `work.bit[j]`, ...): each
+   view of a record array's field is a new array, with an atomic reference-count
+   increment and decrement, several per request. Read record by record
+   (`work[k].heap_t`): 232 -> 209 ns per request (one thread, A/B).
+4. **Calls taking the run's arrays** (`route_nb`, `enqueue_nb`, `start_nb`,
+   `complete_nb`, `_heap_pop_nb`, ~40 arguments each: every array is seven words). LLVM
+   did not inline them (too large, and not local); Numba's own inlining
+   (`inline="always"`) did, -17 %, but added an atomic reference-count pair per array
+   argument (`NRT_incref`/`NRT_decref`: 6.6 % of all samples). Now the completion, the
+   routing (one block for arrivals and for re-routes after a failure) and the start are
+   written out in `advance_nb`'s loop with small helpers on one replica's record, which
+   LLVM inlines: self time of those five functions (51 % of samples) folded into
+   `advance_nb`, the reference counting down to 3 %.
+5. **The slot of a time** (`ceil(t / dt)`, then two exact checks): the division and the
+   float-int-float conversions were the hottest instructions of the loop (about a quarter
+   of `advance_nb`'s samples). Estimated as `t * (1/dt)` with the division hoisted out
+   of the loop and `k` kept a float; the same checks keep it exact (a property test, and
+   grid times one ulp either side): about -3 %.
+6. **What is left, per request** (one thread, share of samples): `advance_nb` 61 %
+   (the start's service-time product and slot, the EWMA updates with their division by
+   L, record loads and stores the compiler cannot keep in registers since any store may
+   alias them, and branches on which of arrival, completion or event comes next, which
+   no predictor can learn), `choose_nb` and the policies 14 % (adaptive: a `log`, and a
+   `sqrt` and two divisions per replica, per decision), the percentiles' quickselect 12 %
+   (data-dependent branches on random latencies), `_heap_pop_nb` 5 %, `init_run_nb` 2 %,
+   reference counting 3 %. Candidates not tried: the router's counters as local
+   variables (registers) inside `advance_nb`, a branchless three-way partition for the
+   percentiles, latencies gathered at completion instead of in a second pass.
+7. **Tried and not kept** (no difference beyond the noise): dynamic scheduling of the
+   `prange` over runs (`parallel_chunksize` 1 and 4; two threads already give 1.85-1.95x
+   on a stage), workload generation in a thread pool (small arrays: the GIL), the
+   arrival slots taken out of the loop, Numba inlining of `_heap_pop_nb` and `choose_nb`
+   on top of 4; an ablation without the time integrals (`queue_tail`, mean in system)
+   was no faster, so they stay exact and lazy.
+8. **Whole command, outside the engine**: the interpreter's cyclic garbage collector
+   walked the hundreds of thousands of objects numba, xarray and pandas leave, at every
+   full collection and again at exit. `gc.freeze()` after the imports and before
+   `sys.exit` in `python -m routesim.sweep`: exit 0.47-0.52 -> 0.05-0.06 s, the run
+   3.3-3.7 -> 2.6-3.2 s (alternated). What remains outside the engine: imports (numba,
+   which imports scipy and yaml; xarray and pandas), numba's first call (its target
+   context and the cached kernels), xarray importing `dask.array` when dask is installed
+   (it is, with the `test` and `cluster` extras; not with `pip install -e .`), and
+   h5netcdf creating each variable (about 15 ms each, most of it dimension lookups).
 """
 
 

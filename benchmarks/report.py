@@ -199,7 +199,7 @@ def write_doc(fig, prev, prev_source, meta, detail) -> str:
         "",
         detail["breakdown_text"],
         "",
-        "## Hot spots found, and the fixes proposed",
+        "## Hot spots found, what was fixed, and what is left",
         "",
         detail["findings_text"],
         "",
