@@ -218,30 +218,17 @@ def _detach_queue_nb(r, T, p, rep, router, work, levels):
 
 
 @nb.njit(**JIT)
-def next_time_nb(ia, ie, p, router, work, t_arr, events):
-    """The next time at which something happens (inf when nothing will)."""
-    dt = p.dt_ms
-    t = np.inf
-    if ia < t_arr.shape[0]:
-        t = slot_nb(t_arr[ia], dt)
-    if ie < events.shape[0]:
-        t = min(t, slot_nb(events[ie].time_ms, dt))
-    if router.heap_n > 0:
-        t = min(t, work[0].heap_t)
-    return t
-
-
-@nb.njit(**JIT)
 def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand, jitter,
                events):
-    """Process every active step at a time ``<= t_stop``; return (ia, ie). The state
-    between processed times is constant.
+    """Process every active step at a time ``<= t_stop``; return (ia, ie, the time of
+    the next active step, inf when nothing is left). The state between processed times
+    is constant.
 
     Each active step at time ``T`` runs the four phases of model.md §3 in order. The
     processing times of the next arrival and the next event (``ta``, ``te``) are
-    computed once each, not at every check. With ``t_stop`` = the next time (see
-    :func:`next_time_nb`) it processes exactly one step, which is how a trace samples
-    the state between steps.
+    computed once each, not at every check. With ``t_stop`` = the time it returned, it
+    processes exactly one step (and with ``t_stop = -inf`` none), which is how a trace
+    samples the state between steps.
 
     The per-request work (completion, routing, start) is written out in this one loop,
     with only small helpers on records, rather than as functions taking the run's
@@ -258,7 +245,7 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
         if router.heap_n > 0:
             T = min(T, work[0].heap_t)
         if T > t_stop:
-            return ia, ie
+            return ia, ie, T
         # 1. completions at T
         while router.heap_n > 0 and work[0].heap_t <= T:
             i = _heap_pop_nb(router, work)

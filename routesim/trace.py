@@ -2,9 +2,9 @@
 
 ``routesim.trace(...)`` runs one condition (a rate, a heterogeneity setting, a
 scenario and a seed) for one or more policies through the very kernels a grid uses
-(:func:`engine.init_run_nb`, :func:`engine.next_time_nb`, :func:`engine.advance_nb`)
-and samples the state every ``interval_ms`` of simulated time. The result is an
-xarray Dataset over a ``time`` dimension (seconds):
+(:func:`engine.init_run_nb`, :func:`engine.advance_nb`) and samples the state every
+``interval_ms`` of simulated time. The result is an xarray Dataset over a ``time``
+dimension (seconds):
 
 - per replica: the waiting queue, the in-service flag, health, the speed factor and
   the true mean service time it implies, the router's estimates ŝ, r̄ and n, and the
@@ -41,8 +41,9 @@ import xarray as xr
 from .conf import JIT, JIT_PARALLEL
 from .config import PARAM, ConfigError, Stage, Sweep, _check_stage, _param_value, _Reader, load_sweep, parse_sweep
 from .dtypes import LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK, EventKind, Status
-from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb, next_time_nb
+from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb
 from .metrics import VARIABLES, run_metrics_nb
+from .policies import outstanding_nb
 
 INTERVAL_MS = 10.0           # default sampling interval
 ROLLING_COMPLETIONS = 250    # the rolling p99 covers the last this many completions
@@ -171,12 +172,12 @@ def trace_run_nb(p, rep, router, work, levels, req, u, t_arr, demand, jitter, ev
     t_end = end_time_nb(p)
     n_rep = rep.shape[0]
     n_s = sample_ms.shape[0]
-    ia, ie = 0, 0
     j = 0
     n_done, n_on, n_shed, lo = 0, 0, 0, 0
     before = np.empty(n_rep, np.int64)   # request in service before the step, or -1
+    ia, ie, T = advance_nb(-np.inf, 0, 0, p, rep, router, work, levels, req, u, t_arr, demand,
+                           jitter, events)  # no step: the time of the first
     while True:
-        T = next_time_nb(ia, ie, p, router, work, t_arr, events)
         while j < n_s and sample_ms[j] < T:
             lo = _record_nb(j, sample_ms[j], rep, ia, n_done, n_on, n_shed, lo, comp_t,
                             comp_lat, lat_sort, window_n, tput_ms, o_rep, o_clu)
@@ -186,10 +187,10 @@ def trace_run_nb(p, rep, router, work, levels, req, u, t_arr, demand, jitter, ev
         in_system = 0
         for i in range(n_rep):
             before[i] = rep[i].serving if rep[i].busy else -1
-            in_system += rep[i].qlen + (1 if rep[i].busy else 0)
+            in_system += outstanding_nb(rep[i])
         ia0 = ia
-        ia, ie = advance_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand,
-                            jitter, events)  # exactly the step at T
+        ia, ie, T_next = advance_nb(T, ia, ie, p, rep, router, work, levels, req, u, t_arr, demand,
+                                    jitter, events)  # exactly the step at T
         finished = 0
         for i in range(n_rep):
             q = before[i]
@@ -203,8 +204,9 @@ def trace_run_nb(p, rep, router, work, levels, req, u, t_arr, demand, jitter, ev
                     n_on += 1
         after = 0
         for i in range(n_rep):
-            after += rep[i].qlen + (1 if rep[i].busy else 0)
+            after += outstanding_nb(rep[i])
         n_shed += in_system + (ia - ia0) - finished - after
+        T = T_next
     finish_nb(p, rep, levels)
     run_metrics_nb(p, rep, router, levels, req, t_arr, out)
 
