@@ -532,6 +532,24 @@ class _Run:
                 self.req_start[q] = T
 
 
+def _phases(run: _Run, T: float) -> None:
+    """model.md §3: the four phases of the step that ends at T (discrete mode: the step
+    (T - dt, T]; exact mode: the event time T)."""
+    # 1. Completions: in-service requests with end <= T complete at T, in replica id order.
+    for i, r in enumerate(run.replicas):
+        if r.in_service is not None and r.end <= T:
+            run.complete(i, T)
+    # 2. Scenario events up to T, in time order, ties in list order (an event at time 0
+    #    falls into the first step).
+    while run.next_event_time() <= T:
+        run.apply_next_event()
+    # 3. Arrivals up to T, in arrival order.
+    while run.next_arrival_time() <= T:
+        run.arrive_next()
+    # 4. Starts at T.
+    run.start_idle(T)
+
+
 def _simulate_discrete(run: _Run, dt: float) -> int:
     """model.md §3: one Python loop over EVERY grid step (empty steps too); returns K."""
     K = round(run.H / dt)                   # number of steps
@@ -539,23 +557,9 @@ def _simulate_discrete(run: _Run, dt: float) -> int:
         t_k = k * dt
         t_next = (k + 1) * dt               # t_{k+1} = (k+1)·dt, never a running sum
         run.accumulate(t_k, t_next)         # the state held over (t_k, t_{k+1}]
-
-        # 1. Completions: in-service requests with end <= t_{k+1} complete at t_{k+1}.
-        for i, r in enumerate(run.replicas):
-            if r.in_service is not None and r.end <= t_next:
-                run.complete(i, t_next)
-
-        # 2. Scenario events with time in (t_k, t_{k+1}] (an event at time 0 falls into the first step).
-        while run.next_event_time() <= t_next:
-            run.apply_next_event()
-
-        # 3. Arrivals with time in (t_k, t_{k+1}], in arrival order.
-        while run.next_arrival_time() <= t_next:
-            assert run.next_arrival_time() > t_k or k == 0
-            run.arrive_next()
-
-        # 4. Starts at t_{k+1}.
-        run.start_idle(t_next)
+        # every arrival of this step has its time in (t_k, t_{k+1}] (arrivals are sorted)
+        assert run.next_arrival_time() > t_k or k == 0
+        _phases(run, t_next)
     run.accumulate(K * dt, run.H)           # finish at H (nothing when K·dt >= H)
     return K
 
@@ -577,22 +581,7 @@ def _simulate_exact(run: _Run) -> int:
             break
         run.accumulate(t_prev, T)           # the state held over (t_prev, T]
         t_prev = T
-
-        # 1. Completions: every request whose end == T (T is the earliest end, so <= is ==).
-        for i, r in enumerate(run.replicas):
-            if r.in_service is not None and r.end <= T:
-                run.complete(i, T)
-
-        # 2. Scenario events at T, time order, ties in list order.
-        while run.next_event_time() <= T:
-            run.apply_next_event()
-
-        # 3. Arrivals at T, in arrival order.
-        while run.next_arrival_time() <= T:
-            run.arrive_next()
-
-        # 4. Starts at T.
-        run.start_idle(T)
+        _phases(run, T)                     # T is the earliest end: "end <= T" is "end == T"
         processed += 1
     run.accumulate(t_prev, run.H)           # finish at H
     return processed

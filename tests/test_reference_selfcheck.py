@@ -217,7 +217,10 @@ def test_single_replica_by_hand():
 
 
 def _grid_ceil(x, dt):
-    """The smallest grid time j·dt with j·dt >= x (x lies in step j)."""
+    """The smallest grid time j·dt with j·dt >= x (x lies in step j); x itself in exact
+    mode (dt = 0)."""
+    if dt == 0:
+        return x
     j = max(0, math.ceil(x / dt))
     while j > 0 and (j - 1) * dt >= x:
         j -= 1
@@ -230,7 +233,9 @@ def _fifo_recurrence(arr, demand, jitter, speed_at, cap, dt, t_end):
     """Single FIFO server with waiting cap, from the model's phase order:
     start_q = max(grid_ceil(a_q), completion of the previous accepted request);
     completion = grid_ceil(start + service); q is shed when the number of earlier
-    accepted requests still waiting when q is routed (start >= grid_ceil(a_q)) is >= cap."""
+    accepted requests still waiting when q is routed (start >= grid_ceil(a_q)) is >= cap.
+    In exact mode (dt = 0) every time is its own: a start at a_q happens after q is
+    routed, and a completion at a_q before it."""
     start, done, shed = [math.nan] * len(arr), [math.nan] * len(arr), [False] * len(arr)
     accepted = []
     prev_done = 0.0
@@ -332,35 +337,6 @@ def test_nearest_rank():
 FLAT = dict(ref.DEFAULT_WORKLOAD, jitter_min=1.0, jitter_max=1.0)   # jitter exactly 1.0
 
 
-def _fifo_exact(arr, demand, jitter, speed_at, cap, t_end):
-    """Single FIFO server with waiting cap in continuous time: start_q = max(a_q, completion
-    of the previous accepted request); completion = start + service exactly.  q is shed
-    when the earlier accepted requests still waiting at a_q (start >= a_q: a start at a_q
-    happens after q is routed) number >= cap; a completion at a_q comes before it."""
-    start, done, shed = [math.nan] * len(arr), [math.nan] * len(arr), [False] * len(arr)
-    accepted = []
-    prev_done = 0.0
-    for q, a in enumerate(arr):
-        if a > t_end:
-            break
-        waiting = sum(1 for r in accepted if not start[r] < a)   # nan (never starts) counts
-        if waiting >= cap:
-            shed[q] = True
-            continue
-        accepted.append(q)
-        s = max(a, prev_done)
-        if s > t_end or math.isnan(prev_done):
-            prev_done = math.nan
-            continue
-        start[q] = s
-        c = s + demand[q] * speed_at(s) * jitter[q]
-        if c > t_end:
-            prev_done = math.nan
-            continue
-        done[q] = prev_done = c
-    return start, done, shed
-
-
 def test_exact_single_replica_by_hand():
     """seed 1, rate 100, one replica of speed 1, constant demand 11 ms, no jitter: every
     service is exactly 11 ms and starts the moment the replica is free.
@@ -456,8 +432,8 @@ def test_exact_single_replica_matches_fifo_recurrence(policy, cap):
                          warmup_s=0.2, measure_s=1.0, queue_cap=cap, dt_ms=0)
     w = tr["workload"]
     speed_at = lambda s: (11.0 / 11.0) * (4.0 if 400.0 <= s < 800.0 else 1.0)  # event first at a tie
-    start, done, shed = _fifo_exact(list(w["t_ms"]), list(w["demand_ms"]), list(w["jitter"]),
-                                    speed_at, cap, 1200.0)
+    start, done, shed = _fifo_recurrence(list(w["t_ms"]), list(w["demand_ms"]), list(w["jitter"]),
+                                         speed_at, cap, 0.0, 1200.0)
     assert np.array_equal(tr["start"], start, equal_nan=True)
     assert np.array_equal(tr["done"], done, equal_nan=True)
     assert tr["shed"] == shed
@@ -686,11 +662,6 @@ def test_power_of_two_two_choices_differs_and_balances():
 # Time averages: mean_in_system, mean_in_system_replica, queue_tail
 # ------------------------------------------------------------------------------------
 
-def _processed_time(x, dt):
-    """The time at which something that happens at x is processed."""
-    return x if dt == 0 else _grid_ceil(x, dt)
-
-
 def _segments(tr, dt, events):
     """(replica, from, to) intervals each request spends in a replica's queue or slot,
     rebuilt from the trace: placed at the processing time of its arrival, moved at the
@@ -700,11 +671,11 @@ def _segments(tr, dt, events):
     fails = {int(ev["replica"]) - 1: [] for ev in events if ev.get("fail")}
     for ev in events:
         if ev.get("fail"):
-            fails[int(ev["replica"]) - 1].append(_processed_time(ev["at_s"] * 1000.0, dt))
+            fails[int(ev["replica"]) - 1].append(_grid_ceil(ev["at_s"] * 1000.0, dt))
     hops = {}                                  # q -> [(replica or None, from)]
     for kind, q, c in tr["decisions"]:
         if kind == "arrival":
-            hops[q] = [(c, _processed_time(tr["arrival"][q], dt))]
+            hops[q] = [(c, _grid_ceil(tr["arrival"][q], dt))]
         else:                                  # the first failure of its replica after it got there
             prev, since = hops[q][-1]
             t = min(f for f in fails[prev] if f >= since)
@@ -745,7 +716,7 @@ def test_mean_in_system_littles_law_one_replica(dt):
     sojourn = 0.0
     for q, a in enumerate(tr["arrival"]):
         end = tr["done"][q] if not math.isnan(tr["done"][q]) else H
-        sojourn += max(0.0, min(end, H) - max(_processed_time(a, dt), W))
+        sojourn += max(0.0, min(end, H) - max(_grid_ceil(a, dt), W))
     assert res["mean_in_system"] == pytest.approx(sojourn / (H - W), rel=1e-12)
     assert res["mean_in_system_replica"] == [res["mean_in_system"]]
     little = res["arrivals"] / (H - W) * res["latency_mean"]        # λ · W
@@ -753,7 +724,7 @@ def test_mean_in_system_littles_law_one_replica(dt):
     # one replica: queue_tail[1] is the busy fraction, the union of the in-system intervals
     busy, reach = 0.0, W
     for q, a in enumerate(tr["arrival"]):
-        t0 = max(_processed_time(a, dt), reach)
+        t0 = max(_grid_ceil(a, dt), reach)
         end = min(tr["done"][q] if not math.isnan(tr["done"][q]) else H, H)
         if end > t0:
             busy += end - t0
