@@ -72,9 +72,13 @@ def rate_profile(rate_rps: float, rate_events, horizon_ms: float):
     return np.array(starts), np.array(rates), np.array(cum)
 
 
-def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
-             params: WorkloadParams = WorkloadParams()) -> Workload:
-    """Draw the arrivals in ``[0, horizon_ms)`` of one (seed, rate profile)."""
+def draw_arrivals(seed: int, rate_rps: float, rate_events, horizon_ms: float, columns: int):
+    """Arrival times in ``[0, horizon_ms)`` and their rows of uniforms (model.md §2).
+
+    Arrival ``k`` consumes row ``k`` of ``Generator(PCG64(seed)).random((n, columns))``;
+    column 0 is its unit exponential, time-changed through the rate profile. Returns
+    ``(t_ms, u)`` of shapes ``(n,)`` and ``(n, columns)``; row ``k`` does not depend on n.
+    """
     starts, rates, cum = rate_profile(rate_rps, rate_events, horizon_ms)
     total = cum[-1] + rates[-1] * (horizon_ms - starts[-1])  # Λ(horizon)
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -82,7 +86,7 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
     s_last = 0.0
     block = int(total + 8.0 * np.sqrt(total) + _BLOCK_MIN)
     while True:
-        u = rng.random((block, 4))
+        u = rng.random((block, columns))
         # S_k = E_0 + ... + E_k, summed left to right across blocks
         s = np.add.accumulate(np.concatenate(([s_last], -np.log1p(-u[:, 0]))))[1:]
         blocks.append(u)
@@ -98,7 +102,13 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
     seg = np.searchsorted(cum, s, side="right") - 1
     t_ms = starts[seg] + (s - cum[seg]) / rates[seg]
     keep = t_ms < horizon_ms  # guards the last ulp of the inversion
-    u, t_ms = u[keep], t_ms[keep]
+    return t_ms[keep], u[keep]
+
+
+def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
+             params: WorkloadParams = WorkloadParams()) -> Workload:
+    """Draw the arrivals in ``[0, horizon_ms)`` of one (seed, rate profile)."""
+    t_ms, u = draw_arrivals(seed, rate_rps, rate_events, horizon_ms, 4)
 
     radius = np.sqrt(-2.0 * np.log1p(-u[:, 1]))
     z1 = radius * np.cos(2.0 * np.pi * u[:, 2])
