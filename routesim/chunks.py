@@ -24,15 +24,14 @@ discarded, never mixed in.
 import ast
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .batch import Outcome
+from .files import write_bytes
 
 FORMAT = 1            # bump when the layout of a chunk file changes
 MANIFEST = "manifest.json"
@@ -132,18 +131,6 @@ class Fingerprint:
         return why or ["their format changed"]
 
 
-def write_bytes_atomic(path: Path, write) -> None:
-    """Call ``write(file)`` on a temporary file beside ``path``, then rename it to ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def read_manifest(folder: Path) -> dict | None:
     try:
         return json.loads((Path(folder) / MANIFEST).read_text())
@@ -183,7 +170,7 @@ class ChunkStore:
         folder.mkdir(parents=True)
         manifest = dict(vars(fingerprint), digest=fingerprint.digest, format=FORMAT,
                         chunks=len(ranges))
-        write_bytes_atomic(folder / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+        write_bytes(folder / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
         return cls(folder, fingerprint, ranges, [])
 
     @staticmethod
@@ -196,7 +183,7 @@ class ChunkStore:
     def save(self, i: int, part: Outcome) -> None:
         lo, hi = self.ranges[i]
         arrays = {name: getattr(part, name) for name in Outcome.FIELDS}
-        write_bytes_atomic(self.path(i), lambda f: np.savez(f, lo=lo, hi=hi, **arrays))
+        write_bytes(self.path(i), lambda f: np.savez(f, lo=lo, hi=hi, **arrays))
 
     def load(self, i: int) -> Outcome:
         lo, hi = self.ranges[i]

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from .dtypes import EventKind  # noqa: E402
+from .files import replace_atomically  # noqa: E402
 
 PALETTE = {
     "round_robin": "#8c8c8c",    # grey
@@ -567,10 +568,8 @@ def save(fig: Figure, out_dir, stem) -> list:
     paths = []
     with matplotlib.rc_context(STYLE):
         for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
-            path = out_dir / f"{stem}.{ext}"
-            tmp = out_dir / f".{stem}.{ext}.tmp"
-            fig.savefig(tmp, format=ext, dpi=DPI, metadata=meta)
-            tmp.replace(path)
+            path = replace_atomically(out_dir / f"{stem}.{ext}",
+                                      lambda tmp: fig.savefig(tmp, format=ext, dpi=DPI, metadata=meta))
             paths.append(path)
             fig.set_layout_engine("none")  # laid out once (for the PNG): the SVG has the same layout
     return paths

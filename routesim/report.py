@@ -18,6 +18,7 @@ import xarray as xr
 
 from . import figures as F
 from .dtypes import EventKind
+from .files import write_text
 
 DEFAULT_OUT = Path("docs") / "serving-validation.md"
 CONDITION_DIMS = ("rate_rps", "heterogeneity", "scenario")
@@ -632,12 +633,7 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
 
 
 def write(text: str, out_path) -> Path:
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out_path)
-    return out_path
+    return write_text(out_path, text)
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,5 @@
 """Flat runs -> the xarray Dataset of interface.md, with units and descriptions."""
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +7,7 @@ import xarray as xr
 
 from .batch import Outcome
 from .config import PARAM, Sweep
+from .files import replace_atomically
 from .grid import Grid
 from .metrics import VARIABLES
 
@@ -79,16 +78,4 @@ def _coord_attrs(dim):
 
 def write_atomic(ds: xr.Dataset, path: Path) -> None:
     """Write ``ds`` to ``path`` as netCDF (h5netcdf) via a temporary name and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a result file is not
-    try:
-        ds.to_netcdf(tmp, engine="h5netcdf")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_atomically(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))

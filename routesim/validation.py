@@ -56,6 +56,7 @@ import numpy as np
 import xarray as xr
 
 from . import theory
+from .files import write_text
 
 Z = 4.0
 """Standard errors allowed between a simulated estimate and its theory value."""
@@ -915,10 +916,7 @@ def main(argv=None) -> int:
                          progress=lambda n: print(f"running {n} ...", file=sys.stderr, flush=True))
     seconds = time.perf_counter() - t0
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(f".{args.out.name}.tmp")
-        tmp.write_text(markdown(results, args.quick, seconds), encoding="utf-8")
-        tmp.replace(args.out)
+        write_text(args.out, markdown(results, args.quick, seconds))
         print(f"wrote {args.out} ({seconds:.0f} s)", file=sys.stderr)
     else:
         print(render_text(results))

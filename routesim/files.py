@@ -1,0 +1,52 @@
+"""Writing a file whole or not at all: a unique temporary name beside it, then a rename.
+
+Every file routesim writes (result Datasets, chunks, figures, documents) goes through
+:func:`replace_atomically`, so an interrupted run never leaves a half-written file and
+two runs writing the same file at once never share a temporary. A temporary is named
+``.<name>.<random>.tmp``; the commands remove strays of a killed run by that pattern.
+"""
+
+import functools
+import os
+import tempfile
+from pathlib import Path
+
+
+@functools.cache
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def replace_atomically(path, write) -> Path:
+    """Call ``write(tmp)`` with the path of a new temporary file beside ``path`` (its
+    folder created if needed), then rename it to ``path``; return ``path``. The file
+    gets the usual permissions (``0o666`` less the umask), not mkstemp's private ones.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; return ``path``."""
+    return replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_bytes(path, write) -> Path:
+    """Call ``write(f)`` on a binary file object of a temporary beside ``path``, then
+    rename it to ``path``; return ``path``."""
+    def opened(tmp):
+        with open(tmp, "wb") as f:
+            write(f)
+    return replace_atomically(path, opened)
