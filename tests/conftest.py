@@ -41,7 +41,7 @@ rate_rps = [100, 250]
 seeds = [1, 2]
 
 [[stages]]
-name = "stress"            # overload, small queues, re-route sheds, a finer step
+name = "stress"            # overload, small queues, re-route sheds; a finer step and exact mode
 policy = ["round_robin", "least_queue", "latency_aware", "adaptive"]
 exploration = [0, 0.5]
 rate_rps = [420]
@@ -49,39 +49,100 @@ scenario = ["early", "failure"]
 queue_cap = 3
 warmup_s = 1
 measure_s = 11
-dt_ms = 0.25
+dt_ms = [0.25, 0]
 seeds = [3]
 """
 
 
 EXACT = """
 [[stages]]
-name = "exact"             # event-time mode, every policy, all demand distributions
+name = "exact"             # event-time mode, every policy, all demand distributions, every kind of event
 policy = ["round_robin", "least_queue", "latency_aware", "adaptive", "random", "power_of_two"]
 rate_rps = [250]
-scenario = ["steady", "burst", "failure"]
+scenario = ["steady", "burst", "straggler", "failure", "early"]
 workload = { demand = ["tokens", "exponential", "constant"] }
 dt_ms = 0
 seeds = [5]
 
 [[stages]]
-name = "random"            # the randomized policies on the grid, several choices, small queues
+name = "random"            # the randomized policies in both time modes, several choices, small queues
 policy = ["random", "power_of_two"]
 rate_rps = [300]
 scenario = ["early", "failure"]
 choices = [1, 2, 3]
 queue_cap = 4
+dt_ms = [0.5, 0]
 warmup_s = 1
 measure_s = 11
 seeds = [6, 7]
 """
 
 
+CONSTANTS_HEAD = """
+# Every constant of docs/model.md away from its default, and no two of them equal: a
+# mix-up of two constants (say the replica speed built from the prior ŝ₀ instead of the
+# reference demand, both 11 ms by default) changes the results.
+name = "constants"
+
+[simulation]
+dt_ms = 0.4
+warmup_s = 1.5
+measure_s = 3.5
+slo_ms = 35
+
+[cluster]
+queue_cap = inf
+reference_demand_ms = 13
+[cluster.heterogeneity]
+skewed = [9, 12.5, 20]
+
+[workload]
+prompt_tokens = { median = 300, sigma = 0.7, min = 32, max = 2000 }
+output_tokens = { median = 64, sigma = 0.9, min = 8, max = 500 }
+demand_ms = { base = 0.75, per_prompt_token = 0.0078125, per_output_token = 0.03125 }
+jitter = { min = 0.8, max = 1.25 }
+
+[policy]
+alpha = 0.3
+exploration = 0.2
+reward_ceiling_ms = 60
+prior_service_ms = 7
+choices = 3
+
+[scenarios.mixed]    # slowdowns and rate changes, two of them at t = 0
+events = [{ at_s = 0, replica = 2, slowdown = 1.5 }, { at_s = 0, rate_multiplier = 0.8 },
+          { at_s = 1.8, replica = 3, slowdown = 3.0 }, { at_s = 2.6, rate_multiplier = 1.6 },
+          { at_s = 3.4, replica = 3, slowdown = 1.0 }, { at_s = 3.9, rate_multiplier = 1.0 }]
+[scenarios.outage]   # all three fail at once: unbounded queues, yet re-routes and arrivals are shed
+events = [{ at_s = 1.9, replica = 1, fail = true }, { at_s = 2.3, replica = 3, fail = true },
+          { at_s = 2.45, replica = 2, fail = true }, { at_s = 2.6, replica = 2, recover = true },
+          { at_s = 2.9, replica = 1, recover = true }, { at_s = 3.6, replica = 3, recover = true }]
+
+[grid]
+rate_rps = [220, 380]
+heterogeneity = ["skewed"]
+scenario = ["mixed", "outage"]
+"""
+
+CONSTANTS = """
+[[stages]]
+name = "constants"         # both time modes, every policy, two demand distributions
+policy = ["round_robin", "least_queue", "latency_aware", "adaptive", "random", "power_of_two"]
+dt_ms = [0.4, 0]
+workload = { demand = ["tokens", "exponential"] }
+seeds = [8, 9]
+"""
+
+
 @pytest.fixture(scope="session")
 def differential():
-    """(sweep, {stage: Dataset}) of the differential grid, simulated once."""
-    sweep = parse(DIFFERENTIAL + EXACT)
-    return sweep, routesim.run(sweep, show_progress=False)
+    """{stage: (sweep, Dataset)} of the differential grids, simulated once: the study's
+    constants (DIFFERENTIAL, EXACT) and every constant changed (CONSTANTS)."""
+    out = {}
+    for sweep in (parse(DIFFERENTIAL + EXACT), parse(CONSTANTS, CONSTANTS_HEAD)):
+        for name, ds in routesim.run(sweep, show_progress=False).items():
+            out[name] = (sweep, ds)
+    return out
 
 
 def assert_invariants(ds):

@@ -1,10 +1,28 @@
 """The compiled engine against the naive reference (tests/reference.py), run by run.
 
-Counts must agree exactly, floats within 1e-9: every policy × scenario × both
-heterogeneities × several seeds and rates, plus an overloaded grid with tiny queues,
-failures (re-route sheds), an event at t = 0 and a finer step; exact event-time mode
-with every policy and demand distribution; the randomized policies with several
-sample sizes.
+Counts must agree exactly, floats within 1e-9, per-replica vectors element by element.
+The grids (tests/conftest.py) and what each covers:
+
+- ``study``: the four deterministic policies × the four scenarios of docs/model.md §4
+  × both heterogeneity settings × two rates × two seeds, every constant at its default.
+- ``stress``: overload (420 req/s), queues of 3, a slowdown from an event at t = 0, and
+  failures whose re-routes are accepted and shed, on a finer step (0.25 ms) and in the
+  exact event-time mode (dt = 0).
+- ``exact``: the exact mode with all six policies, the three demand distributions and
+  every kind of event: rate changes, the straggler's slowdown, a failure, and the
+  ``early`` scenario (a slowdown at t = 0, a failure and recovery, a second slowdown).
+- ``random``: the randomized policies with 1, 2 and 3 choices and queues of 4, on the
+  grid and in the exact mode, with failures and re-route sheds.
+- ``constants``: every constant of docs/model.md §1–§6 at a distinct non-default value
+  (reference demand 13 ms, ŝ₀ 7 ms, α 0.3, L 60 ms, c 0.2, SLO 35 ms, dt 0.4 ms, a
+  1.5 s + 3.5 s horizon, jitter 0.8–1.25, other token medians, sigmas, bounds and
+  per-token costs, replicas of 9 / 12.5 / 20 ms, 3 choices) with ``queue_cap = inf``:
+  every policy, two rates, two seeds, both time modes, token and exponential demand,
+  slowdowns and rate changes (two at t = 0), and an outage of all three replicas
+  (re-routes shed with no cap).
+
+``test_the_grids_exercise_what_they_claim`` checks from the reference's own records
+that the re-routes and sheds these grids are meant to produce do happen.
 """
 
 import math
@@ -16,12 +34,15 @@ import reference
 from conftest import scenario_events
 from routesim.config import PARAM
 
+STAGES = ("study", "stress", "exact", "random", "constants")
 COUNTS = ("arrivals", "completed", "shed", "unfinished")
 FLOATS = ("latency_p50", "latency_p90", "latency_p95", "latency_p99", "latency_mean",
           "latency_max", "slo_miss_rate", "shed_rate", "attainment", "goodput", "throughput",
           "mean_in_system")
 VECTORS = {"assigned": "assigned", "replica_completed": "replica_completed",
            "replica_mean_in_system": "mean_in_system_replica", "queue_tail": "queue_tail"}
+REFERENCE_ARGS = ("exploration", "demand", "choices", "dt_ms", "warmup_s", "measure_s", "slo_ms",
+                  "queue_cap", "reference_demand_ms", "alpha", "reward_ceiling_ms", "prior_service_ms")
 
 
 def _points(ds):
@@ -36,29 +57,39 @@ def _close(a, b):
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
 
 
-@pytest.mark.parametrize("stage", ["study", "stress", "exact", "random"])
+_RUNS = {}
+
+
+def _reference_runs(differential, stage):
+    """[(point, engine run, reference metrics, reference routing decisions)] of a stage,
+    the reference simulated once per point."""
+    if stage not in _RUNS:
+        sweep, ds = differential[stage]
+        values = sweep.stages[[s.name for s in sweep.stages].index(stage)].values
+        fixed = {p: values[p][0] for p in PARAM if p not in ds.dims}
+        wl = {f"{a}_{b}": fixed[f"{a}_tokens_{b}"]
+              for a in ("prompt", "output") for b in ("median", "sigma", "min", "max")}
+        wl.update(demand_base=fixed["demand_ms_base"], demand_per_prompt=fixed["demand_ms_per_prompt_token"],
+                  demand_per_output=fixed["demand_ms_per_output_token"],
+                  jitter_min=fixed["jitter_min"], jitter_max=fixed["jitter_max"])
+        runs = []
+        for point in _points(ds):
+            res, trace = reference._simulate(
+                policy=point["policy"], seed=point["seed"], rate_rps=point["rate_rps"],
+                ref_ms=list(sweep.heterogeneity[point["heterogeneity"]]),
+                events=scenario_events(sweep.text, point["scenario"]),
+                **{k: point[k] if k in point else fixed[k] for k in REFERENCE_ARGS},
+                workload=wl)
+            runs.append((point, ds.sel(point), res, trace["decisions"]))
+        assert len(runs) == ds.attainment.size
+        _RUNS[stage] = runs
+    return _RUNS[stage]
+
+
+@pytest.mark.parametrize("stage", STAGES)
 def test_every_run_matches_the_reference(differential, stage):
-    sweep, results = differential
-    ds = results[stage]
-    values = sweep.stages[[s.name for s in sweep.stages].index(stage)].values
-    fixed = {p: values[p][0] for p in PARAM if p not in ds.dims}
-    wl = {f"{k[0]}_{k[1]}": fixed[f"{k[0]}_tokens_{k[1]}"]
-          for k in [(a, b) for a in ("prompt", "output") for b in ("median", "sigma", "min", "max")]}
-    wl.update(demand_base=fixed["demand_ms_base"], demand_per_prompt=fixed["demand_ms_per_prompt_token"],
-              demand_per_output=fixed["demand_ms_per_output_token"],
-              jitter_min=fixed["jitter_min"], jitter_max=fixed["jitter_max"])
     mismatches = []
-    checked = 0
-    for point in _points(ds):
-        run = ds.sel(point)
-        ref = reference.simulate_run(
-            policy=point["policy"], seed=point["seed"], rate_rps=point["rate_rps"],
-            ref_ms=list(sweep.heterogeneity[point["heterogeneity"]]),
-            events=scenario_events(sweep.text, point["scenario"]),
-            **{k: point[k] if k in point else fixed[k] for k in (
-                "exploration", "demand", "choices", "dt_ms", "warmup_s", "measure_s", "slo_ms", "queue_cap",
-                "reference_demand_ms", "alpha", "reward_ceiling_ms", "prior_service_ms")},
-            workload=wl)
+    for point, run, ref, _ in _reference_runs(differential, stage):
         for name in COUNTS:
             if int(run[name]) != ref[name]:
                 mismatches.append((point, name, int(run[name]), ref[name]))
@@ -69,15 +100,60 @@ def test_every_run_matches_the_reference(differential, stage):
             ours, theirs = run[name].values.tolist(), list(ref[ref_name])
             if len(ours) != len(theirs) or not all(map(_close, ours, theirs)):
                 mismatches.append((point, name, ours, theirs))
-        checked += 1
-    assert checked == ds.attainment.size
     assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
 
 
-def test_stress_grid_exercises_shedding_and_reroutes(differential):
-    """The stress grid is only a good differential case if it actually sheds."""
-    _, results = differential
-    ds = results["stress"]
+def test_the_constants_stage_changes_every_constant(differential):
+    """No constant of the ``constants`` grid is at its default or equal to another
+    constant in ms, so that no two can be mistaken for each other unnoticed."""
+    sweep, ds = differential["constants"]
+    values = sweep.stages[0].values
+    for name, p in PARAM.items():
+        if name not in ("demand",):
+            assert all(v != p.default for v in values[name]), name
+    assert list(values["queue_cap"]) == [math.inf]
+    assert set(values["dt_ms"]) == {0.4, 0.0}
+    ms = [values[n][0] for n in ("reference_demand_ms", "prior_service_ms", "reward_ceiling_ms", "slo_ms")]
+    het = list(sweep.heterogeneity[str(ds.heterogeneity.values[0])])
+    assert len(set(ms + het)) == len(ms + het) == 7
+    assert 11.0 not in ms + het
+
+
+def _reroutes(decisions):
+    """(accepted, shed) re-routes among a run's routing decisions."""
+    kinds = [c is not None for k, _, c in decisions if k == "reroute"]
+    return sum(kinds), len(kinds) - sum(kinds)
+
+
+@pytest.mark.parametrize("stage", ["stress", "random", "constants"])
+def test_the_grids_exercise_what_they_claim(differential, stage):
+    """From the reference's records: in each time mode of the stage, some failure
+    re-routes a request and some re-route is shed."""
+    _, ds = differential[stage]
+    by_mode = {}
+    for point, run, ref, decisions in _reference_runs(differential, stage):
+        accepted, shed = _reroutes(decisions)
+        mode = "exact" if point.get("dt_ms", ds.attrs.get("dt_ms")) == 0 else "grid"
+        seen = by_mode.setdefault(mode, [0, 0])
+        seen[0] += accepted > 0
+        seen[1] += shed > 0
+    assert set(by_mode) == {"exact", "grid"}
+    for mode, (accepted, shed) in by_mode.items():
+        assert accepted > 0, f"{stage}, {mode}: no failure re-routed a request"
+        assert shed > 0, f"{stage}, {mode}: no re-route was shed"
+
+
+def test_stress_grid_sheds(differential):
+    """Queues of 3 at 420 req/s, beyond the capacity of either setting (about 290 and 315 req/s
+    at the mean demand), shed in every run."""
+    _, ds = differential["stress"]
     assert (ds.shed > 0).all()
-    # failure at 6 s: the failed replica's queue is re-routed; with queues of 3 some are shed
-    assert float(ds.shed_rate.sel(scenario="failure").min()) > 0
+
+
+def test_without_a_queue_cap_only_an_outage_sheds(differential):
+    """queue_cap = inf: a healthy replica is always eligible, so nothing is shed unless
+    every replica is down (model.md §5); in ``outage`` all three are down for 150 ms
+    of the measurement, in which some 30 to 60 requests arrive (220 or 380 req/s)."""
+    _, ds = differential["constants"]
+    assert int(ds.shed.sel(scenario="mixed").max()) == 0
+    assert (ds.shed.sel(scenario="outage") > 0).all()
