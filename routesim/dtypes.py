@@ -37,6 +37,11 @@ class EventKind(IntEnum):
     RECOVER = 3   # mark healthy again, statistics untouched
 
 
+EVENT_NAMES = {EventKind.RATE: "rate_multiplier", EventKind.SLOWDOWN: "slowdown",
+               EventKind.FAIL: "fail", EventKind.RECOVER: "recover"}
+"""Each event kind by the key that states it in a sweep file (and in a trace's ``event_kind``)."""
+
+
 class Status(IntEnum):
     """What became of a request (one byte per request per run)."""
 

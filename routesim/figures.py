@@ -30,6 +30,24 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from .dtypes import EventKind  # noqa: E402
 from .files import replace_atomically  # noqa: E402
+from .resultset import (  # noqa: E402
+    add_load_curve_arg,
+    capacity_rps,
+    check_inputs,
+    lag_trace,
+    load,
+    mean_demand,
+    reach_time,
+    scenario_in,
+    selected_parameter,
+    squeeze,
+    stages,
+    steady,
+    straggler_event,
+    timeline_scenarios,
+    timeline_traces,
+    trace_events_text,
+)
 
 PALETTE = {
     "round_robin": "#8c8c8c",    # grey
@@ -79,9 +97,6 @@ NAMES = {
 }
 """File stem of each figure (``figures/<stem>.png`` and ``.svg``)."""
 
-LAG_ALPHAS = (0.05, 0.3, 0.6)
-"""α values of the estimate-lag figure, besides the sweep's own."""
-
 
 def colour(policy) -> str:
     if policy in PALETTE:
@@ -102,116 +117,8 @@ def _z(policy):
 
 
 # --------------------------------------------------------------------------------------
-# Reading results
-# --------------------------------------------------------------------------------------
-
-def squeeze(ds: xr.Dataset, keep=("policy", "rate_rps", "heterogeneity", "scenario", "seed", "replica")):
-    """Drop length-1 dimensions not in ``keep``; refuse a Dataset with other swept ones."""
-    for d in list(ds.dims):
-        if d in keep or d in ("level",):
-            continue
-        if ds.sizes[d] == 1:
-            ds = ds.isel({d: 0})
-        elif d != "exploration" or "exploration" not in keep:
-            raise ValueError(f"cannot plot a Dataset swept over {d!r} ({ds.sizes[d]} values)")
-    return ds
-
-
-def load(results_dir) -> dict:
-    """{stage name: Dataset} of every ``*.nc`` stage file in a results folder."""
-    out = {}
-    for path in sorted(Path(results_dir).glob("*.nc")):
-        if path.name.startswith("trace"):
-            continue
-        with xr.open_dataset(path, engine="h5netcdf") as f:
-            ds = f.load()
-        out[ds.attrs.get("stage", path.stem)] = ds
-    return out
-
-
-def stages(results: dict):
-    """(development, validation): the selecting stage and the stage that compares policies."""
-    dev = next((ds for ds in results.values() if any(k.startswith("selects_") for k in ds.attrs)), None)
-    val = next((ds for ds in reversed(list(results.values())) if ds.sizes.get("policy", 0) > 1), None)
-    return dev, val
-
-
-def _scenario_with(sweep, kind):
-    """The first scenario of the sweep with an event of this kind (a slowdown > 1 for SLOWDOWN)."""
-    for name, events in sweep.scenarios.items():
-        for e in events:
-            if e.kind == kind and (kind != EventKind.SLOWDOWN or e.value > 1):
-                return name
-    return None
-
-
-def _sweep(ds):
-    from .config import parse_sweep
-    return parse_sweep(ds.attrs["sweep_text"], ds.attrs.get("sweep_file", "<dataset>"))
-
-
-def condition(val: xr.Dataset) -> dict:
-    """The traced condition: the highest rate, the default (else first) heterogeneity, the first seed."""
-    hets = [str(h) for h in val.heterogeneity.values]
-    return dict(rate_rps=float(val.rate_rps.values.max()),
-                heterogeneity="default" if "default" in hets else hets[0],
-                seed=int(val.seed.values[0]))
-
-
-def timeline_traces(val: xr.Dataset) -> dict:
-    """{"straggler": trace, "failure": trace} of every policy at :func:`condition`."""
-    from .trace import trace
-    sweep = _sweep(val)
-    scenarios = [str(s) for s in val.scenario.values]
-    out = {}
-    for key, kind in (("straggler", EventKind.SLOWDOWN), ("failure", EventKind.FAIL)):
-        name = _scenario_with(sweep, kind)
-        if name is not None and name in scenarios:
-            out[key] = trace(val, scenario=name, **condition(val))
-    return out
-
-
-def lag_trace(val: xr.Dataset, seed=None):
-    """The straggler scenario at :func:`condition` (or the given seeds) for the policies
-    that route on ŝ, with α swept over the sweep's value and :data:`LAG_ALPHAS`; None
-    without a straggler."""
-    from .trace import trace
-    sweep = _sweep(val)
-    name = _scenario_with(sweep, EventKind.SLOWDOWN)
-    if name is None or name not in [str(s) for s in val.scenario.values]:
-        return None
-    pols = [p for p in ("latency_aware", "adaptive") if p in val.policy.values] or [str(val.policy.values[-1])]
-    study = float(val.attrs.get("alpha", 0.15))
-    cond = condition(val)
-    if seed is not None:
-        cond["seed"] = seed
-    tl = trace(val, policy=pols, scenario=name, alpha=sorted(set(LAG_ALPHAS) | {study}), **cond)
-    tl.attrs["alpha_study"] = study
-    return tl
-
-
-def straggler_event(tl: xr.Dataset):
-    """(replica, onset s, factor, recovery s or None) of a trace's first slowdown > 1."""
-    kinds = tl.event_kind.values
-    for k in range(kinds.shape[0]):
-        if kinds[k] == "slowdown" and tl.event_value.values[k] > 1:
-            rep = int(tl.event_replica.values[k])
-            rec = [float(tl.event_time.values[m]) for m in range(k + 1, kinds.shape[0])
-                   if kinds[m] == "slowdown" and int(tl.event_replica.values[m]) == rep]
-            return rep, float(tl.event_time.values[k]), float(tl.event_value.values[k]), (rec[0] if rec else None)
-    return None
-
-
-# --------------------------------------------------------------------------------------
 # Figures
 # --------------------------------------------------------------------------------------
-
-def _policy_legend(fig, policies, **kw):
-    handles = [Line2D([], [], color=colour(p), lw=_width(p), marker="o", ms=4, label=label(p)) for p in policies]
-    kw.setdefault("loc", "upper center")
-    kw.setdefault("ncol", len(policies))
-    fig.legend(handles=handles, **kw)
-
 
 def development_figure(dev: xr.Dataset) -> Figure:
     """Left: the objective (mean over conditions of the mean attainment over seeds)
@@ -220,7 +127,7 @@ def development_figure(dev: xr.Dataset) -> Figure:
     from .study import objective
     from .config import Selection
     dev = squeeze(dev, keep=("exploration", "rate_rps", "heterogeneity", "scenario", "seed", "replica"))
-    param = next(k[len("selects_"):] for k in dev.attrs if k.startswith("selects_"))
+    param = selected_parameter(dev)
     chosen = float(dev.attrs[f"selects_{param}"])
     obj = 100 * objective(dev, Selection(param, "attainment"))
     c = obj[param].values
@@ -375,18 +282,6 @@ def _mark_events(ax, tl):
         ax.axvspan(start, float(tl.time.values[-1]), color="#f2e3d5", alpha=0.6, lw=0, zorder=0)
 
 
-def _event_text(tl):
-    parts = []
-    for k in range(tl.sizes.get("event", 0)):
-        t, kind = float(tl.event_time.values[k]), str(tl.event_kind.values[k])
-        rep, v = int(tl.event_replica.values[k]), float(tl.event_value.values[k])
-        what = {"slowdown": f"replica {rep} slowdown ×{v:g}" if v != 1 else f"replica {rep} back to full speed",
-                "fail": f"replica {rep} fails",
-                "recover": f"replica {rep} recovers", "rate_multiplier": f"rate ×{v:g}"}[kind]
-        parts.append(f"{t:g} s: {what}")
-    return "; ".join(parts)
-
-
 _REPLICA_STYLES = ("-", "--", ":", "-.")
 
 
@@ -440,31 +335,15 @@ def timeline_figure(tl: xr.Dataset) -> Figure:
     handles.append(matplotlib.patches.Patch(color="#f2e3d5", label="disturbance"))
     scen = str(tl.scenario.values)
     fig.suptitle(f"{scen}: {float(tl.rate_rps):g} req/s, heterogeneity {str(tl.heterogeneity.values)}, "
-                 f"seed {int(tl.seed)} — {_event_text(tl)}", fontsize=9)
+                 f"seed {int(tl.seed)} — {trace_events_text(tl)}", fontsize=9)
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles))
     return fig
-
-
-def capacity_rps(ds: xr.Dataset, heterogeneity, mean_demand_ms) -> float:
-    """Σ_i 1 / E[service_i] in requests/s: replica i serves a mean request in
-    mean_service_ms[i] / reference demand × E[demand × jitter] (grid rounding ignored)."""
-    ms = ds.mean_service_ms.sel(heterogeneity=heterogeneity).values
-    return float(np.sum(1000.0 / (ms / float(ds.attrs["reference_demand_ms"]) * mean_demand_ms)))
-
-
-def mean_demand(ds: xr.Dataset) -> float:
-    from .trace import mean_demand_ms
-    from .config import PARAM
-    return mean_demand_ms({n: (ds.attrs[n],) for n in PARAM
-                           if (PARAM[n].section == "workload" or n == "reference_demand_ms") and n in ds.attrs})
 
 
 def load_curve_figure(lc: xr.Dataset) -> Figure:
     """Median p99 (top, log) and mean attainment (bottom) against the arrival rate,
     one line per policy, one column per heterogeneity setting; steady scenario."""
-    lc = squeeze(lc)
-    if "scenario" in lc.dims:
-        lc = lc.sel(scenario="steady") if "steady" in lc.scenario.values else lc.isel(scenario=0)
+    lc = steady(squeeze(lc))
     pols = [str(p) for p in lc.policy.values]
     hets = [str(h) for h in lc.heterogeneity.values]
     rates = lc.rate_rps.values
@@ -495,20 +374,6 @@ def load_curve_figure(lc: xr.Dataset) -> Figure:
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncol=len(handles))
     return fig
-
-
-def reach_time(t, s_hat, true, onset, frac=0.9):
-    """Seconds after ``onset`` until ŝ first covers ``frac`` of the step of the true
-    mean (NaN if it never does before the next change of the true mean)."""
-    i0 = int(np.searchsorted(t, onset, side="left"))
-    before, after = true[max(i0 - 1, 0)], true[min(i0 + 1, len(true) - 1)]
-    target = before + frac * (after - before)
-    for i in range(i0, len(t)):
-        if true[i] != after:
-            break
-        if (after > before and s_hat[i] >= target) or (after < before and s_hat[i] <= target):
-            return float(t[i] - onset)
-    return float("nan")
 
 
 def estimate_lag_figure(tl: xr.Dataset) -> Figure:
@@ -591,17 +456,14 @@ def jobs(results_dir, load_curve_dir=None):
             if not traces:
                 traces.update(timeline_traces(val))
             return timeline_figure(traces[key])
-        sweep = _sweep(val)
-        for key, kind in (("straggler", EventKind.SLOWDOWN), ("failure", EventKind.FAIL)):
-            name = _scenario_with(sweep, kind)
-            if name is not None and name in [str(s) for s in val.scenario.values]:
-                out.append((f"timeline-{name}", lambda key=key: timeline(key)))
+        for key, name in timeline_scenarios(val).items():
+            out.append((f"timeline-{name}", lambda key=key: timeline(key)))
     if load_curve_dir is not None:
         lc = load(load_curve_dir)
         _, lcv = stages(lc)
         if lcv is not None:
             out.append((NAMES["load_curve"], lambda: load_curve_figure(lcv)))
-    if val is not None and _scenario_with(_sweep(val), EventKind.SLOWDOWN) in [str(s) for s in val.scenario.values]:
+    if val is not None and scenario_in(val, EventKind.SLOWDOWN) is not None:
         out.append((NAMES["lag"], lambda: estimate_lag_figure(lag_trace(val))))
     return out
 
@@ -625,35 +487,6 @@ def render(results_dir, out_dir="figures", load_curve_dir=None, show_progress=Fa
     if bar is not None:
         bar.close()
     return paths
-
-
-def default_load_curve(results_dir):
-    """``results/load-curve/`` beside ``results/<name>/``, when it exists."""
-    cand = Path(results_dir).resolve().parent / "load-curve"
-    return cand if cand.is_dir() and cand != Path(results_dir).resolve() and any(cand.glob("*.nc")) else None
-
-
-def add_load_curve_arg(ap):
-    """The ``--load-curve DIR`` option of the commands that read a sweep's results."""
-    ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
-                    help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
-
-
-def check_inputs(args, without_load_curve):
-    """(ok, load-curve folder or None) for ``args.results`` and ``args.load_curve``.
-
-    Not ok, after one error line on stderr, when the results folder holds no result
-    file; a missing load curve is a note (unless ``args.quiet``) saying what is left
-    out (``without_load_curve``).
-    """
-    if not args.results.is_dir() or not any(args.results.glob("*.nc")):
-        print(f"error: {args.results}: no result files (*.nc); run python -m routesim.sweep first", file=sys.stderr)
-        return False, None
-    lc = args.load_curve or default_load_curve(args.results)
-    if lc is None and not args.quiet:
-        print("note: no results/load-curve/ (python -m routesim.sweep sweeps/load-curve.toml): "
-              + without_load_curve, file=sys.stderr)
-    return True, lc
 
 
 def main(argv=None) -> int:

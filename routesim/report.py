@@ -17,8 +17,26 @@ import numpy as np
 import xarray as xr
 
 from . import figures as F
-from .dtypes import EventKind
 from .files import write_text
+from .resultset import (
+    add_load_curve_arg,
+    capacity_rps,
+    check_inputs,
+    condition,
+    lag_trace,
+    load,
+    mean_demand,
+    reach_time,
+    selected_parameter,
+    squeeze,
+    stages,
+    steady,
+    straggler_event,
+    straggler_share,
+    sweep_event_text,
+    sweep_of,
+    timeline_scenarios,
+)
 
 DEFAULT_OUT = Path("docs") / "serving-validation.md"
 CONDITION_DIMS = ("rate_rps", "heterogeneity", "scenario")
@@ -148,18 +166,6 @@ def winners(att: xr.DataArray):
 # Sections
 # --------------------------------------------------------------------------------------
 
-def _event_line(ev):
-    t = f"{ev.at_s:g} s"
-    r = ev.replica + 1
-    if ev.kind == EventKind.RATE:
-        return f"{t}: arrival rate ×{ev.value:g}"
-    if ev.kind == EventKind.SLOWDOWN:
-        return f"{t}: replica {r} serves ×{ev.value:g} slower" if ev.value != 1 else f"{t}: replica {r} back to full speed"
-    if ev.kind == EventKind.FAIL:
-        return f"{t}: replica {r} fails (its waiting queue is re-routed)"
-    return f"{t}: replica {r} recovers"
-
-
 def protocol(dev, val, sweep) -> str:
     a = val.attrs
     hets = [str(h) for h in val.heterogeneity.values]
@@ -175,7 +181,7 @@ def protocol(dev, val, sweep) -> str:
         + "; ".join(f"`{h}`: {', '.join(num(x) for x in val.mean_service_ms.sel(heterogeneity=h).values)} ms"
                     for h in hets) + ".")
     lines.append("")
-    demand = F.mean_demand(val)
+    demand = mean_demand(val)
     lines.append(
         f"**Workload.** Poisson arrivals; prompt and output tokens are bounded log-normals (medians "
         f"{num(a['prompt_tokens_median'])} and {num(a['output_tokens_median'])} tokens); a request's demand "
@@ -198,14 +204,14 @@ def protocol(dev, val, sweep) -> str:
     lines.append("")
     for s in scens:
         evs = sweep.scenarios[s]
-        lines.append(f"- `{s}`: " + ("; ".join(_event_line(e) for e in evs) if evs else "no events") + ".")
+        lines.append(f"- `{s}`: " + ("; ".join(sweep_event_text(e) for e in evs) if evs else "no events") + ".")
     lines.append("")
     pols = [label(p) for p in val.policy.values]
     router = (f"The router sees only queue state, health and the statistics of completed requests "
               f"(EWMA weight α = {num(a['alpha'])}, prior ŝ₀ = {num(a['prior_service_ms'])} ms, reward "
               f"ceiling L = {num(a['reward_ceiling_ms'])} ms).")
     if dev is not None:
-        param = next(k[len("selects_"):] for k in dev.attrs if k.startswith("selects_"))
+        param = selected_parameter(dev)
         n_dev = int(np.prod([dev.sizes[d] for d in CONDITION_DIMS]))
         lines.append(
             f"**Stages.** *Development:* {', '.join(label(p) for p in dev.policy.values)} with "
@@ -246,9 +252,9 @@ def protocol(dev, val, sweep) -> str:
 def selection(dev) -> str:
     from .config import Selection
     from .study import objective
-    param = next(k[len("selects_"):] for k in dev.attrs if k.startswith("selects_"))
+    param = selected_parameter(dev)
     chosen = dev.attrs[f"selects_{param}"]
-    d = F.squeeze(dev, keep=(param,) + CONDITION_DIMS + ("seed", "replica"))
+    d = squeeze(dev, keep=(param,) + CONDITION_DIMS + ("seed", "replica"))
     obj = objective(d, Selection(param, "attainment"))
     cond = d.attainment.mean("seed")
     rel = cond - cond.isel({param: 0})
@@ -285,7 +291,7 @@ def selection(dev) -> str:
 
 
 def policy_table(val) -> str:
-    v = F.squeeze(val)
+    v = squeeze(val)
     rows = []
     for p in v.policy.values:
         one = v.sel(policy=p)
@@ -315,7 +321,7 @@ def policy_table(val) -> str:
 
 
 def scenario_tables(val) -> str:
-    v = F.squeeze(val)
+    v = squeeze(val)
     pols = [str(p) for p in v.policy.values]
     lines = ["## Validation by scenario", "",
              "Mean attainment over seeds (%) and median p99 (ms) per condition; the best attainment is "
@@ -343,7 +349,7 @@ def scenario_tables(val) -> str:
 
 
 def reading(val, share=None) -> str:
-    v = F.squeeze(val)
+    v = squeeze(val)
     att = v.attainment
     order, means = ranking(att)
     seeds = per_seed(att)
@@ -425,36 +431,6 @@ def reading(val, share=None) -> str:
     return "\n".join(lines)
 
 
-def straggler_share(val):
-    """Share of the assignments that went to the straggling replica before, during and
-    after the slowdown, per rate, policy and seed, at the figures' heterogeneity setting
-    (None, None without a straggler scenario)."""
-    from .trace import trace
-    sweep = F._sweep(val)
-    name = F._scenario_with(sweep, EventKind.SLOWDOWN)
-    if name is None or name not in [str(s) for s in val.scenario.values]:
-        return None, None
-    cond = F.condition(val)
-    shares = []
-    for rate in val.rate_rps.values:
-        tl = trace(val, scenario=name, rate_rps=float(rate), heterogeneity=cond["heterogeneity"],
-                   seed=[int(s) for s in val.seed.values])
-        rep, onset, factor, recovery = F.straggler_event(tl)
-        end = float(tl.time.values[-1])
-        edges = [float(tl.attrs["warmup_s"]), onset, recovery if recovery is not None else end, end]
-        cum = tl.assignments.cumsum("time")
-        parts = []
-        for a, b in zip(edges[:-1], edges[1:]):  # decisions in (a, b]
-            got = cum.sel(time=b, method="nearest") - cum.sel(time=a, method="nearest")
-            parts.append(got.sel(replica=rep) / got.sum("replica"))
-        share = xr.concat(parts, dim=xr.DataArray(["before", "during", "after"], dims="period"))
-        shares.append(share.drop_vars([c for c in share.coords if c not in ("policy", "seed", "period")]))
-    share = xr.concat(shares, dim=xr.DataArray(val.rate_rps.values, dims="rate_rps", name="rate_rps"))
-    info = dict(name=name, replica=rep, onset=onset, factor=factor, recovery=recovery, edges=edges,
-                heterogeneity=cond["heterogeneity"])
-    return share, info
-
-
 def share_table(share, info) -> str:
     rows = []
     for r in share.rate_rps.values:
@@ -471,7 +447,7 @@ def share_table(share, info) -> str:
 
 
 def lag_table(tl) -> str:
-    rep, onset, factor, recovery = F.straggler_event(tl)
+    rep, onset, factor, recovery = straggler_event(tl)
     t = tl.time.values
     rows = []
     for p in tl.policy.values:
@@ -480,9 +456,9 @@ def lag_table(tl) -> str:
             up, down = [], []
             for s in np.atleast_1d(one.seed.values) if "seed" in one.dims else [None]:
                 o = one.sel(seed=s) if s is not None else one
-                up.append(F.reach_time(t, o.s_hat.values, o.mean_service.values, onset))
+                up.append(reach_time(t, o.s_hat.values, o.mean_service.values, onset))
                 if recovery is not None:
-                    down.append(F.reach_time(t, o.s_hat.values, o.mean_service.values, recovery))
+                    down.append(reach_time(t, o.s_hat.values, o.mean_service.values, recovery))
             up, down = 1000 * np.array(up), 1000 * np.array(down)
 
             def cell(x):
@@ -493,14 +469,12 @@ def lag_table(tl) -> str:
 
 
 def load_curve_section(lc) -> str:
-    v = F.squeeze(lc)
-    if "scenario" in v.dims:
-        v = v.sel(scenario="steady") if "steady" in v.scenario.values else v.isel(scenario=0)
+    v = steady(squeeze(lc))
     slo = float(v.attrs["slo_ms"])
-    demand = F.mean_demand(v)
+    demand = mean_demand(v)
     rows = []
     for h in v.heterogeneity.values:
-        cap = F.capacity_rps(v, h, demand)
+        cap = capacity_rps(v, h, demand)
         for p in v.policy.values:
             one = v.sel(policy=p, heterogeneity=h)
             p99 = one.latency_p99.median("seed").values
@@ -543,17 +517,17 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
         if bar is not None:
             bar.update(1)
 
-    results = F.load(results_dir)
-    dev, val = F.stages(results)
+    results = load(results_dir)
+    dev, val = stages(results)
     if val is None:
         raise ValueError(f"{results_dir}: no stage compares several policies")
-    sweep = F._sweep(val)
+    sweep = sweep_of(val)
     lc = None
     if load_curve_dir is not None:
-        _, lc = F.stages(F.load(load_curve_dir))
+        _, lc = stages(load(load_curve_dir))
     tick()
     share, info = straggler_share(val)
-    lag = F.lag_trace(val, seed=[int(s) for s in val.seed.values]) if info is not None else None
+    lag = lag_trace(val, seed=[int(s) for s in val.seed.values]) if info is not None else None
     tick()
 
     rel = Path(os.path.relpath(Path(figures_dir).resolve(), Path(out_path).resolve().parent)).as_posix()
@@ -586,9 +560,8 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
                       f"Median p99 (dot) and min–max across {val.sizes['seed']} seeds (bar) per policy, "
                       f"scenario and rate; log scale; dashed: the {num(a['slo_ms'])} ms SLO."), "",
               scenario_tables(val), ""]
-    cond = F.condition(val)
-    timeline_names = [n for n in (F._scenario_with(sweep, EventKind.SLOWDOWN), F._scenario_with(sweep, EventKind.FAIL))
-                      if n is not None and n in [str(s) for s in val.scenario.values]]
+    cond = condition(val)
+    timeline_names = list(timeline_scenarios(val, sweep).values())
     if timeline_names:
         parts += ["## Timelines", "",
                   f"One run per policy at {num(cond['rate_rps'])} req/s, heterogeneity `{cond['heterogeneity']}`, "
@@ -596,7 +569,7 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
                   "(replica 1 darkest), the p99 of the last 250 completions against the SLO, the throughput "
                   "over a trailing second and the requests shed so far; the disturbance is shaded.", ""]
         for name in timeline_names:
-            events = "; ".join(_event_line(e) for e in sweep.scenarios[name])
+            events = "; ".join(sweep_event_text(e) for e in sweep.scenarios[name])
             parts += [_figure(rel, f"timeline-{name}", f"timeline of the {name} scenario",
                               f"The `{name}` scenario ({events})."), ""]
     if share is not None:
@@ -611,13 +584,13 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
                           "Median p99 (top, log scale) and mean attainment (bottom) against the base "
                           "arrival rate, steady scenario; dotted: the capacity estimate."), ""]
     if lag is not None:
-        rep, onset, factor, recovery = F.straggler_event(lag)
+        rep, onset, factor, recovery = straggler_event(lag)
         before = float(lag.mean_service.sel(replica=rep).values.ravel()[0])
         parts += ["## How fast the estimates follow a straggler", "",
                   f"Replica {rep}'s true mean service time goes from {before:.2f} ms to {before * factor:.2f} ms "
                   f"at {onset:g} s" + (f" and back at {recovery:g} s" if recovery is not None else "")
                   + f" (its reference-request time of {num(float(val.mean_service_ms.sel(heterogeneity=cond['heterogeneity'], replica=rep)))} ms "
-                  f"× {factor:g}, scaled by the mean demand of {F.mean_demand(val):.2f} ms per "
+                  f"× {factor:g}, scaled by the mean demand of {mean_demand(val):.2f} ms per "
                   f"{num(a['reference_demand_ms'])} ms). ŝ is an EWMA over completions, so it moves only when "
                   f"replica {rep} completes requests. Time until ŝ first covers 90 % of each step, to the "
                   f"nearest 10 ms sample, median over the {val.sizes['seed']} validation seeds (min–max):", "",
@@ -642,10 +615,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output file (default {DEFAULT_OUT})")
     ap.add_argument("--figures", type=Path, default=Path("figures"),
                     help="folder of the figures the document links to (default figures/)")
-    F.add_load_curve_arg(ap)
+    add_load_curve_arg(ap)
     ap.add_argument("--quiet", action="store_true", help="no progress and no messages")
     args = ap.parse_args(argv)
-    ok, lc = F.check_inputs(args, "leaving out the hockey stick")
+    ok, lc = check_inputs(args, "leaving out the hockey stick")
     if not ok:
         return 2
     try:

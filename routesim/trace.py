@@ -40,7 +40,7 @@ import xarray as xr
 
 from .conf import JIT, JIT_PARALLEL
 from .config import PARAM, ConfigError, Stage, Sweep, _check_stage, _param_value, _Reader, load_sweep, parse_sweep
-from .dtypes import LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK, EventKind, Status
+from .dtypes import EVENT_NAMES, LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK, Status
 from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb
 from .metrics import VARIABLES, run_metrics_nb
 from .policies import outstanding_nb
@@ -97,8 +97,6 @@ TRACE_VARIABLES = {
 }
 """Units and description of every timeline variable (copied into the Dataset attrs)."""
 
-_EVENT_NAMES = {EventKind.RATE: "rate_multiplier", EventKind.SLOWDOWN: "slowdown",
-                EventKind.FAIL: "fail", EventKind.RECOVER: "recover"}
 
 
 # --------------------------------------------------------------------------------------
@@ -516,7 +514,7 @@ def _to_dataset(sweep, stage, g, selected, sample_ms, interval_ms, o_rep, o_clu,
     evs = sweep.scenarios[scen]
     data["event_time"] = ("event", np.array([e.at_s for e in evs], dtype=np.float64),
                           {"units": "s", "description": "time of the scenario event"})
-    data["event_kind"] = ("event", np.array([_EVENT_NAMES[e.kind] for e in evs], dtype=str),
+    data["event_kind"] = ("event", np.array([EVENT_NAMES[e.kind] for e in evs], dtype=str),
                           {"description": "rate_multiplier, slowdown, fail or recover"})
     data["event_replica"] = ("event", np.array([e.replica + 1 for e in evs], dtype=np.int64),
                              {"description": "replica number, 1-based; 0 for cluster-wide events"})
