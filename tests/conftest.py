@@ -1,5 +1,6 @@
 """Shared fixtures: small sweep files built from the shipped study, run once per session."""
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import routesim
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "sweeps" / "exploration.toml"
 HEAD = STUDY.read_text().split("[[stages]]")[0]
-"""The shipped study without its stages: every model.md constant and the four scenarios."""
+"""The shipped study without its stages: every docs/model.md constant and the four scenarios."""
 
 EXTRA_SCENARIOS = """
 [scenarios.early]   # fits a 4 s horizon: a slowdown from t = 0, a failure and recovery
@@ -31,6 +32,35 @@ def parse(stages: str, head: str = HEAD):
 def scenario_events(text: str, name: str) -> list:
     """A scenario's events in sweep-file form, for the reference simulator."""
     return tomllib.loads(text)["scenarios"][name]["events"]
+
+
+WORKLOAD_VECTORS = ROOT / "docs" / "workload-vectors.md"
+
+
+def workload_vectors() -> list[dict]:
+    """The reference rows of docs/workload-vectors.md, parsed: per block ``seed``,
+    ``rate_rps``, ``scenario`` (a scenario of docs/model.md §4, as in the shipped study),
+    ``events`` (its events in sweep-file form), ``horizon_ms``, ``arrivals``, ``window``
+    ((count, from_ms, to_ms) or None) and ``rows`` ({k: (t_ms, prompt, output, jitter,
+    demand_ms)})."""
+    text = WORKLOAD_VECTORS.read_text()
+    horizon_ms = 1000.0 * int(re.search(r"\(horizon (\d+) s\)", text).group(1))
+    blocks = []
+    heading = re.compile(r"seed (\d+), rate (\d+) req/s, (\w+)[^:]*: (\d+) arrivals"
+                         r"(?:, (\d+) of them in \[(\d+) s, (\d+) s\))?$")
+    for line in text.splitlines():
+        m = heading.match(line)
+        if m:
+            seed, rate, scenario, arrivals, count, lo, hi = m.groups()
+            blocks.append(dict(seed=int(seed), rate_rps=float(rate), scenario=scenario,
+                               events=scenario_events(STUDY.read_text(), scenario),
+                               horizon_ms=horizon_ms, arrivals=int(arrivals), rows={},
+                               window=None if count is None else (int(count), 1000.0 * int(lo),
+                                                                  1000.0 * int(hi))))
+        elif line.startswith("| ") and not line.startswith("| k ") and blocks:
+            k, t, prompt, output, jitter, demand = (c.strip() for c in line.strip("|").split("|"))
+            blocks[-1]["rows"][int(k)] = (float(t), int(prompt), int(output), float(jitter), float(demand))
+    return blocks
 
 
 DIFFERENTIAL = """

@@ -1,7 +1,7 @@
 """Naive, plain-Python reference simulator for routesim's request-level model.
 
-This is the literal reading of ``/work/shared/design/model.md`` sections 1-6 (plus
-the lead's decisions where the page is silent), written for obviousness, not speed:
+This is the literal reading of ``docs/model.md`` sections 1-6 (plus its section 8,
+the decisions where the design page is silent), written for obviousness, not speed:
 one run at a time, one Python loop over EVERY time step (empty steps included; the
 fast engine may skip them, the reference deliberately does not), plain lists for
 queues.  The fast engine is checked against this file, so the two must stay

@@ -1,6 +1,6 @@
 """Self-checks of the naive reference simulator (tests/reference.py).
 
-Expectations come from workload-vectors.md, from model.md worked by hand, and from
+Expectations come from docs/workload-vectors.md, from docs/model.md worked by hand, and from
 independent closed-form recurrences (single FIFO server), never from numbers copied
 out of a reference run.
 """
@@ -12,13 +12,15 @@ import pathlib
 import numpy as np
 import pytest
 
+from conftest import workload_vectors
+
 _spec = importlib.util.spec_from_file_location(
     "routesim_reference", pathlib.Path(__file__).with_name("reference.py"))
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
 
 HET = {"default": [8.0, 11.0, 16.0], "high": [6.0, 11.0, 22.0]}
-SCENARIOS = {  # model.md §4, in sweep-file form
+SCENARIOS = {  # docs/model.md §4, in sweep-file form
     "steady": [],
     "burst": [{"at_s": 7, "rate_multiplier": 2.0}, {"at_s": 9, "rate_multiplier": 1.0}],
     "straggler": [{"at_s": 5, "replica": 1, "slowdown": 4.0}, {"at_s": 10, "replica": 1, "slowdown": 1.0}],
@@ -36,32 +38,18 @@ def run_traced(**kw):
 
 
 # ------------------------------------------------------------------------------------
-# Workload vectors (workload-vectors.md)
+# Workload vectors (docs/workload-vectors.md)
 # ------------------------------------------------------------------------------------
 
-VECTORS = [
-    # (seed, rate, scenario, n_arrivals, rows)
-    (1, 100, "steady", 1531, [
-        (0, 7.170744167610923, 1288, 412, 1.0897298894274488, 31.78125),
-        (1, 10.907959052703097, 569, 42, 0.9818398272738322, 5.84765625),
-        (2, 18.884010925896934, 386, 73, 1.0076286626438558, 7.0703125),
-        (1530, 14974.29208588948, 837, 77, 1.0415633826694832, 9.08203125),
-    ]),
-    (7, 250, "burst", 4184, [
-        (0, 3.9243354521382106, 505, 16, 0.9450414379981183, 3.97265625),
-        (1, 5.351985540263618, 1952, 93, 1.0642456836765533, 14.4375),
-        (2, 11.73155102825243, 286, 206, 0.9556851224201547, 14.9921875),
-        (4183, 14989.227951407203, 345, 51, 1.0468753582681396, 5.53515625),
-    ]),
-]
+VECTORS = workload_vectors()
 
 
-@pytest.mark.parametrize("seed,rate,scenario,n_arrivals,rows", VECTORS)
-def test_workload_vectors(seed, rate, scenario, n_arrivals, rows):
-    w = ref.generate_workload(seed, rate, SCENARIOS[scenario], 15000.0)
+@pytest.mark.parametrize("v", VECTORS, ids=[f"seed{v['seed']}-{v['scenario']}" for v in VECTORS])
+def test_workload_vectors(v):
+    w = ref.generate_workload(v["seed"], v["rate_rps"], SCENARIOS[v["scenario"]], v["horizon_ms"])
     assert set(w) == {"t_ms", "prompt", "output", "jitter", "demand_ms"}
-    assert all(len(v) == n_arrivals for v in w.values())
-    for k, t, prompt, output, jitter, demand in rows:
+    assert all(len(x) == v["arrivals"] for x in w.values())
+    for k, (t, prompt, output, jitter, demand) in v["rows"].items():
         assert abs(w["t_ms"][k] - t) <= 1e-9
         assert int(w["prompt"][k]) == prompt
         assert int(w["output"][k]) == output
@@ -69,13 +57,10 @@ def test_workload_vectors(seed, rate, scenario, n_arrivals, rows):
         # by an ulp or two (1.1 − 0.9 = 0.20000000000000007): tolerate a few ulps.
         assert abs(w["jitter"][k] - jitter) <= 1e-15
         assert w["demand_ms"][k] == demand     # dyadic: exact
-    assert np.all(np.diff(w["t_ms"]) > 0) and w["t_ms"][-1] < 15000.0
-
-
-def test_burst_window_count():
-    w = ref.generate_workload(7, 250, SCENARIOS["burst"], 15000.0)
-    t = w["t_ms"]
-    assert int(np.sum((t >= 7000.0) & (t < 9000.0))) == 941
+    assert np.all(np.diff(w["t_ms"]) > 0) and w["t_ms"][-1] < v["horizon_ms"]
+    if v["window"] is not None:
+        count, lo, hi = v["window"]
+        assert int(np.sum((w["t_ms"] >= lo) & (w["t_ms"] < hi))) == count
 
 
 def test_workload_rows_do_not_depend_on_block_size(monkeypatch):
@@ -188,7 +173,7 @@ def test_round_robin_equal_replicas_assign_in_rotation():
 # ------------------------------------------------------------------------------------
 
 def test_single_replica_by_hand():
-    """seed 1, rate 100 (rows 0-2 of workload-vectors.md), one replica with speed 1.
+    """seed 1, rate 100 (rows 0-2 of docs/workload-vectors.md), one replica with speed 1.
 
     q0 arrives 7.1707 → in step (7.0, 7.5] → starts 7.5; service 31.78125·1.08973 = 34.633
        → end 42.133 → completes at 42.5 (s_obs = 35.0); latency 42.5 − 7.17074.
@@ -310,7 +295,7 @@ def test_no_arrivals_gives_nan_rates():
 
 
 def test_adaptive_with_c0_matches_latency_aware_before_clipping():
-    """model.md §5: with c = 0 adaptive is latency-aware rescaled (until rewards clip)."""
+    """docs/model.md §5: with c = 0 adaptive is latency-aware rescaled (until rewards clip)."""
     kw = dict(seed=5, rate_rps=175, ref_ms=HET["default"], events=[], warmup_s=1.0, measure_s=3.0)
     la, tr_la = run_traced(policy="latency_aware", **kw)
     ad, tr_ad = run_traced(policy="adaptive", exploration=0.0, **kw)
@@ -373,7 +358,7 @@ def test_exact_single_replica_by_hand():
 
 
 def test_exact_tokens_demand_by_hand():
-    """Rows 0-2 of workload-vectors.md in exact mode: completions at start + service."""
+    """Rows 0-2 of docs/workload-vectors.md in exact mode: completions at start + service."""
     res, tr = run_traced(policy="least_queue", seed=1, rate_rps=100, ref_ms=[11.0], events=[],
                          warmup_s=0.0, measure_s=0.06, dt_ms=0)
     w = tr["workload"]

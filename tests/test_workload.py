@@ -1,40 +1,42 @@
-"""The workload generator against workload-vectors.md and model.md §2."""
+"""The workload generator against docs/workload-vectors.md and docs/model.md §2."""
 
 import numpy as np
 import pytest
 
+from conftest import WORKLOAD_VECTORS, workload_vectors
 from routesim.workload import WorkloadParams, generate
 
-# (seed, rate, rate events (ms, multiplier), arrivals, rows k -> (t_ms, prompt, output, jitter, demand))
-VECTORS = [
-    (1, 100, [], 1531, {
-        0: (7.170744167610923, 1288, 412, 1.0897298894274488, 31.78125),
-        1: (10.907959052703097, 569, 42, 0.9818398272738322, 5.84765625),
-        2: (18.884010925896934, 386, 73, 1.0076286626438558, 7.0703125),
-        1530: (14974.29208588948, 837, 77, 1.0415633826694832, 9.08203125)}),
-    (7, 250, [(7000.0, 2.0), (9000.0, 1.0)], 4184, {
-        0: (3.9243354521382106, 505, 16, 0.9450414379981183, 3.97265625),
-        1: (5.351985540263618, 1952, 93, 1.0642456836765533, 14.4375),
-        2: (11.73155102825243, 286, 206, 0.9556851224201547, 14.9921875),
-        4183: (14989.227951407203, 345, 51, 1.0468753582681396, 5.53515625)}),
-]
+VECTORS = workload_vectors()
 
 
-@pytest.mark.parametrize("seed,rate,events,count,rows", VECTORS, ids=["seed1-steady", "seed7-burst"])
-def test_reference_rows(seed, rate, events, count, rows):
-    w = generate(seed, rate, events, 15000.0)
-    assert len(w) == count
-    for k, (t, prompt, output, jitter, demand) in rows.items():
+def _rate_events(events):
+    """A scenario's rate events (sweep-file form) as the generator takes them: (ms, multiplier)."""
+    return [(float(ev["at_s"]) * 1000.0, float(ev["rate_multiplier"])) for ev in events
+            if "rate_multiplier" in ev]
+
+
+def test_every_row_of_the_page_is_read():
+    lines = WORKLOAD_VECTORS.read_text().splitlines()
+    headings = [line for line in lines if line.startswith("seed ")]
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| k ")]
+    assert len(VECTORS) == len(headings) >= 2
+    assert sum(len(v["rows"]) for v in VECTORS) == len(rows) >= 8
+    assert {v["scenario"] for v in VECTORS} == {"steady", "burst"}
+
+
+@pytest.mark.parametrize("v", VECTORS, ids=[f"seed{v['seed']}-{v['scenario']}" for v in VECTORS])
+def test_reference_rows(v):
+    w = generate(v["seed"], v["rate_rps"], _rate_events(v["events"]), v["horizon_ms"])
+    assert len(w) == v["arrivals"]
+    for k, (t, prompt, output, jitter, demand) in v["rows"].items():
         assert abs(w.t_ms[k] - t) <= 1e-9
         assert (w.prompt[k], w.output[k]) == (prompt, output)
         # jitter = 0.9 + (1.1 - 0.9)·U: (1.1 - 0.9) is 0.2 plus 1 ulp, so allow a few ulps
         assert w.jitter[k] == pytest.approx(jitter, rel=0, abs=1e-15)
         assert w.demand_ms[k] == demand
-
-
-def test_burst_window_count():
-    w = generate(7, 250, [(7000.0, 2.0), (9000.0, 1.0)], 15000.0)
-    assert int(((w.t_ms >= 7000) & (w.t_ms < 9000)).sum()) == 941
+    if v["window"] is not None:
+        count, lo, hi = v["window"]
+        assert int(((w.t_ms >= lo) & (w.t_ms < hi)).sum()) == count
 
 
 def test_burst_only_rescales_time():
