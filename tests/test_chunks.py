@@ -39,14 +39,15 @@ seeds = { first = 11, count = 4 }
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """The two stages run in one go, in process, with the default chunk size."""
+def in_process_run():
+    """An engine run of the two stages in one go, in process, with the default chunk size:
+    what every chunked or resumed run must reproduce."""
     return routesim.run(parse(TWO_STAGES), show_progress=False)
 
 
-def assert_same(results, reference):
-    assert list(results) == list(reference)
-    for name, ds in reference.items():
+def assert_same(results, expected):
+    assert list(results) == list(expected)
+    for name, ds in expected.items():
         xr.testing.assert_identical(results[name], ds)
 
 
@@ -92,11 +93,11 @@ def test_plan_covers_every_run_once_in_order():
 
 
 @pytest.mark.parametrize("size", [1, 7, None], ids=["1", "7", "default"])
-def test_any_chunk_size_gives_the_same_datasets(reference, size):
-    assert_same(routesim.run(parse(TWO_STAGES), show_progress=False, chunk_size=size), reference)
+def test_any_chunk_size_gives_the_same_datasets(in_process_run, size):
+    assert_same(routesim.run(parse(TWO_STAGES), show_progress=False, chunk_size=size), in_process_run)
 
 
-def test_interrupted_run_resumes_with_only_the_missing_chunks(tmp_path, reference, monkeypatch):
+def test_interrupted_run_resumes_with_only_the_missing_chunks(tmp_path, in_process_run, monkeypatch):
     """An exception after 5 chunks (dev has 16 of size 3) leaves those 5 on disk;
     resuming (which takes the stored chunk size) simulates only the other 11, then val
     (in chunks of the default size: it has none stored)."""
@@ -110,21 +111,21 @@ def test_interrupted_run_resumes_with_only_the_missing_chunks(tmp_path, referenc
 
     counter = Counter(monkeypatch)
     results, counts, notes = run(tmp_path, resume=True)
-    assert_same(results, reference)
+    assert_same(results, in_process_run)
     assert [(c.stage, c.chunks, c.resumed, c.computed) for c in counts[:1]] == [("dev", 16, 5, 11)]
     assert (counts[1].resumed, counts[1].computed) == (0, counts[1].chunks)
     assert counter.calls == 11 + counts[1].chunks and notes == []
     assert not (tmp_path / "chunks").exists(), "the checkpoint is removed once every stage is done"
 
 
-def test_resume_of_a_finished_stage_simulates_nothing_of_it(tmp_path, reference, monkeypatch):
+def test_resume_of_a_finished_stage_simulates_nothing_of_it(tmp_path, in_process_run, monkeypatch):
     """Interrupted in val: dev is read back whole, its selection made again from it."""
     Counter(monkeypatch, fail_after=16 + 4)
     with pytest.raises(Interrupted):
         run(tmp_path, chunk_size=3)
     counter = Counter(monkeypatch)
     results, counts, _ = run(tmp_path, resume=True, chunk_size=3)
-    assert_same(results, reference)
+    assert_same(results, in_process_run)
     assert [(c.resumed, c.computed) for c in counts] == [(16, 0), (4, 7)]
     assert counter.calls == 7
 
@@ -140,7 +141,7 @@ def _interrupted(tmp_path, monkeypatch, after=5):
     (dict(chunk_size=4), "the chunk size changed (3 -> 4)"),
     ("package", "routesim changed"),
 ], ids=["sweep-file", "chunk-size", "package"])
-def test_stale_chunks_are_discarded_with_one_line(tmp_path, reference, monkeypatch, change, reason):
+def test_stale_chunks_are_discarded_with_one_line(tmp_path, in_process_run, monkeypatch, change, reason):
     _interrupted(tmp_path, monkeypatch)
     kw = dict(chunk_size=3)
     if change == "package":
@@ -153,18 +154,18 @@ def test_stale_chunks_are_discarded_with_one_line(tmp_path, reference, monkeypat
     assert str(tmp_path / "chunks" / "dev") in notes[0]
     assert counts[0].resumed == 0 and counter.calls == sum(c.chunks for c in counts)
     if "text" not in kw:
-        assert_same(results, reference)
+        assert_same(results, in_process_run)
 
 
-def test_without_resume_old_chunks_are_removed_not_reused(tmp_path, reference, monkeypatch):
+def test_without_resume_old_chunks_are_removed_not_reused(tmp_path, in_process_run, monkeypatch):
     _interrupted(tmp_path, monkeypatch)
     counter = Counter(monkeypatch)
     results, counts, notes = run(tmp_path, chunk_size=3)
-    assert_same(results, reference)
+    assert_same(results, in_process_run)
     assert [c.resumed for c in counts] == [0, 0] and counter.calls == 16 + 11 and notes == []
 
 
-def test_damaged_chunk_and_stray_temporary_are_dealt_with(tmp_path, reference, monkeypatch):
+def test_damaged_chunk_and_stray_temporary_are_dealt_with(tmp_path, in_process_run, monkeypatch):
     """A kill during a write leaves only a temporary (removed on resume); a chunk file
     damaged from outside is computed again rather than trusted."""
     _interrupted(tmp_path, monkeypatch)
@@ -173,15 +174,15 @@ def test_damaged_chunk_and_stray_temporary_are_dealt_with(tmp_path, reference, m
     (folder / "000002.npz").write_bytes(b"not a zip file")
     counter = Counter(monkeypatch)
     results, counts, _ = run(tmp_path, resume=True)
-    assert_same(results, reference)
+    assert_same(results, in_process_run)
     assert (counts[0].resumed, counts[0].computed) == (4, 12) and counter.calls == 12 + counts[1].chunks
     assert not list((tmp_path / "chunks").glob("**/*.tmp"))
 
 
-def test_resume_with_nothing_stored_just_runs(tmp_path, reference, monkeypatch):
+def test_resume_with_nothing_stored_just_runs(tmp_path, in_process_run, monkeypatch):
     counter = Counter(monkeypatch)
     results, counts, notes = run(tmp_path, resume=True)
-    assert_same(results, reference)
+    assert_same(results, in_process_run)
     assert notes == [] and [c.resumed for c in counts] == [0, 0]
     assert counter.calls == sum(c.chunks for c in counts)
 

@@ -4,7 +4,10 @@ script tests."""
 
 import atexit
 import functools
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -106,7 +109,15 @@ def test_one_colour_per_policy_and_the_accent():
     import matplotlib.colors as mc
     sat = {p: colorsys.rgb_to_hsv(*mc.to_rgb(F.colour(p)))[1] for p in policies}
     assert max(sat, key=sat.get) == F.ACCENT
-    assert F.colour("unknown_policy") == F.colour("unknown_policy")
+    # a policy without a colour of its own gets a spare one, never one of the palette's,
+    # and the same one in every process (not chosen by Python's per-process string hash)
+    names = ("unknown_policy", "another", "x")
+    spare = [F.colour(q) for q in names]
+    assert all(c in F._SPARE and c not in F.PALETTE.values() for c in spare)
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", f"import routesim.figures as F; print(*map(F.colour, {names!r}))"],
+        env={**os.environ, "PYTHONHASHSEED": "12345"}, capture_output=True, text=True, check=True)
+    assert elsewhere.stdout.split() == spare
 
 
 def test_reach_time_of_a_step():

@@ -34,8 +34,17 @@ def test_compare_policies(capsys):
     ds = _open(path)
     steady = 100 * ds.attainment.sel(scenario="steady", policy="adaptive").mean()
     assert f"{float(steady):.2f}" in out
-    for s in ds.scenario.values:
-        assert f"best " in out and str(s) in out
+    lines = out.splitlines()
+    for s in map(str, ds.scenario.values):
+        # the best policy of a scenario: the highest mean attainment over all its runs
+        means = {str(p): float(ds.attainment.sel(scenario=s, policy=p).mean()) for p in ds.policy.values}
+        best = max(means, key=means.get)
+        line = next(x for x in lines if x.strip().startswith(f"{s} (best "))
+        assert f"{s} (best {best}): " in line
+        # then every other policy, seed by seed minus the best: its mean is <= 0, so its min is too
+        cells = dict(cell.split(": ") for cell in line.split("): ", 1)[1].split("; "))
+        assert set(cells) == set(means) - {best}
+        assert all(float(cell.split(" .. ")[0]) <= 0 for cell in cells.values())
 
 
 def test_straggler_share(capsys):
