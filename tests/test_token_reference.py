@@ -1,0 +1,497 @@
+"""Tests of the naive reference of the batching model (tests/token_reference.py).
+
+Every expected value here is worked by hand from /work/shared/design/token-model.md
+(or copied from the reference rows of token-workload-vectors.md), never from a run of
+the reference itself.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import token_reference as tr  # noqa: E402
+
+TRACE = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
+
+C0, CPF, CAT, CDEC, CKV = 6.5, 0.0198, 8.4e-7, 0.10, 5.4e-5
+
+
+def step(U=0, Q=0.0, n=0, K=0, f=1.0):
+    """token-model.md §2.3: d = f (c_0 + c_pf U + c_attn Q + c_dec n + c_kv K), left to right."""
+    return f * ((((C0 + CPF * U) + CAT * Q) + CDEC * n) + CKV * K)
+
+
+def params(**kw):
+    p = tr.defaults()
+    p.update(warmup_s=0, measure_s=10)
+    p.update(kw)
+    return p
+
+
+def unique_ids(k, P, b):
+    return [2**40 + k * 2**16 + j for j in range(P // b)]
+
+
+def group_ids(g, P, k, b=16, L=1536):
+    """Ids of request k of prefix group g (token-model.md §1.1)."""
+    return [g * 2**20 + j for j in range(L // b)] + [2**40 + k * 2**16 + j for j in range(L // b, P // b)]
+
+
+def make(rows, b=16):
+    """rows: (t, P, O, h[, ids]) in arrival order."""
+    wl = tr.Workload(t=[], prompt=[], output=[], key=[], blocks=[])
+    for k, row in enumerate(rows):
+        t, P, O, h = row[:4]
+        ids = row[4] if len(row) > 4 else unique_ids(k, P, b)
+        wl.t.append(float(t))
+        wl.prompt.append(P)
+        wl.output.append(O)
+        wl.key.append(h)
+        wl.blocks.append(list(ids))
+    return wl
+
+
+def events_of(trace, what):
+    return [e for e in trace if e[1] == what]
+
+
+# ------------------------------------------------------------------------------------
+# (i) workload: token-workload-vectors.md
+# ------------------------------------------------------------------------------------
+
+TABLE_A = """
+0 17.926860419027307 chat 2 3146 107 0.8277025938204418 196 2097152 1099511627971
+1 37.86699010201191 chat 11 1767 86 0.303194829291645 110 11534336 1099511693421
+2 41.464953122638484 chat none 954 251 0.48519097443163506 59 1099511758848 1099511758906
+3 122.99466182269609 chat 27 2364 438 0.5160685855478787 147 28311552 1099511824530
+4 147.4149123823114 chat 3 4470 65 0.4593358828854037 279 3145728 1099511890198
+5 173.04859810035836 chat none 926 488 0.510888884466533 57 1099511955456 1099511955512
+6 177.050529326476 chat 12 2907 29 0.19132392605720028 181 12582912 1099512021172
+7 225.36523189889914 chat 0 1699 183 0.6457208955749478 106 0 1099512086633
+8 270.49687105698547 chat none 669 75 0.15052483042117748 41 1099512152064 1099512152104
+9 326.7741837902247 chat none 3277 157 0.8268253295567211 204 1099512217600 1099512217803
+10 353.7705699111736 chat none 1444 674 0.8254878133935558 90 1099512283136 1099512283225
+11 365.52654119374614 chat 0 3356 510 0.2624947127501015 209 0 1099512348880
+"""
+
+TABLE_B = """
+0 39.2433545213821 chat 17 2809 706 0.005265304565574724 175 17825792 1099511627950
+1 103.03900940127022 chat 2 2409 295 0.5045482589579533 150 2097152 1099511693461
+2 319.1886441856751 chat 0 5036 116 0.6125396042730308 314 0 1099511759161
+3 320.6419393191035 chat 3 3935 73 0.49687343539350426 245 3145728 1099511824628
+4 321.1165043907377 long 0 16705 4807 0.8300477298017456 1044 0 1099511890963
+5 333.5736050568028 chat 9 3388 48 0.09149560506304566 211 9437184 1099511955666
+6 361.9261544672825 chat 1 2035 74 0.32303634625820665 127 1048576 1099512021118
+7 429.7125037649319 chat 5 1657 29 0.6764502438127883 103 5242880 1099512086630
+8 452.92764035751975 long none 18202 2831 0.6717651626112849 1137 1099512152064 1099512153200
+9 511.93701182062597 chat none 1309 82 0.5697191478592772 81 1099512217600 1099512217680
+10 514.7872387197939 chat 5 3156 404 0.5696942744738079 197 5242880 1099512283332
+11 521.8439477408299 long 3 14788 1779 0.3221633097802251 924 3145728 1099512349595
+"""
+
+
+def check_rows(wl, table):
+    for line in table.strip().splitlines():
+        k, t, cls, g, P, O, h, nids, first, last = line.split()
+        k = int(k)
+        assert wl.t[k] == pytest.approx(float(t), rel=1e-9, abs=0)
+        assert wl.long[k] == (cls == "long")
+        assert wl.group[k] == (None if g == "none" else int(g))
+        assert wl.prompt[k] == int(P) and wl.output[k] == int(O)
+        assert wl.key[k] == pytest.approx(float(h), rel=1e-9, abs=0)
+        assert len(wl.blocks[k]) == int(nids) == wl.prompt[k] // 16
+        assert wl.blocks[k][0] == int(first) and wl.blocks[k][-1] == int(last)
+        g_val = wl.group[k]
+        for j, bid in enumerate(wl.blocks[k]):
+            if g_val is not None and j < 96:
+                assert bid == g_val * 2**20 + j
+            else:
+                assert bid == 2**40 + k * 2**16 + j
+
+
+def test_workload_vectors_a():
+    wl = tr.generate_workload(1, 40.0, tr.defaults(), [])
+    assert len(wl.t) == 2478
+    assert sum(wl.prompt) == 6736853 and sum(wl.output) == 638397
+    assert sum(wl.long) == 43
+    assert sum(g is not None for g in wl.group) == 1480
+    assert sum(1 for t in wl.t if 10000.0 <= t < 60000.0) == 2063
+    assert wl.t[-1] == pytest.approx(59959.233053618176, rel=1e-9, abs=0)
+    assert wl.t == sorted(wl.t)
+    check_rows(wl, TABLE_A)
+
+
+def test_workload_vectors_b():
+    p = tr.defaults()
+    p.update(p_long=0.3, prefix_probability=0.9, warmup_s=1, measure_s=2)
+    wl = tr.generate_workload(7, 25.0, p, [(500.0, "rate_multiplier", -1, 3.0)])
+    assert len(wl.t) == 189
+    assert sum(1 for t in wl.t if t < 500.0) == 9
+    assert sum(wl.prompt) == 1163887 and sum(wl.output) == 156981
+    assert wl.t[-1] == pytest.approx(2990.5878170158767, rel=1e-9, abs=0)
+    check_rows(wl, TABLE_B)
+
+
+def azure_lengths(n=500):
+    with TRACE.open() as fh:
+        rows = list(csv.DictReader(fh))[:n]
+    return [int(r["ContextTokens"]) for r in rows], [int(r["GeneratedTokens"]) for r in rows]
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="shared Azure trace not present")
+def test_workload_vectors_c_empirical_lengths():
+    P_list, O_list = azure_lengths()
+    wl = tr.generate_workload(3, 30.0, tr.defaults(), [], lengths=(P_list, O_list))
+    assert len(wl.t) == 1765
+    assert sum(wl.prompt) == 1611091 and sum(wl.output) == 456094
+    rows = [(0, 2.984697926309827, 79, 1065, 409, 66), (1, 47.199066914351825, 478, 1013, 363, 63),
+            (2, 58.34427046278988, 156, 1112, 385, 69), (3, 132.44268214202057, 45, 91, 16, 5),
+            (4, 168.45206649511445, 109, 1350, 146, 84), (5, 227.4951204216911, 51, 200, 217, 12),
+            (6, 290.68101240098565, 137, 975, 416, 60), (7, 318.18441342841055, 283, 2, 93, 0)]
+    for k, t, j, P, O, nids in rows:
+        assert wl.t[k] == pytest.approx(t, rel=1e-9, abs=0)
+        assert (wl.row[k], wl.prompt[k], wl.output[k], len(wl.blocks[k])) == (j, P, O, nids)
+        assert wl.group[k] is None
+        assert all(bid == 2**40 + k * 2**16 + q for q, bid in enumerate(wl.blocks[k]))
+    grouped = [(41, 1388.1925003497433, 122, 4079, 27, 6, 254, 6291456, 1099514315005),
+               (47, 1606.6571806814502, 391, 4078, 49, 0, 254, 0, 1099514708221),
+               (61, 1884.1991284537094, 30, 4081, 74, 0, 255, 0, 1099515625726)]
+    for k, t, j, P, O, g, nids, first, last in grouped:
+        assert wl.t[k] == pytest.approx(t, rel=1e-9, abs=0)
+        assert (wl.row[k], wl.prompt[k], wl.output[k], wl.group[k], len(wl.blocks[k])) == (j, P, O, g, nids)
+        assert wl.blocks[k][0] == first and wl.blocks[k][-1] == last
+        assert wl.blocks[k][:96] == [g * 2**20 + q for q in range(96)]
+    assert [k for k in range(62) if wl.group[k] is not None] == [41, 47, 61]
+
+
+def test_workload_rows_do_not_depend_on_horizon():
+    p = tr.defaults()
+    short = tr.generate_workload(5, 40.0, dict(p, measure_s=5), [])
+    long = tr.generate_workload(5, 40.0, p, [])
+    n = len(short.t)
+    assert n > 0 and long.t[:n] == short.t and long.prompt[:n] == short.prompt
+    assert long.blocks[:n] == short.blocks
+
+
+# ------------------------------------------------------------------------------------
+# (ii) hand-computed cases (§2)
+# ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("factor", [1.0, 2.0])
+def test_single_request_chunked(factor):
+    """P = 20000 > 8192: ceil(20000/8192) = 3 prefill chunks (8192, 8192, 3616), then
+    O - 1 = 2 decode iterations."""
+    p = params(kv_blocks=1300)
+    out = tr.simulate(make([(100.0, 20000, 3, 0.5)]), p, [factor], [], "round_robin", 1, check=True)
+    d1 = step(U=8192, Q=8192 * (0 + 0 + 8192 / 2), f=factor)
+    d2 = step(U=8192, Q=8192 * (0 + 8192 + 8192 / 2), f=factor)
+    d3 = step(U=3616, Q=3616 * (0 + 16384 + 3616 / 2), f=factor)
+    d4 = step(n=1, K=20001, f=factor)   # 20000 % 16 == 0: the 1251st block is taken
+    d5 = step(n=1, K=20002, f=factor)
+    t_first = ((100.0 + d1) + d2) + d3
+    t_done = (t_first + d4) + d5
+    rec = out["records"][0]
+    assert rec["outcome"] == "completed" and rec["attempts"] == 1
+    assert rec["ttft"] == pytest.approx(t_first - 100.0, rel=1e-12)
+    assert rec["completion"] == pytest.approx(t_done, rel=1e-12)
+    assert out["ttft_p50"] == pytest.approx(t_first - 100.0, rel=1e-12)
+    assert out["tpot_p99"] == pytest.approx((t_done - t_first) / 2, rel=1e-12)
+    assert out["e2e_mean"] == pytest.approx(t_done - 100.0, rel=1e-12)
+    assert (out["arrivals"], out["completed"], out["attempts"], out["retries"]) == (1, 1, 1, 0)
+    assert out["token_throughput"] == pytest.approx(3 / 10.0)
+    assert out["throughput"] == pytest.approx(1 / 10.0)
+    assert out["replica_tokens"] == [3] and out["replica_completed"] == [1] and out["assigned"] == [1]
+    assert out["batch_mean"] == pytest.approx(1.0)
+    assert out["prefix_hit_rate"] == 0.0
+    # referenced blocks: 1250 from admission to the last prefill end, 1251 while decoding;
+    # then the 1250 id'd blocks are cached (not referenced) and the anonymous one is free.
+    area = 1250 * (t_first - 100.0) + 1251 * (t_done - t_first)
+    assert out["kv_occupancy"] == pytest.approx(area / 10000.0 / 1300, rel=1e-9)
+    good = (t_first - 100.0) <= 1000 and (t_done - t_first) / 2 <= 50
+    assert out["attainment"] == (1.0 if good else 0.0)
+
+
+def test_single_request_unchunked():
+    p = params(kv_blocks=1300, chunked_prefill=False)
+    out = tr.simulate(make([(100.0, 20000, 3, 0.5)]), p, [1.0], [], "round_robin", 1, check=True)
+    d1 = step(U=20000, Q=20000 * (0 + 0 + 20000 / 2))
+    t_first = 100.0 + d1
+    t_done = (t_first + step(n=1, K=20001)) + step(n=1, K=20002)
+    rec = out["records"][0]
+    assert rec["ttft"] == pytest.approx(d1, rel=1e-12)
+    assert rec["completion"] == pytest.approx(t_done, rel=1e-12)
+
+
+def test_single_request_output_one():
+    """O = 1: the prefill iteration emits the only token and completes the request."""
+    out = tr.simulate(make([(5.0, 100, 1, 0.5)]), params(kv_blocks=64), [1.0], [], "round_robin", 1,
+                      check=True)
+    d1 = step(U=100, Q=100 * 50)
+    assert out["records"][0]["completion"] == pytest.approx(5.0 + d1, rel=1e-12)
+    assert math.isnan(out["tpot_p50"])
+
+
+def test_prefix_hits_shared_and_cached():
+    """Requests of prefix group 0 (L = 1536 tokens, 96 ids).
+
+    r0 (P = 1636, 102 ids) arrives at 0 and is computed whole in iteration 1.
+    r1 (P = 1586, 99 ids) arrives at 1.0 ms, while r0 runs: at the start of iteration 2
+    the 96 group blocks are referenced by r0, so hit = 96 (cap floor(1585/16) = 99),
+    m = 1536, u = 50.  Iteration 2 has r0 decoding (kv 1637) and r1's chunk of 50.
+    r2 (P = 1536 exactly, 96 ids, all group ids) arrives at 1000 ms when both are done:
+    its ids are cached, hit capped at floor(1535/16) = 95, m = 1520, u = 16.
+    """
+    b = 16
+    wl = make([(0.0, 1636, 3, 0.5, group_ids(0, 1636, 0)),
+               (1.0, 1586, 2, 0.5, group_ids(0, 1586, 1)),
+               (1000.0, 1536, 1, 0.5, group_ids(0, 1536, 2))])
+    out = tr.simulate(wl, params(kv_blocks=400), [1.0], [], "round_robin", 1, check=True,
+                      _return_sim=True)
+    admits = events_of(out["_sim"].trace, "admit")
+    assert [(e[3], e[4], e[5]) for e in admits] == [(0, 0, 1636), (1, 96, 50), (2, 95, 16)]
+    d1 = step(U=1636, Q=1636 * (0 + 0 + 1636 / 2))
+    d2 = step(U=50, Q=50 * (1536 + 0 + 50 / 2), n=1, K=1637)
+    rec = out["records"]
+    assert rec[0]["ttft"] == pytest.approx(d1, rel=1e-12)
+    assert rec[1]["ttft"] == pytest.approx((d1 + d2) - 1.0, rel=1e-12)
+    d_r2 = step(U=16, Q=16 * (1520 + 0 + 16 / 2))
+    assert rec[2]["completion"] == pytest.approx(1000.0 + d_r2, rel=1e-12)
+    assert out["prefix_hit_rate"] == pytest.approx((0 + 1536 + 1520) / (1636 + 1586 + 1536), rel=1e-12)
+    # 102 + 4 (3 new ids, 1 anonymous) blocks for r0 and r1, r2 takes none
+    sim = out["_sim"]
+    assert len(sim.replicas[0].resident) == 102 + 3
+    assert b == 16
+
+
+def test_preemption_victim_is_most_recent_and_goes_to_the_front():
+    """b = 4, kv_blocks = 6, max_batch = 2.  A (P 8, O 9), B (P 8, O 9), C (P 4, O 2) arrive at 0.
+
+    Iteration 1 admits A and B (2 blocks each; C waits: max_batch).  Iteration 2: both
+    grow from kv 8 to 9 and take the last 2 free blocks.  Iteration j >= 2 grows kv from
+    6 + j; at j = 6 A needs a 4th block, none is free or cached: the most recently
+    admitted, B, is preempted (its 2 id'd blocks cached, its anonymous block free) and A
+    takes the free one.  B (g = 5) goes to the front of the waiting queue, before C; no
+    admission in that iteration.  In iteration 7 B (hit 2, cap floor(12/4) = 3, m = 8,
+    u = 5, 4 blocks: 2 referenced + 2 new) cannot get 2 blocks (A holds 4, B's 2 are
+    cached and about to be referenced): FIFO, C waits too.  A completes at the end of
+    iteration 9 (g = 9); iteration 10 admits B, then C (u = 4, 1 block: evicts A's cached
+    block of largest position; C's growth in iteration 11 evicts A's other block).
+    """
+    wl = make([(0.0, 8, 9, 0.5), (0.0, 8, 9, 0.5), (0.0, 4, 2, 0.5)], b=4)
+    p = params(block_tokens=4, kv_blocks=6, max_batch=2)
+    out = tr.simulate(wl, p, [1.0], [], "round_robin", 1, check=True, _return_sim=True)
+    trace = out["_sim"].trace
+    pre = events_of(trace, "preempt")
+    assert [e[3] for e in pre] == [1]
+    assert out["preemptions"] == 1
+    its = events_of(trace, "iteration")
+    assert pre[0][0] == its[5][0]                  # at the start of iteration 6
+    admits = events_of(trace, "admit")
+    assert [(e[3], e[4], e[5]) for e in admits] == [(0, 0, 8), (1, 0, 8), (1, 2, 5), (2, 0, 4)]
+    assert admits[2][0] == its[9][0] == admits[3][0]   # B then C, in iteration 10
+    # durations by hand
+    d = [step(U=16, Q=8 * 4 + 8 * 4)]
+    d += [step(n=2, K=2 * (7 + j)) for j in range(2, 6)]      # iterations 2..5
+    d += [step(n=1, K=7 + j) for j in range(6, 10)]           # iterations 6..9: A alone
+    t = 0.0
+    for x in d:
+        t = t + x
+    assert out["records"][0]["completion"] == pytest.approx(t, rel=1e-12)
+    assert its[9][0] == pytest.approx(t, rel=1e-12)
+    # C's admission (iteration 10) evicts A's cached block of largest position; C's growth
+    # in iteration 11 (kv 4 -> 5, 4 % 4 == 0) evicts A's other one
+    evicted = events_of(trace, "evict")
+    assert [(e[3], e[4]) for e in evicted] == [(2**40 + 1, 1), (2**40, 0)]
+    assert evicted[0][0] == its[9][0] and evicted[1][0] == its[10][0]
+    # B keeps its 5 tokens and its first-token time across preemption
+    assert out["records"][1]["ttft"] == pytest.approx(d[0], rel=1e-12)
+
+
+def test_eviction_order_equal_last_use():
+    """X (P 8: ids x0, x1) and Y (P 12: y0, y1, y2), O = 1, complete in the same iteration:
+    all 5 blocks cached with one last_use.  Z (P 16, 4 new blocks) evicts the largest
+    positions first, then the smallest id: y2, x1, y1, x0 (y0 stays)."""
+    b = 4
+    x = unique_ids(0, 8, b)
+    y = unique_ids(1, 12, b)
+    wl = make([(0.0, 8, 1, 0.5), (0.0, 12, 1, 0.5), (100.0, 16, 1, 0.5)], b=b)
+    out = tr.simulate(wl, params(block_tokens=b, kv_blocks=5), [1.0], [], "round_robin", 1,
+                      check=True, _return_sim=True)
+    evicted = [(e[3], e[4]) for e in events_of(out["_sim"].trace, "evict")]
+    assert evicted == [(y[2], 2), (x[1], 1), (y[1], 1), (x[0], 0)]
+    assert list(out["_sim"].replicas[0].resident) == [y[0]] + unique_ids(2, 16, b)
+
+
+def test_unchunked_admits_first_head_even_over_budget_and_stops_on_budget():
+    """Unchunked, max_batched_tokens = 100: r0 (P 150) is admitted alone (first head);
+    r1 (P 40) waits until the next iteration: u = 40 <= B = 100 - 1."""
+    wl = make([(0.0, 150, 3, 0.5), (0.0, 40, 2, 0.5)])
+    p = params(kv_blocks=64, chunked_prefill=False, max_batched_tokens=100)
+    out = tr.simulate(wl, p, [1.0], [], "round_robin", 1, check=True, _return_sim=True)
+    its = events_of(out["_sim"].trace, "iteration")
+    d1 = step(U=150, Q=150 * 75)
+    d2 = step(U=40, Q=40 * 20, n=1, K=151)
+    assert its[0][3] == pytest.approx(d1) and its[1][3] == pytest.approx(d1 + d2)
+    assert out["records"][1]["ttft"] == pytest.approx(d1 + d2, rel=1e-12)
+
+
+def test_chunked_budget_continuing_prefill_first():
+    """Chunked, max_batched_tokens = 100: r0 (P 150) computes 100 then 50; r1 (P 80)
+    arrives with r0 and gets the rest of iteration 2's budget: 100 - 50 = 50 tokens,
+    then 30 in iteration 3 (r0 decoding there, budget 99)."""
+    wl = make([(0.0, 150, 3, 0.5), (0.0, 80, 2, 0.5)])
+    p = params(kv_blocks=64, max_batched_tokens=100)
+    out = tr.simulate(wl, p, [1.0], [], "round_robin", 1, check=True, _return_sim=True)
+    d1 = step(U=100, Q=100 * 50)
+    d2 = step(U=100, Q=50 * (100 + 25) + 50 * (0 + 0 + 25))
+    d3 = step(U=30, Q=30 * (50 + 15), n=1, K=151)
+    rec = out["records"]
+    assert rec[0]["ttft"] == pytest.approx(d1 + d2, rel=1e-12)
+    assert rec[1]["ttft"] == pytest.approx((d1 + d2) + d3, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------
+# policies (§5), fresh signals
+# ------------------------------------------------------------------------------------
+
+def frac(x):
+    return x - math.floor(x)
+
+
+@pytest.mark.parametrize("h", [0.5, 0.2, 0.9])
+def test_tie_rule_hash(h):
+    """Idle replicas tie on every score; m = 0 everywhere, so the smallest
+    frac(h + 0.618...(i + 1)) wins."""
+    expect = min(range(3), key=lambda i: frac(h + 0.6180339887498949 * (i + 1)))
+    for pol in ("least_requests", "least_tokens", "least_kv", "least_cost"):
+        out = tr.simulate(make([(0.0, 100, 2, h)]), params(kv_blocks=64), [1.0] * 3, [], pol, 1)
+        assert out["assigned"] == [1 if i == expect else 0 for i in range(3)], pol
+
+
+def test_round_robin_and_least_requests():
+    rows = [(float(k), 100, 50, 0.5) for k in range(6)]
+    out = tr.simulate(make(rows), params(kv_blocks=64), [1.0] * 3, [], "round_robin", 1, check=True)
+    assert out["assigned"] == [2, 2, 2]
+    out = tr.simulate(make(rows), params(kv_blocks=64), [1.0] * 3, [], "least_requests", 1, check=True)
+    assert out["assigned"] == [2, 2, 2]
+
+
+def router_uniforms(seed, n):
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(1)[0])).random(n)
+
+
+def test_random_uses_router_stream():
+    rows = [(float(k), 100, 2, 0.5) for k in range(20)]
+    out = tr.simulate(make(rows), params(kv_blocks=64), [1.0] * 3, [], "random", 11, check=True)
+    u = router_uniforms(11, 20)
+    expect = [0, 0, 0]
+    for x in u:
+        expect[int(math.floor(x * 3))] += 1
+    assert out["assigned"] == expect
+
+
+def test_prefix_affinity_follows_the_cache():
+    """r0 (group 3) lands by the empty-tree rule; r1 of the same group then has
+    m = 1536 > 0.3 * P on r0's replica and follows it; r2 (no prefix) goes to the
+    replica with the fewest resident ids (not r0's)."""
+    h = 0.5
+    first = min(range(3), key=lambda i: frac(h + 0.6180339887498949 * (i + 1)))
+    wl = make([(0.0, 2000, 50, h, group_ids(3, 2000, 0)), (1.0, 1800, 5, 0.9, group_ids(3, 1800, 1)),
+               (2.0, 1000, 5, h)])
+    out = tr.simulate(wl, params(kv_blocks=512), [1.0] * 3, [], "prefix_affinity", 1, check=True)
+    assigned = out["assigned"]
+    assert assigned[first] == 2
+    assert sum(assigned) == 3
+
+
+def test_power_of_d_partial_shuffle():
+    """Idle replicas: power_of_d picks among the first two of the partial shuffle of
+    E = [0, 1, 2] by the tie rule (all scores equal); two uniforms per decision."""
+    h = 0.3
+    u = router_uniforms(4, 2)
+    e = [0, 1, 2]
+    for j in range(2):
+        k = j + int(math.floor(u[j] * (3 - j)))
+        e[j], e[k] = e[k], e[j]
+    expect = min(e[:2], key=lambda i: frac(h + 0.6180339887498949 * (i + 1)))
+    out = tr.simulate(make([(0.0, 100, 2, h)]), params(kv_blocks=64), [1.0] * 3, [], "power_of_d", 4,
+                      _return_sim=True)
+    assert out["assigned"][expect] == 1
+    assert out["_sim"].uniforms_drawn == 2
+
+
+def test_waiting_cap_sheds():
+    """waiting_cap = 1, one replica: r0 is admitted at 0 (phase 7); r1 and r2 arrive at
+    1 ms: r1 waits (max_batch 1), r2 finds the queue full and is shed."""
+    wl = make([(0.0, 100, 50, 0.5), (1.0, 100, 2, 0.5), (1.0, 100, 2, 0.5)])
+    p = params(kv_blocks=64, waiting_cap=1, max_batch=1)
+    out = tr.simulate(wl, p, [1.0], [], "least_requests", 1, check=True)
+    assert [r["outcome"] for r in out["records"]] == ["completed", "completed", "shed"]
+    assert out["shed"] == 1 and out["arrivals"] == 3
+
+
+# ------------------------------------------------------------------------------------
+# (iii) invariants on small random clusters
+# ------------------------------------------------------------------------------------
+
+SMALL = dict(warmup_s=0.5, measure_s=1.5, kv_blocks=160, max_batch=6, waiting_cap=8,
+             max_batched_tokens=1024, p_long=0.0, chat_prompt_median=300, chat_prompt_max=1200,
+             chat_output_median=20, chat_output_max=200, prefix_tokens=256, prefix_groups=4,
+             context_limit=2048)
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "random", "least_requests", "least_tokens",
+                                    "least_kv", "least_cost", "power_of_d", "prefix_affinity",
+                                    "rate_weighted"])
+def test_invariants_small_clusters(policy):
+    p = tr.defaults()
+    p.update(SMALL)
+    wl = tr.generate_workload(2, 60.0, p, [])
+    out = tr.simulate(wl, p, [1.0, 1.5, 0.8], [], policy, 3, check=True)
+    n = out["arrivals"]
+    assert n == out["completed"] + out["failed"] + out["rejected"] + out["shed"] + out["unfinished"]
+    assert out["completed"] > 0
+
+
+def test_invariants_unchunked_tight_pool():
+    p = tr.defaults()
+    p.update(SMALL, chunked_prefill=False, kv_blocks=130, max_batched_tokens=600)
+    wl = tr.generate_workload(9, 60.0, p, [])
+    out = tr.simulate(wl, p, [1.0, 2.0], [], "least_tokens", 3, check=True)
+    assert out["completed"] > 0
+
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:   # pragma: no cover
+    given = None
+
+if given is not None:
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3),
+           b=st.sampled_from([1, 2, 4, 16]), chunked=st.booleans(),
+           budget=st.integers(1, 600), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
+           policy=st.sampled_from(["round_robin", "random", "least_requests", "least_tokens",
+                                   "least_kv", "least_cost", "power_of_d", "prefix_affinity",
+                                   "rate_weighted"]),
+           spare=st.integers(0, 40))
+    def test_property_invariants(seed, n_rep, b, chunked, budget, max_batch, cap, policy, spare):
+        p = tr.defaults()
+        p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_median=60, chat_prompt_min=1,
+                 chat_prompt_max=200, chat_output_median=6, chat_output_max=30, prefix_tokens=32,
+                 prefix_groups=3, context_limit=400, block_tokens=b, chunked_prefill=chunked,
+                 max_batched_tokens=budget, max_batch=max_batch, waiting_cap=cap)
+        largest = 32 + 200 + 30
+        p["kv_blocks"] = -(-largest // b) + spare
+        wl = tr.generate_workload(seed, 80.0, p, [])
+        out = tr.simulate(wl, p, [1.0 + 0.5 * i for i in range(n_rep)], [], policy, seed, check=True)
+        assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed",
+                                                       "unfinished"))

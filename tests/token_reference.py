@@ -1,0 +1,1257 @@
+"""Naive, plain-Python reference simulator of the batching (token-level) model.
+
+This is the literal reading of ``/work/shared/design/token-model.md`` (sections 1-7)
+written for obviousness, not speed: one run at a time, one sequence at a time, every
+iteration visited, every physical KV block of every replica kept as an explicit record
+(state free / referenced / cached, refcount, id, position, last_use).  The compiled
+engine (routesim/batching) is tested against this file run by run, so the two must stay
+independent: nothing here imports ``routesim`` and nothing here was written by looking
+at the engine.
+
+Interface
+---------
+``defaults()``                      a new dict of every flat parameter with the page's default
+``generate_workload(seed, rate_rps, params, events, lengths=None) -> Workload``  (§1.1, §1.3)
+``simulate(workload, params, factors, events, policy, seed, check=False) -> dict`` (§2-§7)
+
+``events`` is a list of ``(at_ms, kind, replica, value)`` sorted by time (ties in listed
+order); kind in rate_multiplier / slowdown / fail / fail_fast / recover; replica is 0-based
+(-1 for rate_multiplier).  ``factors`` gives one time factor per replica.
+
+Decisions (where token-model.md is silent; the lead copies them into docs/model.md)
+-----------------------------------------------------------------------------------
+Workload
+ D1. Uniforms are drawn as rng.random((1024, 8)) blocks; row k is the same for any block
+     size.  Arrival k is dropped (and generation stops) at the first t_k >= horizon.  The
+     rate profile is model.md's: lambda_j = (rate_rps/1000)*multiplier,
+     Lambda(a_j) = Lambda(a_{j-1}) + lambda_{j-1}*(a_j - a_{j-1}), t = a_j + (S - Lambda(a_j))/lambda_j
+     in the last segment j with Lambda(a_j) <= S.  Scalar math uses Python's ``math``.
+ D2. rint is round-half-even (Python ``round``); the Zipf sums are left-to-right sums of
+     (j+1)**(-s).  §1.3: row j = floor(U[k,7]*n_rows); a prefixed request with P <= L gets
+     no group (group = None) and only unique ids.
+Replica (§2)
+ D3. A free block is taken lowest physical index first (which free block is taken has no
+     observable effect).  Admission references the head's resident blocks first (so they
+     cannot be evicted), then takes the others position by position.
+ D4. The waiting cap only gates routing (eligibility).  Preempted sequences return to the
+     front of the waiting queue even when that makes it longer than waiting_cap; at most
+     waiting_cap never-admitted attempts wait.  Attempts routed to a replica in fail_fast
+     are not in its waiting queue (they count in o_i and tau_i only).
+ D5. Q is accumulated exactly (as sum x*(2m+2c+x), halved); d = f*((((c0 + c_pf*U) +
+     c_attn*Q) + c_dec*n) + c_kv*K) with f = (factor*slowdown)*cold and
+     cold = 1 + (cold_factor-1)*exp(-(T-t_up)/cold_tau_ms) (1.0 for a replica never recovered).
+ D6. A sequence's first-token time is kept across preemption (TTFT is from the attempt's
+     very first token).  At an iteration end the emitting sequences are visited in
+     running-list (admission) order.
+ D7. An iteration with no sequence (every decoding sequence preempted) still lasts f*c0.
+ D8. A running sequence is "decoding" when c_s = u_s (its prefill is done, g_s >= 1).
+Routing (§3, §5)
+ D9. period_ms = 0 in a periodic mode means fresh.  Publication times are
+     ((i+1)*period_ms)/N + k*period_ms (float, in that order).  A publication of a replica
+     in fail_fast shows its true o_i and tau_i (black-holed attempts included).
+ D10. periodic_local: local additions are per router, reset for every router by the
+     replica's publication; resident ids as seen = published ids UNION the ids routed there
+     (prefix_affinity counts that union); referenced_i and kappa_i are not changed locally.
+ D11. The hash tie rule uses the 0-based replica index i: frac(h + 0.6180339887498949*(i+1)),
+     frac(x) = x - floor(x).
+ D12. power_of_d draws `choices` uniforms per decision even when |E| < choices (and when it
+     sheds); random and rate_weighted draw one.  A front-door stop draws none.
+ D13. The slow-start ramp: t_e = 0 for replicas up from the start (so the ramp also applies
+     during [0, slow_start_ms)), t_e = t_up + ready_delay_ms after a recovery from down;
+     applied when T - t_e < slow_start_ms, before the tie rule (ties among ramped scores).
+ D14. Round robin: E[cursor mod |E|] over the (possibly avoid-previous-reduced) eligible set,
+     one cursor per router, advanced on every placement (first attempts and retries).
+ D15. retry_avoid_previous removes the replicas the request failed on from E when another
+     eligible replica remains; it applies to every policy and to the shed test.
+Failures, retries, containment (§6)
+ D16. A completion at T and a timeout at the same T: the completion wins (phase 1 first).
+     A fast failure and a timeout of one attempt at the same T are one failure.
+ D17. Budget: a retry is allowed when retries_in_flight < max(min_retry_concurrency,
+     retry_budget*attempts_in_flight), both counted per router after the failing attempts
+     left "in flight"; retry_budget = inf switches the test off.  A retry counts as "in
+     flight" from the failure that schedules it (backoff) until its attempt ends.
+ D18. Breaker counts per (router, replica); failures observed while ejected still count
+     but the count is reset at re-admission; ejected replicas are counted per router for
+     max(1, floor(max_ejected_fraction*N)).  Ejection lasts eject_ms*times (times including
+     this one).
+ D19. Front door: "above" is strict (tau_i > max_tokens).  In phase 6 the front-door FIFOs
+     of all routers are tried in request order of their heads; a router whose head fails
+     the test is done for that time; a head with no eligible replica is shed.  A new
+     request goes through the test even when its router's FIFO is non-empty (it would fail
+     it anyway).
+ D20. Events with replica -1 are only rate_multiplier.  recover on a down replica sets
+     t_up = T, ready at t_up + ready_delay_ms (that time is a time at which things happen).
+     A crash also abandons the replica's iteration and empties its cache (all blocks free).
+ D21. An attempt is a placement on a replica: a shed or rejected routing is not an attempt.
+Metrics (§7)
+ D22. batch_mean counts every iteration started in [W, H), including ones abandoned by a
+     crash or ending after the horizon.  prefix_hit_rate, batch_mean, attainment and the
+     percentiles are NaN when their denominators/sets are empty.
+ D23. kv_occupancy integrates, between consecutive times at which anything happens, the
+     state left after all phases at the earlier time.
+ D24. Percentile rank r = ceil((p/100)*n), value sorted[r-1].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+INF = math.inf
+GOLDEN = 0.6180339887498949
+
+POLICIES = ("round_robin", "random", "least_requests", "least_queue", "least_tokens", "least_kv",
+            "least_cost", "power_of_d", "prefix_affinity", "rate_weighted")
+SLOW_START_POLICIES = ("least_requests", "least_tokens", "least_kv", "least_cost", "power_of_d")
+EVENT_KINDS = ("rate_multiplier", "slowdown", "fail", "fail_fast", "recover")
+
+
+def defaults() -> dict:
+    """A new dict of every flat parameter, with token-model.md's defaults."""
+    return dict(
+        # replica (§2)
+        waiting_cap=512, max_batch=256, kv_blocks=16384, block_tokens=16,
+        max_batched_tokens=8192, chunked_prefill=True,
+        step_ms_base=6.5, step_ms_per_prefill_token=0.0198, step_ms_per_prefill_token_pair=8.4e-7,
+        step_ms_per_decode_sequence=0.10, step_ms_per_kv_token=5.4e-5,
+        cold_factor=1.0, cold_tau_ms=2000.0, ready_delay_ms=0.0, fail_fast_ms=2.0,
+        # simulation (§7)
+        warmup_s=10.0, measure_s=50.0, slo_ttft_ms=1000.0, slo_tpot_ms=50.0,
+        # workload (§1.1)
+        p_long=0.02,
+        chat_prompt_median=1000, chat_prompt_sigma=0.9, chat_prompt_min=16, chat_prompt_max=16384,
+        chat_output_median=128, chat_output_sigma=1.0, chat_output_min=1, chat_output_max=2048,
+        long_prompt_median=12000, long_prompt_sigma=0.5, long_prompt_min=2048, long_prompt_max=30000,
+        long_output_median=2000, long_output_sigma=0.6, long_output_min=256, long_output_max=32768,
+        prefix_probability=0.6, prefix_groups=32, prefix_zipf=1.1, prefix_tokens=1536,
+        context_limit=32768,
+        # policy (§5)
+        choices=2, score="tokens", allowance_tokens=256, tie_tolerance=0.0, prefill_weight=1.0,
+        balance_abs=64, balance_rel=1.5, cache_threshold=0.3, window_ms=1000.0,
+        slow_start_ms=0.0, slow_start_aggression=1.0, slow_start_min_weight=0.1,
+        # signals (§3)
+        signal_mode="fresh", period_ms=50.0, routers=1,
+        # client and router containment (§6)
+        timeout_ms=INF, max_attempts=1, backoff_ms=20.0, retry_avoid_previous=True,
+        retry_budget=INF, min_retry_concurrency=3,
+        breaker_consecutive=0, breaker_eject_ms=1000.0, breaker_max_ejected_fraction=0.1,
+        admission_max_tokens=INF, admission_mode="reject",
+        start_down=[],
+    )
+
+
+# =====================================================================================
+# §1 Workload
+# =====================================================================================
+
+@dataclass
+class Workload:
+    t: list[float]            # arrival ms, sorted
+    prompt: list[int]         # P
+    output: list[int]         # O
+    key: list[float]          # h
+    blocks: list[list[int]]   # block ids, floor(P/b) per request
+    # extras for tests and debugging (not part of the contract)
+    group: list = field(default_factory=list)      # prefix group or None
+    long: list = field(default_factory=list)       # True for the long class
+    row: list = field(default_factory=list)        # §1.3 trace row j, else None
+
+
+def horizon_ms(params: dict) -> tuple[float, float]:
+    """(warm-up W, horizon H) in ms."""
+    W = params["warmup_s"] * 1000.0
+    H = W + params["measure_s"] * 1000.0
+    return W, H
+
+
+def _rate_segments(rate_rps: float, events: list) -> list[tuple[float, float, float]]:
+    """Segments (a_j, lambda_j, Lambda(a_j)) of the piecewise-constant rate profile."""
+    base = rate_rps / 1000.0
+    segments = [(0.0, base * 1.0, 0.0)]
+    for at_ms, kind, _replica, value in events:
+        if kind != "rate_multiplier":
+            continue
+        a_prev, lam_prev, Lam_prev = segments[-1]
+        Lam_here = Lam_prev + lam_prev * (at_ms - a_prev)
+        segments.append((float(at_ms), base * float(value), Lam_here))
+    return segments
+
+
+def _inverse_Lambda(S: float, segments) -> float:
+    j = 0
+    for idx, (_a, _lam, Lam_a) in enumerate(segments):
+        if Lam_a <= S:
+            j = idx
+    a_j, lam_j, Lam_a_j = segments[j]
+    if lam_j == 0.0:
+        return INF
+    return a_j + (S - Lam_a_j) / lam_j
+
+
+def _lognormal_tokens(median, sigma, lo, hi, z) -> int:
+    """clip(rint(median * exp(sigma * z)), lo, hi)"""
+    v = round(median * math.exp(sigma * z))   # round half to even, like rint
+    return int(min(max(v, lo), hi))
+
+
+def generate_workload(seed: int, rate_rps: float, params: dict, events: list,
+                      lengths: tuple | None = None) -> Workload:
+    """§1.1 synthetic workload (with §1.3 empirical lengths when ``lengths=(P_list, O_list)``)."""
+    p = params
+    _W, H = horizon_ms(p)
+    b = int(p["block_tokens"])
+    L = int(p["prefix_tokens"])
+    K = int(p["prefix_groups"])
+    s = float(p["prefix_zipf"])
+    weights = [(j + 1) ** (-s) for j in range(K)]
+    cumulative = []
+    acc = 0.0
+    for w in weights:               # left-to-right sums
+        acc = acc + w
+        cumulative.append(acc)
+    total_w = acc
+    segments = _rate_segments(rate_rps, events)
+    rng = np.random.Generator(np.random.PCG64(seed))
+
+    wl = Workload(t=[], prompt=[], output=[], key=[], blocks=[])
+    S = 0.0
+    k = 0
+    U = None
+    row_in_block = 1024
+    while True:
+        if row_in_block == 1024:
+            U = rng.random((1024, 8))
+            row_in_block = 0
+        u = [float(x) for x in U[row_in_block]]
+        row_in_block += 1
+
+        S = S + (-math.log1p(-u[0]))
+        t = _inverse_Lambda(S, segments)
+        if t >= H:
+            break
+
+        is_long = u[1] < p["p_long"]
+        cls = "long" if is_long else "chat"
+        R = math.sqrt(-2.0 * math.log1p(-u[2]))
+        z1 = R * math.cos(2.0 * math.pi * u[3])
+        z2 = R * math.sin(2.0 * math.pi * u[3])
+        prefixed = u[4] < p["prefix_probability"]
+        g = None
+        if prefixed:
+            target = u[5] * total_w
+            g = 0
+            while cumulative[g] < target and g < K - 1:
+                g += 1
+        row = None
+        if lengths is None:
+            S_own = _lognormal_tokens(p[f"{cls}_prompt_median"], p[f"{cls}_prompt_sigma"],
+                                      p[f"{cls}_prompt_min"], p[f"{cls}_prompt_max"], z1)
+            O = _lognormal_tokens(p[f"{cls}_output_median"], p[f"{cls}_output_sigma"],
+                                  p[f"{cls}_output_min"], p[f"{cls}_output_max"], z2)
+            P = L + S_own if prefixed else S_own
+            O = min(O, int(p["context_limit"]) - P)
+        else:
+            P_list, O_list = lengths
+            n_rows = len(P_list)
+            row = int(math.floor(u[7] * n_rows))
+            P = int(P_list[row])
+            O = int(O_list[row])
+            if not (prefixed and P > L):
+                g = None
+        ids = []
+        for j in range(P // b):
+            if g is not None and j < L // b:
+                ids.append(g * 2**20 + j)
+            else:
+                ids.append(2**40 + k * 2**16 + j)
+        wl.t.append(t)
+        wl.prompt.append(P)
+        wl.output.append(O)
+        wl.key.append(u[6])
+        wl.blocks.append(ids)
+        wl.group.append(g)
+        wl.long.append(is_long)
+        wl.row.append(row)
+        k += 1
+    return wl
+
+
+# =====================================================================================
+# §2 Replica state: blocks, sequences (attempts), replicas
+# =====================================================================================
+
+FREE, REFERENCED, CACHED = "free", "referenced", "cached"
+
+
+class Block:
+    """One physical KV block."""
+
+    def __init__(self, index: int):
+        self.index = index          # physical position in the pool
+        self.state = FREE
+        self.refcount = 0
+        self.id = None              # block id (None: anonymous or free)
+        self.position = -1          # j, its position in the prompt that made it resident
+        self.prev_id = None         # beta_{j-1} of that prompt (for the prefix-closure check)
+        self.last_use = 0.0
+
+    def __repr__(self):
+        return f"Block({self.index},{self.state},rc={self.refcount},id={self.id},j={self.position},lu={self.last_use})"
+
+
+class Attempt:
+    """One routing of a request to a replica; on a working replica it is a sequence."""
+
+    def __init__(self, req, number, replica, router, T, timeout_ms):
+        self.req = req
+        self.number = number        # 1-based attempt number a
+        self.replica = replica
+        self.router = router
+        self.routed_at = T
+        self.deadline = T + timeout_ms
+        self.ff_time = None         # time of its fast failure (black hole), else None
+        self.where = "waiting"      # waiting | running | ff | done
+        # sequence state (§2)
+        self.P = req.P
+        self.O = req.O
+        self.ids = req.ids
+        self.g = 0                  # tokens generated, kept across preemption
+        self.kv = 0                 # tokens whose KV is in the cache
+        self.u = 0                  # tokens to compute (set at admission)
+        self.c = 0                  # tokens computed so far
+        self.m = 0                  # cached prefix at admission
+        self.blocks: list[Block] = []   # block j of the sequence at index j
+        self.first_token = None
+        self.admit_order = -1
+        self.window_tokens = 0      # tokens emitted in (W, H]
+
+    def decoding(self) -> bool:
+        return self.c >= self.u
+
+
+class Replica:
+    def __init__(self, index, factor, kv_blocks):
+        self.index = index
+        self.factor = float(factor)
+        self.slowdown = 1.0
+        self.down = False
+        self.fail_fast = False
+        self.t_up = None            # time of its last recovery from down (cold start)
+        self.ready_at = 0.0         # eligible from this time
+        self.t_e = 0.0              # slow start: last became healthy and ready
+        self.waiting: list[Attempt] = []
+        self.running: list[Attempt] = []
+        self.pending_ff: list[Attempt] = []
+        self.blocks = [Block(x) for x in range(kv_blocks)]
+        self.resident: dict[int, Block] = {}    # id -> block (referenced or cached)
+        self.iteration = None       # the iteration in progress (dict) or None
+        self.admissions = 0
+
+    def count(self, state) -> int:
+        return sum(1 for blk in self.blocks if blk.state == state)
+
+
+class Request:
+    def __init__(self, index, t, P, O, h, ids, router):
+        self.index = index
+        self.t = t
+        self.P = P
+        self.O = O
+        self.h = h
+        self.ids = ids
+        self.router = router
+        self.outcome = None         # completed | failed | rejected | shed | (None: unfinished)
+        self.attempts = 0
+        self.failed_on: set[int] = set()
+        self.retry_due = None       # time its retry is due (in backoff)
+        self.current = None         # attempt in flight
+        self.ttft = None
+        self.completion = None
+        self.first_token = None
+        self.in_fifo = False
+        self.arrived = False
+
+
+class Router:
+    def __init__(self, n_replicas):
+        self.cursor = 0
+        self.fifo: list[Request] = []
+        self.breaker_count = [0] * n_replicas
+        self.ejected_until = [None] * n_replicas   # None: not ejected
+        self.times_ejected = [0] * n_replicas
+        self.completions = [[] for _ in range(n_replicas)]   # completion times (rate_weighted)
+        # periodic_local additions since each replica's last publication
+        self.local_o = [0] * n_replicas
+        self.local_tau = [0] * n_replicas
+        self.local_ids = [set() for _ in range(n_replicas)]
+
+
+def nearest_rank(values: list[float], p: float) -> float:
+    if not values:
+        return math.nan
+    s = sorted(values)
+    r = math.ceil((p / 100) * len(s))
+    return s[r - 1]
+
+
+# =====================================================================================
+# The simulation
+# =====================================================================================
+
+class _Sim:
+    def __init__(self, workload: Workload, params: dict, factors, events, policy, seed, check):
+        p = dict(defaults())
+        p.update(params)
+        self.p = p
+        if policy == "least_queue":
+            policy = "least_requests"
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}")
+        self.policy = policy
+        self.check = check
+        self.W, self.H = horizon_ms(p)
+        self.b = int(p["block_tokens"])
+        self.N = len(factors)
+        self.kv_blocks = int(p["kv_blocks"])
+        self.A = p["allowance_tokens"]
+        self.mode = p["signal_mode"]
+        if self.mode in ("periodic", "periodic_local") and p["period_ms"] == 0:
+            self.mode = "fresh"   # decision (a)
+        self.R = int(p["routers"])
+        self.events = [tuple(e) for e in events]
+        for at_ms, kind, replica, _v in self.events:
+            if kind not in EVENT_KINDS:
+                raise ValueError(f"unknown event kind {kind!r}")
+            if kind != "rate_multiplier" and not (0 <= replica < self.N):
+                raise ValueError(f"event {kind!r} needs a replica in 0..{self.N - 1}")
+        self.next_event = 0
+        self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(1)[0]))
+        self.uniforms_drawn = 0
+
+        self.replicas = [Replica(i, f, self.kv_blocks) for i, f in enumerate(factors)]
+        for i in p["start_down"]:
+            self.replicas[i].down = True
+        self.routers = [Router(self.N) for _ in range(self.R)]
+        self.requests = [Request(k, workload.t[k], workload.prompt[k], workload.output[k],
+                                 workload.key[k], list(workload.blocks[k]),
+                                 int(math.floor(workload.key[k] * self.R)))
+                         for k in range(len(workload.t))]
+        self.next_arrival = 0
+        self.in_flight: list[Attempt] = []
+        self.readiness_times: list[float] = []
+        self.crash_failures: list[Attempt] = []
+        # periodic signals: publication index k per replica and the published view
+        self.pub_k = [0] * self.N
+        self.published = [dict(o=0, tau=0, referenced=0, ids=frozenset()) for _ in range(self.N)]
+
+        # metrics
+        self.assigned = [0] * self.N
+        self.replica_completed = [0] * self.N
+        self.replica_tokens = [0] * self.N
+        self.completions_window = 0
+        self.tokens_window = 0
+        self.wasted_tokens = 0
+        self.preemptions = 0
+        self.breaker_ejections = 0
+        self.hit_num = 0
+        self.hit_den = 0
+        self.batch_num = 0.0
+        self.batch_den = 0.0
+        self.kv_area = [0.0] * self.N
+        self.trace: list = []      # (T, what, ...) log of decisions, for tests
+
+    # ---------------------------------------------------------------- helpers
+    def in_window_open(self, T):     # [W, H)
+        return self.W <= T < self.H
+
+    def in_window_closed(self, T):   # (W, H]
+        return self.W < T <= self.H
+
+    def uniform(self) -> float:
+        self.uniforms_drawn += 1
+        return float(self.rng.random())
+
+    # ---------------------------------------------------------------- blocks
+    def take_block(self, rep: Replica, T: float):
+        """A free block (lowest index), else evict the cached block with the smallest
+        last_use, then the largest position, then the smallest id; None if neither."""
+        for blk in rep.blocks:
+            if blk.state == FREE:
+                return blk
+        victim = None
+        for blk in rep.blocks:
+            if blk.state != CACHED:
+                continue
+            if victim is None or (blk.last_use, -blk.position, blk.id) < (victim.last_use, -victim.position, victim.id):
+                victim = blk
+        if victim is None:
+            return None
+        del rep.resident[victim.id]
+        self.trace.append((T, "evict", rep.index, victim.id, victim.position))
+        victim.state = FREE
+        victim.id = None
+        victim.position = -1
+        victim.prev_id = None
+        return victim
+
+    def reference(self, blk: Block, T: float):
+        blk.refcount += 1
+        blk.state = REFERENCED
+        blk.last_use = T
+
+    def release_all(self, rep: Replica, a: Attempt, T: float):
+        for blk in a.blocks:
+            blk.refcount -= 1
+            blk.last_use = T
+            if blk.refcount == 0:
+                if blk.id is None:
+                    blk.state = FREE
+                    blk.position = -1
+                else:
+                    blk.state = CACHED
+        a.blocks = []
+
+    def hit(self, ids, P, g, resident) -> int:
+        """Leading ids resident, capped at floor((P + g - 1)/b)."""
+        n = 0
+        while n < len(ids) and ids[n] in resident:
+            n += 1
+        return min(n, (P + g - 1) // self.b)
+
+    # ---------------------------------------------------------------- §2 iteration
+    def preempt(self, rep: Replica, v: Attempt, T: float):
+        self.release_all(rep, v, T)
+        v.kv = 0
+        v.c = 0
+        v.u = 0
+        v.m = 0
+        rep.running.remove(v)
+        rep.waiting.insert(0, v)
+        v.where = "waiting"
+        if self.in_window_open(T):
+            self.preemptions += 1
+        self.trace.append((T, "preempt", rep.index, v.req.index))
+
+    def start_iteration(self, rep: Replica, T: float):
+        p = self.p
+        b = self.b
+        # 1. Growth
+        preempted = False
+        for s in list(rep.running):
+            if s.where != "running" or not s.decoding():
+                continue
+            if s.kv % b == 0:
+                while True:
+                    blk = self.take_block(rep, T)
+                    if blk is not None:
+                        blk.state = REFERENCED
+                        blk.refcount = 1
+                        blk.id = None
+                        blk.position = s.kv // b
+                        blk.last_use = T
+                        s.blocks.append(blk)
+                        break
+                    v = rep.running[-1]
+                    self.preempt(rep, v, T)
+                    preempted = True
+                    if v is s:
+                        break
+            if s.where == "running":
+                s.kv += 1
+        decoding = [s for s in rep.running if s.decoding()]
+        n = len(decoding)
+        K = sum(s.kv for s in decoding)
+        # 2. Prefill budget
+        B = int(p["max_batched_tokens"]) - n
+        chunks = []   # (sequence, x, m_s, c_s before)
+        chunked = bool(p["chunked_prefill"])
+        if chunked and B > 0:
+            for s in list(rep.running):
+                if s.decoding():
+                    continue
+                if B <= 0:
+                    break
+                x = min(s.u - s.c, B)
+                chunks.append((s, x, s.m, s.c))
+                B -= x
+        if not preempted:
+            first = True
+            while rep.waiting and len(rep.running) < int(p["max_batch"]):
+                h = rep.waiting[0]
+                hit = self.hit(h.ids, h.P, h.g, rep.resident)
+                m = b * hit
+                u = h.P + h.g - m
+                if chunked:
+                    ok = B > 0
+                else:
+                    ok = u <= B or first
+                if not ok:
+                    break
+                # blocks: every resident id'd block of the prompt is referenced, the rest taken
+                n_blocks = -(-(h.P + h.g) // b)
+                plan = []     # per position: ("ref", block) | ("id", id) | ("anon", None)
+                seen_new = set()
+                for j in range(n_blocks):
+                    if j < len(h.ids):
+                        bid = h.ids[j]
+                        if bid in rep.resident:
+                            plan.append(("ref", rep.resident[bid]))
+                        elif bid in seen_new:
+                            plan.append(("dup", bid))
+                        else:
+                            seen_new.add(bid)
+                            plan.append(("id", bid))
+                    else:
+                        plan.append(("anon", None))
+                need = sum(1 for kind, _ in plan if kind in ("id", "anon"))
+                to_ref = {blk.index for kind, blk in plan if kind == "ref"}
+                cached_free = sum(1 for blk in rep.blocks
+                                  if blk.state == CACHED and blk.index not in to_ref)
+                available = rep.count(FREE) + cached_free
+                if need > available:
+                    break
+                # admit
+                rep.waiting.pop(0)
+                for kind, obj in plan:
+                    if kind == "ref":
+                        self.reference(obj, T)
+                new_of_id = {}
+                for j, (kind, obj) in enumerate(plan):
+                    if kind == "ref":
+                        h.blocks.append(obj)
+                    elif kind == "dup":
+                        blk = new_of_id[obj]
+                        self.reference(blk, T)
+                        h.blocks.append(blk)
+                    else:
+                        blk = self.take_block(rep, T)
+                        assert blk is not None
+                        blk.state = REFERENCED
+                        blk.refcount = 1
+                        blk.last_use = T
+                        blk.position = j
+                        if kind == "id":
+                            blk.id = obj
+                            blk.prev_id = h.ids[j - 1] if j > 0 else None
+                            rep.resident[obj] = blk
+                            new_of_id[obj] = blk
+                        else:
+                            blk.id = None
+                        h.blocks.append(blk)
+                h.kv = h.P + h.g
+                h.m = m
+                h.u = u
+                h.c = 0
+                h.where = "running"
+                h.admit_order = rep.admissions
+                rep.admissions += 1
+                rep.running.append(h)
+                if self.in_window_open(T):
+                    self.hit_num += m
+                    self.hit_den += h.P + h.g
+                x = min(u, B) if chunked else u
+                chunks.append((h, x, m, 0))
+                B -= x
+                first = False
+                self.trace.append((T, "admit", rep.index, h.req.index, hit, u))
+        # 3. Duration
+        U = sum(x for _s, x, _m, _c in chunks)
+        Q2 = sum(x * (2 * m + 2 * c + x) for _s, x, m, c in chunks)   # exact 2*Q
+        Q = Q2 / 2
+        cold = 1.0
+        if rep.t_up is not None:
+            cold = 1.0 + (p["cold_factor"] - 1.0) * math.exp(-(T - rep.t_up) / p["cold_tau_ms"])
+        f = (rep.factor * rep.slowdown) * cold
+        d = f * ((((p["step_ms_base"] + p["step_ms_per_prefill_token"] * U)
+                   + p["step_ms_per_prefill_token_pair"] * Q)
+                  + p["step_ms_per_decode_sequence"] * n)
+                 + p["step_ms_per_kv_token"] * K)
+        members = n + len(chunks)
+        if self.in_window_open(T):
+            self.batch_num += members * d
+            self.batch_den += d
+        rep.iteration = dict(start=T, end=T + d, d=d, chunks=chunks, decoding=decoding)
+        self.trace.append((T, "iteration", rep.index, T + d, n, U, members))
+
+    def end_iteration(self, rep: Replica, T: float):
+        it = rep.iteration
+        rep.iteration = None
+        prefilled = set()
+        for s, x, _m, _c in it["chunks"]:
+            if s.where == "running" and s.replica == rep.index:
+                s.c += x
+                if s.c == s.u:
+                    prefilled.add(id(s))
+        decoding = {id(s) for s in it["decoding"]}
+        for s in list(rep.running):
+            if id(s) not in decoding and id(s) not in prefilled:
+                continue
+            s.g += 1
+            if self.in_window_closed(T):
+                self.replica_tokens[rep.index] += 1
+                self.tokens_window += 1
+                s.window_tokens += 1
+            if s.first_token is None:
+                s.first_token = T
+            if s.g == s.O:
+                self.release_all(rep, s, T)
+                rep.running.remove(s)
+                self.complete(s, T)
+
+    def complete(self, a: Attempt, T: float):
+        a.where = "done"
+        self.in_flight.remove(a)
+        r = a.req
+        r.current = None
+        r.outcome = "completed"
+        r.completion = T
+        r.first_token = a.first_token
+        r.ttft = a.first_token - r.t
+        if self.in_window_closed(T):
+            self.completions_window += 1
+            self.replica_completed[a.replica] += 1
+        router = self.routers[a.router]
+        router.breaker_count[a.replica] = 0
+        router.completions[a.replica].append(T)
+        self.trace.append((T, "complete", a.replica, r.index))
+
+    # ---------------------------------------------------------------- §6 events
+    def apply_event(self, ev, T: float):
+        _at, kind, i, value = ev
+        self.trace.append((T, "event", kind, i, value))
+        if kind == "rate_multiplier":
+            return
+        rep = self.replicas[i]
+        if kind == "slowdown":
+            rep.slowdown = float(value)
+        elif kind == "fail":
+            if rep.down:
+                return
+            rep.down = True
+            rep.iteration = None          # abandoned: nothing emitted
+            victims = rep.waiting + rep.running + rep.pending_ff
+            for a in victims:
+                a.blocks = []
+                a.where = "done"
+                self.crash_failures.append(a)
+            rep.waiting, rep.running, rep.pending_ff = [], [], []
+            for blk in rep.blocks:        # the KV cache is emptied
+                blk.state = FREE
+                blk.refcount = 0
+                blk.id = None
+                blk.position = -1
+                blk.prev_id = None
+                blk.last_use = T
+            rep.resident = {}
+        elif kind == "fail_fast":
+            if rep.down:
+                return
+            rep.fail_fast = True
+        elif kind == "recover":
+            if rep.down:
+                rep.down = False
+                rep.fail_fast = False
+                rep.t_up = T
+                rep.ready_at = T + self.p["ready_delay_ms"]
+                rep.t_e = rep.ready_at
+                self.readiness_times.append(rep.ready_at)
+            elif rep.fail_fast:
+                rep.fail_fast = False
+
+    def cancel(self, a: Attempt, T: float):
+        """Remove an attempt from its replica (timeout), releasing its blocks."""
+        rep = self.replicas[a.replica]
+        if a.where == "waiting":
+            rep.waiting.remove(a)
+        elif a.where == "running":
+            self.release_all(rep, a, T)
+            rep.running.remove(a)
+        elif a.where == "ff":
+            rep.pending_ff.remove(a)
+        a.where = "done"
+
+    def phase_failures(self, T: float):
+        failures = [(a, "crash") for a in self.crash_failures]
+        self.crash_failures = []
+        for a in list(self.in_flight):
+            if a.where == "done":
+                continue
+            if (a.ff_time is not None and a.ff_time == T) or a.deadline == T:
+                self.cancel(a, T)
+                failures.append((a, "fast" if a.ff_time == T else "timeout"))
+        for a, _kind in failures:         # all leave "in flight" first
+            self.in_flight.remove(a)
+            a.req.current = None
+        failures.sort(key=lambda item: item[0].req.index)
+        p = self.p
+        for a, kind in failures:
+            r = a.req
+            router = self.routers[a.router]
+            i = a.replica
+            self.wasted_tokens += a.window_tokens
+            r.failed_on.add(i)
+            self.trace.append((T, "fail", kind, i, r.index, a.number))
+            # breaker
+            if kind != "crash" and p["breaker_consecutive"] > 0:
+                router.breaker_count[i] += 1
+                if router.ejected_until[i] is None and router.breaker_count[i] >= p["breaker_consecutive"]:
+                    ejected_now = sum(1 for x in router.ejected_until if x is not None)
+                    limit = max(1, math.floor(p["breaker_max_ejected_fraction"] * self.N))
+                    if ejected_now + 1 <= limit:
+                        router.times_ejected[i] += 1
+                        router.ejected_until[i] = T + p["breaker_eject_ms"] * router.times_ejected[i]
+                        if self.in_window_open(T):
+                            self.breaker_ejections += 1
+                        self.trace.append((T, "eject", a.router, i, router.ejected_until[i]))
+            # retry decision
+            if a.number < p["max_attempts"]:
+                allowed = True
+                if p["retry_budget"] != INF:
+                    retries = sum(1 for x in self.in_flight if x.router == a.router and x.number >= 2)
+                    retries += sum(1 for q in self.requests
+                                   if q.retry_due is not None and q.router == a.router)
+                    attempts = sum(1 for x in self.in_flight if x.router == a.router)
+                    allowed = retries < max(p["min_retry_concurrency"], p["retry_budget"] * attempts)
+                if allowed:
+                    r.retry_due = T + p["backoff_ms"] * 2.0 ** (a.number - 1)
+                    self.trace.append((T, "retry_scheduled", r.index, r.retry_due))
+                else:
+                    r.outcome = "failed"
+                    self.trace.append((T, "budget_refused", r.index))
+            else:
+                r.outcome = "failed"
+
+    def phase_readmissions(self, T: float):
+        for i in range(self.N):
+            for ri, router in enumerate(self.routers):
+                if router.ejected_until[i] is not None and router.ejected_until[i] <= T:
+                    router.ejected_until[i] = None
+                    router.breaker_count[i] = 0
+                    self.trace.append((T, "readmit", ri, i))
+
+    # ---------------------------------------------------------------- §3 signals
+    def true_view(self, rep: Replica):
+        A = self.A
+        o = len(rep.waiting) + len(rep.running) + len(rep.pending_ff)
+        tau = 0
+        for a in rep.waiting + rep.running + rep.pending_ff:
+            tau += a.P + max(A, a.g)
+        referenced = rep.count(REFERENCED)
+        return dict(o=o, tau=tau, referenced=referenced, ids=rep.resident)
+
+    def pub_time(self, i: int) -> float:
+        period = self.p["period_ms"]
+        return ((i + 1) * period) / self.N + self.pub_k[i] * period
+
+    def phase_publications(self, T: float):
+        if self.mode == "fresh":
+            return
+        for i, rep in enumerate(self.replicas):
+            if self.pub_time(i) == T:
+                if rep.down:
+                    self.published[i] = dict(o=0, tau=0, referenced=0, ids=frozenset())
+                else:
+                    v = self.true_view(rep)
+                    self.published[i] = dict(o=v["o"], tau=v["tau"], referenced=v["referenced"],
+                                             ids=frozenset(rep.resident.keys()))
+                for router in self.routers:
+                    router.local_o[i] = 0
+                    router.local_tau[i] = 0
+                    router.local_ids[i] = set()
+                self.pub_k[i] += 1
+                self.trace.append((T, "publish", i, self.published[i]["o"], self.published[i]["tau"]))
+
+    def view(self, router_index: int, i: int):
+        if self.mode == "fresh":
+            return self.true_view(self.replicas[i])
+        pub = self.published[i]
+        if self.mode == "periodic":
+            return pub
+        router = self.routers[router_index]
+        return dict(o=pub["o"] + router.local_o[i], tau=pub["tau"] + router.local_tau[i],
+                    referenced=pub["referenced"], ids=pub["ids"] | router.local_ids[i])
+
+    # ---------------------------------------------------------------- §5 routing
+    def eligible(self, router: Router, T: float) -> list[int]:
+        cap = self.p["waiting_cap"]
+        return [i for i, rep in enumerate(self.replicas)
+                if not rep.down and len(rep.waiting) < cap
+                and router.ejected_until[i] is None and T >= rep.ready_at]
+
+    def score(self, name: str, r: Request, v: dict) -> float:
+        if name == "requests":
+            return v["o"]
+        if name == "tokens":
+            return v["tau"] + r.P + self.A
+        if name == "kv":
+            return v["referenced"] / self.kv_blocks
+        if name == "cost":
+            hit = self.hit(r.ids, r.P, 0, v["ids"])
+            return self.p["prefill_weight"] * (-(-r.P // self.b) - hit) + v["referenced"]
+        raise ValueError(f"unknown score {name!r}")
+
+    def slow_start(self, s: float, i: int, T: float) -> float:
+        p = self.p
+        ss = p["slow_start_ms"]
+        if ss <= 0 or self.policy not in SLOW_START_POLICIES:
+            return s
+        t_e = self.replicas[i].t_e
+        if T - t_e < ss:
+            ramp = ((T - t_e) / ss) ** (1.0 / p["slow_start_aggression"])
+            return (s + 1) / max(p["slow_start_min_weight"], ramp)
+        return s
+
+    def hash_rule(self, r: Request, i: int) -> float:
+        x = r.h + GOLDEN * (i + 1)
+        return x - math.floor(x)
+
+    def argmin_with_ties(self, r, cands, scores, ms, tolerance):
+        best = min(scores[i] for i in cands)
+        tied = [i for i in cands if scores[i] <= best * (1 + tolerance)]
+        # largest m, then smallest hash
+        return min(tied, key=lambda i: (-ms[i], self.hash_rule(r, i)))
+
+    def choose(self, r: Request, E: list[int], T: float) -> int:
+        p = self.p
+        pol = self.policy
+        router = self.routers[r.router]
+        views = {i: self.view(r.router, i) for i in E}
+        ms = {i: self.b * self.hit(r.ids, r.P, 0, views[i]["ids"]) for i in E}
+        if pol == "round_robin":
+            return E[router.cursor % len(E)]
+        if pol == "random":
+            u = self.uniform()
+            return E[min(math.floor(u * len(E)), len(E) - 1)]
+        if pol == "rate_weighted":
+            u = self.uniform()
+            window = p["window_ms"]
+            weights = [1 + sum(1 for tc in router.completions[i] if T - window < tc <= T) for i in E]
+            Wt = sum(weights)
+            cum = 0
+            for i, w in zip(E, weights):
+                cum += w
+                if u * Wt < cum:
+                    return i
+            return E[-1]
+        if pol in ("least_requests", "least_tokens", "least_kv", "least_cost"):
+            name = {"least_requests": "requests", "least_tokens": "tokens",
+                    "least_kv": "kv", "least_cost": "cost"}[pol]
+            scores = {i: self.slow_start(self.score(name, r, views[i]), i, T) for i in E}
+            return self.argmin_with_ties(r, E, scores, ms, p["tie_tolerance"])
+        if pol == "power_of_d":
+            d = int(p["choices"])
+            us = [self.uniform() for _ in range(d)]
+            e = list(E)
+            dd = min(d, len(e))
+            for j in range(dd):
+                k = min(j + math.floor(us[j] * (len(e) - j)), len(e) - 1)
+                e[j], e[k] = e[k], e[j]
+            cands = e[:dd]
+            scores = {i: self.slow_start(self.score(p["score"], r, views[i]), i, T) for i in cands}
+            return self.argmin_with_ties(r, cands, scores, ms, p["tie_tolerance"])
+        if pol == "prefix_affinity":
+            o = {i: views[i]["o"] for i in E}
+            max_o, min_o = max(o.values()), min(o.values())
+            if max_o - min_o > p["balance_abs"] and max_o > p["balance_rel"] * min_o:
+                return self.argmin_with_ties(r, E, o, ms, p["tie_tolerance"])
+            best_m = max(ms.values())
+            if best_m > p["cache_threshold"] * r.P:
+                tied = [i for i in E if ms[i] == best_m]
+                return min(tied, key=lambda i: (o[i], self.hash_rule(r, i)))
+            n_ids = {i: len(views[i]["ids"]) for i in E}
+            fewest = min(n_ids.values())
+            tied = [i for i in E if n_ids[i] == fewest]
+            return min(tied, key=lambda i: (o[i], self.hash_rule(r, i)))
+        raise ValueError(pol)
+
+    def draw_for_shed(self):
+        if self.policy in ("random", "rate_weighted"):
+            self.uniform()
+        elif self.policy == "power_of_d":
+            for _ in range(int(self.p["choices"])):
+                self.uniform()
+
+    def route(self, r: Request, T: float, is_retry: bool) -> str:
+        """Route one request at T: returns placed | shed | front_door."""
+        p = self.p
+        router = self.routers[r.router]
+        E = self.eligible(router, T)
+        if is_retry and p["retry_avoid_previous"]:
+            E2 = [i for i in E if i not in r.failed_on]
+            if E2:
+                E = E2
+        if not E:
+            self.draw_for_shed()
+            r.outcome = "shed"
+            self.trace.append((T, "shed", r.index))
+            return "shed"
+        if not is_retry:
+            limit = p["admission_max_tokens"]
+            if all(self.view(r.router, i)["tau"] > limit for i in E):
+                return "front_door"
+        i = self.choose(r, E, T)
+        self.place(r, i, T)
+        return "placed"
+
+    def place(self, r: Request, i: int, T: float):
+        p = self.p
+        router = self.routers[r.router]
+        rep = self.replicas[i]
+        r.attempts += 1
+        a = Attempt(r, r.attempts, i, r.router, T, p["timeout_ms"])
+        r.current = a
+        r.retry_due = None
+        self.in_flight.append(a)
+        if self.in_window_open(T):
+            self.assigned[i] += 1
+        if rep.fail_fast:
+            a.ff_time = T + p["fail_fast_ms"]
+            a.where = "ff"
+            rep.pending_ff.append(a)
+        else:
+            a.where = "waiting"
+            rep.waiting.append(a)
+        router.cursor += 1
+        if self.mode == "periodic_local":
+            router.local_o[i] += 1
+            router.local_tau[i] += r.P + self.A
+            router.local_ids[i] |= set(r.ids)
+        self.trace.append((T, "route", r.index, i, a.number))
+
+    def phase_routing(self, T: float):
+        p = self.p
+        # front-door FIFOs first, in request order of their heads
+        blocked = set()
+        while True:
+            heads = [(router.fifo[0].index, ri) for ri, router in enumerate(self.routers)
+                     if router.fifo and ri not in blocked]
+            if not heads:
+                break
+            _k, ri = min(heads)
+            router = self.routers[ri]
+            r = router.fifo[0]
+            res = self.route(r, T, is_retry=False)
+            if res == "front_door":
+                blocked.add(ri)
+            else:
+                router.fifo.pop(0)
+                r.in_fifo = False
+        # then retries and arrivals due at T, in request order
+        due = []
+        while self.next_arrival < len(self.requests) and self.requests[self.next_arrival].t == T:
+            due.append((self.next_arrival, False))
+            self.requests[self.next_arrival].arrived = True
+            self.next_arrival += 1
+        for r in self.requests:
+            if r.retry_due is not None and r.retry_due == T:
+                due.append((r.index, True))
+        due.sort()
+        for k, is_retry in due:
+            r = self.requests[k]
+            if is_retry:
+                r.retry_due = None
+            res = self.route(r, T, is_retry)
+            if res == "front_door":
+                if p["admission_mode"] == "queue":
+                    r.in_fifo = True
+                    self.routers[r.router].fifo.append(r)
+                    self.trace.append((T, "fifo", r.index))
+                else:
+                    r.outcome = "rejected"
+                    self.trace.append((T, "reject", r.index))
+
+    # ---------------------------------------------------------------- main loop
+    def next_time(self, after: float):
+        c = []
+        for rep in self.replicas:
+            if rep.iteration is not None:
+                c.append(rep.iteration["end"])
+        if self.next_event < len(self.events):
+            c.append(float(self.events[self.next_event][0]))
+        for a in self.in_flight:
+            if a.ff_time is not None:
+                c.append(a.ff_time)
+            if a.deadline != INF:
+                c.append(a.deadline)
+        for router in self.routers:
+            for x in router.ejected_until:
+                if x is not None:
+                    c.append(x)
+        if self.mode != "fresh":
+            for i in range(self.N):
+                c.append(self.pub_time(i))
+        if self.next_arrival < len(self.requests):
+            c.append(self.requests[self.next_arrival].t)
+        for r in self.requests:
+            if r.retry_due is not None:
+                c.append(r.retry_due)
+        c.extend(self.readiness_times)
+        c = [x for x in c if x > after]
+        return min(c) if c else None
+
+    def integrate(self, t0: float, t1: float):
+        lo, hi = max(t0, self.W), min(t1, self.H)
+        if hi > lo:
+            for i, rep in enumerate(self.replicas):
+                self.kv_area[i] += rep.count(REFERENCED) * (hi - lo)
+
+    def run(self):
+        prev = -INF
+        last_t = 0.0
+        while True:
+            T = self.next_time(prev)
+            if T is None or T > self.H:
+                break
+            self.integrate(last_t, T)
+            last_t = T
+            prev = T
+            # (1) iteration ends, replicas in id order
+            for rep in self.replicas:
+                if rep.iteration is not None and rep.iteration["end"] == T:
+                    self.end_iteration(rep, T)
+            # (2) scenario events
+            while self.next_event < len(self.events) and self.events[self.next_event][0] == T:
+                self.apply_event(self.events[self.next_event], T)
+                self.next_event += 1
+            # (3) attempt failures observed at T
+            self.phase_failures(T)
+            # (4) breaker re-admissions
+            self.phase_readmissions(T)
+            # (5) signal publications
+            self.phase_publications(T)
+            # (6) routing
+            self.phase_routing(T)
+            # (7) iteration starts of idle replicas with work
+            for rep in self.replicas:
+                if not rep.down and rep.iteration is None and (rep.running or rep.waiting):
+                    self.start_iteration(rep, T)
+            if self.check:
+                self.check_invariants(T)
+        self.integrate(last_t, self.H)
+        return self.results()
+
+    # ---------------------------------------------------------------- invariants
+    def check_invariants(self, T: float):
+        p = self.p
+        b = self.b
+        for rep in self.replicas:
+            free, ref, cached = rep.count(FREE), rep.count(REFERENCED), rep.count(CACHED)
+            assert free + ref + cached == self.kv_blocks
+            holders = {}
+            for a in rep.running:
+                assert a.where == "running" and a.replica == rep.index
+                assert len(a.blocks) == -(-a.kv // b), (len(a.blocks), a.kv)
+                for j, blk in enumerate(a.blocks):
+                    holders[blk.index] = holders.get(blk.index, 0) + 1
+                    if j < len(a.ids):
+                        assert blk.id == a.ids[j]
+                    else:
+                        assert blk.id is None
+                assert 0 <= a.c <= a.u
+                assert a.g < a.O
+                assert a.kv == a.P + a.g      # reserved at admission, grown by one per decode step
+                assert a.decoding() == (a.c == a.u) and (not a.decoding() or a.g >= 1)
+            for a in rep.waiting:
+                assert a.where == "waiting" and not a.blocks and a.kv == 0
+            for blk in rep.blocks:
+                assert blk.refcount == holders.get(blk.index, 0), blk
+                if blk.state == REFERENCED:
+                    assert blk.refcount > 0
+                    if blk.id is None:
+                        assert blk.refcount == 1
+                elif blk.state == CACHED:
+                    assert blk.refcount == 0 and blk.id is not None
+                else:
+                    assert blk.refcount == 0 and blk.id is None
+                if blk.id is not None:
+                    assert rep.resident.get(blk.id) is blk
+            assert len(rep.resident) == sum(1 for blk in rep.blocks if blk.id is not None)
+            # prefix closure: the predecessor in the prompt that made a block resident is resident
+            for bid, blk in rep.resident.items():
+                if blk.position > 0:
+                    assert blk.prev_id in rep.resident, (bid, blk)
+            for a in rep.running + rep.waiting:
+                k = 0
+                while k < len(a.ids) and a.ids[k] in rep.resident:
+                    k += 1
+                assert all(x not in rep.resident for x in a.ids[k:])
+            assert len(rep.running) <= p["max_batch"]
+            fresh_waiting = sum(1 for a in rep.waiting if a.g == 0 and a.admit_order < 0)
+            assert fresh_waiting <= p["waiting_cap"]
+            if rep.down:
+                assert not rep.running and not rep.waiting and not rep.pending_ff and free == self.kv_blocks
+            for a in rep.pending_ff:
+                assert a.where == "ff" and not a.blocks
+        for a in self.in_flight:
+            assert a.where in ("waiting", "running", "ff")
+            assert a.req.current is a and a.req.outcome is None
+        for r in self.requests[:self.next_arrival]:
+            states = [r.outcome is not None, r.current is not None, r.retry_due is not None, r.in_fifo]
+            assert sum(states) == 1, (r.index, states)
+
+    # ---------------------------------------------------------------- §7 metrics
+    def results(self) -> dict:
+        p = self.p
+        W, H = self.W, self.H
+        measure_s = p["measure_s"]
+        cohort = [r for r in self.requests if W <= r.t < H]
+        counts = dict(completed=0, failed=0, rejected=0, shed=0, unfinished=0)
+        ttft, tpot, e2e = [], [], []
+        good = 0
+        attempts = retries = 0
+        for r in cohort:
+            outcome = r.outcome if r.outcome is not None else "unfinished"
+            counts[outcome] += 1
+            attempts += r.attempts
+            retries += max(0, r.attempts - 1)
+            if outcome == "completed":
+                ttft.append(r.ttft)
+                e2e.append(r.completion - r.t)
+                ok = r.ttft <= p["slo_ttft_ms"]
+                if r.O >= 2:
+                    x = (r.completion - r.first_token) / (r.O - 1)
+                    tpot.append(x)
+                    ok = ok and x <= p["slo_tpot_ms"]
+                if ok:
+                    good += 1
+        arrivals = len(cohort)
+        assert arrivals == sum(counts.values())
+        out = dict(arrivals=arrivals, **counts)
+        for name, vals in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            for q in (50, 90, 99):
+                out[f"{name}_p{q}"] = nearest_rank(vals, q)
+        out["e2e_mean"] = sum(e2e) / len(e2e) if e2e else math.nan
+        out["attainment"] = good / arrivals if arrivals else math.nan
+        out["goodput"] = good / measure_s
+        out["throughput"] = self.completions_window / measure_s
+        out["token_throughput"] = self.tokens_window / measure_s
+        out["wasted_tokens"] = self.wasted_tokens
+        out["preemptions"] = self.preemptions
+        out["breaker_ejections"] = self.breaker_ejections
+        out["prefix_hit_rate"] = self.hit_num / self.hit_den if self.hit_den else math.nan
+        span = H - W
+        out["kv_occupancy"] = (sum(area / span / self.kv_blocks for area in self.kv_area) / self.N
+                               if span > 0 else math.nan)
+        out["batch_mean"] = self.batch_num / self.batch_den if self.batch_den else math.nan
+        out["attempts"] = attempts
+        out["retries"] = retries
+        out["assigned"] = list(self.assigned)
+        out["replica_completed"] = list(self.replica_completed)
+        out["replica_tokens"] = list(self.replica_tokens)
+        out["records"] = [dict(outcome=r.outcome if r.outcome is not None else "unfinished",
+                               arrival=r.t, ttft=r.ttft, completion=r.completion,
+                               first_token=r.first_token, attempts=r.attempts)
+                          for r in self.requests]
+        return out
+
+
+def simulate(workload: Workload, params: dict, factors: list[float], events: list, policy: str,
+             seed: int, check: bool = False, _return_sim: bool = False) -> dict:
+    """One run of the batching model (token-model.md §2-§7); see the module docstring."""
+    sim = _Sim(workload, params, factors, events, policy, seed, check)
+    out = sim.run()
+    if _return_sim:
+        out["_sim"] = sim
+    return out
