@@ -34,6 +34,17 @@ def scenario_events(text: str, name: str) -> list:
     return tomllib.loads(text)["scenarios"][name]["events"]
 
 
+def reference_workload(values: dict) -> dict:
+    """A stage's workload parameters (``{name: value}``, names of routesim.config.PARAM)
+    as the reference simulator and the SimPy model take them (reference.DEFAULT_WORKLOAD)."""
+    wl = {f"{a}_{b}": values[f"{a}_tokens_{b}"]
+          for a in ("prompt", "output") for b in ("median", "sigma", "min", "max")}
+    wl.update(demand_base=values["demand_ms_base"], demand_per_prompt=values["demand_ms_per_prompt_token"],
+              demand_per_output=values["demand_ms_per_output_token"],
+              jitter_min=values["jitter_min"], jitter_max=values["jitter_max"])
+    return wl
+
+
 WORKLOAD_VECTORS = ROOT / "docs" / "workload-vectors.md"
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import scenario_events
+from conftest import reference_workload, scenario_events
 from routesim.config import PARAM
 
 STAGES = ("study", "stress", "exact", "random", "constants")
@@ -67,11 +67,7 @@ def _reference_runs(differential, stage):
         sweep, ds = differential[stage]
         values = sweep.stages[[s.name for s in sweep.stages].index(stage)].values
         fixed = {p: values[p][0] for p in PARAM if p not in ds.dims}
-        wl = {f"{a}_{b}": fixed[f"{a}_tokens_{b}"]
-              for a in ("prompt", "output") for b in ("median", "sigma", "min", "max")}
-        wl.update(demand_base=fixed["demand_ms_base"], demand_per_prompt=fixed["demand_ms_per_prompt_token"],
-                  demand_per_output=fixed["demand_ms_per_output_token"],
-                  jitter_min=fixed["jitter_min"], jitter_max=fixed["jitter_max"])
+        wl = reference_workload(fixed)
         runs = []
         for point in _points(ds):
             res, trace = reference._simulate(
