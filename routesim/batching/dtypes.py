@@ -1,0 +1,205 @@
+"""Record dtypes and integer codes of the batching model (token-model.md).
+
+Every dtype is aligned so it maps onto a C struct inside Numba. Times in ms, sizes in
+tokens or KV blocks as each field says.
+"""
+
+from enum import IntEnum
+
+import numpy as np
+
+
+class Policy(IntEnum):
+    """Routing policy codes (§5). The sweep-file name is ``name.lower()``."""
+
+    ROUND_ROBIN = 0
+    RANDOM = 1
+    LEAST_REQUESTS = 2
+    LEAST_TOKENS = 3
+    LEAST_KV = 4
+    LEAST_COST = 5
+    POWER_OF_D = 6
+    PREFIX_AFFINITY = 7
+    RATE_WEIGHTED = 8
+
+
+NAMES = {p.name.lower(): p for p in Policy} | {"least_queue": Policy.LEAST_REQUESTS}
+"""Sweep-file name -> policy code (``least_queue`` is ``least_requests``)."""
+
+
+class Score(IntEnum):
+    """``policy.score``: what power_of_d compares (§5)."""
+
+    REQUESTS = 0
+    TOKENS = 1
+    KV = 2
+    COST = 3
+
+
+class Signals(IntEnum):
+    """``signals.mode`` (§3)."""
+
+    FRESH = 0
+    PERIODIC = 1
+    PERIODIC_LOCAL = 2
+
+
+class Admission(IntEnum):
+    """``router.admission.mode`` (§6)."""
+
+    REJECT = 0
+    QUEUE = 1
+
+
+class EventKind(IntEnum):
+    """Scenario event codes of the batching model (§6 and model.md §4)."""
+
+    RATE = 0       # folded into the workload's arrival times
+    SLOWDOWN = 1
+    FAIL = 2
+    RECOVER = 3
+    FAIL_FAST = 4
+
+
+class Outcome(IntEnum):
+    """What became of a request (§7): exactly one per cohort request."""
+
+    PENDING = 0     # not yet routed, or in flight
+    COMPLETED = 1
+    FAILED = 2
+    REJECTED = 3
+    SHED = 4
+
+
+PARAMS = np.dtype(
+    [
+        ("policy", np.int32),
+        ("score", np.int32),              # Score code (power_of_d)
+        ("n_replicas", np.int64),
+        ("waiting_cap", np.int64),        # requests
+        ("max_batch", np.int64),          # sequences
+        ("kv_blocks", np.int64),          # blocks per replica
+        ("block_tokens", np.int64),       # b
+        ("max_batched_tokens", np.int64),
+        ("chunked_prefill", np.bool_),
+        ("c0", np.float64),               # ms per iteration
+        ("c_pf", np.float64),             # ms per prefill token
+        ("c_attn", np.float64),           # ms per prefill token pair
+        ("c_dec", np.float64),            # ms per decoding sequence
+        ("c_kv", np.float64),             # ms per KV token of decoding sequences
+        ("warmup_ms", np.float64),
+        ("horizon_ms", np.float64),
+        ("slo_ttft_ms", np.float64),
+        ("slo_tpot_ms", np.float64),
+        ("choices", np.int64),            # d
+        ("allowance", np.int64),          # A, tokens
+        ("tie_tolerance", np.float64),
+        ("prefill_weight", np.float64),   # w of the cost score
+        ("balance_abs", np.float64),
+        ("balance_rel", np.float64),
+        ("cache_threshold", np.float64),
+        ("window_ms", np.float64),
+        ("prefix_blocks", np.int64),      # floor(L / b): id'd blocks of a group prefix
+        ("event_start", np.int64),        # first row of this run's scenario in the event table
+        ("event_count", np.int64),
+        ("workload", np.int64),           # index of this run's workload and router stream
+    ],
+    align=True,
+)
+"""Everything one run needs besides its workload, factors and events: shape ``(runs,)``."""
+
+REPLICA = np.dtype(
+    [
+        ("factor", np.float64),     # time factor of the heterogeneity setting (1 = reference)
+        ("slowdown", np.float64),   # scenario slowdown in force
+        ("healthy", np.bool_),
+        ("busy", np.bool_),         # an iteration is in progress
+        ("end_ms", np.float64),     # when it ends
+        ("n_run", np.int64),        # running sequences
+        ("w_head", np.int64),       # waiting FIFO: request indices linked through REQUEST.nxt
+        ("w_tail", np.int64),
+        ("n_wait", np.int64),
+        ("anon", np.int64),         # referenced anonymous blocks
+        ("idref", np.int64),        # referenced id'd blocks (refcount > 0)
+        ("cached", np.int64),       # resident id'd blocks with refcount 0
+        ("heap_n", np.int64),       # entries of this replica's eviction heap
+        ("tau", np.int64),          # τ_i: Σ P_s + max(A, g_s) over waiting and running
+        ("area", np.float64),       # ∫ referenced blocks dt over [warm-up, horizon] so far
+        ("area_ms", np.float64),    # time up to which ``area`` is integrated
+        ("rw_count", np.int64),     # completions in (T - window, T] (rate_weighted)
+        ("assigned", np.int64),     # attempts routed here in [warm-up, horizon)
+        ("completed", np.int64),    # completions here in (warm-up, horizon]
+        ("tokens", np.int64),       # tokens emitted here in (warm-up, horizon]
+    ],
+    align=True,
+)
+"""One replica's state and counters: shape ``(runs, replicas)`` on output."""
+
+REQUEST = np.dtype(
+    [
+        ("P", np.int64),            # prompt tokens
+        ("O", np.int64),            # output tokens
+        ("g", np.int64),            # tokens generated so far (kept across preemption)
+        ("kv", np.int64),           # tokens whose KV is in the cache
+        ("u", np.int64),            # tokens to compute since admission
+        ("c", np.int64),            # of them computed
+        ("m", np.int64),            # cached prefix at admission (tokens)
+        ("x", np.int64),            # chunk computed in the current iteration
+        ("dec", np.bool_),          # decoding in the current iteration
+        ("outcome", np.int8),       # Outcome code
+        ("replica", np.int64),      # where its attempt is, -1 when none
+        ("nxt", np.int64),          # next in its waiting FIFO, -1 at the tail
+        ("first_ms", np.float64),   # first-token time (NaN until then)
+        ("done_ms", np.float64),    # completion time (NaN until then)
+        ("attempts", np.int64),
+    ],
+    align=True,
+)
+"""Per-run scratch, one record per request of the workload."""
+
+SLOT = np.dtype(
+    [
+        ("id", np.int64),           # block id
+        ("replica", np.int64),
+        ("used", np.bool_),
+        ("ref", np.int64),          # refcount
+        ("last", np.float64),       # last_use (ms)
+        ("pos", np.int64),          # position in the prompt that made it resident
+        ("gen", np.int64),          # bumped each time it becomes cached (validates heap entries)
+    ],
+    align=True,
+)
+"""A resident id'd block of one replica, in an open-addressing table keyed by (replica, id)."""
+
+HEAP = np.dtype(
+    [("last", np.float64), ("negpos", np.int64), ("id", np.int64), ("gen", np.int64)],
+    align=True,
+)
+"""An eviction candidate: smallest ``last``, then largest position, then smallest id first."""
+
+EVENT = np.dtype(
+    [("t_ms", np.float64), ("kind", np.int64), ("replica", np.int64), ("value", np.float64)],
+    align=True,
+)
+
+METRICS = np.dtype(
+    [
+        ("arrivals", np.int64), ("completed", np.int64), ("failed", np.int64),
+        ("rejected", np.int64), ("shed", np.int64), ("unfinished", np.int64),
+        ("ttft_p50", np.float64), ("ttft_p90", np.float64), ("ttft_p99", np.float64),
+        ("tpot_p50", np.float64), ("tpot_p90", np.float64), ("tpot_p99", np.float64),
+        ("e2e_p50", np.float64), ("e2e_p90", np.float64), ("e2e_p99", np.float64),
+        ("e2e_mean", np.float64),
+        ("attainment", np.float64), ("goodput", np.float64), ("throughput", np.float64),
+        ("token_throughput", np.float64), ("wasted_tokens", np.int64),
+        ("preemptions", np.int64), ("breaker_ejections", np.int64),
+        ("prefix_hit_rate", np.float64), ("kv_occupancy", np.float64), ("batch_mean", np.float64),
+        ("attempts", np.int64), ("retries", np.int64),
+        # accumulators, finished into the rates above
+        ("hit_tokens", np.float64), ("admit_tokens", np.float64),
+        ("busy_ms", np.float64), ("batch_ms", np.float64),
+        ("done_any", np.int64), ("tokens_window", np.int64),
+    ],
+    align=True,
+)
+"""Per-run metrics (§7): shape ``(runs,)``."""

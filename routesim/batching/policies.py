@@ -1,0 +1,168 @@
+"""Routing policies of the batching model (token-model.md §5): one small compiled
+function each, one dispatcher.
+
+A policy decides from the router's *view* of each replica, arrays of shape
+``(replicas,)``: ``o`` outstanding requests, ``tau`` outstanding tokens τ_i, ``ref``
+referenced blocks, ``res`` resident id'd blocks, and ``hit`` the request's leading
+resident blocks (hit_i(r), capped as for a new attempt, g = 0) — filled only for the
+candidates. ``cand[:nc]`` are the candidates, ascending. It returns a replica index.
+
+The random parts (``random``'s pick, ``power_of_d``'s sample, ``rate_weighted``'s
+draw) are taken by the engine before the candidates' hits are looked up, from the
+router stream pre-drawn outside the kernels.
+"""
+
+import math
+
+import numba as nb
+
+from ..conf import JIT
+from .dtypes import Policy, Score
+from .workload import GOLDEN
+
+
+@nb.njit(**JIT)
+def tie_hash_nb(h, i):
+    """frac(h_r + 0.618…·(i + 1)): the last tie-break, stable per request."""
+    x = h + GOLDEN * (i + 1)
+    return x - math.floor(x)
+
+
+@nb.njit(**JIT)
+def score_nb(kind, i, p, o, tau, ref, hit, prompt):
+    """The lower-is-better score ``kind`` (a Score code) of replica i for a request."""
+    if kind == Score.REQUESTS:
+        return float(o[i])
+    if kind == Score.TOKENS:
+        return float(tau[i] + prompt + p.allowance)
+    if kind == Score.KV:
+        return ref[i] / p.kv_blocks
+    # cost: w·(ceil(P/b) − hit) + referenced
+    return p.prefill_weight * ((prompt + p.block_tokens - 1) // p.block_tokens - hit[i]) + ref[i]
+
+
+@nb.njit(**JIT)
+def argmin_tied_nb(kind, cand, nc, p, o, tau, ref, hit, prompt, h):
+    """argmin of the score over cand[:nc]; ties (≤ best·(1 + tie_tolerance)) go to the
+    largest hit, then the smallest tie hash."""
+    best = math.inf
+    for k in range(nc):
+        s = score_nb(kind, cand[k], p, o, tau, ref, hit, prompt)
+        if s < best:
+            best = s
+    bound = best * (1.0 + p.tie_tolerance)
+    pick = -1
+    for k in range(nc):
+        i = cand[k]
+        if score_nb(kind, i, p, o, tau, ref, hit, prompt) > bound:
+            continue
+        if pick < 0 or hit[i] > hit[pick] or (
+                hit[i] == hit[pick] and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):
+            pick = i
+    return pick
+
+
+@nb.njit(**JIT)
+def _fewest_nb(value, cand, nc, o, h, largest):
+    """The candidate with the smallest (``largest``: largest) ``value``; ties: smaller o,
+    then the tie hash."""
+    pick = -1
+    for k in range(nc):
+        i = cand[k]
+        if pick < 0:
+            pick = i
+            continue
+        a, b = (value[pick], value[i]) if largest else (value[i], value[pick])
+        if a < b or (a == b and (o[i] < o[pick] or (o[i] == o[pick] and
+                                                    tie_hash_nb(h, i) < tie_hash_nb(h, pick)))):
+            pick = i
+    return pick
+
+
+@nb.njit(**JIT)
+def prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h):
+    """SGLang's cache-aware rule: least_requests when the load is imbalanced; else the
+    largest cached prefix if it exceeds cache_threshold·P; else the smallest tree."""
+    lo = o[cand[0]]
+    hi = o[cand[0]]
+    best_hit = hit[cand[0]]
+    for k in range(1, nc):
+        i = cand[k]
+        lo = min(lo, o[i])
+        hi = max(hi, o[i])
+        best_hit = max(best_hit, hit[i])
+    if hi - lo > p.balance_abs and hi > p.balance_rel * lo:
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h)
+    if p.block_tokens * best_hit > p.cache_threshold * prompt:
+        return _fewest_nb(hit, cand, nc, o, h, True)
+    return _fewest_nb(res, cand, nc, o, h, False)
+
+
+@nb.njit(**JIT)
+def uniforms_nb(code, choices):
+    """Uniforms one decision of policy ``code`` consumes (also when it sheds)."""
+    if code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
+        return 1
+    if code == Policy.POWER_OF_D:
+        return choices
+    return 0
+
+
+def uniforms_per_decision(code: int, choices: int) -> int:
+    """Python-side twin of :func:`uniforms_nb`, for sizing the router stream."""
+    return int(uniforms_nb(code, choices))
+
+
+@nb.njit(**JIT)
+def sample_nb(code, cand, ne, p, u, cursor, weights):
+    """The random or ordered part of a decision: returns the number of candidates left
+    at the front of ``cand`` (0: shed). ``u`` holds this decision's uniforms;
+    ``cursor`` is round robin's; ``weights`` rate_weighted's per replica."""
+    if code == Policy.ROUND_ROBIN:
+        if ne > 0:
+            cand[0] = cand[cursor % ne]
+        return min(ne, 1)
+    if code == Policy.RANDOM:
+        if ne > 0:
+            cand[0] = cand[int(math.floor(u[0] * ne))]
+        return min(ne, 1)
+    if code == Policy.RATE_WEIGHTED:
+        if ne == 0:
+            return 0
+        total = 0.0
+        for k in range(ne):
+            total += weights[cand[k]]
+        x = u[0] * total
+        acc = 0.0
+        for k in range(ne):
+            acc += weights[cand[k]]
+            if x < acc:
+                cand[0] = cand[k]
+                return 1
+        cand[0] = cand[ne - 1]
+        return 1
+    if code == Policy.POWER_OF_D:
+        nc = min(p.choices, ne)
+        for j in range(nc):  # partial shuffle of E ascending
+            k = j + int(math.floor(u[j] * (ne - j)))
+            cand[j], cand[k] = cand[k], cand[j]
+        return nc
+    return ne
+
+
+@nb.njit(**JIT)
+def choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, h):
+    """The replica a policy picks among cand[:nc] (nc ≥ 1)."""
+    if code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
+        return cand[0]
+    if code == Policy.LEAST_REQUESTS:
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h)
+    if code == Policy.LEAST_TOKENS:
+        return argmin_tied_nb(Score.TOKENS, cand, nc, p, o, tau, ref, hit, prompt, h)
+    if code == Policy.LEAST_KV:
+        return argmin_tied_nb(Score.KV, cand, nc, p, o, tau, ref, hit, prompt, h)
+    if code == Policy.LEAST_COST:
+        return argmin_tied_nb(Score.COST, cand, nc, p, o, tau, ref, hit, prompt, h)
+    if code == Policy.POWER_OF_D:
+        return argmin_tied_nb(p.score, cand, nc, p, o, tau, ref, hit, prompt, h)
+    return prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h)

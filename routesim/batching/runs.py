@@ -1,0 +1,123 @@
+"""From flat parameter values to the batch kernel's arrays, and back.
+
+``params_row`` turns one run's flat parameter values (the names of
+token-interface.md, flattened as the config does: ``step_ms_base``,
+``breaker_consecutive`` …) into a ``PARAMS`` record; ``Packed`` concatenates
+workloads; ``simulate`` runs a set of runs through the batch kernel.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, EventKind, Score
+from .engine import run_batch_nb
+from .policies import uniforms_per_decision
+from .workload import TokenWorkload
+
+EVENT_CODES = {"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
+               "fail": EventKind.FAIL, "recover": EventKind.RECOVER,
+               "fail_fast": EventKind.FAIL_FAST}
+
+
+def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int = 0,
+               event_count: int = 0, workload: int = 0) -> np.ndarray:
+    """One run's PARAMS record (shape ``()``) from its flat parameter values."""
+    v = values
+    p = np.zeros((), PARAMS)
+    p["policy"] = NAMES[policy]
+    p["score"] = Score[str(v["score"]).upper()]
+    p["n_replicas"] = n_replicas
+    for name in ("waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
+                 "choices", "tie_tolerance", "prefill_weight", "balance_abs", "balance_rel",
+                 "cache_threshold", "window_ms"):
+        p[name] = v[name]
+    p["chunked_prefill"] = bool(v["chunked_prefill"])
+    p["c0"] = v["step_ms_base"]
+    p["c_pf"] = v["step_ms_per_prefill_token"]
+    p["c_attn"] = v["step_ms_per_prefill_token_pair"]
+    p["c_dec"] = v["step_ms_per_decode_sequence"]
+    p["c_kv"] = v["step_ms_per_kv_token"]
+    p["warmup_ms"] = v["warmup_s"] * 1000.0
+    p["horizon_ms"] = (v["warmup_s"] + v["measure_s"]) * 1000.0
+    p["slo_ttft_ms"] = v["slo_ttft_ms"]
+    p["slo_tpot_ms"] = v["slo_tpot_ms"]
+    p["allowance"] = v["allowance_tokens"]
+    p["prefix_blocks"] = int(v["prefix_tokens"]) // int(v["block_tokens"])
+    p["event_start"] = event_start
+    p["event_count"] = event_count
+    p["workload"] = workload
+    return p
+
+
+def event_rows(events) -> np.ndarray:
+    """``(at_ms, kind name, replica 0-based or -1, value)`` tuples -> EVENT rows."""
+    rows = np.zeros(len(events), EVENT)
+    for j, (at_ms, kind, replica, value) in enumerate(events):
+        rows[j] = (at_ms, int(EVENT_CODES[kind]), replica, value)
+    return rows
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Workloads concatenated for the kernel; workload w spans ``off[w]:off[w + 1]``
+    and its explicit-id offsets ``id_off[off[w] + w : off[w + 1] + w + 1]``."""
+
+    t: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    key: np.ndarray
+    group: np.ndarray
+    ids: np.ndarray
+    id_off: np.ndarray
+    off: np.ndarray
+
+    @classmethod
+    def of(cls, workloads: list[TokenWorkload]) -> "Packed":
+        off = np.zeros(len(workloads) + 1, np.int64)
+        off[1:] = np.cumsum([len(w) for w in workloads])
+        id_parts, base = [], 0
+        for w in workloads:
+            id_parts.append(w.id_off + base)
+            base += w.ids.size
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+        return cls(t=cat([w.t_ms for w in workloads], np.float64),
+                   prompt=cat([w.prompt for w in workloads], np.int64),
+                   output=cat([w.output for w in workloads], np.int64),
+                   key=cat([w.key for w in workloads], np.float64),
+                   group=cat([w.group for w in workloads], np.int64),
+                   ids=cat([w.ids for w in workloads], np.int64),
+                   id_off=cat(id_parts, np.int64), off=off)
+
+
+def router_draws(policy: str, choices: int, requests: int, max_attempts: int = 1) -> int:
+    """Uniforms a run may consume: one decision per attempt, at most."""
+    return requests * max_attempts * uniforms_per_decision(int(NAMES[policy]), int(choices))
+
+
+def simulate(params: np.ndarray, factors: np.ndarray, events: np.ndarray, packed: Packed,
+             ru: np.ndarray, ru_off: np.ndarray):
+    """Run every run: params (runs,) PARAMS, factors (runs, replicas) time factors.
+    Returns (metrics (runs,) METRICS, replicas (runs, replicas) REPLICA)."""
+    runs = params.shape[0]
+    rep = np.zeros(factors.shape, REPLICA)
+    rep["factor"] = factors
+    metrics = np.zeros(runs, METRICS)
+    run_batch_nb(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
+                 packed.group, packed.ids, packed.id_off, packed.off, ru, ru_off, metrics)
+    return metrics, rep
+
+
+def workload_params(values: dict):
+    """§1.1's parameters from flat parameter values."""
+    from .workload import Lengths, TokenWorkloadParams
+
+    def lengths(c):
+        return Lengths(*(values[f"{c}_{part}_{stat}"] for part in ("prompt", "output")
+                         for stat in ("median", "sigma", "min", "max")))
+
+    return TokenWorkloadParams(
+        p_long=values["p_long"], chat=lengths("chat"), long=lengths("long"),
+        prefix_probability=values["prefix_probability"], prefix_groups=int(values["prefix_groups"]),
+        prefix_zipf=values["prefix_zipf"], prefix_tokens=int(values["prefix_tokens"]),
+        context_limit=int(values["context_limit"]), block_tokens=int(values["block_tokens"]))
