@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .dtypes import EventKind
+from .engine import grid_end_ms
 from .policies import NAMES as POLICY_NAMES
 
 
@@ -71,6 +72,9 @@ PARAMS = (
     Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_two samples per decision", kind=int, low=1),
 )
 PARAM = {p.name: p for p in PARAMS}
+
+DEMAND_PARAMETERS = tuple(n for n in PARAM if PARAM[n].section == "workload" or n == "reference_demand_ms")
+"""The parameters that set a request's mean demand (:func:`theory.mean_demand_ms`)."""
 
 STANDARD_DIMS = ("policy", "exploration", "rate_rps", "heterogeneity", "scenario", "seed")
 """Dimensions every stage's Dataset has, in this order; swept parameters follow."""
@@ -158,7 +162,7 @@ def _suggest(key, allowed, noun="valid keys"):
     return f" (did you mean '{close[0]}'?)" if close else f" ({noun}: {', '.join(allowed)})"
 
 
-class _Reader:
+class Reader:
     """Typed access to the TOML tree, raising ConfigError with key paths."""
 
     def __init__(self, path):
@@ -223,7 +227,7 @@ def load_sweep(path) -> Sweep:
 
 def parse_sweep(text: str, path="<string>") -> Sweep:
     """Validate a sweep file's text; ``path`` only labels messages."""
-    rd = _Reader(path)
+    rd = Reader(path)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -239,7 +243,7 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
     for p in PARAMS:
         raw, key = _lookup(rd, doc, p)
         if raw is not None:
-            base[p.name] = (rd.values(raw, key, lambda v, k, p=p: _param_value(rd, p, v, k)),
+            base[p.name] = (rd.values(raw, key, lambda v, k, p=p: param_value(rd, p, v, k)),
                             isinstance(raw, list))
 
     het = _heterogeneity(rd, doc.get("cluster", {}).get("heterogeneity"))
@@ -274,7 +278,7 @@ def _lookup(rd, doc, p, section_table=None, prefix=""):
     return node.get(p.path[-1]), _join(key, p.path[-1])
 
 
-def _param_value(rd, p, value, key):
+def param_value(rd, p, value, key):
     if p.kind is str:
         v = rd.string(value, key)
         if v not in p.options:
@@ -412,7 +416,7 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected):
     for p in PARAMS:
         if p.name in overrides:
             v, k = overrides[p.name]
-            vals = rd.values(v, k, lambda x, kk, p=p: _param_value(rd, p, x, kk))
+            vals = rd.values(v, k, lambda x, kk, p=p: param_value(rd, p, x, kk))
             as_list = isinstance(v, list)
         elif p.name in selected:
             vals, as_list = (p.default,), False
@@ -435,7 +439,7 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected):
                   inherit=tuple(inherit))
     where = {n: k for n, (_, k) in overrides.items()}
     where["heterogeneity"] = _join(key if "heterogeneity" in raw else "grid", "heterogeneity")
-    _check_stage(rd, stage, het, scenarios, where)
+    check_stage(rd, stage, het, scenarios, where)
     return stage
 
 
@@ -481,7 +485,7 @@ def _selection(rd, raw, key, values):
     return Selection(param, metric, goals[0] == "maximize")
 
 
-def _check_stage(rd, stage, het, scenarios, where):
+def check_stage(rd, stage, het, scenarios, where):
     """Checks that need the whole stage: bounds between keys, events, replica counts.
     ``where`` maps a parameter (or "heterogeneity") to the key path that gave its value."""
     v = stage.values
@@ -515,6 +519,6 @@ def _check_stage(rd, stage, het, scenarios, where):
         for w in v["warmup_s"]:
             for m in v["measure_s"]:
                 h = (w + m) * 1000.0
-                if abs(round(h / dt) * dt - h) > 1e-9 * h:
+                if abs(grid_end_ms.py_func(h, dt) - h) > 1e-9 * h:
                     rd.fail(src("dt_ms"), f"a step of {dt:g} ms does not divide the "
                                                 f"horizon of {h:g} ms in stage {stage.name!r}")

@@ -53,11 +53,19 @@ def slot_nb(t, dt):
 
 
 @nb.njit(**JIT)
+def grid_end_ms(horizon_ms, dt_ms):
+    """The last processed time: the horizon on the grid, ``K·dt`` with ``K = round(horizon
+    / dt)``, or the horizon itself in exact mode (``dt = 0``). Compiled; plain Python
+    callers (the sweep check, the timeline's samples) use ``grid_end_ms.py_func``."""
+    if dt_ms == 0.0:
+        return horizon_ms
+    return np.int64(round(horizon_ms / dt_ms)) * dt_ms
+
+
+@nb.njit(**JIT)
 def end_time_nb(p):
-    """The last processed time: the horizon on the grid (``K·dt``), or the horizon."""
-    if p.dt_ms == 0.0:
-        return p.horizon_ms
-    return np.int64(round(p.horizon_ms / p.dt_ms)) * p.dt_ms
+    """The last processed time of a run (:func:`grid_end_ms` of its horizon and step)."""
+    return grid_end_ms(p.horizon_ms, p.dt_ms)
 
 
 # --- bookkeeping of the load o_i: time integrals, histogram, eligibility -----------

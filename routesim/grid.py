@@ -72,7 +72,7 @@ class Grid:
         return np.diff(self.wl_off)[self.params["workload"]]
 
 
-def _index(stage: Stage, values: dict):
+def run_index(stage: Stage, values: dict):
     """Per-dimension index arrays of the flat runs, shape (runs,) each."""
     shape = tuple(len(values[d]) for d in stage.dims)
     flat = np.unravel_index(np.arange(int(np.prod(shape)), dtype=np.int64), shape)
@@ -122,7 +122,7 @@ def resolve(stage: Stage, selected: dict) -> dict:
 def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     """Lay a stage out flat and generate its workloads."""
     values = resolve(stage, selected or {})
-    idx = _index(stage, values)
+    idx = run_index(stage, values)
     runs = idx["seed"].shape[0]
     col = {p.name: _column(p.name, values, idx) for p in PARAMS}
 

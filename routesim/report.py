@@ -18,6 +18,7 @@ import xarray as xr
 
 from . import figures as F
 from .files import write_text
+from .tables import fmt, markdown_table
 from .resultset import (
     add_load_curve_arg,
     capacity_rps,
@@ -59,36 +60,23 @@ about production traffic. No number in this document is a benchmark of a real sy
 # Formatting
 # --------------------------------------------------------------------------------------
 
-def _f(x, spec):
-    return "—" if x is None or not np.isfinite(x) else format(x, spec)
-
-
 def pct(x):
     """A fraction as a percentage with two decimals."""
-    return _f(100 * x, ".2f")
+    return fmt(100 * x, ".2f")
 
 
 def pp(x):
     """A difference of fractions in signed percentage points."""
-    return _f(100 * x, "+.2f")
+    return fmt(100 * x, "+.2f")
 
 
 def ms(x):
-    return _f(x, ".1f")
+    return fmt(x, ".1f")
 
 
 def num(x):
     """A parameter value as written in a sweep file."""
     return f"{x:g}" if isinstance(x, (float, np.floating)) else str(x)
-
-
-def table(headers, rows, align=None) -> str:
-    """A Markdown table; ``align``: 'l'/'r' per column (default: first left, rest right)."""
-    align = align or "l" + "r" * (len(headers) - 1)
-    rule = ["---" if a == "l" else "---:" for a in align]
-    lines = ["| " + " | ".join(map(str, headers)) + " |", "| " + " | ".join(rule) + " |"]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def label(p):
@@ -239,7 +227,7 @@ def protocol(dev, val, sweep) -> str:
              "shed_rate", "goodput", "throughput", "assigned")
     rows = [[f"`{n}`", val[n].attrs.get("units", ""), val[n].attrs.get("description", "")]
             for n in names if n in val]
-    lines.append(table(["variable", "units", "definition"], rows, "lll"))
+    lines.append(markdown_table(["variable", "units", "definition"], rows, "lll"))
     lines.append("")
     lines.append("Percentiles are nearest rank: the ⌈p·n/100⌉-th smallest of the n completed cohort latencies.")
     lines.append("")
@@ -273,7 +261,7 @@ def selection(dev) -> str:
     diff, lo, hi = paired(seed_obj.isel({param: best}), seed_obj.isel({param: second}))
     span = float(obj.max() - obj.min())
     lines = [f"## Selection of the exploration weight ({dev.attainment.size:,} development runs)", ""]
-    lines.append(table([f"c ({param})", "mean attainment %", f"change from c = {num(values[0])} (pp)",
+    lines.append(markdown_table([f"c ({param})", "mean attainment %", f"change from c = {num(values[0])} (pp)",
                         "per-condition change (pp)", "objective per seed, min–max %", ""],
                        rows, "lrrrrl"))
     lines.append("")
@@ -282,7 +270,7 @@ def selection(dev) -> str:
         f"{span * 100:.2f} percentage points, while one condition's mean attainment moves by up to "
         f"{100 * float(abs(rel).max()):.2f} points between candidates, and the objective itself varies by "
         f"about {100 * float((seed_obj.max('seed') - seed_obj.min('seed')).mean()):.1f} points from seed to seed. "
-        f"The best value beats the runner-up (c = {num(values[second])}) by {_f(100 * diff, '+.3f')} points on average, "
+        f"The best value beats the runner-up (c = {num(values[second])}) by {fmt(100 * diff, '+.3f')} points on average, "
         f"per seed from {pp(lo)} to {pp(hi)}: {verdict(diff, lo, hi)}. "
         + ("The choice of c therefore matters little for attainment in this model; it is a tie-break "
            "among near-equal candidates, not evidence that more exploration helps."
@@ -300,7 +288,7 @@ def policy_table(val) -> str:
         rows.append([label(p), one.attainment.size, pct(float(one.attainment.mean())),
                      ms(float(one.latency_p50.median())), ms(float(one.latency_p99.median())),
                      f"{ms(p99.min())}–{ms(p99.max())}" if p99.size else "—",
-                     pct(float(one.shed_rate.mean())), _f(float(one.goodput.median()), ".1f")])
+                     pct(float(one.shed_rate.mean())), fmt(float(one.goodput.median()), ".1f")])
     order, means = ranking(v.attainment)
     best = order[0]
     seeds = per_seed(v.attainment)
@@ -309,13 +297,13 @@ def policy_table(val) -> str:
         diff, lo, hi = paired(seeds.sel(policy=p), seeds.sel(policy=best))
         diffs.append([label(p), pp(diff), f"{pp(lo)} to {pp(hi)}", verdict(diff, lo, hi)])
     lines = ["## Validation: every policy", ""]
-    lines.append(table(["policy", "runs", "mean attainment %", "median p50 ms", "median p99 ms",
+    lines.append(markdown_table(["policy", "runs", "mean attainment %", "median p50 ms", "median p99 ms",
                         "p99 min–max ms", "mean shed %", "median goodput req/s"], rows))
     lines.append("")
     lines.append(f"Paired by seed against the best mean attainment ({label(best)}); each seed's value is "
                  f"its mean over the {int(np.prod([v.sizes[d] for d in CONDITION_DIMS]))} conditions:")
     lines.append("")
-    lines.append(table(["policy", f"attainment − {label(best)} (pp)", "per-seed range (pp)", "verdict"],
+    lines.append(markdown_table(["policy", f"attainment − {label(best)} (pp)", "per-seed range (pp)", "verdict"],
                        diffs, "lrrl"))
     return "\n".join(lines)
 
@@ -344,7 +332,7 @@ def scenario_tables(val) -> str:
                              (", within the seed range" if within(lo, hi) else f", {verdict(d, lo, hi)}")])
         heads = ["heterogeneity", "rate req/s"] + [f"{label(p)} attain %" for p in pols] + \
                 [f"{label(p)} p99 ms" for p in pols] + ["best: margin pp (per seed)"]
-        lines.append(table(heads, rows, "ll" + "r" * (2 * len(pols)) + "l"))
+        lines.append(markdown_table(heads, rows, "ll" + "r" * (2 * len(pols)) + "l"))
     return "\n".join(lines)
 
 
@@ -409,7 +397,7 @@ def reading(val, share=None) -> str:
         diff, lo, hi = paired(p99_seed.sel(policy=p), p99_seed.sel(policy=tail[0]))
         word = {"ahead on every seed": "higher on every seed", "behind on every seed": "lower on every seed"}.get(
             verdict(diff, lo, hi), verdict(diff, lo, hi))
-        parts.append(f"{label(p)} {_f(lo, '+.1f')} to {_f(hi, '+.1f')} ms ({word})")
+        parts.append(f"{label(p)} {fmt(lo, '+.1f')} to {fmt(hi, '+.1f')} ms ({word})")
     lines.append("- **Tail latency** (median p99 over all runs): "
                  + ", ".join(f"{label(p)} {ms(med[p])} ms" for p in tail)
                  + f". Per seed (median over conditions), the difference from {label(tail[0])}: "
@@ -443,7 +431,7 @@ def share_table(share, info) -> str:
     e = info["edges"]
     heads = ["rate req/s", "policy", f"before: ({num(e[0])} s, {num(e[1])} s]",
              f"during: ({num(e[1])} s, {num(e[2])} s]", f"after: ({num(e[2])} s, {num(e[3])} s]"]
-    return table(heads, rows, "rlrrr")
+    return markdown_table(heads, rows, "rlrrr")
 
 
 def lag_table(tl) -> str:
@@ -465,7 +453,7 @@ def lag_table(tl) -> str:
                 x = x[np.isfinite(x)]
                 return f"{np.median(x):.0f} ({x.min():.0f}–{x.max():.0f})" if x.size else "—"
             rows.append([label(p), f"{a:g}", cell(up), cell(down) if recovery is not None else "—"])
-    return table(["policy", "α", "to 90 % of the step up, ms", "to 90 % of the step down, ms"], rows, "lrrr")
+    return markdown_table(["policy", "α", "to 90 % of the step up, ms", "to 90 % of the step down, ms"], rows, "lrrr")
 
 
 def load_curve_section(lc) -> str:
@@ -491,7 +479,7 @@ def load_curve_section(lc) -> str:
         f"({_seeds(v)}), with the same model constants and selection. Capacity is Σ 1 / E[service] over "
         "replicas, from the mean demand (grid rounding ignored).")
     lines.append("")
-    lines.append(table(["heterogeneity", "capacity req/s", "policy", f"highest rate with median p99 ≤ {slo:g} ms",
+    lines.append(markdown_table(["heterogeneity", "capacity req/s", "policy", f"highest rate with median p99 ≤ {slo:g} ms",
                         "highest rate with attainment ≥ 90 %"], rows, "lrlrr"))
     return "\n".join(lines)
 

@@ -34,34 +34,17 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     dims = list(grid.coords)
     shape = grid.shape
     n_rep = grid.replicas
-    data = {}
-    for name in outcome.metrics.dtype.names:
-        units, desc = VARIABLES[name]
-        data[name] = (dims, outcome.metrics[name].reshape(shape), {"units": units, "description": desc})
-    for name, field in PER_REPLICA.items():
-        units, desc = VARIABLES[name]
-        data[name] = (dims + ["replica"], outcome.replicas[field].reshape(shape + (n_rep,)),
-                      {"units": units, "description": desc})
-    units, desc = VARIABLES["queue_tail"]
-    data["queue_tail"] = (dims + ["level"], outcome.tail.reshape(shape + (outcome.tail.shape[1],)),
-                          {"units": units, "description": desc})
+    data = run_variables(dims, lambda a, extra: a.reshape(shape + extra), outcome.metrics, outcome.replicas,
+                         outcome.tail)
     hets = grid.coords["heterogeneity"]
     data["mean_service_ms"] = (["heterogeneity", "replica"],
                                np.array([sweep.heterogeneity[h] for h in hets]),
                                {"units": "ms", "description": "replica's mean service time of the reference request"})
-    coords = {d: (d, np.asarray(v), _coord_attrs(d)) for d, v in grid.coords.items()}
-    coords["replica"] = ("replica", np.arange(1, n_rep + 1), _coord_attrs("replica"))
-    coords["level"] = ("level", np.arange(outcome.tail.shape[1]), _coord_attrs("level"))
+    coords = {d: (d, np.asarray(v), coord_attrs(d)) for d, v in grid.coords.items()}
+    coords.update(replica_level_coords(n_rep, outcome.tail.shape[1]))
     stage = grid.stage
-    attrs = {
-        "sweep_name": sweep.name,
-        "stage": stage.name,
-        "routesim_version": version(),
-        "sweep_file": str(sweep.path),
-        "sweep_text": sweep.text,
-    }
-    for name in stage.inherit:
-        attrs[f"selected_{name}"] = selected[name]
+    attrs = provenance(sweep, stage)
+    attrs.update(selected_attrs(stage, selected))
     values = grid.coords
     for p in PARAM.values():  # parameters that are not dimensions, with their value
         if p.name not in values:
@@ -69,7 +52,57 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-def _coord_attrs(dim):
+def variable_attrs(name, table=VARIABLES) -> dict:
+    """The ``units`` and ``description`` attrs of a variable from its table entry."""
+    units, desc = table[name]
+    return {"units": units, "description": desc}
+
+
+def run_variables(dims, shaped, metrics, replicas, tail) -> dict:
+    """The per-run variables of a Dataset: every metric over ``dims``, the per-replica
+    ones over ``dims + replica``, ``queue_tail`` over ``dims + level``. ``shaped(a,
+    extra)`` reshapes an array over flat runs (then ``extra`` axes) to ``dims + extra``;
+    ``metrics`` METRICS records, ``replicas`` REPLICA records (runs, replicas) and
+    ``tail`` (runs, levels), all after :func:`metrics.run_metrics_nb`."""
+    data = {}
+    for name in metrics.dtype.names:
+        data[name] = (dims, shaped(metrics[name], ()), variable_attrs(name))
+    for name, field in PER_REPLICA.items():
+        data[name] = (dims + ["replica"], shaped(replicas[field], (replicas.shape[-1],)), variable_attrs(name))
+    data["queue_tail"] = (dims + ["level"], shaped(tail, (tail.shape[1],)), variable_attrs("queue_tail"))
+    return data
+
+
+def replica_level_coords(n_replicas, n_levels) -> dict:
+    """The ``replica`` (1-based) and ``level`` coordinates."""
+    return {"replica": ("replica", np.arange(1, n_replicas + 1), coord_attrs("replica")),
+            "level": ("level", np.arange(n_levels), coord_attrs("level"))}
+
+
+def provenance(sweep: Sweep, stage) -> dict:
+    """The attrs that say where a Dataset comes from: sweep, stage, package version,
+    sweep file and its text (read back by :func:`sweep_of`)."""
+    return {
+        "sweep_name": sweep.name,
+        "stage": stage.name,
+        "routesim_version": version(),
+        "sweep_file": str(sweep.path),
+        "sweep_text": sweep.text,
+    }
+
+
+def selected_attrs(stage, selected: dict) -> dict:
+    """``selected_<name>``: the value of each parameter the stage inherits from a selection."""
+    return {f"selected_{name}": selected[name] for name in stage.inherit}
+
+
+def sweep_of(ds: xr.Dataset) -> Sweep:
+    """The Sweep whose text a Dataset carries (see :func:`provenance`)."""
+    from .config import parse_sweep
+    return parse_sweep(ds.attrs["sweep_text"], ds.attrs.get("sweep_file", "<dataset>"))
+
+
+def coord_attrs(dim):
     if dim in PARAM:
         return {"units": PARAM[dim].units, "description": PARAM[dim].help}
     units, desc = _DIM_ATTRS[dim]

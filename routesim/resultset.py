@@ -15,6 +15,7 @@ import numpy as np
 import xarray as xr
 
 from .dtypes import EVENT_NAMES, EventKind
+from .results import sweep_of
 
 LAG_ALPHAS = (0.05, 0.3, 0.6)
 """α values of the estimate-lag figure and table, besides the sweep's own."""
@@ -68,12 +69,6 @@ def steady(ds: xr.Dataset) -> xr.Dataset:
     if "scenario" in ds.dims:
         return ds.sel(scenario="steady") if "steady" in ds.scenario.values else ds.isel(scenario=0)
     return ds
-
-
-def sweep_of(ds: xr.Dataset):
-    """The Sweep whose text a Dataset carries."""
-    from .config import parse_sweep
-    return parse_sweep(ds.attrs["sweep_text"], ds.attrs.get("sweep_file", "<dataset>"))
 
 
 def scenario_with(sweep, kind):
@@ -155,7 +150,7 @@ def straggler_event(tl: xr.Dataset):
 
 def timeline_traces(val: xr.Dataset) -> dict:
     """{"straggler": trace, "failure": trace} of every policy at :func:`condition`."""
-    from .trace import trace
+    from .timeline import trace
     return {key: trace(val, scenario=name, **condition(val)) for key, name in timeline_scenarios(val).items()}
 
 
@@ -163,7 +158,7 @@ def lag_trace(val: xr.Dataset, seed=None):
     """The straggler scenario at :func:`condition` (or the given seeds) for the policies
     that route on ŝ, with α swept over the sweep's value and :data:`LAG_ALPHAS`; None
     without a straggler."""
-    from .trace import trace
+    from .timeline import trace
     name = scenario_in(val, EventKind.SLOWDOWN)
     if name is None:
         return None
@@ -195,7 +190,7 @@ def straggler_share(val):
     """Share of the assignments that went to the straggling replica before, during and
     after the slowdown, per rate, policy and seed, at the figures' heterogeneity setting
     (None, None without a straggler scenario)."""
-    from .trace import trace
+    from .timeline import trace
     name = scenario_in(val, EventKind.SLOWDOWN)
     if name is None:
         return None, None
@@ -226,10 +221,9 @@ def straggler_share(val):
 
 def mean_demand(ds: xr.Dataset) -> float:
     """E[demand × jitter] of a Dataset's workload parameters (its attrs)."""
-    from .config import PARAM
-    from .trace import mean_demand_ms
-    return mean_demand_ms({n: (ds.attrs[n],) for n in PARAM
-                           if (PARAM[n].section == "workload" or n == "reference_demand_ms") and n in ds.attrs})
+    from .config import DEMAND_PARAMETERS
+    from .theory import mean_demand_ms
+    return mean_demand_ms({n: (ds.attrs[n],) for n in DEMAND_PARAMETERS if n in ds.attrs})
 
 
 def capacity_rps(ds: xr.Dataset, heterogeneity, mean_demand_ms) -> float:

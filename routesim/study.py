@@ -35,6 +35,13 @@ def choose(ds: xr.Dataset, select: Selection):
     return value.item() if hasattr(value, "item") else value
 
 
+def selecting_stage(sweep: Sweep, stage: str, param: str) -> Stage:
+    """The stage whose selection of ``param`` the stage named ``stage`` inherits: the
+    last earlier stage that selects it."""
+    before = sweep.stages[:[s.name for s in sweep.stages].index(stage)]
+    return [s for s in before if s.select and s.select.parameter == param][-1]
+
+
 def _needed(sweep: Sweep, names):
     """The stages to run for ``names``: those plus the earlier stages whose selection they use."""
     if names is None:
@@ -47,9 +54,7 @@ def _needed(sweep: Sweep, names):
     for stage in reversed(sweep.stages):
         if stage.name in want:
             for param in stage.inherit:
-                src = [s for s in sweep.stages[: known.index(stage.name)]
-                       if s.select and s.select.parameter == param][-1]
-                want.add(src.name)
+                want.add(selecting_stage(sweep, stage.name, param).name)
     return [s for s in sweep.stages if s.name in want]
 
 

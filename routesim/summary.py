@@ -6,23 +6,7 @@ import xarray as xr
 from .config import Selection
 from .metrics import VARIABLES
 from .study import objective
-
-
-def table(headers, rows, align=None) -> str:
-    """Plain-text table; ``align`` is a string of 'l'/'r' per column (default: first left)."""
-    align = align or "l" + "r" * (len(headers) - 1)
-    cells = [list(map(str, headers))] + [list(map(str, r)) for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r):
-        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
-
-
-def _fmt(x, spec):
-    return "—" if x is None or not np.isfinite(x) else format(x, spec)
+from .tables import fmt, text_table
 
 
 def policy_rows(ds: xr.Dataset):
@@ -40,12 +24,12 @@ def policy_rows(ds: xr.Dataset):
             p99 = p99[np.isfinite(p99)]
             rows.append([pol] + ([f"{c:g}"] if by_expl else []) + [
                 sub.attainment.size,
-                _fmt(100 * float(np.nanmean(sub.attainment.values)), ".2f"),
-                _fmt(float(np.nanmedian(sub.latency_p50.values)), ".1f"),
-                _fmt(float(np.nanmedian(sub.latency_p99.values)), ".1f"),
-                f"{_fmt(p99.min() if p99.size else np.nan, '.1f')}–{_fmt(p99.max() if p99.size else np.nan, '.1f')}",
-                _fmt(100 * float(np.nanmedian(sub.shed_rate.values)), ".2f"),
-                _fmt(float(np.nanmedian(sub.goodput.values)), ".1f"),
+                fmt(100 * float(np.nanmean(sub.attainment.values)), ".2f"),
+                fmt(float(np.nanmedian(sub.latency_p50.values)), ".1f"),
+                fmt(float(np.nanmedian(sub.latency_p99.values)), ".1f"),
+                f"{fmt(p99.min() if p99.size else np.nan, '.1f')}–{fmt(p99.max() if p99.size else np.nan, '.1f')}",
+                fmt(100 * float(np.nanmedian(sub.shed_rate.values)), ".2f"),
+                fmt(float(np.nanmedian(sub.goodput.values)), ".1f"),
             ])
     headers = ["policy"] + (["c"] if by_expl else []) + [
         "runs", "attain %", "p50 ms", "p99 ms", "p99 min–max ms", "shed %", "goodput/s"]
@@ -71,6 +55,6 @@ def render(ds: xr.Dataset, select: Selection | None = None) -> str:
             title += f", {k[len('selected_'):]} = {v:g} (selected)"
     parts = [title]
     if select is not None:
-        parts.append(table(*selection_rows(ds, select), align="lrl"))
-    parts.append(table(*policy_rows(ds)))
+        parts.append(text_table(*selection_rows(ds, select), align="lrl"))
+    parts.append(text_table(*policy_rows(ds)))
     return "\n\n".join(parts)

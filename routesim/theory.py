@@ -159,16 +159,48 @@ def _phi(x):
 
 def token_pmf(median, sigma, lo, hi):
     """Exact distribution of ``clip(rint(median · exp(sigma · z)), lo, hi)``, z ~ N(0, 1):
-    (values, probabilities). P(k) = Φ(z(k + ½)) - Φ(z(k - ½)) with z(x) = ln(x/median)/sigma
+    (values, probabilities). P(k) = Φ(z(k + ½)) - Φ(z(k - ½)) with z(x) = (ln x - ln median)/sigma
     for lo < k < hi; the ends collect the clipped mass. (rint's ties, at exact
     half-integers, have probability zero.)"""
     k = np.arange(lo, hi + 1, dtype=np.float64)
     if sigma == 0:
         p = (k == min(max(round(median), lo), hi)).astype(float)
         return k, p
-    edges = np.concatenate(([-math.inf], np.log((k[:-1] + 0.5) / median) / sigma, [math.inf]))
-    cdf = np.array([_phi(x) for x in edges])
+    # z at which median · exp(sigma · z) = k ± ½; the open ends clipped
+    z = (np.log(np.maximum(np.r_[k - 0.5, hi + 0.5], 1e-300)) - math.log(median)) / sigma
+    cdf = np.array([_phi(x) for x in z])
+    cdf[0], cdf[-1] = 0.0, 1.0
     return k, np.diff(cdf)
+
+
+def mean_tokens(median, sigma, lo, hi) -> float:
+    """E[tokens] of :func:`token_pmf`, exactly up to float rounding."""
+    if sigma == 0:
+        return float(min(max(round(median), lo), hi))
+    k, p = token_pmf(median, sigma, lo, hi)
+    return float(np.dot(k, p))
+
+
+def mean_demand_ms(values: dict) -> float:
+    """E[demand × jitter] of the workload (model.md §2), exactly up to float rounding.
+
+    ``values``: parameter name -> tuple whose first item is used (the names of
+    :data:`config.DEMAND_PARAMETERS`). Token demand sums over the token distributions
+    (:func:`mean_tokens`); jitter is uniform; the exponential and constant demands have
+    mean ``reference_demand_ms``.
+    """
+    def tokens(kind):
+        return mean_tokens(values[f"{kind}_tokens_median"][0], values[f"{kind}_tokens_sigma"][0],
+                           int(values[f"{kind}_tokens_min"][0]), int(values[f"{kind}_tokens_max"][0]))
+
+    kind = values.get("demand", ("tokens",))[0]
+    if kind == "tokens":
+        d = (values["demand_ms_base"][0]
+             + values["demand_ms_per_prompt_token"][0] * tokens("prompt")
+             + values["demand_ms_per_output_token"][0] * tokens("output"))
+    else:  # exponential with this mean, or this constant
+        d = values["reference_demand_ms"][0]
+    return d * 0.5 * (values["jitter_min"][0] + values["jitter_max"][0])
 
 
 def _moments(values, probs, k):

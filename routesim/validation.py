@@ -57,6 +57,7 @@ import xarray as xr
 
 from . import theory
 from .files import write_text
+from .tables import fmt, markdown_table, text_table
 
 Z = 4.0
 """Standard errors allowed between a simulated estimate and its theory value."""
@@ -777,13 +778,12 @@ def run_checks(names=None, quick=False, progress=None) -> dict:
 
 
 def _f(x, spec=".4g"):
-    if x is None:
-        return "—"
+    """A cell: a number by :func:`tables.fmt`, a (value, SE) pair as "v ± se", a string as is."""
     if isinstance(x, tuple):
         return f"{_f(x[0], spec)} ± {_f(x[1], spec)}"
     if isinstance(x, str):
         return x
-    return "—" if not np.isfinite(x) else format(x, spec)
+    return fmt(x, spec)
 
 
 ROW_HEADERS = ["case", "quantity", "theory", "simulated ± SE", "z", "tolerance", "result"]
@@ -805,12 +805,6 @@ def _anchor(title: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     kept = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
     return kept.replace(" ", "-")
-
-
-def _md_table(headers, rows) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(out)
 
 
 def markdown(results: dict, quick: bool, seconds: float) -> str:
@@ -854,13 +848,13 @@ def markdown(results: dict, quick: bool, seconds: float) -> str:
         f"(heterogeneity entry {SERVICE_MS:g} ms with reference demand {REFERENCE_MS:g} ms), "
         "unbounded queues and no jitter unless stated.",
         "",
-        _md_table(["check", "judged", "pass", "largest abs z (two-sided)", "runs", "reproduce"],
+        markdown_table(["check", "judged", "pass", "largest abs z (two-sided)", "runs", "reproduce"],
                   [[f"[{CHECKS[n].title}](#{_anchor(CHECKS[n].title)})",
                     sum(r.passed is not None for r in res.rows), sum(r.passed is True for r in res.rows),
                     _f(max((abs(r.z) for r in res.rows if r.relation == "=" and np.isfinite(r.z)),
                            default=math.nan), ".2f"),
                     f"{res.runs:,}", f"`{COMMAND.format(name=n)}{flag}`"]
-                   for n, res in results.items()]),
+                   for n, res in results.items()], aligned=False),
     ]
     for name, res in results.items():
         check = CHECKS[name]
@@ -868,7 +862,7 @@ def markdown(results: dict, quick: bool, seconds: float) -> str:
         lines += ["", f"## {check.title}", "", check.doc, "",
                   f"Reproduce: `{COMMAND.format(name=name)}{flag}` — {res.runs:,} runs, "
                   f"{', '.join(map(str, sorted(k)))} seeds, {res.seconds:.1f} s here.", "",
-                  _md_table(ROW_HEADERS, [row_cells(r) for r in res.rows])]
+                  markdown_table(ROW_HEADERS, [row_cells(r) for r in res.rows], aligned=False)]
         notes = [f"- {r.case}, {r.quantity}: {r.note}" for r in res.rows if r.note]
         if notes:
             lines += [""] + notes
@@ -877,18 +871,17 @@ def markdown(results: dict, quick: bool, seconds: float) -> str:
                       "Per policy over the conditions and seeds: mean attainment and median p50 "
                       "and p99 (the headline numbers `python -m routesim.sweep` prints), then "
                       "the differences from exact mode, run by run (`all`: the four policies "
-                      "pooled).", "", _md_table(headers, _table_cells(trows))]
+                      "pooled).", "", markdown_table(headers, _table_cells(trows), aligned=False)]
     return "\n".join(lines) + "\n"
 
 
 def render_text(results: dict) -> str:
-    from .summary import table
     parts = []
     for name, res in results.items():
         parts += [f"{CHECKS[name].title}  ({res.runs:,} runs, {res.seconds:.1f} s)",
-                  table(ROW_HEADERS, [row_cells(r) for r in res.rows])]
+                  text_table(ROW_HEADERS, [row_cells(r) for r in res.rows])]
         for title, (headers, trows) in res.tables.items():
-            parts += ["", title, table(headers, _table_cells(trows))]
+            parts += ["", title, text_table(headers, _table_cells(trows))]
         parts.append("")
     return "\n".join(parts)
 

@@ -13,7 +13,9 @@ import routesim
 from conftest import HEAD, parse, scenario_events, sweep_text
 from routesim.config import PARAM, ConfigError
 from routesim.policies import NAMES
-from routesim.trace import main as trace_main, mean_demand_ms, top_rank_nb
+from routesim.theory import mean_demand_ms
+from routesim.timeline import main as trace_main
+from routesim.timeline_kernels import top_rank_nb
 from routesim.workload import WorkloadParams, generate
 
 ALL_POLICIES = sorted(NAMES, key=NAMES.get)
@@ -276,7 +278,7 @@ seeds = [6, 7]
         assert not bad.exists()
 
 
-def test_trace_is_callable_as_module_and_function():
+def test_routesim_trace_is_always_the_function():
     import importlib
-    module = importlib.import_module("routesim.trace")
-    assert callable(routesim.trace) and callable(module) and hasattr(module, "main")
+    importlib.import_module("routesim.trace")
+    assert routesim.trace is routesim.timeline.trace
