@@ -1,8 +1,9 @@
 """Self-checks of the naive reference simulator (tests/reference.py).
 
-Expectations come from docs/workload-vectors.md, from docs/model.md worked by hand, and from
-independent closed-form recurrences (single FIFO server), never from numbers copied
-out of a reference run.
+Expectations come from docs/workload-vectors.md, from docs/model.md worked by hand, from
+independent closed-form recurrences (single FIFO server) and from a replay of every
+routing decision against its policy's rule (_check_decisions), never from numbers
+copied out of a reference run.
 """
 
 import importlib.util
@@ -117,10 +118,12 @@ def test_full_run_conservation(policy, scenario, het):
     assert len(res["assigned"]) == len(res["replica_completed"]) == 3
     # every cohort request routed at least once was assigned in [W, H)
     assert sum(res["assigned"]) >= res["arrivals"] - res["shed"] - _never_routed(tr)
-    if policy == "round_robin":
-        assert res["rr_cursor"] == sum(1 for r in tr["replica"] if r >= 0) + tr["rerouted"]
-    else:
-        assert res["rr_cursor"] == 0
+    # every decision follows its policy's rule, round robin's cursor counting re-routes:
+    # round robin sends a third of 250 req/s to replica 2 (load about 0.9), so it has a
+    # queue to re-route when it fails
+    _check_decisions(tr, policy=policy, seed=seed, n_rep=3, events=SCENARIOS[scenario], dt=0.5)
+    if policy == "round_robin" and scenario == "failure":
+        assert tr["rerouted"] > 0
     lat = [res[f"latency_p{p}"] for p in (50, 90, 95, 99)]
     assert lat == sorted(lat) and lat[-1] <= res["latency_max"]
     assert 0 <= res["attainment"] <= 1 and 0 <= res["shed_rate"] <= 1
@@ -131,6 +134,90 @@ def _never_routed(tr):
     # cohort requests that were neither placed nor shed (arrived in the very last step)
     return sum(1 for q, a in enumerate(tr["arrival"])
                if tr["W"] <= a < tr["H"] and tr["replica"][q] < 0 and not tr["shed"][q])
+
+
+def _check_decisions(tr, *, policy, seed, n_rep, events, dt, queue_cap=50, choices=2, alpha=0.15,
+                     exploration=0.35, L=100.0, prior=11.0):
+    """Replay every routing decision of a run from its records and check it against the
+    rule of docs/model.md §5 (§8 for the randomized policies): the eligible set, the
+    outstanding counts and the router's statistics at each decision are rebuilt from
+    the decision list, the start and completion times and the events alone. Round
+    robin's cursor is the number of accepted decisions before, re-routes included.
+    Returns the number of accepted decisions."""
+    replica_events = sorted((_grid_ceil(ev["at_s"] * 1000.0, dt), i, ev) for i, ev in enumerate(events)
+                            if "replica" in ev)
+    times = [t for t, _, _ in replica_events]
+    assert len(set(times)) == len(times), "precondition: no two replica events at one time"
+    fails = {}
+    for t, _, ev in replica_events:
+        if ev.get("fail"):
+            fails.setdefault(int(ev["replica"]) - 1, []).append(t)
+    start, done = tr["start"], tr["done"]
+    completions = sorted((r for r in range(len(done)) if not math.isnan(done[r])), key=lambda r: done[r])
+    per = {"random": 1, "power_of_two": choices}.get(policy, 0)
+    child = np.random.SeedSequence(seed).spawn(1)[0]
+    u = np.random.Generator(np.random.PCG64(child)).random(per * len(tr["decisions"]))
+    healthy, next_event = [True] * n_rep, 0
+    s_hat, r_bar, n, next_done = [prior] * n_rep, [1.0 - prior / L] * n_rep, [0] * n_rep, 0
+    on = [[] for _ in range(n_rep)]           # requests placed on each replica, not completed
+    where, since = {}, {}                     # request -> the replica it is on, and from when
+    accepted, last_T = 0, -math.inf
+    for j, (kind, q, choice) in enumerate(tr["decisions"]):
+        if kind == "arrival":
+            T = _grid_ceil(tr["arrival"][q], dt)
+        else:                                 # at the first failure of its replica since it got there
+            T = min(f for f in fails[where[q]] if f >= since[q])
+        assert T >= last_T
+        last_T = T
+        while next_done < len(completions) and done[completions[next_done]] <= T:   # phase 1
+            r = completions[next_done]
+            i, x = tr["replica"][r], done[r] - start[r]
+            s_hat[i] = (1 - alpha) * s_hat[i] + alpha * x
+            r_bar[i] = (1 - alpha) * r_bar[i] + alpha * max(0.0, 1 - x / L)
+            n[i] += 1
+            on[i].remove(r)
+            next_done += 1
+        while next_event < len(replica_events) and replica_events[next_event][0] <= T:   # phase 2
+            ev = replica_events[next_event][2]
+            if ev.get("fail") or ev.get("recover"):
+                healthy[int(ev["replica"]) - 1] = bool(ev.get("recover"))
+            next_event += 1
+        waiting = [sum(1 for r in rs if not start[r] < T) for rs in on]
+        o = [len(rs) for rs in on]
+        if kind == "reroute":                 # it was waiting on a replica that has failed
+            assert not healthy[where[q]] and not start[q] < T
+            on[where[q]].remove(q)
+            waiting[where[q]] -= 1
+            o[where[q]] -= 1
+        E = [i for i in range(n_rep) if healthy[i] and waiting[i] < queue_cap]
+        us = u[j * per:(j + 1) * per]
+        if not E:
+            want = None
+        elif policy == "round_robin":
+            want = E[accepted % len(E)]
+        elif policy == "least_queue":
+            want = min(E, key=lambda i: (o[i], i))
+        elif policy == "latency_aware":
+            want = min(E, key=lambda i: ((o[i] + 1) * s_hat[i], i))
+        elif policy == "adaptive":
+            total = sum(n)
+            score = {i: (r_bar[i] + exploration * math.sqrt(math.log(total + 1) / (n[i] + 1)))
+                     - (o[i] * s_hat[i]) / L for i in E}
+            want = max(E, key=lambda i: (score[i], -i))
+        elif policy == "random":
+            want = E[math.floor(us[0] * len(E))]
+        else:                                 # power_of_two: a partial shuffle, then the least outstanding
+            e, d = list(E), min(choices, len(E))
+            for k in range(d):
+                m = k + math.floor(us[k] * (len(E) - k))
+                e[k], e[m] = e[m], e[k]
+            want = min(e[:d], key=lambda i: (o[i], i))
+        assert choice == want, (j, kind, q, T, E, o, choice, want)
+        if choice is not None:
+            on[choice].append(q)
+            where[q], since[q] = choice, T
+            accepted += 1
+    return accepted
 
 
 def test_failure_rerouting():
@@ -156,7 +243,9 @@ def test_round_robin_rotation_and_failure():
     reps = [tr["replica"][q] for q in during]
     assert 1 not in reps
     assert all(a != b for a, b in zip(reps, reps[1:]))   # alternates over E = [0, 2]
-    assert res["rr_cursor"] == len(t) + tr["rerouted"]
+    # every decision is E[cursor mod |E|], with E as the failure leaves it
+    _check_decisions(tr, policy="round_robin", seed=2, n_rep=3, events=[
+        {"at_s": 1, "replica": 2, "fail": True}, {"at_s": 2, "replica": 2, "recover": True}], dt=0.5)
 
 
 def test_round_robin_equal_replicas_assign_in_rotation():
@@ -491,9 +580,7 @@ def test_short_run_conservation(policy, scenario, dt):
     if dt == 0:
         assert _never_routed(tr) == 0                         # every arrival < H is processed
     assert sum(res["assigned"]) >= res["arrivals"] - res["shed"] - _never_routed(tr)
-    assert res["router_uniforms_used"] == len(tr["decisions"]) * {"random": 1, "power_of_two": 2}.get(policy, 0)
-    assert res["rr_cursor"] == (sum(1 for _, _, c in tr["decisions"] if c is not None)
-                                if policy == "round_robin" else 0)
+    _check_decisions(tr, policy=policy, seed=seed, n_rep=3, events=short[scenario], dt=dt, queue_cap=5)
     _check_time_averages(res, tr, dt, events=short[scenario])
 
 
@@ -605,6 +692,8 @@ def test_consumption_counts_include_sheds_and_reroutes(policy, per_decision):
     assert kinds.count("reroute") > 0
     assert any(c is None for _, _, c in tr["decisions"])          # some decisions shed
     assert res["router_uniforms_used"] == per_decision * len(tr["decisions"])
+    # decision j used uniforms j·per .. j·per + per − 1, shed or not: each follows its rule
+    _check_decisions(tr, policy=policy, seed=6, n_rep=3, events=events, dt=0, queue_cap=2, choices=3)
     for k, q, c in tr["decisions"]:          # no traffic to failed replicas (ids 0 and 1 here)
         a = tr["arrival"][q]
         if k == "reroute" or 500.0 <= a <= 1200.0:
