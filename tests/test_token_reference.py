@@ -495,3 +495,341 @@ if given is not None:
         out = tr.simulate(wl, p, [1.0 + 0.5 * i for i in range(n_rep)], [], policy, seed, check=True)
         assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed",
                                                        "unfinished"))
+
+
+# ====================================================================================
+# Stage 2 (issue 11): periodic signals, slow start, failures, retries, containment
+# ====================================================================================
+
+def routes(out):
+    """(time, request, replica, attempt number) of every placement, in order."""
+    return [(e[0], e[2], e[3], e[4]) for e in events_of(out["_sim"].trace, "route")]
+
+
+def long_rows(times, h=0.5, P=100, O=100):
+    return [(t, P, O, h) for t in times]
+
+
+TIMES = [10.0, 20.0, 30.0, 40.0, 60.0, 70.0, 80.0]
+
+
+def test_periodic_views_are_constant_between_publications():
+    """N = 2, period 50: replica 0 publishes at 25, 75, ...; replica 1 at 50, 100, ...
+    With h = 0.5 ties go to replica 0 (frac 0.118 < 0.736).  Nothing completes before
+    80 ms (O = 100), so by hand:
+      10, 20: view o = (0, 0) (nothing published yet)   -> 0, 0
+      25: replica 0 publishes o = 2
+      30, 40: (2, 0)                                     -> 1, 1
+      50: replica 1 publishes o = 2
+      60, 70: (2, 2)                                     -> 0, 0
+      75: replica 0 publishes o = 4
+      80: (4, 2)                                         -> 1
+    tau_i = o_i (100 + max(256, g)) = 356 o_i."""
+    p = params(kv_blocks=200, signal_mode="periodic", period_ms=50)
+    out = tr.simulate(make(long_rows(TIMES)), p, [1.0, 1.0], [], "least_requests", 1, check=True,
+                      _return_sim=True)
+    assert [x[2] for x in routes(out)] == [0, 0, 1, 1, 0, 0, 1]
+    views = [e[3] for e in events_of(out["_sim"].trace, "view")]
+    seen_o = [(v[0][0], v[1][0]) for v in views]
+    assert seen_o == [(0, 0), (0, 0), (2, 0), (2, 0), (2, 2), (2, 2), (4, 2)]
+    assert [(v[0][1], v[1][1]) for v in views] == [(356 * a, 356 * b) for a, b in seen_o]
+    pubs = [(e[0], e[2]) for e in events_of(out["_sim"].trace, "publish") if e[0] <= 100]
+    assert pubs == [(25.0, 0), (50.0, 1), (75.0, 0), (100.0, 1)]
+
+
+def test_periodic_local_and_zero_period():
+    """periodic_local adds the router's own decisions since the last publication:
+      10: (0,0) -> 0;  20: (0+1, 0) -> 1;  25: replica 0 publishes 1
+      30: (1, 0+1) -> 0;  40: (1+1, 1) -> 1;  50: replica 1 publishes 2
+      60: (1+1, 2) -> 0;  70: (1+2, 2) -> 1;  75: replica 0 publishes 3
+      80: (3, 2+1) -> 0.   period_ms = 0 is fresh: the same alternation."""
+    expect = [0, 1, 0, 1, 0, 1, 0]
+    p = params(kv_blocks=200, signal_mode="periodic_local", period_ms=50)
+    out = tr.simulate(make(long_rows(TIMES)), p, [1.0, 1.0], [], "least_requests", 1, check=True,
+                      _return_sim=True)
+    assert [x[2] for x in routes(out)] == expect
+    seen_o = [(v[0][0], v[1][0]) for v in (e[3] for e in events_of(out["_sim"].trace, "view"))]
+    assert seen_o == [(0, 0), (1, 0), (1, 1), (2, 1), (2, 2), (3, 2), (3, 3)]
+    for mode in ("periodic", "periodic_local", "fresh"):
+        p = params(kv_blocks=200, signal_mode=mode, period_ms=0)
+        out = tr.simulate(make(long_rows(TIMES)), p, [1.0, 1.0], [], "least_requests", 1,
+                          _return_sim=True)
+        assert [x[2] for x in routes(out)] == expect
+
+
+def test_black_hole_attracts_and_breaker_ejects_and_readmits():
+    """Replica 1 (of 3) is a black hole from t = 0; requests every 1 ms with h = 0.9
+    (hash order 1, 0, 2); least_requests; breaker consecutive = 5, eject 50 ms.
+    By hand (o seen at each routing, a black-holed attempt counts until it fails 2 ms later):
+      t=1 (0,0,0)->1   t=2 (0,1,0)->0   t=3 fail#1, (1,0,0)->1   t=4 (1,1,0)->2
+      t=5 fail#2 (1,0,1)->1   t=6 (1,1,1)->1   t=7 fail#3 ->1   t=8 fail#4 ->1
+      t=9 fail#5: ejected until 59; (1,-,1) -> 0   t=10 (2,-,1) -> 2
+    6 of the first 8 requests went to the black hole.  Re-admitted at 59 (count reset), it
+    takes 59..64 (o = 0..2 against dozens) and its 5th failure at 65 ejects it for
+    2 x 50 ms, until 165 (re-admitted then, before the 200 ms horizon)."""
+    rows = long_rows([float(t) for t in range(1, 71)], h=0.9, P=16, O=2000)
+    p = params(kv_blocks=200, measure_s=0.2, breaker_consecutive=5, breaker_eject_ms=50)
+    out = tr.simulate(make(rows), p, [1.0] * 3, [(0.0, "fail_fast", 1, 0.0)], "least_requests", 1,
+                      check=True, _return_sim=True)
+    rt = routes(out)
+    assert [x[2] for x in rt[:10]] == [1, 0, 1, 2, 1, 1, 1, 1, 0, 2]
+    trace = out["_sim"].trace
+    assert [(e[0], e[3], e[4]) for e in events_of(trace, "eject")] == [(9.0, 1, 59.0), (65.0, 1, 165.0)]
+    assert [(e[0], e[3]) for e in events_of(trace, "readmit")] == [(59.0, 1), (165.0, 1)]
+    to_hole = [x[0] for x in rt if x[2] == 1]
+    assert to_hole == [1.0, 3.0, 5.0, 6.0, 7.0, 8.0, 59.0, 60.0, 61.0, 62.0, 63.0, 64.0]
+    assert out["breaker_ejections"] == 2
+    assert out["assigned"][1] == 12 and sum(out["assigned"]) == 70
+    assert (out["failed"], out["completed"], out["unfinished"], out["attempts"]) == (12, 0, 58, 70)
+
+
+def test_breaker_max_ejected_fraction():
+    """Two black holes of 3 replicas, consecutive = 1, max(1, floor(0.1 * 3)) = 1: only
+    one of them can be ejected at a time."""
+    rows = long_rows([float(t) for t in range(1, 21)], h=0.9, P=16, O=2000)
+    p = params(kv_blocks=200, measure_s=0.1, breaker_consecutive=1, breaker_eject_ms=1000)
+    ev = [(0.0, "fail_fast", 1, 0.0), (0.0, "fail_fast", 2, 0.0)]
+    out = tr.simulate(make(rows), p, [1.0] * 3, ev, "least_requests", 1, check=True, _return_sim=True)
+    ejects = events_of(out["_sim"].trace, "eject")
+    assert len(ejects) == 1 and out["breaker_ejections"] == 1
+
+
+@pytest.mark.parametrize("max_attempts", [3, 4])
+def test_retries_follow_the_backoff_and_count_once(max_attempts):
+    """Both replicas are black holes (fail_fast_ms = 2, backoff 20): a request arriving at
+    10 fails at 12, 34, 76, 158; its attempts are routed at 10, 12 + 20 = 32,
+    34 + 40 = 74, 76 + 80 = 156.  Attempt 2 avoids the replica attempt 1 failed on.
+    After max_attempts failures it is counted once, as failed."""
+    ev = [(0.0, "fail_fast", 0, 0.0), (0.0, "fail_fast", 1, 0.0)]
+    p = params(kv_blocks=64, max_attempts=max_attempts, measure_s=1)
+    out = tr.simulate(make([(10.0, 100, 5, 0.5)]), p, [1.0, 1.0], ev, "round_robin", 1, check=True,
+                      _return_sim=True)
+    rt = routes(out)
+    assert [x[0] for x in rt] == [10.0, 32.0, 74.0, 156.0][:max_attempts]
+    assert [x[3] for x in rt] == list(range(1, max_attempts + 1))
+    assert rt[1][2] != rt[0][2]
+    fails = [e[0] for e in events_of(out["_sim"].trace, "fail")]
+    assert fails == [12.0, 34.0, 76.0, 158.0][:max_attempts]
+    assert (out["arrivals"], out["failed"], out["completed"]) == (1, 1, 0)
+    assert out["attempts"] == max_attempts and out["retries"] == max_attempts - 1
+    assert out["records"][0]["outcome"] == "failed"
+
+
+def test_retry_budget_refuses_the_retry_that_would_exceed_it():
+    """One black hole.  (a) budget 0, min_retry_concurrency 1: r0 and r1 (at 10) fail at
+    12; r0's retry goes (0 retries in flight < max(1, 0)), r1's would be the second: refused.
+    (b) budget 0.5, min 0, r2 arrives at 11: at 12 one attempt (r2) is in flight, limit 0.5:
+    r0's retry goes, r1's is refused; at 13 r2 fails with nothing in flight: limit 0, refused."""
+    ev = [(0.0, "fail_fast", 0, 0.0)]
+    p = params(kv_blocks=64, max_attempts=2, retry_budget=0.0, min_retry_concurrency=1)
+    out = tr.simulate(make([(10.0, 100, 5, 0.5), (10.0, 100, 5, 0.5)]), p, [1.0], ev, "round_robin", 1,
+                      check=True, _return_sim=True)
+    assert [r["attempts"] for r in out["records"]] == [2, 1]
+    assert [(e[0], e[2]) for e in events_of(out["_sim"].trace, "budget_refused")] == [(12.0, 1)]
+    assert (out["failed"], out["retries"]) == (2, 1)
+
+    p = params(kv_blocks=64, max_attempts=2, retry_budget=0.5, min_retry_concurrency=0)
+    wl = make([(10.0, 100, 5, 0.5), (10.0, 100, 5, 0.5), (11.0, 100, 5, 0.5)])
+    out = tr.simulate(wl, p, [1.0], ev, "round_robin", 1, check=True, _return_sim=True)
+    assert [r["attempts"] for r in out["records"]] == [2, 1, 1]
+    assert [(e[0], e[2]) for e in events_of(out["_sim"].trace, "budget_refused")] == [(12.0, 1), (13.0, 2)]
+
+
+def test_timeout_releases_the_attempts_blocks():
+    """P = 160 (10 id'd blocks), O = 1000, timeout 100 ms, kv_blocks 20.  Referenced: 10
+    blocks during the prefill, 11 from the first decode step (kv 160 -> 161) on; at 100
+    the attempt is cancelled: its id'd blocks are cached, the anonymous one free.  The
+    tokens it emitted by then are wasted; the iteration in progress emits nothing."""
+    p = params(kv_blocks=20, timeout_ms=100.0, measure_s=1)
+    out = tr.simulate(make([(0.0, 160, 1000, 0.5)]), p, [1.0], [], "round_robin", 1, check=True,
+                      _return_sim=True)
+    # by hand: iteration ends and blocks held
+    t = step(U=160, Q=160 * 80)
+    area = 10 * t
+    g, kv, blocks = 1, 160, 10
+    while True:
+        kv += 1                                   # growth at the iteration start
+        blocks = -(-kv // 16)
+        d = step(n=1, K=kv)
+        if t + d > 100.0:
+            area += blocks * (100.0 - t)
+            break
+        area += blocks * d
+        t += d
+        g += 1
+    assert out["wasted_tokens"] == g and out["replica_tokens"] == [g]
+    assert out["records"][0]["outcome"] == "failed"
+    assert out["kv_occupancy"] == pytest.approx(area / 1000.0 / 20, rel=1e-9)
+    rep = out["_sim"].replicas[0]
+    states = [blk.state for blk in rep.blocks]
+    assert states.count("cached") == 10 and states.count("free") == 10
+    assert all(blk.refcount == 0 for blk in rep.blocks)
+    assert [e[0] for e in events_of(out["_sim"].trace, "fail")] == [100.0]
+
+
+def test_crash_fails_attempts_retry_elsewhere_breaker_ignores_crashes():
+    """Two replicas, round robin; r0 (P 100, O 500) on replica 0; replica 0 crashes at 50:
+    r0's attempt fails at 50 (its tokens wasted), is retried at 70 on replica 1.  Crash
+    failures do not count for the breaker (consecutive = 1): no ejection."""
+    p = params(kv_blocks=64, max_attempts=2, breaker_consecutive=1, measure_s=1)
+    out = tr.simulate(make([(0.0, 100, 500, 0.5)]), p, [1.0, 1.0], [(50.0, "fail", 0, 0.0)],
+                      "round_robin", 1, check=True, _return_sim=True)
+    rt = routes(out)
+    assert [(x[0], x[2], x[3]) for x in rt] == [(0.0, 0, 1), (70.0, 1, 2)]
+    t, g, kv = step(U=100, Q=100 * 50), 1, 100
+    while True:
+        kv += 1
+        d = step(n=1, K=kv)
+        if t + d > 50.0:
+            break
+        t += d
+        g += 1
+    assert out["wasted_tokens"] == g
+    assert out["breaker_ejections"] == 0
+    assert out["records"][0]["attempts"] == 2
+
+
+def test_recover_cold_start_and_readiness():
+    """One replica, down from 0 (start_down), slowdown 2 from 0, time factor 1.5; it
+    recovers at 100 with ready_delay 50, cold_factor 3, cold_tau 1000.  A request at 120
+    is shed (no eligible replica); one at 200 runs with
+    f(T) = (1.5 * 2) * (1 + 2 exp(-(T - 100)/1000)) read at each iteration start."""
+    p = params(kv_blocks=64, start_down=[0], ready_delay_ms=50.0, cold_factor=3.0, cold_tau_ms=1000.0)
+    ev = [(0.0, "slowdown", 0, 2.0), (100.0, "recover", 0, 0.0)]
+    out = tr.simulate(make([(120.0, 100, 2, 0.5), (200.0, 100, 2, 0.5)]), p, [1.5], ev,
+                      "least_requests", 1, check=True)
+    rec = out["records"]
+    assert rec[0]["outcome"] == "shed"
+
+    def f(T):
+        return (1.5 * 2.0) * (1.0 + (3.0 - 1.0) * math.exp(-(T - 100.0) / 1000.0))
+    t1 = 200.0 + step(U=100, Q=100 * 50, f=f(200.0))
+    t2 = t1 + step(n=1, K=101, f=f(t1))
+    assert rec[1]["completion"] == pytest.approx(t2, rel=1e-12)
+    assert rec[1]["ttft"] == pytest.approx(t1 - 200.0, rel=1e-12)
+    assert (out["shed"], out["completed"]) == (1, 1)
+
+
+def test_recover_edge_cases():
+    """recover on an up replica that is not failing fast does nothing (no cold start);
+    fail_fast on a down replica is ignored; recover ends a black hole."""
+    p = params(kv_blocks=64, cold_factor=3.0)
+    ev = [(10.0, "recover", 0, 0.0)]
+    out = tr.simulate(make([(20.0, 100, 2, 0.5)]), p, [1.0], ev, "round_robin", 1, check=True)
+    t1 = 20.0 + step(U=100, Q=100 * 50)
+    assert out["records"][0]["completion"] == pytest.approx(t1 + step(n=1, K=101), rel=1e-12)
+    # black hole from 0 to 30: the request at 20 fails at 22, the one at 40 completes
+    ev = [(0.0, "fail_fast", 0, 0.0), (30.0, "recover", 0, 0.0)]
+    out = tr.simulate(make([(20.0, 100, 2, 0.5), (40.0, 100, 2, 0.5)]), p, [1.0], ev, "round_robin", 1,
+                      check=True)
+    assert [r["outcome"] for r in out["records"]] == ["failed", "completed"]
+    t1 = 40.0 + step(U=100, Q=100 * 50)
+    assert out["records"][1]["completion"] == pytest.approx(t1 + step(n=1, K=101), rel=1e-12)
+
+
+def test_slow_start_ramp():
+    """Replica 1 is down from 0 and recovers at 1000 (t_e = 1000); slow start 1000 ms.
+    Replica 0 takes the requests at 100, 200 and 300 (the only eligible one).  At 1100:
+    replica 0 scores o = 3 (its ramp ended at 1000), replica 1 (0 + 1)/max(0.1, 0.1) = 10:
+    replica 0.  At 1800: 4 against 1/0.8 = 1.25: replica 1.  Without slow start the request
+    at 1100 goes to replica 1."""
+    rows = long_rows([100.0, 200.0, 300.0, 1100.0, 1800.0], h=0.5, P=100, O=2000)
+    ev = [(1000.0, "recover", 1, 0.0)]
+    p = params(kv_blocks=200, start_down=[1], slow_start_ms=1000.0, measure_s=2)
+    out = tr.simulate(make(rows), p, [1.0, 1.0], ev, "least_requests", 1, check=True, _return_sim=True)
+    assert [x[2] for x in routes(out)] == [0, 0, 0, 0, 1]
+    p["slow_start_ms"] = 0.0
+    out = tr.simulate(make(rows), p, [1.0, 1.0], ev, "least_requests", 1, check=True, _return_sim=True)
+    assert [x[2] for x in routes(out)] == [0, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("mode", ["reject", "queue"])
+def test_front_door(mode):
+    """One replica, admission max_tokens = 500.  r0 (P 300, O 2) at 0 sees tau = 0 and is
+    placed; r1 at 1 sees tau = 300 + 256 = 556 > 500: rejected, or queued.  Queued, it is
+    tried at r0's first token (tau still 556) and placed when r0 completes (tau = 0)."""
+    p = params(kv_blocks=64, admission_max_tokens=500.0, admission_mode=mode)
+    out = tr.simulate(make([(0.0, 300, 2, 0.5), (1.0, 300, 2, 0.5)]), p, [1.0], [], "least_tokens", 1,
+                      check=True, _return_sim=True)
+    d1 = step(U=300, Q=300 * 150)
+    d2 = step(n=1, K=301)
+    if mode == "reject":
+        assert [r["outcome"] for r in out["records"]] == ["completed", "rejected"]
+        assert out["rejected"] == 1 and out["attempts"] == 1
+    else:
+        rt = routes(out)
+        assert rt[1][0] == pytest.approx(d1 + d2, rel=1e-12)
+        t_done = ((d1 + d2) + step(U=300, Q=300 * 150)) + d2
+        assert out["records"][1]["completion"] == pytest.approx(t_done, rel=1e-12)
+        assert out["completed"] == 2
+
+
+def test_routers_split_by_key():
+    """routers = 2: request r goes through router floor(h R); each has its own cursor."""
+    rows = [(1.0, 100, 50, 0.1), (2.0, 100, 50, 0.7), (3.0, 100, 50, 0.2), (4.0, 100, 50, 0.8)]
+    p = params(kv_blocks=64, routers=2)
+    out = tr.simulate(make(rows), p, [1.0, 1.0], [], "round_robin", 1, check=True, _return_sim=True)
+    assert [x[2] for x in routes(out)] == [0, 0, 1, 1]
+
+
+# ------------------------------------------------------------------------------------
+# invariants with failures, retries and containment
+# ------------------------------------------------------------------------------------
+
+STAGE2 = dict(max_attempts=3, timeout_ms=400.0, breaker_consecutive=2, breaker_eject_ms=100.0,
+              breaker_max_ejected_fraction=0.5, retry_budget=0.2, admission_max_tokens=3000.0,
+              admission_mode="queue", routers=2, slow_start_ms=300.0, cold_factor=2.0,
+              ready_delay_ms=30.0, start_down=[2])
+EVENTS2 = [(200.0, "fail_fast", 0, 0.0), (300.0, "recover", 2, 0.0), (500.0, "fail", 1, 0.0),
+           (700.0, "recover", 0, 0.0), (900.0, "recover", 1, 0.0), (1000.0, "slowdown", 2, 3.0),
+           (1200.0, "rate_multiplier", -1, 2.0)]
+
+
+@pytest.mark.parametrize("mode", ["fresh", "periodic", "periodic_local"])
+@pytest.mark.parametrize("policy", ["round_robin", "least_tokens", "power_of_d", "prefix_affinity",
+                                    "rate_weighted"])
+def test_invariants_with_failures(policy, mode):
+    p = tr.defaults()
+    p.update(SMALL)
+    p.update(STAGE2, signal_mode=mode)
+    wl = tr.generate_workload(2, 60.0, p, EVENTS2)
+    out = tr.simulate(wl, p, [1.0, 1.5, 0.8], EVENTS2, policy, 3, check=True)
+    assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed",
+                                                   "unfinished"))
+    assert out["attempts"] >= out["arrivals"] - out["shed"] - out["rejected"] - out["unfinished"]
+
+
+if given is not None:
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3), b=st.sampled_from([1, 4, 16]),
+           chunked=st.booleans(), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
+           policy=st.sampled_from(["round_robin", "random", "least_requests", "least_cost",
+                                   "power_of_d", "prefix_affinity", "rate_weighted"]),
+           mode=st.sampled_from(["fresh", "periodic", "periodic_local"]),
+           routers=st.integers(1, 2), max_attempts=st.integers(1, 3),
+           timeout=st.sampled_from([math.inf, 60.0, 150.0]), consecutive=st.integers(0, 2),
+           budget=st.sampled_from([math.inf, 0.0, 0.5]), front=st.sampled_from([math.inf, 400.0]),
+           front_mode=st.sampled_from(["reject", "queue"]),
+           events=st.lists(st.tuples(st.floats(0, 400), st.sampled_from(["fail", "fail_fast", "recover",
+                                                                          "slowdown"]),
+                                     st.integers(0, 2), st.sampled_from([0.5, 2.0])), max_size=5),
+           start_down=st.booleans())
+    def test_property_invariants_with_failures(seed, n_rep, b, chunked, max_batch, cap, policy, mode,
+                                               routers, max_attempts, timeout, consecutive, budget,
+                                               front, front_mode, events, start_down):
+        p = tr.defaults()
+        p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_median=60, chat_prompt_min=1,
+                 chat_prompt_max=200, chat_output_median=6, chat_output_max=30, prefix_tokens=32,
+                 prefix_groups=3, context_limit=400, block_tokens=b, chunked_prefill=chunked,
+                 max_batched_tokens=300, max_batch=max_batch, waiting_cap=cap, signal_mode=mode,
+                 period_ms=20.0, routers=routers, max_attempts=max_attempts, timeout_ms=timeout,
+                 breaker_consecutive=consecutive, breaker_eject_ms=30.0, retry_budget=budget,
+                 min_retry_concurrency=1, admission_max_tokens=front, admission_mode=front_mode,
+                 cold_factor=2.0, ready_delay_ms=10.0, slow_start_ms=50.0,
+                 start_down=[0] if start_down else [])
+        p["kv_blocks"] = -(-(32 + 200 + 30) // b) + 3
+        evs = sorted([(float(t), k, i % n_rep, v) for t, k, i, v in events], key=lambda e: e[0])
+        wl = tr.generate_workload(seed, 80.0, p, evs)
+        out = tr.simulate(wl, p, [1.0 + 0.5 * i for i in range(n_rep)], evs, policy, seed, check=True)
+        assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed",
+                                                       "unfinished"))

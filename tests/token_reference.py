@@ -991,6 +991,8 @@ class _Sim:
             limit = p["admission_max_tokens"]
             if all(self.view(r.router, i)["tau"] > limit for i in E):
                 return "front_door"
+        self.trace.append((T, "view", r.index,
+                           {i: (self.view(r.router, i)["o"], self.view(r.router, i)["tau"]) for i in E}))
         i = self.choose(r, E, T)
         self.place(r, i, T)
         return "placed"
