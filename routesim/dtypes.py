@@ -54,7 +54,6 @@ class Status(IntEnum):
 PARAMS = np.dtype(
     [
         ("policy", np.int32),          # Policy code
-        ("n_replicas", np.int32),
         ("queue_cap", np.int64),       # waiting requests per replica, in service not counted
         ("dt_ms", np.float64),         # step; 0 = exact event-time mode
         ("warmup_ms", np.float64),
@@ -93,8 +92,9 @@ REPLICA = np.dtype(
         ("routed", np.int64),        # routing decisions onto it at any time (re-routes included)
         ("assigned", np.int64),      # routing decisions onto it in [warm-up, horizon)
         ("completed", np.int64),     # completions on it in (warm-up, horizon]
-        ("area", np.float64),        # ∫ o_i dt over the window (request·ms); after the run, ÷ window
+        ("area", np.float64),        # ∫ o_i dt over the window so far (request·ms)
         ("t_mark", np.float64),      # time up to which ``area`` is integrated
+        ("mean_in_system", np.float64),  # after the run: area ÷ window, the time-average o_i
     ],
     align=True,
 )
@@ -103,7 +103,7 @@ REPLICA = np.dtype(
 ROUTER = np.dtype(
     [
         ("cursor", np.int64),       # round robin's cursor, advances on accepted requests
-        ("throughput", np.int64),   # completions (any request) in (warm-up, horizon]
+        ("completions", np.int64),  # completions (any request) in (warm-up, horizon]
         ("draws", np.int64),        # uniforms of the router stream consumed so far
         ("n_elig", np.int64),       # |E|
         ("n_dirty", np.int64),      # replicas on this step's start list
@@ -167,9 +167,10 @@ step cost O(log replicas) for the policies that do not scan every replica."""
 LEVEL = np.dtype(
     [
         ("count", np.int64),   # replicas holding this many requests now (last level: or more)
-        ("area", np.float64),  # replica·ms at this load in the window; after the run: the
-                               # time-average fraction of replicas holding at least this many
+        ("area", np.float64),  # replica·ms at this load in the window so far
         ("t_mark", np.float64),  # time up to which ``area`` is integrated
+        ("fraction", np.float64),  # after the run: time-average fraction of replicas
+                                   # holding at least this many requests
     ],
     align=True,
 )
@@ -179,7 +180,7 @@ REQUEST = np.dtype(
     [
         ("next", np.int32),      # the request behind it in its waiting queue, -1 at the tail
         ("status", np.int8),     # Status code
-        ("done_ms", np.float64), # completion time (NaN until it completes)
+        ("done_ms", np.float64), # completion time (NaN unless its status is DONE)
     ],
     align=True,
 )

@@ -168,7 +168,7 @@ def init_run_nb(p, rep, router, work, levels, req):
     """Reset a run's state; ``rep.base_speed`` is set by the caller."""
     n_rep = rep.shape[0]
     router.cursor = 0
-    router.throughput = 0
+    router.completions = 0
     router.draws = 0
     router.n_elig = 0
     router.n_dirty = 0
@@ -270,7 +270,7 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
             _relevel_nb(o, o - 1, T, p, levels)
             if T > p.warmup_ms:
                 ri.completed += 1
-                router.throughput += 1
+                router.completions += 1
             if ri.qlen > 0:
                 _mark_dirty_nb(i, ri, router, work)
         # 2. scenario events in (T - dt, T], in time order, then 3. arrivals in
@@ -293,7 +293,8 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
                 elif kind == EventKind.RECOVER:
                     rep[ev.replica].healthy = True
                     _refresh_eligible_nb(ev.replica, rep[ev.replica], p, router, work)
-                ie += 1  # EventKind.RATE: already in the workload's arrival times
+                # (EventKind.RATE: nothing to do, already in the workload's arrival times)
+                ie += 1
                 te = slot_nb(events[ie].time_ms, dt) if ie < n_ev else np.inf
                 continue
             elif ta <= T:
@@ -308,7 +309,6 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
                 raise ValueError("unknown policy code")
             if i < 0:
                 req[q].status = Status.SHED
-                req[q].done_ms = T
                 continue
             ri = rep[i]
             o = outstanding_nb(ri)
@@ -375,7 +375,7 @@ def run_batch_nb(params, rep, router, work, levels, req, req_off, wl_t, wl_deman
 
     params (runs,) PARAMS; rep (runs, replicas) REPLICA, in: ``base_speed``, out: final
     state and per-replica counters; router (runs,) ROUTER; work (runs, replicas + 1)
-    WORK scratch; levels (runs, levels) LEVEL, out: ``area`` = the time-average
+    WORK scratch; levels (runs, levels) LEVEL, out: ``fraction``, the time-average
     fraction of replicas holding at least that many requests; req flat REQUEST scratch
     with ``req_off`` (runs + 1,) offsets, one row per arrival of the run; wl_* flat
     workload arrays with ``wl_off`` (workloads + 1,) offsets; ru the router streams

@@ -120,7 +120,10 @@ def resolve(stage: Stage, selected: dict) -> dict:
 
 
 def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
-    """Lay a stage out flat and generate its workloads."""
+    """Lay a stage out flat and generate its workloads (either replica model)."""
+    if sweep.kind == "batching":
+        from .batching.grid import build as token_build
+        return token_build(sweep, stage, selected)
     values = resolve(stage, selected or {})
     idx = run_index(stage, values)
     runs = idx["seed"].shape[0]
@@ -130,7 +133,6 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     codes = np.array([POLICY_NAMES[n] for n in values["policy"]], dtype=np.int32)
     params["policy"] = codes[idx["policy"]]
     het = np.array([sweep.heterogeneity[h] for h in values["heterogeneity"]])
-    params["n_replicas"] = het.shape[1]
     params["queue_cap"] = np.where(np.isinf(col["queue_cap"]), UNBOUNDED, col["queue_cap"])
     params["choices"] = col["choices"]
     params["dt_ms"] = col["dt_ms"]
@@ -185,6 +187,9 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
 
 def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, int]:
     """(bytes, runs): peak memory of running a stage, from expected arrivals alone."""
+    if sweep.kind == "batching":
+        from .batching.grid import estimate_bytes as token_estimate
+        return token_estimate(sweep, stage, chunk_runs)
     values = stage.values
     runs = int(np.prod([len(values[d]) for d in stage.dims]))
     n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])

@@ -11,8 +11,6 @@ import numpy as np
 from .conf import JIT
 from .dtypes import Status
 
-PERCENTILES = (50, 90, 95, 99)
-
 VARIABLES = {
     # name: (units, description)
     "arrivals": ("requests", "cohort requests: arrivals in [warm-up, horizon)"),
@@ -40,12 +38,10 @@ VARIABLES = {
 
 
 @nb.njit(**JIT)
-def nearest_rank_nb(sorted_values, p):
-    """``sorted[ceil(p·n/100) - 1]`` for integer ``p``; NaN when empty."""
-    n = sorted_values.shape[0]
-    if n == 0:
-        return np.nan
-    return sorted_values[(p * n + 99) // 100 - 1]
+def rank_nb(p, n):
+    """The 0-based index of the nearest-rank percentile ``p`` (an integer) of ``n``
+    sorted values, ``ceil(p·n/100) - 1``, computed exactly in integers (-1 when n = 0)."""
+    return (p * n + 99) // 100 - 1
 
 
 @nb.njit(**JIT)
@@ -53,7 +49,8 @@ def select_nb(a, lo, k):
     """``sorted(a)[k]`` for ``k >= lo``, when ``a[lo:]`` already holds the largest
     values: quickselect (median-of-three pivot) in place on ``a[lo:]``, leaving nothing
     larger before ``a[k]`` and nothing smaller after it, so that the next, higher rank
-    can start its search at ``k``. O(n), where a sort is O(n log n).
+    can start its search at ``k``. O(n) on average (O(n²) at worst), where a sort is
+    O(n log n).
     """
     hi = a.shape[0] - 1
     while hi > lo:
@@ -91,7 +88,7 @@ def ranked_nb(values, p, lo):
     n = values.shape[0]
     if n == 0:
         return np.nan
-    return select_nb(values, lo, (p * n + 99) // 100 - 1)
+    return select_nb(values, lo, rank_nb(p, n))
 
 
 @nb.njit(**JIT)
@@ -99,9 +96,10 @@ def run_metrics_nb(p, rep, router, levels, req, t_arr, out):
     """Fill ``out`` (a METRICS record) from one finished run.
 
     req (arrivals,) REQUEST: status and completion times; t_arr (arrivals,) arrival
-    times. The latencies are selected in a contiguous buffer of the run's own. ``levels.area`` (replica·ms spent at
-    each load) becomes the time-average fraction of replicas holding at least that
-    many requests, and ``rep.area`` (request·ms) the replica's time-average load.
+    times. The latencies are selected in a contiguous buffer of the run's own. From ``levels.area`` (replica·ms spent at
+    each load) it writes ``levels.fraction``, the time-average fraction of replicas holding
+    at least that many requests, and from ``rep.area`` (request·ms) ``rep.mean_in_system``,
+    the replica's time-average load.
     """
     warm, horizon, slo = p.warmup_ms, p.horizon_ms, p.slo_ms
     measure_s = (horizon - warm) / 1000.0
@@ -132,23 +130,23 @@ def run_metrics_nb(p, rep, router, levels, req, t_arr, out):
     out.unfinished = arrivals - m - shed
     # nearest ranks in increasing order, each searching only at or above the previous
     out.latency_p50 = ranked_nb(done, 50, 0)
-    out.latency_p90 = ranked_nb(done, 90, max((50 * m + 99) // 100 - 1, 0))
-    out.latency_p95 = ranked_nb(done, 95, max((90 * m + 99) // 100 - 1, 0))
-    out.latency_p99 = ranked_nb(done, 99, max((95 * m + 99) // 100 - 1, 0))
+    out.latency_p90 = ranked_nb(done, 90, max(rank_nb(50, m), 0))
+    out.latency_p95 = ranked_nb(done, 95, max(rank_nb(90, m), 0))
+    out.latency_p99 = ranked_nb(done, 99, max(rank_nb(95, m), 0))
     out.latency_mean = total / m if m > 0 else np.nan
-    out.latency_max = done[max((99 * m + 99) // 100 - 1, 0):].max() if m > 0 else np.nan
+    out.latency_max = done[max(rank_nb(99, m), 0):].max() if m > 0 else np.nan
     out.slo_miss_rate = (m - on_time) / m if m > 0 else np.nan
     out.shed_rate = shed / arrivals if arrivals > 0 else np.nan
     out.attainment = on_time / arrivals if arrivals > 0 else np.nan
     out.goodput = on_time / measure_s
-    out.throughput = router.throughput / measure_s
+    out.throughput = router.completions / measure_s
     window = horizon - warm
     in_system = 0.0
     for i in range(rep.shape[0]):
-        rep[i].area /= window
-        in_system += rep[i].area
+        rep[i].mean_in_system = rep[i].area / window
+        in_system += rep[i].mean_in_system
     out.mean_in_system = in_system
     acc = 0.0
     for k in range(levels.shape[0] - 1, -1, -1):  # fraction with >= k: levels k..K
         acc += levels[k].area
-        levels[k].area = acc / (window * rep.shape[0])
+        levels[k].fraction = acc / (window * rep.shape[0])

@@ -19,6 +19,7 @@ import xarray as xr
 from . import figures as F
 from .files import write_text
 from .tables import fmt, markdown_table
+from .timeline import INTERVAL_MS, ROLLING_COMPLETIONS
 from .resultset import (
     add_load_curve_arg,
     capacity_rps,
@@ -104,7 +105,7 @@ def _list(values, unit=""):
 # Comparisons
 # --------------------------------------------------------------------------------------
 
-def per_seed(da: xr.DataArray) -> xr.DataArray:
+def seed_means(da: xr.DataArray) -> xr.DataArray:
     """Per seed (and policy), the mean over the condition dimensions present."""
     return da.mean([d for d in CONDITION_DIMS if d in da.dims])
 
@@ -246,7 +247,7 @@ def selection(dev) -> str:
     obj = objective(d, Selection(param, "attainment"))
     cond = d.attainment.mean("seed")
     rel = cond - cond.isel({param: 0})
-    seed_obj = per_seed(d.attainment)
+    seed_obj = seed_means(d.attainment)
     rows = []
     values = [v.item() for v in d[param].values]
     for k, c in enumerate(values):
@@ -291,7 +292,7 @@ def policy_table(val) -> str:
                      pct(float(one.shed_rate.mean())), fmt(float(one.goodput.median()), ".1f")])
     order, means = ranking(v.attainment)
     best = order[0]
-    seeds = per_seed(v.attainment)
+    seeds = seed_means(v.attainment)
     diffs = []
     for p in order[1:]:
         diff, lo, hi = paired(seeds.sel(policy=p), seeds.sel(policy=best))
@@ -340,7 +341,7 @@ def reading(val, share=None) -> str:
     v = squeeze(val)
     att = v.attainment
     order, means = ranking(att)
-    seeds = per_seed(att)
+    seeds = seed_means(att)
     best = order[0]
     lines = ["## Who wins where", ""]
     ranked = ", ".join(f"{label(p)} {pct(float(means.sel(policy=p)))} %" for p in order)
@@ -553,8 +554,9 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
     if timeline_names:
         parts += ["## Timelines", "",
                   f"One run per policy at {num(cond['rate_rps'])} req/s, heterogeneity `{cond['heterogeneity']}`, "
-                  f"seed {cond['seed']}, sampled every 10 ms by `routesim.trace`: per replica the waiting queue "
-                  "(replica 1 darkest), the p99 of the last 250 completions against the SLO, the throughput "
+                  f"seed {cond['seed']}, sampled every {INTERVAL_MS:g} ms by `routesim.trace`: per replica the "
+                  f"waiting queue (replica 1 darkest), the p99 of the last {ROLLING_COMPLETIONS} completions against "
+                  "the SLO, the throughput "
                   "over a trailing second and the requests shed so far; the disturbance is shaded.", ""]
         for name in timeline_names:
             events = "; ".join(sweep_event_text(e) for e in sweep.scenarios[name])

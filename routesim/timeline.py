@@ -259,7 +259,7 @@ def _run(sweep, stage, g, selected, interval_ms):
                    g.ru_off, g.events, np.empty(n), np.empty(n),
                    np.empty((runs, ROLLING_COMPLETIONS)), sample_ms, ROLLING_COMPLETIONS,
                    THROUGHPUT_WINDOW_MS, o_rep, o_clu, metrics)
-    tail = levels["area"]
+    tail = levels["fraction"]
     return _to_dataset(sweep, stage, g, selected, sample_ms, interval_ms, o_rep, o_clu, metrics, rep, tail)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from .conf import JIT, JIT_PARALLEL
 from .dtypes import Status
 from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb
-from .metrics import run_metrics_nb
+from .metrics import rank_nb, run_metrics_nb
 from .policies import outstanding_nb
 
 REPLICA_SAMPLE = np.dtype(
@@ -52,7 +52,7 @@ def top_rank_nb(values, p, top):
     m = values.shape[0]
     if m == 0:
         return np.nan
-    k = m - (p * m + 99) // 100 + 1
+    k = m - rank_nb(p, m)  # the k-th largest is sorted[rank_nb]
     for a in range(k):
         top[a] = -np.inf
     for v in values:

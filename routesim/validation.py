@@ -1,8 +1,10 @@
 """Validation of the simulator against queueing theory, as sweeps.
 
-Each check writes a sweep file's text, runs it through :func:`routesim.run` in exact
-event-time mode (``dt_ms = 0``) unless the time step is its subject, and compares what
-the runs measured with a closed form of :mod:`routesim.theory`:
+Each check writes a sweep file's text, runs it through :func:`routesim.run` and
+compares what the runs measured with a closed form of :mod:`routesim.theory`. The
+theory checks run in exact event-time mode (``dt_ms = 0``); Little's law runs both
+``dt = 0.5`` ms and exact mode, and the discretization check compares time steps with
+exact mode:
 
 - ``mm1``: one replica, exponential service: W = 1/(μ - λ), P(N >= i) = ρⁱ.
 - ``mg1``: one replica, token demand with jitter: the Pollaczek–Khinchine mean wait,
