@@ -49,13 +49,14 @@ SIMULATION = ("grid", "batch", "chunks")
 their source is part of the package digest (figures, tables, the command line are not)."""
 
 
-def _imports(path: Path) -> set:
-    """The routesim modules that the module at ``path`` imports (relative or absolute)."""
+def _imports(path: Path, depth: int = 1) -> set:
+    """The top-level routesim modules (or subpackages) that the module at ``path``
+    imports, relative or absolute; ``depth`` 2 for a module of a subpackage."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level == 1 or base.split(".")[0] == "routesim":
+            if node.level == depth or base.split(".")[0] == "routesim":
                 base = base.removeprefix("routesim").lstrip(".")
                 found |= {base.split(".")[0]} if base else {a.name for a in node.names}
         elif isinstance(node, ast.Import):
@@ -70,13 +71,22 @@ def _source_digest() -> str:
     while todo:
         name = todo.pop()
         path = here / f"{name}.py"
-        if name in seen or not path.exists():
+        if name in seen:
+            continue
+        if (here / name).is_dir():  # a subpackage (a replica model): every module of it
+            seen.add(name)
+            for sub in sorted((here / name).glob("*.py")):
+                todo += _imports(sub, depth=2)
+            continue
+        if not path.exists():
             continue
         seen.add(name)
         todo += _imports(path)
     h = hashlib.sha256()
     for name in sorted(seen):
-        h.update(name.encode() + b"\0" + (here / f"{name}.py").read_bytes() + b"\0")
+        files = sorted((here / name).glob("*.py")) if (here / name).is_dir() else [here / f"{name}.py"]
+        for f in files:
+            h.update(str(f.relative_to(here)).encode() + b"\0" + f.read_bytes() + b"\0")
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
@@ -147,19 +157,21 @@ class ChunkStore:
     not reused.
     """
 
-    def __init__(self, folder: Path, fingerprint: Fingerprint, ranges: list, done: list):
+    def __init__(self, folder: Path, fingerprint: Fingerprint, ranges: list, done: list, outcome=Outcome):
         """Use :meth:`open`."""
         self.folder, self.fingerprint, self.ranges, self.done = Path(folder), fingerprint, ranges, done
+        self.outcome = outcome  # the class of a chunk's results
 
     @classmethod
-    def open(cls, folder, fingerprint: Fingerprint, ranges: list, resume: bool, note=print):
+    def open(cls, folder, fingerprint: Fingerprint, ranges: list, resume: bool, note=print,
+             outcome=Outcome):
         folder = Path(folder)
         stored = read_manifest(folder) if resume else None
         if stored is not None and stored.get("digest") == fingerprint.digest:
             done = [i for i in range(len(ranges)) if (folder / cls.name(i)).exists()]
             for stray in folder.glob(".*.tmp"):  # a write cut short by a kill
                 stray.unlink(missing_ok=True)
-            return cls(folder, fingerprint, ranges, done)
+            return cls(folder, fingerprint, ranges, done, outcome)
         if stored is not None:
             note(f"{folder}: stored chunks are stale ({'; '.join(fingerprint.differences(stored))}); "
                  "starting this stage fresh")
@@ -171,7 +183,7 @@ class ChunkStore:
         manifest = dict(vars(fingerprint), digest=fingerprint.digest, format=FORMAT,
                         chunks=len(ranges))
         write_bytes(folder / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
-        return cls(folder, fingerprint, ranges, [])
+        return cls(folder, fingerprint, ranges, [], outcome)
 
     @staticmethod
     def name(i: int) -> str:
@@ -182,16 +194,16 @@ class ChunkStore:
 
     def save(self, i: int, part: Outcome) -> None:
         lo, hi = self.ranges[i]
-        arrays = {name: getattr(part, name) for name in Outcome.FIELDS}
+        arrays = {name: getattr(part, name) for name in part.FIELDS}
         write_bytes(self.path(i), lambda f: np.savez(f, lo=lo, hi=hi, **arrays))
 
-    def load(self, i: int) -> Outcome:
+    def load(self, i: int):
         lo, hi = self.ranges[i]
         with np.load(self.path(i), allow_pickle=False) as z:
             if (int(z["lo"]), int(z["hi"])) != (lo, hi):
                 raise ValueError(f"{self.path(i)} holds runs {int(z['lo'])}:{int(z['hi'])}, not {lo}:{hi}")
-            part = Outcome(**{name: z[name] for name in Outcome.FIELDS})
-        if part.runs != hi - lo or any(getattr(part, n).shape[0] != hi - lo for n in Outcome.FIELDS):
+            part = self.outcome(**{name: z[name] for name in self.outcome.FIELDS})
+        if part.runs != hi - lo or any(getattr(part, n).shape[0] != hi - lo for n in part.FIELDS):
             raise ValueError(f"{self.path(i)} does not hold {hi - lo} runs")
         return part
 

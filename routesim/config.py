@@ -36,7 +36,7 @@ class Param:
     default: Any
     units: str
     help: str
-    kind: type = float  # float, int or str
+    kind: type = float  # float, int, bool or str
     low: float = -math.inf
     low_open: bool = False  # True: value must be > low, else >= low
     high: float = math.inf
@@ -96,6 +96,49 @@ _WORKLOAD_LEAVES = {"prompt_tokens": ("median", "sigma", "min", "max"),
                     "jitter": ("min", "max")}
 _TOP_KEYS = ("name", *_SECTION_KEYS, "scenarios", "grid", "stages")
 _EVENT_ACTIONS = ("rate_multiplier", "slowdown", "fail", "recover")
+KINDS = ("queue", "batching")
+"""Replica models: ``[replica] kind``."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """What a sweep of one replica model may say: its parameters, tables, dimensions,
+    policies and events."""
+
+    kind: str
+    params: tuple                  # Param, every key with its default
+    section_keys: dict             # top-level table -> keys it may hold
+    leaves: dict                   # inline table -> keys it may hold
+    dims: tuple                    # dimensions of every stage, in order
+    policies: tuple                # policy names
+    event_kinds: dict              # event action -> code
+    min_max: tuple                 # (min, max) parameter pairs
+    heterogeneity: dict            # settings when the file gives none
+    help_heterogeneity: str        # what a heterogeneity value is
+
+    @property
+    def param(self) -> dict:
+        return {p.name: p for p in self.params}
+
+
+QUEUE = Model("queue", PARAMS, _SECTION_KEYS, _WORKLOAD_LEAVES, STANDARD_DIMS, tuple(POLICY_NAMES),
+              {"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
+               "fail": EventKind.FAIL, "recover": EventKind.RECOVER},
+              _MIN_MAX, {"default": (8.0, 11.0, 16.0), "high": (6.0, 11.0, 22.0)},
+              "mean service times (ms)")
+
+
+def model(kind: str) -> Model:
+    """The Model of a replica kind (the batching model's tables load on first use)."""
+    if kind == "queue":
+        return QUEUE
+    from .batching import dtypes as bd, params as bp
+    return Model("batching", bp.TOKEN_PARAMS, bp.SECTION_KEYS, bp.LEAVES, bp.DIMS,
+                 tuple(bd.NAMES),
+                 {"rate_multiplier": bd.EventKind.RATE, "slowdown": bd.EventKind.SLOWDOWN,
+                  "fail": bd.EventKind.FAIL, "fail_fast": bd.EventKind.FAIL_FAST,
+                  "recover": bd.EventKind.RECOVER},
+                 bp.MIN_MAX, bp.DEFAULT_HETEROGENEITY, "time factors (1 = the reference replica)")
 
 
 @dataclass(frozen=True)
@@ -135,10 +178,11 @@ class Stage:
     swept: tuple                   # extra dimensions (parameter names), in order
     select: Selection | None = None
     inherit: tuple = ()
+    standard: tuple = STANDARD_DIMS  # the model's dimensions of every stage
 
     @property
     def dims(self):
-        return STANDARD_DIMS + self.swept
+        return self.standard + self.swept
 
 
 @dataclass(frozen=True)
@@ -148,10 +192,19 @@ class Sweep:
     name: str
     path: Path
     text: str
-    heterogeneity: dict            # name -> tuple of mean service times (ms), one per replica
+    heterogeneity: dict            # name -> per replica: mean service times (ms) or time factors
     scenarios: dict                # name -> tuple of Event, time-sorted
     stages: tuple
-    units: dict = field(default_factory=lambda: {p.name: p.units for p in PARAMS})
+    kind: str = "queue"            # replica model: "queue" (model.md) or "batching" (token-model.md)
+    start_down: tuple = ()         # batching: 0-based replicas down at time 0
+
+    @property
+    def model(self) -> Model:
+        return model(self.kind)
+
+    @property
+    def units(self) -> dict:
+        return {p.name: p.units for p in self.model.params}
 
 
 def _suggest(key, allowed, noun="valid keys"):
@@ -232,22 +285,27 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         rd.fail("", f"malformed TOML: {exc}")
-    rd.table(doc, "", _TOP_KEYS)
+    kind = _kind(rd, doc)
+    m = model(kind)
+    rd.table(doc, "", ("name", "replica", *m.section_keys, "scenarios", "grid", "stages"))
     name = rd.string(doc.get("name", Path(str(path)).stem), "name")
     if not name or "/" in name or name.startswith("."):
         rd.fail("name", f"not usable as a folder name: {name!r}")
 
     base = {}  # parameter -> (tuple of values, given as list?)
-    for section, keys in _SECTION_KEYS.items():
+    for section, keys in m.section_keys.items():
         rd.table(doc.get(section, {}), section, keys)
-    for p in PARAMS:
-        raw, key = _lookup(rd, doc, p)
+    if kind == "batching":
+        _unsupported(rd, doc)
+    for p in m.params:
+        raw, key = _lookup(rd, doc, p, m)
         if raw is not None:
             base[p.name] = (rd.values(raw, key, lambda v, k, p=p: param_value(rd, p, v, k)),
                             isinstance(raw, list))
 
-    het = _heterogeneity(rd, doc.get("cluster", {}).get("heterogeneity"))
-    scenarios = _scenarios(rd, doc.get("scenarios"))
+    het = _heterogeneity(rd, doc.get("cluster", {}).get("heterogeneity"), m)
+    start_down = _start_down(rd, doc.get("cluster", {}).get("start_down", []))
+    scenarios = _scenarios(rd, doc.get("scenarios"), m)
     grid = rd.table(doc.get("grid", {}), "grid", _GRID_KEYS)
     raw_stages = doc.get("stages")
     if not isinstance(raw_stages, list) or not raw_stages:
@@ -255,7 +313,8 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
 
     stages, selected = [], set()
     for index, raw in enumerate(raw_stages):
-        stage = _stage(rd, index, raw, grid, base, het, scenarios, selected)
+        stage = _stage(rd, index, raw, grid, base, het, scenarios, selected, m)
+        _check_start_down(rd, start_down, het, stage)
         stages.append(stage)
         if stage.select:
             selected.add(stage.select.parameter)
@@ -264,21 +323,73 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
         if s.name in names[:i]:
             rd.fail(f"{s.key}.name", f"stage name {s.name!r} is used twice")
     return Sweep(name=name, path=path, text=text, heterogeneity=het, scenarios=scenarios,
-                 stages=tuple(stages))
+                 stages=tuple(stages), kind=kind, start_down=start_down)
 
 
-def _lookup(rd, doc, p, section_table=None, prefix=""):
+def _kind(rd, doc):
+    """``[replica] kind``: which replica model the sweep runs."""
+    replica = doc.get("replica", {})
+    if not isinstance(replica, dict):
+        rd.fail("replica", f"expected a table, got {_typename(replica)}")
+    kind = rd.string(replica.get("kind", "queue"), "replica.kind")
+    if kind not in KINDS:
+        rd.fail("replica.kind", f"unknown replica model {kind!r}" + _suggest(kind, KINDS, "known"))
+    if kind == "queue":
+        rd.table(replica, "replica", ("kind",))
+    return kind
+
+
+def _unsupported(rd, doc):
+    """Keys of token-interface.md that this version does not simulate yet."""
+    wl = doc.get("workload", {})
+    for k in ("source", "trace", "lengths"):
+        if k in wl:
+            rd.fail(f"workload.{k}", "trace workloads are not supported by the batching model yet")
+
+
+def _start_down(rd, raw):
+    """``[cluster] start_down``: 1-based replicas down from time 0 -> 0-based tuple."""
+    key = "cluster.start_down"
+    if not isinstance(raw, list):
+        rd.fail(key, f"expected a list of replica numbers (1-based), got {_typename(raw)}")
+    out = []
+    for i, v in enumerate(raw):
+        r = rd.number(v, f"{key}[{i}]", int)
+        if r < 1:
+            rd.fail(f"{key}[{i}]", f"replica numbers start at 1, got {r}")
+        out.append(r - 1)
+    if len(set(out)) != len(out):
+        rd.fail(key, "a replica is listed twice")
+    return tuple(out)
+
+
+def _check_start_down(rd, start_down, het, stage):
+    if not start_down:
+        return
+    rd.fail("cluster.start_down", "not simulated by this version of the batching model yet")
+    n_rep = len(het[stage.values["heterogeneity"][0]])
+    for i, r in enumerate(start_down):
+        if r >= n_rep:
+            rd.fail(f"cluster.start_down[{i}]", f"replica {r + 1} does not exist in stage "
+                    f"{stage.name!r} (replicas are 1..{n_rep})")
+
+
+def _lookup(rd, doc, p, m, section_table=None, prefix=""):
     """The raw value of parameter ``p`` in a section table (None when absent), and its key path."""
     node = doc.get(p.section, {}) if section_table is None else section_table
     key = _join(prefix, p.section)
     for k in p.path[:-1]:
         key = _join(key, k)
         node = node.get(k, {})
-        rd.table(node, key, _WORKLOAD_LEAVES[k])
+        rd.table(node, key, m.leaves[k])
     return node.get(p.path[-1]), _join(key, p.path[-1])
 
 
 def param_value(rd, p, value, key):
+    if p.kind is bool:
+        if not isinstance(value, bool):
+            rd.fail(key, f"expected true or false, got {_typename(value)}")
+        return value
     if p.kind is str:
         v = rd.string(value, key)
         if v not in p.options:
@@ -296,9 +407,9 @@ def param_value(rd, p, value, key):
     return v
 
 
-def _heterogeneity(rd, raw):
+def _heterogeneity(rd, raw, m):
     if raw is None:
-        return {"default": (8.0, 11.0, 16.0), "high": (6.0, 11.0, 22.0)}
+        return dict(m.heterogeneity)
     key = "cluster.heterogeneity"
     if not isinstance(raw, dict) or not raw:
         rd.fail(key, "expected a table of named settings, e.g. default = [8, 11, 16]")
@@ -306,7 +417,7 @@ def _heterogeneity(rd, raw):
     for name, ms in raw.items():
         k = _join(key, name)
         if not isinstance(ms, list) or not ms:
-            rd.fail(k, "expected a non-empty list of mean service times (ms), one per replica")
+            rd.fail(k, f"expected a non-empty list of {m.help_heterogeneity}, one per replica")
         out[name] = tuple(rd.number(v, f"{k}[{i}]") for i, v in enumerate(ms))
         for i, v in enumerate(out[name]):
             if v <= 0:
@@ -314,7 +425,7 @@ def _heterogeneity(rd, raw):
     return out
 
 
-def _scenarios(rd, raw):
+def _scenarios(rd, raw, m):
     if raw is None:
         raw = {"steady": {"events": []}}
     rd.table(raw, "scenarios", list(raw) if isinstance(raw, dict) else ())
@@ -325,21 +436,22 @@ def _scenarios(rd, raw):
         events = body.get("events", [])
         if not isinstance(events, list):
             rd.fail(_join(key, "events"), f"expected a list of event tables, got {_typename(events)}")
-        parsed = [_event(rd, ev, f"{key}.events[{i}]") for i, ev in enumerate(events)]
+        parsed = [_event(rd, ev, f"{key}.events[{i}]", m) for i, ev in enumerate(events)]
         out[name] = tuple(sorted(parsed, key=lambda e: e.at_s))  # stable: ties keep file order
     return out
 
 
-def _event(rd, ev, key):
-    rd.table(ev, key, ("at_s", "replica", *_EVENT_ACTIONS))
+def _event(rd, ev, key, m):
+    actions_known = tuple(m.event_kinds)
+    rd.table(ev, key, ("at_s", "replica", *actions_known))
     if "at_s" not in ev:
         rd.fail(_join(key, "at_s"), "missing: every event needs a time in seconds")
     at_s = rd.number(ev["at_s"], _join(key, "at_s"))
     if at_s < 0:
         rd.fail(_join(key, "at_s"), f"must be >= 0, got {at_s!r}")
-    actions = [a for a in _EVENT_ACTIONS if a in ev]
+    actions = [a for a in actions_known if a in ev]
     if len(actions) != 1:
-        rd.fail(key, "needs exactly one of " + ", ".join(_EVENT_ACTIONS))
+        rd.fail(key, "needs exactly one of " + ", ".join(actions_known))
     action = actions[0]
     akey = _join(key, action)
     if action == "rate_multiplier":
@@ -348,7 +460,9 @@ def _event(rd, ev, key):
         v = rd.number(ev[action], akey)
         if v <= 0:
             rd.fail(akey, f"must be > 0, got {v!r}")
-        return Event(at_s, EventKind.RATE, -1, v, key)
+        return Event(at_s, m.event_kinds[action], -1, v, key)
+    if m.kind == "batching" and action in ("fail", "fail_fast", "recover"):
+        rd.fail(akey, f"{action} events are not simulated by this version of the batching model yet")
     if "replica" not in ev:
         rd.fail(_join(key, "replica"), f"missing: a {action} event names a replica (1-based)")
     replica = rd.number(ev["replica"], _join(key, "replica"), int)
@@ -358,15 +472,16 @@ def _event(rd, ev, key):
         v = rd.number(ev[action], akey)
         if v <= 0:
             rd.fail(akey, f"must be > 0, got {v!r}")
-        return Event(at_s, EventKind.SLOWDOWN, replica - 1, v, key)
+        return Event(at_s, m.event_kinds[action], replica - 1, v, key)
     if ev[action] is not True:
         rd.fail(akey, f"expected true, got {ev[action]!r}")
-    return Event(at_s, EventKind.FAIL if action == "fail" else EventKind.RECOVER, replica - 1, 0.0, key)
+    return Event(at_s, m.event_kinds[action], replica - 1, 0.0, key)
 
 
-def _stage(rd, index, raw, grid, base, het, scenarios, selected):
+def _stage(rd, index, raw, grid, base, het, scenarios, selected, m):
     key = f"stages[{index}]"
-    rd.table(raw, key, _STAGE_KEYS)
+    rd.table(raw, key, ("name", "policy", "seeds", "select", *_GRID_KEYS, "workload",
+                        *(p.name for p in m.params if p.section != "workload")))
     name = rd.string(raw.get("name", f"stage{index + 1}"), _join(key, "name"))
     if not name or "/" in name or name.startswith("."):
         rd.fail(_join(key, "name"), f"not usable as a file name: {name!r}")
@@ -394,8 +509,15 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected):
             rd.fail(k, f"must be > 0, got {v!r}")
         return v
 
+    def policy(v, k):
+        other = model("batching" if m.kind == "queue" else "queue")
+        if isinstance(v, str) and v not in m.policies and v in other.policies:
+            rd.fail(k, f"policy {v!r} belongs to the {other.kind} model; this sweep's "
+                       f"[replica] kind is {m.kind!r}")
+        return known(list(m.policies), "policy")(v, k)
+
     values = {
-        "policy": axis("policy", known(list(POLICY_NAMES), "policy")),
+        "policy": axis("policy", policy),
         "rate_rps": axis("rate_rps", rate),
         "heterogeneity": axis("heterogeneity", known(list(het), "heterogeneity")),
         "scenario": axis("scenario", known(list(scenarios), "scenario")),
@@ -404,16 +526,16 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected):
     swept, inherit = [], []
     overrides = {}
     if "workload" in raw:
-        wl = rd.table(raw["workload"], _join(key, "workload"), _SECTION_KEYS["workload"])
-        for p in PARAMS:
+        wl = rd.table(raw["workload"], _join(key, "workload"), m.section_keys["workload"])
+        for p in m.params:
             if p.section == "workload":
-                v, k = _lookup(rd, {}, p, wl, prefix=key)
+                v, k = _lookup(rd, {}, p, m, wl, prefix=key)
                 if v is not None:
                     overrides[p.name] = (v, k)
-    for p in PARAMS:
+    for p in m.params:
         if p.section != "workload" and p.name in raw:
             overrides[p.name] = (raw[p.name], _join(key, p.name))
-    for p in PARAMS:
+    for p in m.params:
         if p.name in overrides:
             v, k = overrides[p.name]
             vals = rd.values(v, k, lambda x, kk, p=p: param_value(rd, p, x, kk))
@@ -426,20 +548,20 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected):
         else:
             vals, as_list = (p.default,), False
         values[p.name] = vals
-        if p.name != "exploration" and (as_list or len(vals) > 1):
+        if p.name not in m.dims and (as_list or len(vals) > 1):
             swept.append(p.name)
 
     select = None
     if "select" in raw:
-        select = _selection(rd, raw["select"], _join(key, "select"), values)
-        if select.parameter not in STANDARD_DIMS + tuple(swept):
+        select = _selection(rd, raw["select"], _join(key, "select"), values, m)
+        if select.parameter not in m.dims + tuple(swept):
             rd.fail(_join(key, "select.parameter"),
                     f"{select.parameter!r} is not swept in stage {name!r}: give it a list of values")
     stage = Stage(name=name, key=key, values=values, swept=tuple(swept), select=select,
-                  inherit=tuple(inherit))
+                  inherit=tuple(inherit), standard=m.dims)
     where = {n: k for n, (_, k) in overrides.items()}
     where["heterogeneity"] = _join(key if "heterogeneity" in raw else "grid", "heterogeneity")
-    check_stage(rd, stage, het, scenarios, where)
+    check_stage(rd, stage, het, scenarios, where, m)
     return stage
 
 
@@ -467,34 +589,38 @@ def _seeds(rd, raw, key):
     return seeds
 
 
-def _selection(rd, raw, key, values):
+def _selection(rd, raw, key, values, m):
     rd.table(raw, key, ("parameter", "maximize", "minimize"))
     if "parameter" not in raw:
         rd.fail(_join(key, "parameter"), "missing: the parameter to select, e.g. \"exploration\"")
     param = rd.string(raw["parameter"], _join(key, "parameter"))
-    if param not in PARAM:
-        rd.fail(_join(key, "parameter"), f"unknown parameter {param!r}" + _suggest(param, PARAM))
+    if param not in m.param:
+        rd.fail(_join(key, "parameter"), f"unknown parameter {param!r}" + _suggest(param, m.param))
     goals = [g for g in ("maximize", "minimize") if g in raw]
     if len(goals) != 1:
         rd.fail(key, "needs exactly one of maximize, minimize")
-    from .metrics import VARIABLES  # metrics imports numba; keep parse errors cheap to reach
-    scalar = [v for v in VARIABLES if v not in ("assigned", "replica_completed")]
+    if m.kind == "queue":  # the metrics modules import numba; keep parse errors cheap to reach
+        from .metrics import VARIABLES
+    else:
+        from .batching.metrics import VARIABLES
+    scalar = [v for v in VARIABLES if v not in ("assigned", "replica_completed", "replica_tokens")]
     metric = rd.string(raw[goals[0]], _join(key, goals[0]))
     if metric not in scalar:
         rd.fail(_join(key, goals[0]), f"unknown metric {metric!r}" + _suggest(metric, scalar))
     return Selection(param, metric, goals[0] == "maximize")
 
 
-def check_stage(rd, stage, het, scenarios, where):
+def check_stage(rd, stage, het, scenarios, where, m=QUEUE):
     """Checks that need the whole stage: bounds between keys, events, replica counts.
     ``where`` maps a parameter (or "heterogeneity") to the key path that gave its value."""
     v = stage.values
+    param = m.param
 
     def src(name):
-        p = PARAM[name]
+        p = param[name]
         return where.get(name, _join(p.section, ".".join(p.path)))
 
-    for lo, hi in _MIN_MAX:
+    for lo, hi in m.min_max:
         if min(v[hi]) < max(v[lo]):
             rd.fail(src(lo) if lo in where or hi not in where else src(hi),
                     f"min > max ({max(v[lo])!r} > {min(v[hi])!r}) in stage {stage.name!r}")
@@ -513,6 +639,9 @@ def check_stage(rd, stage, het, scenarios, where):
             if ev.replica >= n_rep:
                 rd.fail(_join(ev.key, "replica"), f"replica {ev.replica + 1} does not exist in stage {stage.name!r} "
                               f"(replicas are 1..{n_rep})")
+    if m.kind == "batching":
+        _check_batching(rd, stage, src)
+        return
     for dt in v["dt_ms"]:
         if dt == 0:
             continue
@@ -522,3 +651,36 @@ def check_stage(rd, stage, het, scenarios, where):
                 if abs(grid_end_ms.py_func(h, dt) - h) > 1e-9 * h:
                     rd.fail(src("dt_ms"), f"a step of {dt:g} ms does not divide the "
                                                 f"horizon of {h:g} ms in stage {stage.name!r}")
+
+
+NOT_YET = ("signal_mode", "period_ms", "routers", "timeout_ms", "max_attempts", "retry_budget",
+           "breaker_consecutive", "admission_max_tokens", "slow_start_ms", "cold_factor",
+           "ready_delay_ms")
+"""Batching keys whose non-default values this version does not simulate yet."""
+
+
+def _check_batching(rd, stage, src):
+    """token-model.md's "What a sweep must satisfy", for every combination a stage holds."""
+    v = stage.values
+    from .batching.params import TOKEN_PARAM
+    for name in NOT_YET:
+        if any(x != TOKEN_PARAM[name].default for x in v[name]):
+            rd.fail(src(name), "not simulated by this version of the batching model yet "
+                               f"(only the default, {TOKEN_PARAM[name].default!r})")
+    if max(v["dt_ms"]) > 0:
+        rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
+                              f"got {max(v['dt_ms']):g}")
+    for p_long in v["p_long"]:
+        classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
+        prefix = max(v["prefix_tokens"]) if max(v["prefix_probability"]) > 0 else 0
+        prompt = prefix + max(max(v[f"{c}_prompt_max"]) for c in classes)
+        limit = min(v["context_limit"])
+        if prompt >= limit:
+            rd.fail(src("context_limit"), f"the largest prompt ({prompt} tokens: prefix plus the largest "
+                    f"class prompt) must be below context_limit ({limit}) in stage {stage.name!r}")
+        largest = min(max(v["context_limit"]),
+                      max(prefix + max(v[f"{c}_prompt_max"]) + max(v[f"{c}_output_max"]) for c in classes))
+        pool = min(k * b for k in v["kv_blocks"] for b in v["block_tokens"])
+        if largest > pool:
+            rd.fail(src("kv_blocks"), f"a request of {largest} tokens could never fit in a KV pool of "
+                    f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")

@@ -148,11 +148,12 @@ def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
     """The stage's Outcome, chunk by chunk: resumed from ``folder``, then computed here
     or on ``client``'s cluster, each computed chunk saved to ``folder`` as it arrives."""
     ranges = chunks.plan(grid.runs, size)
-    outcome = batch.Outcome.empty(grid)
+    outcome = batch.outcome_type(grid).empty(grid)
     store, resumed = None, set()
     fingerprint = chunks.Fingerprint.of(sweep.text, stage.name, inherited, size, grid.runs)
     if folder is not None:
-        store = chunks.ChunkStore.open(folder, fingerprint, ranges, resume, note)
+        store = chunks.ChunkStore.open(folder, fingerprint, ranges, resume, note,
+                                       outcome=batch.outcome_type(grid))
         for i, part in store.finished():
             outcome.put(ranges[i][0], part)
             resumed.add(i)

@@ -17,8 +17,7 @@ from routesim.study import objective
 
 
 def test_differential_grids_keep_every_request(differential):
-    _, results = differential
-    for ds in results.values():
+    for _, ds in differential.values():
         assert_invariants(ds)
 
 

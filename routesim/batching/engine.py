@@ -19,6 +19,7 @@ import numpy as np
 from ..conf import JIT, JIT_PARALLEL
 from . import blocks as bk
 from .dtypes import HEAP, REQUEST, SLOT, EventKind, Outcome, Policy
+from .metrics import finish_metrics_nb
 from .policies import choose_nb, sample_nb, uniforms_nb
 from .workload import GROUP_ID, REQUEST_ID, UNIQUE_ID
 
@@ -299,83 +300,6 @@ def _finish_nb(tab, heap, rep, run, req, i, t, p, group, ids, id_off, mt, done_l
 
 
 @nb.njit(**JIT)
-def _nearest_rank(sorted_values, pct):
-    n = sorted_values.shape[0]
-    if n == 0:
-        return np.nan
-    return sorted_values[int(math.ceil((pct / 100.0) * n)) - 1]
-
-
-@nb.njit(**JIT)
-def _finish_metrics_nb(p, rep, req, t_arr, mt):
-    """§7 from the per-request records and the run's accumulators."""
-    n = req.shape[0]
-    measure_s = (p.horizon_ms - p.warmup_ms) / 1000.0
-    ttft = np.empty(n)
-    tpot = np.empty(n)
-    e2e = np.empty(n)
-    nt = 0
-    np_ = 0
-    good = 0
-    e2e_sum = 0.0
-    for k in range(n):
-        if not (p.warmup_ms <= t_arr[k] < p.horizon_ms):
-            continue
-        q = req[k]
-        mt.arrivals += 1
-        mt.attempts += q.attempts
-        mt.retries += max(q.attempts - 1, 0)
-        o = q.outcome
-        if o == Outcome.COMPLETED:
-            mt.completed += 1
-            a = q.first_ms - t_arr[k]
-            e = q.done_ms - t_arr[k]
-            ttft[nt] = a
-            e2e[nt] = e
-            nt += 1
-            e2e_sum += e
-            ok = a <= p.slo_ttft_ms
-            if q.O >= 2:
-                tp = (q.done_ms - q.first_ms) / (q.O - 1)
-                tpot[np_] = tp
-                np_ += 1
-                ok = ok and tp <= p.slo_tpot_ms
-            if ok:
-                good += 1
-        elif o == Outcome.FAILED:
-            mt.failed += 1
-        elif o == Outcome.REJECTED:
-            mt.rejected += 1
-        elif o == Outcome.SHED:
-            mt.shed += 1
-        else:
-            mt.unfinished += 1
-    a = np.sort(ttft[:nt])
-    mt.ttft_p50 = _nearest_rank(a, 50)
-    mt.ttft_p90 = _nearest_rank(a, 90)
-    mt.ttft_p99 = _nearest_rank(a, 99)
-    a = np.sort(tpot[:np_])
-    mt.tpot_p50 = _nearest_rank(a, 50)
-    mt.tpot_p90 = _nearest_rank(a, 90)
-    mt.tpot_p99 = _nearest_rank(a, 99)
-    a = np.sort(e2e[:nt])
-    mt.e2e_p50 = _nearest_rank(a, 50)
-    mt.e2e_p90 = _nearest_rank(a, 90)
-    mt.e2e_p99 = _nearest_rank(a, 99)
-    mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
-    mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan
-    mt.goodput = good / measure_s
-    mt.throughput = mt.done_any / measure_s
-    mt.token_throughput = mt.tokens_window / measure_s
-    mt.prefix_hit_rate = mt.hit_tokens / mt.admit_tokens if mt.admit_tokens > 0 else np.nan
-    mt.batch_mean = mt.batch_ms / mt.busy_ms if mt.busy_ms > 0 else np.nan
-    area = 0.0
-    for i in range(rep.shape[0]):
-        area += rep[i].area
-    mt.kv_occupancy = area / p.kv_blocks / rep.shape[0] / (p.horizon_ms - p.warmup_ms)
-
-
-@nb.njit(**JIT)
 def _route_nb(tab, rep, req, k, t, p, wl_P, wl_key, group, ids, id_off, ru, ru_pos, cursor,
               cand, o, tau, ref, res, hit, weights, mt):
     """Route request k at t (§5). Returns (replica or -1, new ru_pos, new cursor)."""
@@ -535,7 +459,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, group, ids, id_off, ru,
                 _start_nb(tab, heap, rep, run, req, i, t, p, group, ids, id_off, mt)
     for i in range(nrep):
         _integrate(rep, i, horizon, p)
-    _finish_metrics_nb(p, rep, req, wl_t, mt)
+    finish_metrics_nb(p, rep, req, wl_t, mt)
 
 
 @nb.njit(**JIT_PARALLEL)

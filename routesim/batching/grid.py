@@ -1,0 +1,203 @@
+"""A batching stage's grid as flat runs, its chunks' outcome, and the stage's Dataset.
+
+Runs are a flat index over the stage's dimensions (C order of ``Stage.dims``).
+Workloads are generated once per distinct (seed, rate profile, workload parameters)
+and shared by every run that has them (common random numbers); router streams once
+per (seed, draws needed).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from ..config import Stage, Sweep
+from ..grid import resolve, run_index
+from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
+from ..workload import expected_arrivals, router_stream
+from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
+from .metrics import ACCUMULATORS, PER_REPLICA, VARIABLES
+from .params import TOKEN_PARAM, TOKEN_PARAMS
+from .runs import Packed, params_row, router_draws, simulate, workload_params
+from .workload import generate
+
+WORKLOAD_PARAMS = ("seed", "rate_rps", "warmup_s", "measure_s", "block_tokens",
+                   *(p.name for p in TOKEN_PARAMS if p.section == "workload"))
+"""What a run's workload depends on, besides its scenario's rate changes."""
+
+
+@dataclass(frozen=True)
+class TokenGrid:
+    """One batching stage, laid out flat: params (runs,) PARAMS; factors (runs,
+    replicas) time factors; events (rows,) EVENT; the packed workloads and router
+    streams (``ru_off`` per workload)."""
+
+    stage: Stage
+    coords: dict
+    params: np.ndarray
+    factors: np.ndarray
+    events: np.ndarray
+    packed: Packed
+    ru: np.ndarray
+    ru_off: np.ndarray
+    kind = "batching"
+
+    @property
+    def shape(self):
+        return tuple(len(v) for v in self.coords.values())
+
+    @property
+    def runs(self):
+        return self.params.shape[0]
+
+    @property
+    def replicas(self):
+        return self.factors.shape[1]
+
+    def arrivals(self):
+        """Requests of each run's workload, shape (runs,)."""
+        return np.diff(self.packed.off)[self.params["workload"]]
+
+
+@dataclass(frozen=True)
+class TokenOutcome:
+    """Raw results of runs: metrics (runs,) METRICS; replicas (runs, replicas) REPLICA."""
+
+    metrics: np.ndarray
+    replicas: np.ndarray
+
+    FIELDS = ("metrics", "replicas")
+
+    @classmethod
+    def empty(cls, grid: TokenGrid, lo: int = 0, hi: int | None = None) -> "TokenOutcome":
+        hi = grid.runs if hi is None else hi
+        return cls(metrics=np.zeros(hi - lo, METRICS), replicas=np.zeros((hi - lo, grid.replicas), REPLICA))
+
+    @property
+    def runs(self) -> int:
+        return self.metrics.shape[0]
+
+    def put(self, lo: int, part: "TokenOutcome") -> None:
+        for name in self.FIELDS:
+            getattr(self, name)[lo:lo + part.runs] = getattr(part, name)
+
+
+def simulate_range(grid: TokenGrid, lo: int, hi: int) -> TokenOutcome:
+    """Simulate runs ``lo:hi`` of ``grid`` (one chunk)."""
+    metrics, replicas = simulate(grid.params[lo:hi], grid.factors[lo:hi], grid.events, grid.packed,
+                                 grid.ru, grid.ru_off)
+    return TokenOutcome(metrics=metrics, replicas=replicas)
+
+
+def _rate_events(sweep: Sweep, scenario):
+    return tuple((e.at_s * 1000.0, e.value) for e in sweep.scenarios[scenario] if e.kind == EventKind.RATE)
+
+
+def _event_table(sweep: Sweep, names):
+    """Scenario events of the given scenarios (start_down first, as events at t = 0)
+    and each scenario's (start, count)."""
+    rows, blocks = [], []
+    for s in names:
+        start = len(rows)
+        rows += [(0.0, int(EventKind.FAIL), r, 0.0) for r in sweep.start_down]
+        rows += [(e.at_s * 1000.0, int(e.kind), e.replica, e.value) for e in sweep.scenarios[s]]
+        blocks.append((start, len(rows) - start))
+    return np.array(rows, dtype=EVENT), np.array(blocks, dtype=np.int64).reshape(-1, 2)
+
+
+def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> TokenGrid:
+    """Lay a batching stage out flat and generate its workloads."""
+    values = resolve(stage, selected or {})
+    idx = run_index(stage, values)
+    runs = idx["seed"].shape[0]
+    dims = stage.dims
+
+    def value(name, r):
+        vals = values[name]
+        return vals[idx[name][r]] if name in idx else vals[0]
+
+    events, blocks = _event_table(sweep, values["scenario"])
+    het = np.array([sweep.heterogeneity[h] for h in values["heterogeneity"]], dtype=np.float64)
+    factors = het[idx["heterogeneity"]]
+
+    keys, workloads, first_run = {}, [], []
+    ru_keys, ru_parts, ru_counts = {}, [], []
+    params = np.zeros(runs, PARAMS)
+    ru_of = np.zeros(runs, np.int64)
+    for r in range(runs):
+        flat = {p.name: value(p.name, r) for p in TOKEN_PARAMS}
+        scenario = value("scenario", r)
+        wkey = (_rate_events(sweep, scenario),) + tuple(value(n, r) for n in WORKLOAD_PARAMS)
+        w = keys.get(wkey)
+        if w is None:
+            w = keys[wkey] = len(workloads)
+            horizon = (flat["warmup_s"] + flat["measure_s"]) * 1000.0
+            workloads.append(generate(int(value("seed", r)), float(value("rate_rps", r)),
+                                      _rate_events(sweep, scenario), horizon, workload_params(flat)))
+            first_run.append(r)
+        s = int(np.flatnonzero(np.array(values["scenario"]) == scenario)[0])
+        params[r] = params_row(flat, value("policy", r), n_replicas=factors.shape[1],
+                               event_start=blocks[s, 0], event_count=blocks[s, 1], workload=w)
+        # the router stream: one per (seed, draws) — its prefix does not depend on the count
+        draws = router_draws(value("policy", r), flat["choices"], len(workloads[w]), flat["max_attempts"])
+        rkey = (int(value("seed", r)), w)
+        if rkey not in ru_keys or ru_counts[ru_keys[rkey]] < draws:
+            ru_keys[rkey] = len(ru_parts)
+            ru_parts.append(router_stream(rkey[0], draws))
+            ru_counts.append(draws)
+        ru_of[r] = ru_keys[rkey]
+    # a run reads its stream through its workload index: the stream depends on the seed
+    # alone (which the workload key holds), so each workload keeps the longest one needed
+    ru_off = np.zeros(len(workloads) + 1, np.int64)
+    streams = [np.zeros(0)] * len(workloads)
+    for (seed, w), j in ru_keys.items():
+        streams[w] = ru_parts[j]
+    ru_off[1:] = np.cumsum([s.size for s in streams])
+    ru = np.concatenate(streams) if streams else np.zeros(0)
+    coords = {d: tuple(values[d]) for d in dims}
+    return TokenGrid(stage=stage, coords=coords, params=params, factors=factors, events=events,
+                     packed=Packed.of(workloads), ru=ru, ru_off=ru_off)
+
+
+def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, int]:
+    """(bytes, runs): memory of a stage from expected arrivals: the workloads (five
+    numbers a request), the outputs, and per thread one run's scratch."""
+    values = stage.values
+    runs = int(np.prod([len(values[d]) for d in stage.dims]))
+    n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])
+    per_seed = [expected_arrivals(rate, _rate_events(sweep, s), (w + m) * 1000.0)
+                for rate in values["rate_rps"] for s in values["scenario"]
+                for w in values["warmup_s"] for m in values["measure_s"]]
+    variants = int(np.prod([len(values[p]) for p in WORKLOAD_PARAMS if p not in ("seed", "rate_rps")]))
+    workload = len(values["seed"]) * variants * sum(per_seed) * 40
+    per_run = PARAMS.itemsize + METRICS.itemsize * 2 + n_rep * REPLICA.itemsize * 2
+    return int(workload + runs * per_run), runs
+
+
+def to_dataset(sweep: Sweep, grid: TokenGrid, outcome: TokenOutcome, selected: dict) -> xr.Dataset:
+    """Reshape a batching grid's outcome into named dimensions (token-interface.md)."""
+    dims = list(grid.coords)
+    shape = grid.shape
+    data = {}
+    for name in outcome.metrics.dtype.names:
+        if name not in ACCUMULATORS:
+            data[name] = (dims, outcome.metrics[name].reshape(shape), variable_attrs(name, VARIABLES))
+    n_rep = grid.replicas
+    for name, field in PER_REPLICA.items():
+        data[name] = (dims + ["replica"], outcome.replicas[field].reshape(shape + (n_rep,)),
+                      variable_attrs(name, VARIABLES))
+    hets = grid.coords["heterogeneity"]
+    data["time_factor"] = (["heterogeneity", "replica"], np.array([sweep.heterogeneity[h] for h in hets]),
+                           {"units": "1", "description": "replica's time factor (1 = the reference replica)"})
+    coords = {d: (d, np.asarray(v), coord_attrs(d, TOKEN_PARAM)) for d, v in grid.coords.items()}
+    coords["heterogeneity"][2]["description"] = "named setting of the replicas' time factors"
+    coords["replica"] = ("replica", np.arange(1, n_rep + 1), coord_attrs("replica"))
+    stage = grid.stage
+    attrs = provenance(sweep, stage)
+    attrs["replica_kind"] = "batching"
+    attrs.update(selected_attrs(stage, selected))
+    for p in TOKEN_PARAMS:  # parameters that are not dimensions, with their value
+        if p.name not in grid.coords:
+            v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
+            attrs[p.name] = int(v) if isinstance(v, bool) else v
+    return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -1,0 +1,134 @@
+"""The batching model's per-run metrics (token-model.md §7): each variable's units and
+meaning, and their compiled computation from a run's request records.
+
+Cohort: requests arriving in ``[warm-up, horizon)``; each is exactly one of completed,
+failed, rejected, shed or unfinished. Percentiles are nearest rank,
+``sorted[ceil((p/100)·n) − 1]``, NaN when their set is empty.
+"""
+
+import math
+
+import numba as nb
+import numpy as np
+
+from ..conf import JIT
+from .dtypes import Outcome
+
+VARIABLES = {
+    # name: (units, description)
+    "arrivals": ("requests", "cohort requests: arrivals in [warm-up, horizon)"),
+    "completed": ("requests", "cohort requests completed by the horizon"),
+    "failed": ("requests", "cohort requests that failed for good (out of attempts or of retry budget)"),
+    "rejected": ("requests", "cohort requests turned away at the front door"),
+    "shed": ("requests", "cohort requests shed: no eligible replica at a routing decision"),
+    "unfinished": ("requests", "cohort requests still in flight at the horizon"),
+    "ttft_p50": ("ms", "median time to first token of completed cohort requests (nearest rank)"),
+    "ttft_p90": ("ms", "90th percentile time to first token of completed cohort requests"),
+    "ttft_p99": ("ms", "99th percentile time to first token of completed cohort requests"),
+    "tpot_p50": ("ms", "median time per output token after the first, completed cohort requests with O >= 2"),
+    "tpot_p90": ("ms", "90th percentile time per output token after the first"),
+    "tpot_p99": ("ms", "99th percentile time per output token after the first"),
+    "e2e_p50": ("ms", "median end-to-end latency of completed cohort requests"),
+    "e2e_p90": ("ms", "90th percentile end-to-end latency of completed cohort requests"),
+    "e2e_p99": ("ms", "99th percentile end-to-end latency of completed cohort requests"),
+    "e2e_mean": ("ms", "mean end-to-end latency of completed cohort requests"),
+    "attainment": ("1", "cohort requests completed within both SLOs (TTFT and TPOT), over cohort arrivals"),
+    "goodput": ("requests/s", "cohort requests completed within both SLOs, per second of measurement"),
+    "throughput": ("requests/s", "completions of any request in (warm-up, horizon], per second"),
+    "token_throughput": ("tokens/s", "output tokens emitted in (warm-up, horizon], per second"),
+    "wasted_tokens": ("tokens", "tokens emitted in the window by attempts later cancelled or failed"),
+    "preemptions": ("count", "preemptions at times in [warm-up, horizon)"),
+    "breaker_ejections": ("count", "breaker ejections at times in [warm-up, horizon)"),
+    "prefix_hit_rate": ("1", "cached prefix tokens over prompt (and regenerated) tokens of admissions in the window"),
+    "kv_occupancy": ("1", "time-average referenced KV blocks over the pool, mean over replicas"),
+    "batch_mean": ("sequences", "duration-weighted mean sequences per iteration started in the window"),
+    "attempts": ("attempts", "attempts routed for cohort requests"),
+    "retries": ("attempts", "attempts for cohort requests beyond each one's first"),
+    "assigned": ("requests", "attempts routed to the replica in [warm-up, horizon)"),
+    "replica_completed": ("requests", "completions on the replica in (warm-up, horizon]"),
+    "replica_tokens": ("tokens", "tokens the replica emitted in (warm-up, horizon]"),
+}
+"""Units and one-line description of every result variable (copied into Dataset attrs)."""
+
+PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens"}
+"""Dataset variable <- REPLICA field."""
+
+ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window")
+"""METRICS fields that only feed the rates above (not Dataset variables)."""
+
+
+@nb.njit(**JIT)
+def _nearest_rank(sorted_values, pct):
+    n = sorted_values.shape[0]
+    if n == 0:
+        return np.nan
+    return sorted_values[int(math.ceil((pct / 100.0) * n)) - 1]
+
+
+@nb.njit(**JIT)
+def finish_metrics_nb(p, rep, req, t_arr, mt):
+    """§7 from the per-request records and the run's accumulators."""
+    n = req.shape[0]
+    measure_s = (p.horizon_ms - p.warmup_ms) / 1000.0
+    ttft = np.empty(n)
+    tpot = np.empty(n)
+    e2e = np.empty(n)
+    nt = 0
+    np_ = 0
+    good = 0
+    e2e_sum = 0.0
+    for k in range(n):
+        if not (p.warmup_ms <= t_arr[k] < p.horizon_ms):
+            continue
+        q = req[k]
+        mt.arrivals += 1
+        mt.attempts += q.attempts
+        mt.retries += max(q.attempts - 1, 0)
+        o = q.outcome
+        if o == Outcome.COMPLETED:
+            mt.completed += 1
+            a = q.first_ms - t_arr[k]
+            e = q.done_ms - t_arr[k]
+            ttft[nt] = a
+            e2e[nt] = e
+            nt += 1
+            e2e_sum += e
+            ok = a <= p.slo_ttft_ms
+            if q.O >= 2:
+                tp = (q.done_ms - q.first_ms) / (q.O - 1)
+                tpot[np_] = tp
+                np_ += 1
+                ok = ok and tp <= p.slo_tpot_ms
+            if ok:
+                good += 1
+        elif o == Outcome.FAILED:
+            mt.failed += 1
+        elif o == Outcome.REJECTED:
+            mt.rejected += 1
+        elif o == Outcome.SHED:
+            mt.shed += 1
+        else:
+            mt.unfinished += 1
+    a = np.sort(ttft[:nt])
+    mt.ttft_p50 = _nearest_rank(a, 50)
+    mt.ttft_p90 = _nearest_rank(a, 90)
+    mt.ttft_p99 = _nearest_rank(a, 99)
+    a = np.sort(tpot[:np_])
+    mt.tpot_p50 = _nearest_rank(a, 50)
+    mt.tpot_p90 = _nearest_rank(a, 90)
+    mt.tpot_p99 = _nearest_rank(a, 99)
+    a = np.sort(e2e[:nt])
+    mt.e2e_p50 = _nearest_rank(a, 50)
+    mt.e2e_p90 = _nearest_rank(a, 90)
+    mt.e2e_p99 = _nearest_rank(a, 99)
+    mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
+    mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan
+    mt.goodput = good / measure_s
+    mt.throughput = mt.done_any / measure_s
+    mt.token_throughput = mt.tokens_window / measure_s
+    mt.prefix_hit_rate = mt.hit_tokens / mt.admit_tokens if mt.admit_tokens > 0 else np.nan
+    mt.batch_mean = mt.batch_ms / mt.busy_ms if mt.busy_ms > 0 else np.nan
+    area = 0.0
+    for i in range(rep.shape[0]):
+        area += rep[i].area
+    mt.kv_occupancy = area / p.kv_blocks / rep.shape[0] / (p.horizon_ms - p.warmup_ms)

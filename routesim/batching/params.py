@@ -1,0 +1,137 @@
+"""Every sweep key of the batching model (token-interface.md) with token-model.md's
+default, its units and one line of help: the config reads this table, the grid
+builds runs from it and the Dataset copies units and help into attrs.
+
+A parameter's flat name is its stage-override key and Dataset dimension:
+``step_ms = { base = … }`` is ``step_ms_base``, ``chat = { prompt = { median = … } }``
+is ``chat_prompt_median``, ``[router] breaker = { consecutive = … }`` is
+``breaker_consecutive``, ``[signals] mode`` is ``signal_mode``.
+"""
+
+import math
+
+from ..config import Param
+
+INF = math.inf
+
+_CLASSES = {
+    "chat": {"prompt": (1000.0, 0.9, 16, 16384), "output": (128.0, 1.0, 1, 2048)},
+    "long": {"prompt": (12000.0, 0.5, 2048, 30000), "output": (2000.0, 0.6, 256, 32768)},
+}
+
+
+def _class_params():
+    out = []
+    for cls, parts in _CLASSES.items():
+        for part, (median, sigma, lo, hi) in parts.items():
+            base = f"{cls}_{part}"
+            out += [
+                Param(f"{base}_median", "workload", (cls, part, "median"), median, "tokens",
+                      f"median of the {cls} class's {part}-token log-normal", low=0, low_open=True),
+                Param(f"{base}_sigma", "workload", (cls, part, "sigma"), sigma, "1",
+                      f"sigma of the {cls} class's {part}-token log-normal", low=0),
+                Param(f"{base}_min", "workload", (cls, part, "min"), lo, "tokens",
+                      f"smallest {part} of the {cls} class", kind=int, low=1),
+                Param(f"{base}_max", "workload", (cls, part, "max"), hi, "tokens",
+                      f"largest {part} of the {cls} class", kind=int, low=1),
+            ]
+    return out
+
+
+TOKEN_PARAMS = (
+    # [replica] (§2)
+    Param("waiting_cap", "replica", ("waiting_cap",), 512, "requests", "waiting requests a replica accepts (preempted ones not counted against it)", kind=int, low=1),
+    Param("max_batch", "replica", ("max_batch",), 256, "sequences", "running sequences per replica", kind=int, low=1),
+    Param("kv_blocks", "replica", ("kv_blocks",), 16384, "blocks", "KV cache blocks per replica", kind=int, low=1),
+    Param("block_tokens", "replica", ("block_tokens",), 16, "tokens", "tokens per KV block (b)", kind=int, low=1),
+    Param("max_batched_tokens", "replica", ("max_batched_tokens",), 8192, "tokens", "tokens one iteration computes (decode tokens included)", kind=int, low=1),
+    Param("chunked_prefill", "replica", ("chunked_prefill",), True, "", "spread a prompt's computation over iterations", kind=bool),
+    Param("step_ms_base", "replica", ("step_ms", "base"), 6.5, "ms", "c_0: fixed time of an iteration", low=0, low_open=True),
+    Param("step_ms_per_prefill_token", "replica", ("step_ms", "per_prefill_token"), 0.0198, "ms", "c_pf: time per computed prompt token", low=0),
+    Param("step_ms_per_prefill_token_pair", "replica", ("step_ms", "per_prefill_token_pair"), 8.4e-7, "ms", "c_attn: time per prefill attention token pair", low=0),
+    Param("step_ms_per_decode_sequence", "replica", ("step_ms", "per_decode_sequence"), 0.10, "ms", "c_dec: time per decoding sequence", low=0),
+    Param("step_ms_per_kv_token", "replica", ("step_ms", "per_kv_token"), 5.4e-5, "ms", "c_kv: time per KV token of the decoding sequences", low=0),
+    Param("cold_factor", "replica", ("cold_factor",), 1.0, "1", "time factor just after a recovery (1: no cold start)", low=0, low_open=True),
+    Param("cold_tau_ms", "replica", ("cold_tau_ms",), 2000.0, "ms", "decay time of the cold-start factor", low=0, low_open=True),
+    Param("ready_delay_ms", "replica", ("ready_delay_ms",), 0.0, "ms", "time after a recovery before the replica is eligible", low=0),
+    Param("fail_fast_ms", "replica", ("fail_fast_ms",), 2.0, "ms", "time a black-holed replica takes to fail an attempt", low=0, low_open=True),
+    # [simulation] (§7)
+    Param("dt_ms", "simulation", ("dt_ms",), 0.0, "ms", "the batching model runs in exact event time only (0)", low=0),
+    Param("warmup_s", "simulation", ("warmup_s",), 10.0, "s", "warm-up before the measured cohort", low=0, low_open=True),
+    Param("measure_s", "simulation", ("measure_s",), 50.0, "s", "measurement window after warm-up", low=0, low_open=True),
+    Param("slo_ttft_ms", "simulation", ("slo_ttft_ms",), 1000.0, "ms", "time-to-first-token objective", low=0, low_open=True),
+    Param("slo_tpot_ms", "simulation", ("slo_tpot_ms",), 50.0, "ms", "time-per-output-token objective", low=0, low_open=True),
+    # [workload] (§1)
+    Param("p_long", "workload", ("p_long",), 0.02, "1", "probability that a request is of the long class", low=0, high=1),
+    *_class_params(),
+    Param("prefix_probability", "workload", ("prefix", "probability"), 0.6, "1", "probability that a prompt starts with a group's system prompt", low=0, high=1),
+    Param("prefix_groups", "workload", ("prefix", "groups"), 32, "groups", "prefix groups (K)", kind=int, low=1),
+    Param("prefix_zipf", "workload", ("prefix", "zipf"), 1.1, "1", "Zipf exponent of the group popularity", low=0),
+    Param("prefix_tokens", "workload", ("prefix", "tokens"), 1536, "tokens", "length of every group's prefix (L)", kind=int, low=1),
+    Param("context_limit", "workload", ("context_limit",), 32768, "tokens", "prompt plus output of one request", kind=int, low=1),
+    # [policy] (§5)
+    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_d samples (d)", kind=int, low=1),
+    Param("score", "policy", ("score",), "tokens", "", "what power_of_d compares: requests, tokens, kv or cost", kind=str, options=("requests", "tokens", "kv", "cost")),
+    Param("allowance_tokens", "policy", ("allowance_tokens",), 256, "tokens", "output allowance A of the outstanding-token signal", kind=int, low=0),
+    Param("tie_tolerance", "policy", ("tie_tolerance",), 0.0, "1", "scores within this fraction of the best are tied", low=0),
+    Param("prefill_weight", "policy", ("prefill_weight",), 1.0, "1", "weight w of new prefill blocks in the cost score", low=0),
+    Param("balance_abs", "policy", ("balance_abs",), 64.0, "requests", "prefix_affinity: absolute imbalance that switches to least_requests", low=0),
+    Param("balance_rel", "policy", ("balance_rel",), 1.5, "1", "prefix_affinity: relative imbalance that switches to least_requests", low=0),
+    Param("cache_threshold", "policy", ("cache_threshold",), 0.3, "1", "prefix_affinity: cached share of the prompt that wins the request", low=0, high=1),
+    Param("window_ms", "policy", ("window_ms",), 1000.0, "ms", "rate_weighted: window of counted completions", low=0, low_open=True),
+    Param("slow_start_ms", "policy", ("slow_start_ms",), 0.0, "ms", "slow-start ramp after a replica becomes eligible (0: off)", low=0),
+    Param("slow_start_aggression", "policy", ("slow_start_aggression",), 1.0, "1", "slow-start ramp exponent", low=0, low_open=True),
+    Param("slow_start_min_weight", "policy", ("slow_start_min_weight",), 0.1, "1", "smallest slow-start weight", low=0, low_open=True, high=1),
+    # [signals] (§3)
+    Param("signal_mode", "signals", ("mode",), "fresh", "", "what the router sees: fresh, periodic or periodic_local", kind=str, options=("fresh", "periodic", "periodic_local")),
+    Param("period_ms", "signals", ("period_ms",), 50.0, "ms", "publication period of every replica's load (0: fresh)", low=0),
+    Param("routers", "signals", ("routers",), 1, "routers", "independent routers, each with its own view", kind=int, low=1),
+    # [client] (§6)
+    Param("timeout_ms", "client", ("timeout_ms",), INF, "ms", "per-attempt timeout (inf: none)", low=0, low_open=True, allow_inf=True),
+    Param("max_attempts", "client", ("max_attempts",), 1, "attempts", "attempts per request (1: no retries)", kind=int, low=1),
+    Param("backoff_ms", "client", ("backoff_ms",), 20.0, "ms", "first retry's backoff, doubled per attempt", low=0, low_open=True),
+    Param("retry_avoid_previous", "client", ("retry_avoid_previous",), True, "", "a retry avoids the replicas the request failed on", kind=bool),
+    # [router] (§6)
+    Param("retry_budget", "router", ("retry_budget",), INF, "1", "retries in flight per attempt in flight (inf: no budget)", low=0, allow_inf=True),
+    Param("min_retry_concurrency", "router", ("min_retry_concurrency",), 3, "retries", "retries in flight the budget always allows", kind=int, low=0),
+    Param("breaker_consecutive", "router", ("breaker", "consecutive"), 0, "failures", "consecutive failures that eject a replica (0: off)", kind=int, low=0),
+    Param("breaker_eject_ms", "router", ("breaker", "eject_ms"), 1000.0, "ms", "first ejection's length, times the ejections so far", low=0, low_open=True),
+    Param("breaker_max_ejected_fraction", "router", ("breaker", "max_ejected_fraction"), 0.1, "1", "share of replicas that may be ejected at once (at least one)", low=0, high=1),
+    Param("admission_max_tokens", "router", ("admission", "max_tokens"), INF, "tokens", "front door: turn requests away when every replica holds more (inf: off)", low=0, allow_inf=True),
+    Param("admission_mode", "router", ("admission", "mode"), "reject", "", "front door: reject, or queue at the router", kind=str, options=("reject", "queue")),
+)
+TOKEN_PARAM = {p.name: p for p in TOKEN_PARAMS}
+
+SECTION_KEYS = {
+    "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
+                "chunked_prefill", "step_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
+                "fail_fast_ms"),
+    "simulation": ("dt_ms", "warmup_s", "measure_s", "slo_ttft_ms", "slo_tpot_ms"),
+    "cluster": ("heterogeneity", "start_down"),
+    "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths"),
+    "policy": ("choices", "score", "allowance_tokens", "tie_tolerance", "prefill_weight",
+               "balance_abs", "balance_rel", "cache_threshold", "window_ms", "slow_start_ms",
+               "slow_start_aggression", "slow_start_min_weight"),
+    "signals": ("mode", "period_ms", "routers"),
+    "client": ("timeout_ms", "max_attempts", "backoff_ms", "retry_avoid_previous"),
+    "router": ("retry_budget", "min_retry_concurrency", "breaker", "admission"),
+}
+"""Keys each top-level table of a batching sweep may hold."""
+
+LEAVES = {
+    "step_ms": ("base", "per_prefill_token", "per_prefill_token_pair", "per_decode_sequence", "per_kv_token"),
+    "chat": ("prompt", "output"), "long": ("prompt", "output"),
+    "prompt": ("median", "sigma", "min", "max"), "output": ("median", "sigma", "min", "max"),
+    "prefix": ("probability", "groups", "zipf", "tokens"),
+    "breaker": ("consecutive", "eject_ms", "max_ejected_fraction"),
+    "admission": ("max_tokens", "mode"),
+}
+"""Keys of each inline table."""
+
+MIN_MAX = tuple((f"{c}_{part}_min", f"{c}_{part}_max") for c in _CLASSES for part in ("prompt", "output"))
+
+DIMS = ("policy", "rate_rps", "heterogeneity", "scenario", "seed")
+"""Dimensions of every batching stage's Dataset, in this order; swept parameters follow."""
+
+DEFAULT_HETEROGENEITY = {"uniform": (1.0,) * 8}
+"""Without ``[cluster.heterogeneity]``: eight reference replicas."""
