@@ -475,21 +475,25 @@ except ImportError:   # pragma: no cover
     given = None
 
 if given is not None:
-    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3),
            b=st.sampled_from([1, 2, 4, 16]), chunked=st.booleans(),
            budget=st.integers(1, 600), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
            policy=st.sampled_from(["round_robin", "random", "least_requests", "least_tokens",
                                    "least_kv", "least_cost", "power_of_d", "prefix_affinity",
                                    "rate_weighted"]),
-           spare=st.integers(0, 40))
-    def test_property_invariants(seed, n_rep, b, chunked, budget, max_batch, cap, policy, spare):
+           spare=st.integers(0, 40), decode_heavy=st.booleans())
+    def test_property_invariants(seed, n_rep, b, chunked, budget, max_batch, cap, policy, spare,
+                                 decode_heavy):
         p = tr.defaults()
-        p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_median=60, chat_prompt_min=1,
-                 chat_prompt_max=200, chat_output_median=6, chat_output_max=30, prefix_tokens=32,
+        p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_min=1, prefix_tokens=32,
                  prefix_groups=3, context_limit=400, block_tokens=b, chunked_prefill=chunked,
                  max_batched_tokens=budget, max_batch=max_batch, waiting_cap=cap)
-        largest = 32 + 200 + 30
+        if decode_heavy:   # long outputs on a tight pool: growth preempts
+            p.update(chat_prompt_median=20, chat_prompt_max=100, chat_output_median=40, chat_output_max=100)
+        else:
+            p.update(chat_prompt_median=60, chat_prompt_max=200, chat_output_median=6, chat_output_max=30)
+        largest = 32 + p["chat_prompt_max"] + p["chat_output_max"]
         p["kv_blocks"] = -(-largest // b) + spare
         wl = tr.generate_workload(seed, 80.0, p, [])
         out = tr.simulate(wl, p, [1.0 + 0.5 * i for i in range(n_rep)], [], policy, seed, check=True)
@@ -800,7 +804,7 @@ def test_invariants_with_failures(policy, mode):
 
 
 if given is not None:
-    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3), b=st.sampled_from([1, 4, 16]),
            chunked=st.booleans(), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
            policy=st.sampled_from(["round_robin", "random", "least_requests", "least_cost",
@@ -818,8 +822,8 @@ if given is not None:
                                                routers, max_attempts, timeout, consecutive, budget,
                                                front, front_mode, events, start_down):
         p = tr.defaults()
-        p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_median=60, chat_prompt_min=1,
-                 chat_prompt_max=200, chat_output_median=6, chat_output_max=30, prefix_tokens=32,
+        p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_median=30, chat_prompt_min=1,
+                 chat_prompt_max=200, chat_output_median=20, chat_output_max=30, prefix_tokens=32,
                  prefix_groups=3, context_limit=400, block_tokens=b, chunked_prefill=chunked,
                  max_batched_tokens=300, max_batch=max_batch, waiting_cap=cap, signal_mode=mode,
                  period_ms=20.0, routers=routers, max_attempts=max_attempts, timeout_ms=timeout,
@@ -833,3 +837,64 @@ if given is not None:
         out = tr.simulate(wl, p, [1.0 + 0.5 * i for i in range(n_rep)], evs, policy, seed, check=True)
         assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed",
                                                        "unfinished"))
+
+
+def test_front_door_queue_and_timeouts_from_arrival():
+    """Decision (c): the first attempt's routing time is the arrival time, so its timeout
+    runs from a_r even while the front door holds it.  One replica, max_tokens 500
+    (queue), timeout 30, max_attempts 2, P = 300, O = 50 (nothing completes by 100 ms).
+
+    (a) r0 at 0 is placed (deadline 30); r1 at 1 waits (tau 556 > 500; deadline 31).  At 30
+        r0 times out (its blocks released) and is retried at 50; the front door then lets
+        r1 through (tau 0), placed at 30 with deadline 31: it times out at 31, retried at 51.
+        The retries (attempt 2) time out at 80 and 81: both failed.
+    (b) r0 and r1 at 0: r1 is still at the front door at its deadline 30: it leaves it and
+        fails there like a first attempt (no replica), and its retry at 50 skips the front
+        door."""
+    p = params(kv_blocks=64, admission_max_tokens=500.0, admission_mode="queue", timeout_ms=30.0,
+               max_attempts=2, measure_s=1)
+    out = tr.simulate(make([(0.0, 300, 50, 0.5), (1.0, 300, 50, 0.5)]), p, [1.0], [], "least_tokens", 1,
+                      check=True, _return_sim=True)
+    assert [(x[0], x[1], x[3]) for x in routes(out)] == [(0.0, 0, 1), (30.0, 1, 1), (50.0, 0, 2),
+                                                         (51.0, 1, 2)]
+    fails = [(e[0], e[2], e[4], e[5]) for e in events_of(out["_sim"].trace, "fail")]
+    assert fails == [(30.0, "timeout", 0, 1), (31.0, "timeout", 1, 1), (80.0, "timeout", 0, 2),
+                     (81.0, "timeout", 1, 2)]
+    assert (out["failed"], out["attempts"], out["retries"]) == (2, 4, 2)
+
+    out = tr.simulate(make([(0.0, 300, 50, 0.5), (0.0, 300, 50, 0.5)]), p, [1.0], [], "least_tokens", 1,
+                      check=True, _return_sim=True)
+    fails = [(e[0], e[2], e[4], e[5]) for e in events_of(out["_sim"].trace, "fail")]
+    assert fails[:2] == [(30.0, "timeout", 0, 1), (30.0, "front_door_timeout", 1, 1)]
+    assert [(x[0], x[1], x[3]) for x in routes(out)] == [(0.0, 0, 1), (50.0, 0, 2), (50.0, 1, 2)]
+    assert [r["attempts"] for r in out["records"]] == [2, 1]
+    assert (out["failed"], out["attempts"], out["retries"]) == (2, 3, 2)
+
+
+def test_metric_windows():
+    """W = 100, H = 200; one request at 50 (not in the cohort), P 100, O 30.  By hand:
+    prefill then decode steps of step(n=1, K=100+g); tokens counted at times in (W, H],
+    iterations for batch_mean by start in [W, H), kv occupancy over [W, H] with
+    ceil(kv/16) blocks referenced after each iteration start."""
+    p = params(kv_blocks=64, warmup_s=0.1, measure_s=0.1)
+    out = tr.simulate(make([(50.0, 100, 30, 0.5)]), p, [1.0], [], "round_robin", 1, check=True)
+    W, H = 100.0, 200.0
+    starts, ends, blocks = [50.0], [], [7]
+    t = 50.0 + step(U=100, Q=100 * 50)
+    ends.append(t)
+    for g in range(1, 30):
+        kv = 100 + g
+        starts.append(t)
+        blocks.append(-(-kv // 16))
+        t = t + step(n=1, K=kv)
+        ends.append(t)
+    tokens = sum(1 for e in ends if W < e <= H)
+    area = sum(bk * max(0.0, min(e, H) - max(s, W)) for s, e, bk in zip(starts, ends, blocks))
+    assert ends[-1] > H
+    assert out["arrivals"] == 0 and math.isnan(out["attainment"]) and math.isnan(out["ttft_p50"])
+    assert out["assigned"] == [0] and out["throughput"] == 0.0
+    assert out["replica_tokens"] == [tokens] and tokens > 0
+    assert out["token_throughput"] == pytest.approx(tokens / 0.1)
+    assert out["kv_occupancy"] == pytest.approx(area / 100.0 / 64, rel=1e-9)
+    assert out["batch_mean"] == pytest.approx(1.0)
+    assert out["records"][0]["outcome"] == "unfinished"

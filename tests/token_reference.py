@@ -20,73 +20,88 @@ order); kind in rate_multiplier / slowdown / fail / fail_fast / recover; replica
 
 Decisions (where token-model.md is silent; the lead copies them into docs/model.md)
 -----------------------------------------------------------------------------------
+Given by the lead:
+ (a) period_ms = 0 with a periodic mode means the view is fresh.
+ (b) least_queue is an alias of least_requests.
+ (c) A request's arrival time counts as its first routing time: the first attempt's
+     timeout deadline is a_r + timeout_ms even when the front door held it (see D19b).
+ (d) fail sets a replica unhealthy; recover on an up replica that is not failing fast
+     does nothing.
+ (e) An iteration whose end is after the horizon is not processed (only times <= H are).
+ (f) Requests not finished by the horizon are unfinished.
 Workload
  D1. Uniforms are drawn as rng.random((1024, 8)) blocks; row k is the same for any block
-     size.  Arrival k is dropped (and generation stops) at the first t_k >= horizon.  The
-     rate profile is model.md's: lambda_j = (rate_rps/1000)*multiplier,
-     Lambda(a_j) = Lambda(a_{j-1}) + lambda_{j-1}*(a_j - a_{j-1}), t = a_j + (S - Lambda(a_j))/lambda_j
-     in the last segment j with Lambda(a_j) <= S.  Scalar math uses Python's ``math``.
- D2. rint is round-half-even (Python ``round``); the Zipf sums are left-to-right sums of
-     (j+1)**(-s).  §1.3: row j = floor(U[k,7]*n_rows); a prefixed request with P <= L gets
-     no group (group = None) and only unique ids.
+     size.  Generation stops at the first t_k >= horizon.  Rate profile as model.md:
+     lambda_j = (rate_rps/1000)*multiplier, Lambda(a_j) = Lambda(a_{j-1}) +
+     lambda_{j-1}*(a_j - a_{j-1}), t = a_j + (S - Lambda(a_j))/lambda_j in the last segment j
+     with Lambda(a_j) <= S.  Scalar math uses Python's ``math``.
+ D2. rint is round-half-even; the Zipf sums are left-to-right sums of (j+1)**(-s).
+     §1.3: row j = floor(U[k,7]*n_rows); a prefixed request with P <= L has no group.
 Replica (§2)
- D3. A free block is taken lowest physical index first (which free block is taken has no
-     observable effect).  Admission references the head's resident blocks first (so they
-     cannot be evicted), then takes the others position by position.
- D4. The waiting cap only gates routing (eligibility).  Preempted sequences return to the
-     front of the waiting queue even when that makes it longer than waiting_cap; at most
-     waiting_cap never-admitted attempts wait.  Attempts routed to a replica in fail_fast
-     are not in its waiting queue (they count in o_i and tau_i only).
- D5. Q is accumulated exactly (as sum x*(2m+2c+x), halved); d = f*((((c0 + c_pf*U) +
-     c_attn*Q) + c_dec*n) + c_kv*K) with f = (factor*slowdown)*cold and
-     cold = 1 + (cold_factor-1)*exp(-(T-t_up)/cold_tau_ms) (1.0 for a replica never recovered).
- D6. A sequence's first-token time is kept across preemption (TTFT is from the attempt's
-     very first token).  At an iteration end the emitting sequences are visited in
-     running-list (admission) order.
- D7. An iteration with no sequence (every decoding sequence preempted) still lasts f*c0.
- D8. A running sequence is "decoding" when c_s = u_s (its prefill is done, g_s >= 1).
+ D3. A free block is taken lowest physical index first (unobservable).  Admission
+     references the head's resident blocks first (so they cannot be evicted), then takes
+     the others position by position.  An id repeated inside one prompt (traces only) is
+     one block referenced twice.
+ D4. The waiting cap only gates routing.  Preempted sequences return to the front of the
+     waiting queue even beyond waiting_cap (so len(waiting) may exceed it; at most
+     waiting_cap never-admitted attempts wait).  Attempts black-holed by a fail_fast
+     replica are not in its waiting queue (they count in o_i and tau_i only, not in the cap).
+ D5. Q is accumulated exactly (sum x*(2m+2c+x), halved); d = f*((((c0 + c_pf*U) +
+     c_attn*Q) + c_dec*n) + c_kv*K), f = (factor*slowdown)*cold,
+     cold = 1 + (cold_factor-1)*exp(-(T-t_up)/cold_tau_ms) (1.0 if never recovered).
+     A slowdown event sets the replica's scenario factor (absolute, as in model.md).
+ D6. A sequence's first-token time is kept across preemption.  At an iteration end the
+     emitting sequences are visited in running-list (admission) order.
+ D7. An iteration with no sequence (every decoding one preempted) still lasts f*c0.
+ D8. A running sequence is decoding when c_s = u_s (then g_s >= 1).
 Routing (§3, §5)
- D9. period_ms = 0 in a periodic mode means fresh.  Publication times are
-     ((i+1)*period_ms)/N + k*period_ms (float, in that order).  A publication of a replica
-     in fail_fast shows its true o_i and tau_i (black-holed attempts included).
- D10. periodic_local: local additions are per router, reset for every router by the
-     replica's publication; resident ids as seen = published ids UNION the ids routed there
-     (prefix_affinity counts that union); referenced_i and kappa_i are not changed locally.
- D11. The hash tie rule uses the 0-based replica index i: frac(h + 0.6180339887498949*(i+1)),
-     frac(x) = x - floor(x).
- D12. power_of_d draws `choices` uniforms per decision even when |E| < choices (and when it
-     sheds); random and rate_weighted draw one.  A front-door stop draws none.
- D13. The slow-start ramp: t_e = 0 for replicas up from the start (so the ramp also applies
-     during [0, slow_start_ms)), t_e = t_up + ready_delay_ms after a recovery from down;
-     applied when T - t_e < slow_start_ms, before the tie rule (ties among ramped scores).
- D14. Round robin: E[cursor mod |E|] over the (possibly avoid-previous-reduced) eligible set,
-     one cursor per router, advanced on every placement (first attempts and retries).
- D15. retry_avoid_previous removes the replicas the request failed on from E when another
-     eligible replica remains; it applies to every policy and to the shed test.
+ D9. Publication times are ((i+1)*period_ms)/N + k*period_ms (float, that order).  A
+     fail_fast replica publishes its true o_i and tau_i (black-holed attempts included).
+ D10. periodic_local: additions are per router and reset (for every router) by the
+     replica's publication; resident ids as seen = published ids UNION routed ids
+     (prefix_affinity counts that union); referenced_i and kappa_i get no local additions.
+ D11. Hash tie rule with the 0-based index i: frac(h + 0.6180339887498949*(i+1)),
+     frac(x) = x - floor(x), the sum evaluated first.
+ D12. power_of_d draws `choices` uniforms per decision even when |E| < choices or it
+     sheds; random and rate_weighted draw one; a front-door stop draws none.
+ D13. Slow start: t_e = 0 for replicas up from the start (so the ramp applies during
+     [0, slow_start_ms) too, equally to all), t_e = t_up + ready_delay_ms after a recovery
+     from down; the ramped score replaces the score before the tie rule.
+ D14. Round robin: E[cursor mod |E|] over the (possibly avoid-previous-reduced) eligible
+     set, one cursor per router, advanced on every placement (first attempts and retries).
+ D15. retry_avoid_previous removes from E the replicas the request failed on (crashes
+     included) when another eligible one remains; for every policy, before the shed test.
 Failures, retries, containment (§6)
- D16. A completion at T and a timeout at the same T: the completion wins (phase 1 first).
-     A fast failure and a timeout of one attempt at the same T are one failure.
- D17. Budget: a retry is allowed when retries_in_flight < max(min_retry_concurrency,
-     retry_budget*attempts_in_flight), both counted per router after the failing attempts
-     left "in flight"; retry_budget = inf switches the test off.  A retry counts as "in
-     flight" from the failure that schedules it (backoff) until its attempt ends.
- D18. Breaker counts per (router, replica); failures observed while ejected still count
-     but the count is reset at re-admission; ejected replicas are counted per router for
-     max(1, floor(max_ejected_fraction*N)).  Ejection lasts eject_ms*times (times including
-     this one).
- D19. Front door: "above" is strict (tau_i > max_tokens).  In phase 6 the front-door FIFOs
-     of all routers are tried in request order of their heads; a router whose head fails
-     the test is done for that time; a head with no eligible replica is shed.  A new
-     request goes through the test even when its router's FIFO is non-empty (it would fail
-     it anyway).
- D20. Events with replica -1 are only rate_multiplier.  recover on a down replica sets
-     t_up = T, ready at t_up + ready_delay_ms (that time is a time at which things happen).
-     A crash also abandons the replica's iteration and empties its cache (all blocks free).
- D21. An attempt is a placement on a replica: a shed or rejected routing is not an attempt.
+ D16. A completion at T beats a timeout at T (phase 1 first).  A fast failure and a
+     timeout of one attempt at one T are one failure.
+ D17. Budget: the retry goes when retries_in_flight < max(min_retry_concurrency,
+     retry_budget*attempts_in_flight), counted per router after the failing attempts
+     left "in flight" and including retries scheduled earlier in the same phase 3;
+     retry_budget = inf switches the test off.  A retry is "in flight" from the failure
+     that schedules it until its attempt ends.
+ D18. Breaker per (router, replica).  Failures observed while ejected still count but
+     the count is reset at re-admission.  Ejections are counted per router for the
+     max(1, floor(max_ejected_fraction*N)) limit.  Ejection lasts eject_ms*times (this
+     one included).
+ D19. Front door: "above" is strict (tau_i > max_tokens).  In phase 6 the FIFOs of all
+     routers are tried in request order of their heads; a router whose head fails the
+     test is done for that time.  A new request takes the test even if its router's
+     FIFO is non-empty (it would fail it).
+ D19b. (from (c)) A request still at the front door at a_r + timeout_ms leaves it and
+     fails there as its first attempt (phase 3, in request order; no replica, so no
+     breaker count and nothing to avoid); the retry decision, budget and backoff are
+     those of attempt 1, and its retry (attempt 2) skips the front door.
+ D20. Events with replica -1 are only rate_multiplier (in simulate they only mark a
+     time at which things happen).  recover on a down replica: t_up = T, ready at
+     t_up + ready_delay_ms (a time at which things happen).  A crash abandons the
+     replica's iteration and frees every block.
+ D21. `attempts` counts placements on a replica (a shed, rejected or front-door-timed-out
+     routing is not one); `retries` counts placements with attempt number >= 2;
+     `assigned` counts placements by placement time.
 Metrics (§7)
  D22. batch_mean counts every iteration started in [W, H), including ones abandoned by a
-     crash or ending after the horizon.  prefix_hit_rate, batch_mean, attainment and the
-     percentiles are NaN when their denominators/sets are empty.
+     crash or ending after H.  prefix_hit_rate, batch_mean, attainment, e2e_mean and the
+     percentiles are NaN when their sets are empty; goodput/throughput are 0 then.
  D23. kv_occupancy integrates, between consecutive times at which anything happens, the
      state left after all phases at the earlier time.
  D24. Percentile rank r = ceil((p/100)*n), value sorted[r-1].
@@ -304,13 +319,13 @@ class Block:
 class Attempt:
     """One routing of a request to a replica; on a working replica it is a sequence."""
 
-    def __init__(self, req, number, replica, router, T, timeout_ms):
+    def __init__(self, req, number, replica, router, T, deadline):
         self.req = req
         self.number = number        # 1-based attempt number a
-        self.replica = replica
+        self.replica = replica      # None: a first attempt that timed out at the front door
         self.router = router
         self.routed_at = T
-        self.deadline = T + timeout_ms
+        self.deadline = deadline
         self.ff_time = None         # time of its fast failure (black hole), else None
         self.where = "waiting"      # waiting | running | ff | done
         # sequence state (§2)
@@ -363,7 +378,9 @@ class Request:
         self.ids = ids
         self.router = router
         self.outcome = None         # completed | failed | rejected | shed | (None: unfinished)
-        self.attempts = 0
+        self.attempts = 0           # placements on a replica
+        self.tries = 0              # attempt numbers used (a front-door timeout uses one)
+        self.retries_placed = 0     # placements with attempt number >= 2
         self.failed_on: set[int] = set()
         self.retry_due = None       # time its retry is due (in backoff)
         self.current = None         # attempt in flight
@@ -784,6 +801,16 @@ class _Sim:
         for a, _kind in failures:         # all leave "in flight" first
             self.in_flight.remove(a)
             a.req.current = None
+        # a first attempt still held at the front door at its deadline a_r + timeout_ms
+        for router in self.routers:
+            for r in list(router.fifo):
+                if r.t + self.p["timeout_ms"] == T:
+                    router.fifo.remove(r)
+                    r.in_fifo = False
+                    r.tries += 1
+                    a = Attempt(r, r.tries, None, r.router, r.t, T)
+                    a.where = "done"
+                    failures.append((a, "front_door_timeout"))
         failures.sort(key=lambda item: item[0].req.index)
         p = self.p
         for a, kind in failures:
@@ -791,10 +818,11 @@ class _Sim:
             router = self.routers[a.router]
             i = a.replica
             self.wasted_tokens += a.window_tokens
-            r.failed_on.add(i)
+            if i is not None:
+                r.failed_on.add(i)
             self.trace.append((T, "fail", kind, i, r.index, a.number))
             # breaker
-            if kind != "crash" and p["breaker_consecutive"] > 0:
+            if kind != "crash" and i is not None and p["breaker_consecutive"] > 0:
                 router.breaker_count[i] += 1
                 if router.ejected_until[i] is None and router.breaker_count[i] >= p["breaker_consecutive"]:
                     ejected_now = sum(1 for x in router.ejected_until if x is not None)
@@ -1002,7 +1030,12 @@ class _Sim:
         router = self.routers[r.router]
         rep = self.replicas[i]
         r.attempts += 1
-        a = Attempt(r, r.attempts, i, r.router, T, p["timeout_ms"])
+        r.tries += 1
+        if r.tries >= 2:
+            r.retries_placed += 1
+        # decision (c): the first attempt's routing time is the arrival time
+        deadline = (r.t if r.tries == 1 else T) + p["timeout_ms"]
+        a = Attempt(r, r.tries, i, r.router, T, deadline)
         r.current = a
         r.retry_due = None
         self.in_flight.append(a)
@@ -1089,6 +1122,9 @@ class _Sim:
         for r in self.requests:
             if r.retry_due is not None:
                 c.append(r.retry_due)
+        for router in self.routers:
+            for r in router.fifo:
+                c.append(r.t + self.p["timeout_ms"])
         c.extend(self.readiness_times)
         c = [x for x in c if x > after]
         return min(c) if c else None
@@ -1207,7 +1243,7 @@ class _Sim:
             outcome = r.outcome if r.outcome is not None else "unfinished"
             counts[outcome] += 1
             attempts += r.attempts
-            retries += max(0, r.attempts - 1)
+            retries += r.retries_placed
             if outcome == "completed":
                 ttft.append(r.ttft)
                 e2e.append(r.completion - r.t)
