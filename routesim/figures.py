@@ -15,7 +15,6 @@ colour). Output is byte-for-byte deterministic: fixed SVG hash salt, no dates or
 software versions in the files.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -31,13 +30,13 @@ from matplotlib.lines import Line2D  # noqa: E402
 from .dtypes import EventKind  # noqa: E402
 from .files import replace_atomically  # noqa: E402
 from .resultset import (  # noqa: E402
-    add_load_curve_arg,
     capacity_rps,
-    check_inputs,
     lag_trace,
     load,
     mean_demand,
+    parse_results,
     reach_time,
+    results_parser,
     scenario_in,
     selected_parameter,
     squeeze,
@@ -490,13 +489,9 @@ def render(results_dir, out_dir="figures", load_curve_dir=None, show_progress=Fa
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m routesim.figures", description=__doc__.split("\n\n")[1])
-    ap.add_argument("results", type=Path, help="results folder of a sweep (results/<name>/)")
+    ap = results_parser("python -m routesim.figures", __doc__.split("\n\n")[1])
     ap.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default figures/)")
-    add_load_curve_arg(ap)
-    ap.add_argument("--quiet", action="store_true", help="no progress and no list of files")
-    args = ap.parse_args(argv)
-    ok, lc = check_inputs(args, "skipping the load-curve figure")
+    args, ok, lc = parse_results(ap, argv, "no progress and no list of files", "skipping the load-curve figure")
     if not ok:
         return 2
     paths = render(args.results, args.out, lc, show_progress=not args.quiet)

@@ -8,7 +8,6 @@ Every number comes from the Datasets, or from timelines the report traces itself
 from the sweep text the Datasets carry; regenerating it gives the same bytes.
 """
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -21,14 +20,14 @@ from .files import write_text
 from .tables import fmt, markdown_table
 from .timeline import INTERVAL_MS, ROLLING_COMPLETIONS
 from .resultset import (
-    add_load_curve_arg,
     capacity_rps,
-    check_inputs,
     condition,
     lag_trace,
     load,
     mean_demand,
+    parse_results,
     reach_time,
+    results_parser,
     selected_parameter,
     squeeze,
     stages,
@@ -600,15 +599,11 @@ def write(text: str, out_path) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m routesim.report", description=__doc__.split("\n\n")[1])
-    ap.add_argument("results", type=Path, help="results folder of a sweep (results/<name>/)")
+    ap = results_parser("python -m routesim.report", __doc__.split("\n\n")[1])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output file (default {DEFAULT_OUT})")
     ap.add_argument("--figures", type=Path, default=Path("figures"),
                     help="folder of the figures the document links to (default figures/)")
-    add_load_curve_arg(ap)
-    ap.add_argument("--quiet", action="store_true", help="no progress and no messages")
-    args = ap.parse_args(argv)
-    ok, lc = check_inputs(args, "leaving out the hockey stick")
+    args, ok, lc = parse_results(ap, argv, "no progress and no messages", "leaving out the hockey stick")
     if not ok:
         return 2
     try:

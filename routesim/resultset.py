@@ -243,10 +243,23 @@ def default_load_curve(results_dir):
     return cand if cand.is_dir() and cand != Path(results_dir).resolve() and any(cand.glob("*.nc")) else None
 
 
-def add_load_curve_arg(ap):
-    """The ``--load-curve DIR`` option of the commands that read a sweep's results."""
+def results_parser(prog, description):
+    """The parser of a command that reads a sweep's results: its ``results`` folder
+    first; the command adds its own options, then calls :func:`parse_results`."""
+    import argparse
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("results", type=Path, help="results folder of a sweep (results/<name>/)")
+    return ap
+
+
+def parse_results(ap, argv, quiet_help, without_load_curve):
+    """Add ``--load-curve DIR`` and ``--quiet``, parse ``argv`` and check the folders:
+    (args, ok, load-curve folder or None), as :func:`check_inputs`."""
     ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
                     help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
+    ap.add_argument("--quiet", action="store_true", help=quiet_help)
+    args = ap.parse_args(argv)
+    return (args, *check_inputs(args, without_load_curve))
 
 
 def check_inputs(args, without_load_curve):
