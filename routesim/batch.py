@@ -51,8 +51,19 @@ class Outcome:
             getattr(self, name)[lo:hi] = getattr(part, name)
 
 
+def outcome_type(grid):
+    """The class of a grid's raw results (Outcome, or the batching model's TokenOutcome)."""
+    if getattr(grid, "kind", "queue") == "batching":
+        from .batching.grid import TokenOutcome
+        return TokenOutcome
+    return Outcome
+
+
 def default_chunk_size(grid: Grid) -> int:
-    """Runs per chunk: at most ``SCRATCH_BUDGET`` of scratch, at least ``MIN_CHUNKS`` chunks."""
+    """Runs per chunk: at most ``SCRATCH_BUDGET`` of scratch, at least ``MIN_CHUNKS`` chunks.
+    (A batching run's scratch lives in the kernel, one run per thread: only progress counts.)"""
+    if getattr(grid, "kind", "queue") == "batching":
+        return max(1, -(-grid.runs // MIN_CHUNKS))
     per_run = max(1.0, float(grid.arrivals().mean())) * SCRATCH_PER_ARRIVAL if grid.runs else 1.0
     by_memory = max(1, int(SCRATCH_BUDGET // per_run))
     by_progress = max(1, -(-grid.runs // MIN_CHUNKS))
@@ -61,6 +72,9 @@ def default_chunk_size(grid: Grid) -> int:
 
 def simulate_range(grid: Grid, lo: int, hi: int) -> Outcome:
     """Simulate runs ``lo:hi`` of ``grid`` (one chunk); scratch is sized to this chunk."""
+    if getattr(grid, "kind", "queue") == "batching":
+        from .batching.grid import simulate_range as token_range
+        return token_range(grid, lo, hi)
     out = Outcome.empty(grid, lo, hi)
     arrivals = grid.arrivals()[lo:hi]
     off = np.zeros(hi - lo + 1, dtype=np.int64)
@@ -78,7 +92,7 @@ def simulate_range(grid: Grid, lo: int, hi: int) -> Outcome:
 def simulate(grid: Grid, chunk_size: int | None = None, progress=None) -> Outcome:
     """Simulate every run of ``grid``; ``progress(n)`` is called after each chunk of n runs."""
     chunk = chunk_size or default_chunk_size(grid)
-    outcome = Outcome.empty(grid)
+    outcome = outcome_type(grid).empty(grid)
     for lo in range(0, grid.runs, chunk):
         hi = min(grid.runs, lo + chunk)
         outcome.put(lo, simulate_range(grid, lo, hi))

@@ -120,7 +120,10 @@ def resolve(stage: Stage, selected: dict) -> dict:
 
 
 def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
-    """Lay a stage out flat and generate its workloads."""
+    """Lay a stage out flat and generate its workloads (either replica model)."""
+    if sweep.kind == "batching":
+        from .batching.grid import build as token_build
+        return token_build(sweep, stage, selected)
     values = resolve(stage, selected or {})
     idx = run_index(stage, values)
     runs = idx["seed"].shape[0]
@@ -184,6 +187,9 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
 
 def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, int]:
     """(bytes, runs): peak memory of running a stage, from expected arrivals alone."""
+    if sweep.kind == "batching":
+        from .batching.grid import estimate_bytes as token_estimate
+        return token_estimate(sweep, stage, chunk_runs)
     values = stage.values
     runs = int(np.prod([len(values[d]) for d in stage.dims]))
     n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])

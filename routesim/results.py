@@ -31,6 +31,9 @@ def version() -> str:
 
 def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr.Dataset:
     """Reshape a grid's outcome into named dimensions (interface.md, "Results")."""
+    if sweep.kind == "batching":
+        from .batching.grid import to_dataset as token_dataset
+        return token_dataset(sweep, grid, outcome, selected)
     dims = list(grid.coords)
     shape = grid.shape
     n_rep = grid.replicas
@@ -102,9 +105,10 @@ def sweep_of(ds: xr.Dataset) -> Sweep:
     return parse_sweep(ds.attrs["sweep_text"], ds.attrs.get("sweep_file", "<dataset>"))
 
 
-def coord_attrs(dim):
-    if dim in PARAM:
-        return {"units": PARAM[dim].units, "description": PARAM[dim].help}
+def coord_attrs(dim, params=PARAM):
+    """Attrs of a dimension: a parameter's units and help from ``params``, or a standard one's."""
+    if dim in params:
+        return {"units": params[dim].units, "description": params[dim].help}
     units, desc = _DIM_ATTRS[dim]
     return {"units": units, "description": desc} if units else {"description": desc}
 
