@@ -1,20 +1,28 @@
-"""The KV block pool of every replica of one run (token-model.md §2), compiled.
+"""The KV block pools of one run's replicas (token-model.md §2), compiled, by segments.
 
-Only what is resident is stored: an open-addressing table of resident id'd blocks
-keyed by (replica, id) (``tab``, dtype ``SLOT``) and, per replica, a min-heap of its
-cached blocks in eviction order (``heap[i]``, dtype ``HEAP``, with lazily dropped
-stale entries). Anonymous blocks are only counted (``rep.anon``); free blocks are
-``kv_blocks − anon − idref − cached``. Memory grows with what is resident, never with
-``kv_blocks`` as such.
+A prompt's id'd blocks come in **segments**: runs of consecutive ids at consecutive
+prompt positions that every prompt holding one of them holds whole (a prefix group's
+``floor(L/b)`` blocks; a request's own blocks; a trace's runs, split where any other
+prompt's run starts or ends — see :func:`routesim.batching.workload.segments`). A
+sequence references or releases all its blocks at once, so the blocks of a resident
+segment share one refcount and one ``last_use``, and eviction (smallest ``last_use``,
+then largest position, then smallest id) takes a cached segment's blocks from its end:
+what is resident of a segment is always a prefix of it. So a segment is one record
+(``SEG``: resident length ℓ, refcount, last_use, position of its first block), and the
+pools cost per segment, not per block or per token.
 
-Eviction order: smallest ``last_use``, then largest position, then smallest id. A
-block's ``last_use`` is set at every refcount change.
+Storage grows with what is resident, never with ``kv_blocks`` as such: one
+open-addressing table keyed by (replica, segment key) (``tab``, grown by
+:func:`reserve_nb`), and per replica a min-heap of cached segments in eviction order
+(``heap[i]``, dtype ``CACHED``; stale entries dropped lazily). Anonymous blocks are
+only counted (``rep.anon``); free blocks are ``kv_blocks − anon − idref − cached``.
 """
 
 import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from .dtypes import CACHED, SEG
 
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -22,57 +30,57 @@ _REPMUL = np.uint64(0x9E3779B97F4A7C15)
 
 
 @nb.njit(**JIT)
-def _home(tab, replica, bid):
-    """Home slot of (replica, id): splitmix64 of the pair, masked to the table size."""
-    z = np.uint64(bid) ^ (np.uint64(replica + 1) * _REPMUL)
+def _home(cap, replica, key):
+    """Home slot of (replica, key): splitmix64 of the pair, masked to the table size."""
+    z = np.uint64(key) ^ (np.uint64(replica + 1) * _REPMUL)
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     z = z ^ (z >> np.uint64(31))
-    return np.int64(z & np.uint64(tab.shape[0] - 1))
+    return np.int64(z & np.uint64(cap - 1))
 
 
 @nb.njit(**JIT)
-def find_nb(tab, replica, bid):
-    """Slot holding (replica, id), or -1 when that block is not resident."""
+def find_nb(tab, replica, key):
+    """Slot of the resident segment (replica, key), or -1."""
     mask = tab.shape[0] - 1
-    h = _home(tab, replica, bid)
+    h = _home(tab.shape[0], replica, key)
     while tab[h].used:
-        if tab[h].id == bid and tab[h].replica == replica:
+        if tab[h].key == key and tab[h].replica == replica:
             return h
         h = (h + 1) & mask
     return -1
 
 
 @nb.njit(**JIT)
-def _insert_nb(tab, replica, bid, pos, t):
-    """Make (replica, id) resident with refcount 1; returns its slot."""
+def _put_nb(tab, replica, key, length, ref, last, pos0, gen):
     mask = tab.shape[0] - 1
-    h = _home(tab, replica, bid)
+    h = _home(tab.shape[0], replica, key)
     while tab[h].used:
         h = (h + 1) & mask
     e = tab[h]
-    e.id = bid
+    e.key = key
     e.replica = replica
     e.used = True
-    e.ref = 1
-    e.last = t
-    e.pos = pos
-    e.gen = 0
+    e.length = length
+    e.ref = ref
+    e.last = last
+    e.pos0 = pos0
+    e.gen = gen
     return h
 
 
 @nb.njit(**JIT)
 def _delete_nb(tab, h):
     """Remove slot h (backward-shift deletion keeps every probe chain whole)."""
-    mask = tab.shape[0] - 1
+    cap = tab.shape[0]
+    mask = cap - 1
     i = h
     j = h
     while True:
         j = (j + 1) & mask
         if not tab[j].used:
             break
-        k = _home(tab, tab[j].replica, tab[j].id)
-        # leave tab[j] where it is if its home lies cyclically in (i, j]
+        k = _home(cap, tab[j].replica, tab[j].key)
         if i <= j:
             if i < k <= j:
                 continue
@@ -80,49 +88,76 @@ def _delete_nb(tab, h):
             continue
         a = tab[i]
         b = tab[j]
-        a.id = b.id
+        a.key = b.key
         a.replica = b.replica
+        a.length = b.length
         a.ref = b.ref
         a.last = b.last
-        a.pos = b.pos
+        a.pos0 = b.pos0
         a.gen = b.gen
         i = j
     tab[i].used = False
 
 
 @nb.njit(**JIT)
+def reserve_nb(tab, used, extra):
+    """``tab``, or a table twice as large holding the same entries, so that ``extra``
+    more entries keep the load at most one half."""
+    if 2 * (used + extra) <= tab.shape[0]:
+        return tab
+    cap = tab.shape[0]
+    while 2 * (used + extra) > cap:
+        cap *= 2
+    out = np.zeros(cap, SEG)
+    for h in range(tab.shape[0]):
+        e = tab[h]
+        if e.used:
+            _put_nb(out, e.replica, e.key, e.length, e.ref, e.last, e.pos0, e.gen)
+    return out
+
+
+# --- the eviction heap of one replica: entries (last, -last position, last id) -----------
+
+@nb.njit(**JIT)
 def _less(hp, a, b):
-    """Heap order: entry a is evicted before entry b."""
     x = hp[a]
     y = hp[b]
     if x.last != y.last:
         return x.last < y.last
     if x.negpos != y.negpos:
         return x.negpos < y.negpos
-    return x.id < y.id
+    return x.lastid < y.lastid
 
 
 @nb.njit(**JIT)
-def _swap(hp, a, b):
-    x = hp[a]
-    y = hp[b]
-    last, negpos, bid, gen = x.last, x.negpos, x.id, x.gen
-    x.last, x.negpos, x.id, x.gen = y.last, y.negpos, y.id, y.gen
-    y.last, y.negpos, y.id, y.gen = last, negpos, bid, gen
+def _copy(dst, src):
+    dst.last = src.last
+    dst.negpos = src.negpos
+    dst.lastid = src.lastid
+    dst.key = src.key
+    dst.gen = src.gen
+    dst.length = src.length
 
 
 @nb.njit(**JIT)
-def _sift_up(hp, k):
+def _swap(hp, a, b, tmp):
+    _copy(tmp[0], hp[a])
+    _copy(hp[a], hp[b])
+    _copy(hp[b], tmp[0])
+
+
+@nb.njit(**JIT)
+def _sift_up(hp, k, tmp):
     while k > 0:
         parent = (k - 1) >> 1
         if not _less(hp, k, parent):
             break
-        _swap(hp, k, parent)
+        _swap(hp, k, parent, tmp)
         k = parent
 
 
 @nb.njit(**JIT)
-def _sift_down(hp, k, n):
+def _sift_down(hp, k, n, tmp):
     while True:
         c = 2 * k + 1
         if c >= n:
@@ -131,39 +166,89 @@ def _sift_down(hp, k, n):
             c += 1
         if not _less(hp, c, k):
             break
-        _swap(hp, k, c)
+        _swap(hp, k, c, tmp)
         k = c
 
 
 @nb.njit(**JIT)
-def _valid(tab, replica, e):
-    h = find_nb(tab, replica, e.id)
-    return h >= 0 and tab[h].ref == 0 and tab[h].gen == e.gen
+def _valid(tab, replica, x):
+    """Is heap entry x still the live state of its cached segment?"""
+    h = find_nb(tab, replica, x.key)
+    return h >= 0 and tab[h].ref == 0 and tab[h].gen == x.gen and tab[h].length == x.length
 
 
 @nb.njit(**JIT)
-def _push_cached(tab, heap, rep, i, h):
-    """Slot h of replica i has just become cached: queue it for eviction."""
+def _set_entry(x, e):
+    """Heap entry x for table entry e: its last block is the next to go."""
+    x.last = e.last
+    x.negpos = -(e.pos0 + e.length - 1)
+    x.lastid = e.key + e.length - 1
+    x.key = e.key
+    x.gen = e.gen
+    x.length = e.length
+
+
+@nb.njit(**JIT)
+def _push_cached_nb(tab, heap, heap_n, i, h, tmp):
+    """Segment in slot h of replica i has just become cached: queue it for eviction."""
     hp = heap[i]
-    n = rep[i].heap_n
-    if n == hp.shape[0]:  # full: keep only the live entries (at most ``cached`` of them)
+    n = heap_n[i]
+    if n == hp.shape[0]:  # full of stale entries: keep the live ones (at most the cached segments)
         m = 0
         for k in range(n):
             if _valid(tab, i, hp[k]):
                 if m != k:
-                    _swap(hp, m, k)
+                    _copy(hp[m], hp[k])
                 m += 1
         for k in range(m // 2 - 1, -1, -1):
-            _sift_down(hp, k, m)
+            _sift_down(hp, k, m, tmp)
         n = m
-    e = tab[h]
-    x = hp[n]
-    x.last = e.last
-    x.negpos = -e.pos
-    x.id = e.id
-    x.gen = e.gen
-    _sift_up(hp, n)
-    rep[i].heap_n = n + 1
+    _set_entry(hp[n], tab[h])
+    _sift_up(hp, n, tmp)
+    heap_n[i] = n + 1
+
+
+@nb.njit(**JIT)
+def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
+    """Evict ``need`` cached blocks of replica i in eviction order (the caller has
+    checked that ``rep[i].cached >= need``). Returns the number of table entries deleted."""
+    hp = heap[i]
+    deleted = 0
+    while need > 0:
+        n = heap_n[i]
+        top = hp[0]
+        if not _valid(tab, i, top):
+            _copy(hp[0], hp[n - 1])
+            heap_n[i] = n - 1
+            _sift_down(hp, 0, n - 1, tmp)
+            continue
+        h = find_nb(tab, i, top.key)
+        e = tab[h]
+        # blocks of this segment that go before every other entry: the runner-up is a child
+        allowed = e.length
+        for c in (1, 2):
+            if c < n:
+                y = hp[c]
+                if y.last == e.last:
+                    pos2 = -y.negpos
+                    k = e.pos0 + e.length - 1 - pos2  # blocks at positions > pos2
+                    if pos2 >= e.pos0 and pos2 <= e.pos0 + e.length - 1 and e.key + (pos2 - e.pos0) < y.lastid:
+                        k += 1
+                    allowed = min(allowed, max(k, 1))
+        take = min(need, allowed)
+        e.length -= take
+        rep[i].cached -= take
+        need -= take
+        if e.length == 0:
+            _delete_nb(tab, h)
+            deleted += 1
+            _copy(hp[0], hp[n - 1])
+            heap_n[i] = n - 1
+            _sift_down(hp, 0, n - 1, tmp)
+        else:
+            _set_entry(hp[0], e)
+            _sift_down(hp, 0, n, tmp)
+    return deleted
 
 
 @nb.njit(**JIT)
@@ -174,69 +259,70 @@ def free_nb(rep, i, kv_blocks):
 
 
 @nb.njit(**JIT)
-def take_nb(tab, heap, rep, i, kv_blocks):
-    """Make one block free for the caller to use, evicting the first cached block if
-    none is free. False when no block can be had."""
-    if free_nb(rep, i, kv_blocks) > 0:
-        return True
-    if rep[i].cached == 0:
-        return False
-    hp = heap[i]
-    while True:
-        n = rep[i].heap_n
-        top_id = hp[0].id
-        ok = _valid(tab, i, hp[0])
-        _swap(hp, 0, n - 1)
-        rep[i].heap_n = n - 1
-        _sift_down(hp, 0, n - 1)
-        if ok:
-            _delete_nb(tab, find_nb(tab, i, top_id))
-            rep[i].cached -= 1
-            return True
-
-
-@nb.njit(**JIT)
-def add_id_nb(tab, rep, i, bid, pos, t):
-    """A block just taken (``take_nb``) becomes the resident id'd block ``bid``."""
-    _insert_nb(tab, i, bid, pos, t)
-    rep[i].idref += 1
+def take_nb(tab, heap, heap_n, rep, i, count, kv_blocks, tmp):
+    """Make ``count`` blocks free for the caller, evicting cached blocks as needed.
+    Returns the table entries deleted, or -1 (nothing changed) when they cannot be had."""
+    short = count - free_nb(rep, i, kv_blocks)
+    if short <= 0:
+        return 0
+    if short > rep[i].cached:
+        return -1
+    return evict_nb(tab, heap, heap_n, rep, i, short, tmp)
 
 
 @nb.njit(**JIT)
 def ref_nb(tab, rep, i, h, t):
-    """Reference the resident block in slot h (cached -> referenced when it was unused)."""
+    """Reference the resident segment in slot h (cached -> referenced when unused)."""
     e = tab[h]
     if e.ref == 0:
-        rep[i].cached -= 1
-        rep[i].idref += 1
+        rep[i].cached -= e.length
+        rep[i].idref += e.length
     e.ref += 1
     e.last = t
 
 
 @nb.njit(**JIT)
-def unref_nb(tab, heap, rep, i, bid, t):
-    """Release one reference of the resident block ``bid`` of replica i."""
-    h = find_nb(tab, i, bid)
+def add_nb(tab, rep, i, key, length, pos0, t):
+    """Blocks just made free (``take_nb``) become the resident segment ``key`` of
+    ``length`` blocks, referenced once. Returns its slot."""
+    rep[i].idref += length
+    return _put_nb(tab, i, key, length, 1, t, pos0, 0)
+
+
+@nb.njit(**JIT)
+def extend_nb(tab, rep, i, h, full):
+    """A referenced, partly resident segment gets its missing blocks (already made free)."""
+    e = tab[h]
+    rep[i].idref += full - e.length
+    e.length = full
+
+
+@nb.njit(**JIT)
+def unref_nb(tab, heap, heap_n, rep, i, key, t, tmp):
+    """Release one reference of the resident segment ``key`` of replica i."""
+    h = find_nb(tab, i, key)
     e = tab[h]
     e.ref -= 1
     e.last = t
     if e.ref == 0:
-        rep[i].idref -= 1
-        rep[i].cached += 1
+        rep[i].idref -= e.length
+        rep[i].cached += e.length
         e.gen += 1
-        _push_cached(tab, heap, rep, i, h)
+        _push_cached_nb(tab, heap, heap_n, i, h, tmp)
 
 
 @nb.njit(**JIT)
-def clear_replica_nb(tab, rep, i):
-    """Empty replica i's cache (a crash): every resident block of it goes."""
+def clear_replica_nb(tab, rep, heap_n, i):
+    """Empty replica i's cache (a crash). Returns the table entries deleted."""
+    deleted = 0
     gone = True
-    while gone:  # a deletion may shift a later entry of a wrapped chain behind the scan
+    while gone:  # a deletion may shift a wrapped chain's entry behind the scan
         gone = False
         h = 0
         while h < tab.shape[0]:
             if tab[h].used and tab[h].replica == i:
                 _delete_nb(tab, h)  # the shifted-in slot is looked at again
+                deleted += 1
                 gone = True
             else:
                 h += 1
@@ -244,4 +330,5 @@ def clear_replica_nb(tab, rep, i):
     r.anon = 0
     r.idref = 0
     r.cached = 0
-    r.heap_n = 0
+    heap_n[i] = 0
+    return deleted

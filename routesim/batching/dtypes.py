@@ -99,7 +99,6 @@ PARAMS = np.dtype(
         ("balance_rel", np.float64),
         ("cache_threshold", np.float64),
         ("window_ms", np.float64),
-        ("prefix_blocks", np.int64),      # floor(L / b): id'd blocks of a group prefix
         ("event_start", np.int64),        # first row of this run's scenario in the event table
         ("event_count", np.int64),
         ("workload", np.int64),           # index of this run's workload and router stream
@@ -108,6 +107,23 @@ PARAMS = np.dtype(
 )
 """Everything one run needs besides its workload, factors and events: shape ``(runs,)``."""
 
+class State(IntEnum):
+    """Where a request's current attempt is."""
+
+    NONE = 0       # not routed yet, or finished
+    WAITING = 1    # in a replica's waiting FIFO
+    PREFILL = 2    # running, computing its prompt (c < u)
+    DECODE = 3     # running, one token an iteration
+
+
+class Due(IntEnum):
+    """What a replica's schedule holds for a decoding sequence at an iteration."""
+
+    GROW = 0       # at the start: its KV needs a new block
+    OVER = 1       # at the end: g reaches the allowance A (τ grows with it from now on)
+    DONE = 2       # at the end: its last token
+
+
 REPLICA = np.dtype(
     [
         ("factor", np.float64),     # time factor of the heterogeneity setting (1 = reference)
@@ -115,14 +131,20 @@ REPLICA = np.dtype(
         ("healthy", np.bool_),
         ("busy", np.bool_),         # an iteration is in progress
         ("end_ms", np.float64),     # when it ends
+        ("started", np.int64),      # iterations started (the one in progress is started - 1)
         ("n_run", np.int64),        # running sequences
-        ("w_head", np.int64),       # waiting FIFO: request indices linked through REQUEST.nxt
+        ("r_head", np.int64),       # running list, admission order: REQUEST.r_prev/r_next
+        ("r_tail", np.int64),
+        ("n_pre", np.int64),        # prefilling sequences (the replica's row of ``prefill``)
+        ("n_dec", np.int64),        # decoding sequences
+        ("kv_dec", np.int64),       # Σ kv over the decoding sequences (between iterations)
+        ("n_over", np.int64),       # decoding sequences with g ≥ A
+        ("w_head", np.int64),       # waiting FIFO: REQUEST.w_next
         ("w_tail", np.int64),
         ("n_wait", np.int64),
         ("anon", np.int64),         # referenced anonymous blocks
         ("idref", np.int64),        # referenced id'd blocks (refcount > 0)
         ("cached", np.int64),       # resident id'd blocks with refcount 0
-        ("heap_n", np.int64),       # entries of this replica's eviction heap
         ("tau", np.int64),          # τ_i: Σ P_s + max(A, g_s) over waiting and running
         ("area", np.float64),       # ∫ referenced blocks dt over [warm-up, horizon] so far
         ("area_ms", np.float64),    # time up to which ``area`` is integrated
@@ -139,16 +161,22 @@ REQUEST = np.dtype(
     [
         ("P", np.int64),            # prompt tokens
         ("O", np.int64),            # output tokens
-        ("g", np.int64),            # tokens generated so far (kept across preemption)
-        ("kv", np.int64),           # tokens whose KV is in the cache
+        ("g", np.int64),            # tokens generated (while decoding: at iteration j0)
+        ("kv", np.int64),           # tokens whose KV is in the cache (decoding: before iteration j0)
+        ("j0", np.int64),           # decoding: its replica's first iteration of decoding
         ("u", np.int64),            # tokens to compute since admission
         ("c", np.int64),            # of them computed
         ("m", np.int64),            # cached prefix at admission (tokens)
-        ("x", np.int64),            # chunk computed in the current iteration
-        ("dec", np.bool_),          # decoding in the current iteration
+        ("x", np.int64),            # chunk computed in the iteration in progress
+        ("state", np.int8),         # State code
+        ("over", np.bool_),         # counted in its replica's n_over
         ("outcome", np.int8),       # Outcome code
         ("replica", np.int64),      # where its attempt is, -1 when none
-        ("nxt", np.int64),          # next in its waiting FIFO, -1 at the tail
+        ("w_next", np.int64),       # next in its waiting FIFO, -1 at the tail
+        ("r_prev", np.int64),       # running list neighbours, -1 at the ends
+        ("r_next", np.int64),
+        ("adm", np.int64),          # admission number (running-list order)
+        ("epoch", np.int64),        # bumped when it enters or leaves decoding: older schedule entries are void
         ("first_ms", np.float64),   # first-token time (NaN until then)
         ("done_ms", np.float64),    # completion time (NaN until then)
         ("attempts", np.int64),
@@ -157,25 +185,34 @@ REQUEST = np.dtype(
 )
 """Per-run scratch, one record per request of the workload."""
 
-SLOT = np.dtype(
+SEG = np.dtype(
     [
-        ("id", np.int64),           # block id
+        ("key", np.int64),          # id of the segment's first block
         ("replica", np.int64),
         ("used", np.bool_),
-        ("ref", np.int64),          # refcount
+        ("length", np.int64),       # resident blocks: a prefix of the segment
+        ("ref", np.int64),          # refcount (of every block of it)
         ("last", np.float64),       # last_use (ms)
-        ("pos", np.int64),          # position in the prompt that made it resident
+        ("pos0", np.int64),         # position of its first block in the prompt that made it resident
         ("gen", np.int64),          # bumped each time it becomes cached (validates heap entries)
     ],
     align=True,
 )
-"""A resident id'd block of one replica, in an open-addressing table keyed by (replica, id)."""
+"""A resident segment of one replica, in an open-addressing table keyed by (replica, key)."""
 
-HEAP = np.dtype(
-    [("last", np.float64), ("negpos", np.int64), ("id", np.int64), ("gen", np.int64)],
+CACHED = np.dtype(
+    [("last", np.float64), ("negpos", np.int64), ("lastid", np.int64), ("key", np.int64),
+     ("gen", np.int64), ("length", np.int64)],
     align=True,
 )
-"""An eviction candidate: smallest ``last``, then largest position, then smallest id first."""
+"""A cached segment in eviction order: its last resident block (smallest ``last``, then
+largest position, then smallest id) goes first."""
+
+DUE = np.dtype(
+    [("j", np.int64), ("adm", np.int64), ("kind", np.int64), ("req", np.int64), ("epoch", np.int64)],
+    align=True,
+)
+"""A replica's schedule entry: at iteration ``j``, in admission order ``adm``."""
 
 EVENT = np.dtype(
     [("t_ms", np.float64), ("kind", np.int64), ("replica", np.int64), ("value", np.float64)],

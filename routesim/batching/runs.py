@@ -43,7 +43,6 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["slo_ttft_ms"] = v["slo_ttft_ms"]
     p["slo_tpot_ms"] = v["slo_tpot_ms"]
     p["allowance"] = v["allowance_tokens"]
-    p["prefix_blocks"] = int(v["prefix_tokens"]) // int(v["block_tokens"])
     p["event_start"] = event_start
     p["event_count"] = event_count
     p["workload"] = workload
@@ -60,34 +59,35 @@ def event_rows(events) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Packed:
-    """Workloads concatenated for the kernel; workload w spans ``off[w]:off[w + 1]``
-    and its explicit-id offsets ``id_off[off[w] + w : off[w + 1] + w + 1]``."""
+    """Workloads concatenated for the kernel; workload w's requests span
+    ``off[w]:off[w + 1]`` and their segment offsets ``seg_off[off[w] + w : off[w + 1] + w + 1]``
+    (into the flat ``seg_key``/``seg_len``)."""
 
     t: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
     key: np.ndarray
-    group: np.ndarray
-    ids: np.ndarray
-    id_off: np.ndarray
+    seg_key: np.ndarray
+    seg_len: np.ndarray
+    seg_off: np.ndarray
     off: np.ndarray
 
     @classmethod
     def of(cls, workloads: list[TokenWorkload]) -> "Packed":
         off = np.zeros(len(workloads) + 1, np.int64)
         off[1:] = np.cumsum([len(w) for w in workloads])
-        id_parts, base = [], 0
+        seg_parts, base = [], 0
         for w in workloads:
-            id_parts.append(w.id_off + base)
-            base += w.ids.size
+            seg_parts.append(w.seg_off + base)
+            base += w.seg_key.size
         cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
         return cls(t=cat([w.t_ms for w in workloads], np.float64),
                    prompt=cat([w.prompt for w in workloads], np.int64),
                    output=cat([w.output for w in workloads], np.int64),
                    key=cat([w.key for w in workloads], np.float64),
-                   group=cat([w.group for w in workloads], np.int64),
-                   ids=cat([w.ids for w in workloads], np.int64),
-                   id_off=cat(id_parts, np.int64), off=off)
+                   seg_key=cat([w.seg_key for w in workloads], np.int64),
+                   seg_len=cat([w.seg_len for w in workloads], np.int64),
+                   seg_off=cat(seg_parts, np.int64), off=off)
 
 
 def router_draws(policy: str, choices: int, requests: int, max_attempts: int = 1) -> int:
@@ -104,7 +104,7 @@ def simulate(params: np.ndarray, factors: np.ndarray, events: np.ndarray, packed
     rep["factor"] = factors
     metrics = np.zeros(runs, METRICS)
     run_batch_nb(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
-                 packed.group, packed.ids, packed.id_off, packed.off, ru, ru_off, metrics)
+                 packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics)
     return metrics, rep
 
 

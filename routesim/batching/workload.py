@@ -2,8 +2,8 @@
 
 Common random numbers: arrival ``k`` consumes row ``k`` of
 ``Generator(PCG64(seed)).random((n, 8))``, whatever the policy, so every policy of a
-grid replays the same requests. Block ids are not stored for synthetic requests: the
-engine derives block ``j`` of request ``k`` from its prefix group (:func:`block_id`).
+grid replays the same requests. Block ids are kept as segments (at most two a request
+here: its group's prefix and its own blocks), not one by one.
 """
 
 from dataclasses import dataclass
@@ -54,45 +54,51 @@ class TokenWorkloadParams:
 
 @dataclass(frozen=True)
 class TokenWorkload:
-    """Requests in arrival order, each array of shape ``(requests,)``.
-
-    ``group`` is the prefix group whose ids the request's first ``prefix_blocks`` blocks
-    carry (-1: none). ``ids``/``id_off`` give explicit block ids (a trace's; request
-    ``r`` has ``ids[id_off[r]:id_off[r + 1]]`` for its first blocks), empty for a
-    synthetic workload; past them a block's id follows :func:`block_id`.
-    """
+    """Requests in arrival order, each array of shape ``(requests,)``, and their prompt
+    blocks as **segments**: request ``k``'s ``floor(P/b)`` block ids are, in prompt order,
+    ``seg_key[j] + 0 … seg_len[j] − 1`` for ``j`` in ``seg_off[k]:seg_off[k + 1]``
+    (see :func:`segments_of`). ``group`` is the prefix group whose ids the request
+    carries (-1: none; for people and tests)."""
 
     t_ms: np.ndarray     # float64 arrival time (ms)
     prompt: np.ndarray   # int64 P
     output: np.ndarray   # int64 O
     key: np.ndarray      # float64 h in [0, 1)
     group: np.ndarray    # int64 prefix group or -1
-    prefix_blocks: int   # floor(L / b): id'd group blocks of a prefixed request
-    ids: np.ndarray      # int64 explicit block ids, flat
-    id_off: np.ndarray   # int64 (requests + 1,) offsets into ids
+    seg_key: np.ndarray  # int64 id of each segment's first block
+    seg_len: np.ndarray  # int64 blocks of each segment
+    seg_off: np.ndarray  # int64 (requests + 1,) offsets into seg_key / seg_len
 
     def __len__(self) -> int:
         return self.t_ms.size
 
     def block_ids(self, k: int) -> np.ndarray:
-        """Every block id of request ``k`` (``floor(P/b)`` of them), for tests and people."""
-        b = self.block_tokens
-        n = int(self.prompt[k]) // b
-        out = np.array([block_id(k, j, int(self.group[k]), self.prefix_blocks) for j in range(n)],
-                       dtype=np.int64)
-        lo, hi = self.id_off[k], self.id_off[k + 1]
-        m = min(n, hi - lo)
-        out[:m] = self.ids[lo:lo + m]
-        return out
-
-    block_tokens: int = 16
+        """Every block id of request ``k`` (``floor(P/b)`` of them), in prompt order."""
+        parts = [np.arange(self.seg_key[j], self.seg_key[j] + self.seg_len[j], dtype=np.int64)
+                 for j in range(self.seg_off[k], self.seg_off[k + 1])]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def block_id(k: int, j: int, group: int, prefix_blocks: int) -> int:
-    """The id of prompt block ``j`` of request ``k`` without explicit ids (§1.1)."""
-    if group >= 0 and j < prefix_blocks:
-        return group * GROUP_ID + j
-    return UNIQUE_ID + k * REQUEST_ID + j
+def synthetic_segments(prompt, group, block_tokens: int, prefix_blocks: int):
+    """Segments of §1.1's block ids: a prefixed request's group blocks
+    ``g·2^20 + j`` (j < floor(L/b)), then its own ``2^40 + k·2^16 + j``."""
+    n = prompt // block_tokens
+    k = np.arange(prompt.size, dtype=np.int64)
+    has_group = group >= 0
+    own_from = np.where(has_group, np.minimum(prefix_blocks, n), 0)
+    has_own = n > own_from
+    count = has_group.astype(np.int64) + has_own
+    seg_off = np.zeros(prompt.size + 1, np.int64)
+    np.cumsum(count, out=seg_off[1:])
+    seg_key = np.zeros(seg_off[-1], np.int64)
+    seg_len = np.zeros(seg_off[-1], np.int64)
+    first = seg_off[:-1]
+    seg_key[first[has_group]] = group[has_group] * GROUP_ID
+    seg_len[first[has_group]] = np.minimum(prefix_blocks, n[has_group])
+    at = first + has_group
+    seg_key[at[has_own]] = UNIQUE_ID + k[has_own] * REQUEST_ID + own_from[has_own]
+    seg_len[at[has_own]] = (n - own_from)[has_own]
+    return seg_key, seg_len, seg_off
 
 
 def zipf_group(u: np.ndarray, groups: int, s: float) -> np.ndarray:
@@ -138,7 +144,7 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
         j = np.floor(u[:, 7] * rows_p.size).astype(np.int64)
         prompt, output = rows_p[j], rows_o[j]
         group = np.where(prompt > L, group, -1)
-    return TokenWorkload(t_ms=t_ms, prompt=prompt.astype(np.int64), output=output.astype(np.int64),
-                         key=u[:, 6].copy(), group=group, prefix_blocks=L // p.block_tokens,
-                         ids=np.zeros(0, np.int64), id_off=np.zeros(n + 1, np.int64),
-                         block_tokens=p.block_tokens)
+    prompt = prompt.astype(np.int64)
+    seg_key, seg_len, seg_off = synthetic_segments(prompt, group, p.block_tokens, L // p.block_tokens)
+    return TokenWorkload(t_ms=t_ms, prompt=prompt, output=output.astype(np.int64), key=u[:, 6].copy(),
+                         group=group, seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)

@@ -1,0 +1,521 @@
+"""One batching replica's iterations (token-model.md §2), compiled.
+
+A replica's running sequences are a list in admission order (``REQUEST.r_prev`` /
+``r_next``), its prefilling ones also a short array (``prefill[i]``), and its decoding
+ones only aggregates: their count ``n_dec``, Σ kv ``kv_dec`` and how many have
+``g ≥ A`` (``n_over``). A decoding sequence is touched only when something happens to
+it — its KV crosses a block boundary (GROW), its g reaches the allowance A (OVER), its
+last token (DONE) — and those iterations are known when it starts decoding, so they
+sit in the replica's schedule (``due[i]``, a min-heap by (iteration, kind, admission)).
+A decode iteration over 200 sequences therefore costs O(1) plus the few that are due.
+
+A decoding sequence ``s`` keeps ``kv`` and ``g`` as of its first decoding iteration
+``j0``; with ``started`` iterations begun on its replica, its KV (grown in the iteration
+in progress) is ``kv + started − j0`` and its g ``g + started − j0`` (less one while an
+iteration is in progress).
+"""
+
+import math
+
+import numba as nb
+import numpy as np
+
+from ..conf import JIT
+from . import blocks as bk
+from .dtypes import Due, Outcome, State
+
+
+@nb.njit(**JIT)
+def in_window_nb(t, p, closed_left):
+    """t in [warm-up, horizon) (closed_left) or in (warm-up, horizon]."""
+    if closed_left:
+        return p.warmup_ms <= t < p.horizon_ms
+    return p.warmup_ms < t <= p.horizon_ms
+
+
+@nb.njit(**JIT)
+def integrate_nb(rep, i, t, p):
+    """Advance replica i's ∫ referenced blocks dt over [warm-up, horizon] to time t."""
+    r = rep[i]
+    a = max(r.area_ms, p.warmup_ms)
+    b = min(t, p.horizon_ms)
+    if b > a:
+        r.area += (r.anon + r.idref) * (b - a)
+    r.area_ms = t
+
+
+@nb.njit(**JIT)
+def tau_of_nb(q, allowance):
+    """A sequence's share of τ_i: P + max(A, g)."""
+    return q.P + max(allowance, q.g)
+
+
+# --- lists -------------------------------------------------------------------------------
+
+@nb.njit(**JIT)
+def push_back_nb(rep, req, i, s):
+    """Append s to replica i's waiting FIFO."""
+    r = rep[i]
+    req[s].w_next = -1
+    if r.n_wait == 0:
+        r.w_head = s
+    else:
+        req[r.w_tail].w_next = s
+    r.w_tail = s
+    r.n_wait += 1
+    req[s].state = State.WAITING
+
+
+@nb.njit(**JIT)
+def _push_front_nb(rep, req, i, s):
+    r = rep[i]
+    req[s].w_next = r.w_head if r.n_wait > 0 else -1
+    if r.n_wait == 0:
+        r.w_tail = s
+    r.w_head = s
+    r.n_wait += 1
+    req[s].state = State.WAITING
+
+
+@nb.njit(**JIT)
+def _pop_front_nb(rep, req, i):
+    r = rep[i]
+    s = r.w_head
+    r.w_head = req[s].w_next
+    r.n_wait -= 1
+    return s
+
+
+@nb.njit(**JIT)
+def _run_append_nb(rep, req, i, s):
+    r = rep[i]
+    req[s].r_next = -1
+    req[s].r_prev = r.r_tail
+    if r.n_run == 0:
+        r.r_head = s
+    else:
+        req[r.r_tail].r_next = s
+    r.r_tail = s
+    r.n_run += 1
+
+
+@nb.njit(**JIT)
+def _run_remove_nb(rep, req, i, s):
+    r = rep[i]
+    q = req[s]
+    if q.r_prev >= 0:
+        req[q.r_prev].r_next = q.r_next
+    else:
+        r.r_head = q.r_next
+    if q.r_next >= 0:
+        req[q.r_next].r_prev = q.r_prev
+    else:
+        r.r_tail = q.r_prev
+    r.n_run -= 1
+
+
+# --- the schedule of decoding sequences -----------------------------------------------------
+
+@nb.njit(**JIT)
+def _due_less(d, a, b):
+    x = d[a]
+    y = d[b]
+    if x.j != y.j:
+        return x.j < y.j
+    if x.kind != y.kind:
+        return x.kind < y.kind
+    return x.adm < y.adm
+
+
+@nb.njit(**JIT)
+def _due_copy(dst, src):
+    dst.j = src.j
+    dst.adm = src.adm
+    dst.kind = src.kind
+    dst.req = src.req
+    dst.epoch = src.epoch
+
+
+@nb.njit(**JIT)
+def _due_down(d, k, n, tmp):
+    while True:
+        c = 2 * k + 1
+        if c >= n:
+            break
+        if c + 1 < n and _due_less(d, c + 1, c):
+            c += 1
+        if not _due_less(d, c, k):
+            break
+        _due_copy(tmp[0], d[k])
+        _due_copy(d[k], d[c])
+        _due_copy(d[c], tmp[0])
+        k = c
+
+
+@nb.njit(**JIT)
+def _due_live(req, i, e):
+    q = req[e.req]
+    return q.epoch == e.epoch and q.state == State.DECODE and q.replica == i
+
+
+@nb.njit(**JIT)
+def _schedule_nb(due, due_n, req, i, j, kind, s, dtmp):
+    d = due[i]
+    n = due_n[i]
+    if n == d.shape[0]:  # full: keep only live entries
+        m = 0
+        for k in range(n):
+            if _due_live(req, i, d[k]):
+                if m != k:
+                    _due_copy(d[m], d[k])
+                m += 1
+        for k in range(m // 2 - 1, -1, -1):
+            _due_down(d, k, m, dtmp)
+        n = m
+    e = d[n]
+    e.j = j
+    e.kind = kind
+    e.adm = req[s].adm
+    e.req = s
+    e.epoch = req[s].epoch
+    k = n
+    while k > 0:
+        parent = (k - 1) >> 1
+        if not _due_less(d, k, parent):
+            break
+        _due_copy(dtmp[0], d[k])
+        _due_copy(d[k], d[parent])
+        _due_copy(d[parent], dtmp[0])
+        k = parent
+    due_n[i] = n + 1
+
+
+@nb.njit(**JIT)
+def _next_due_nb(due, due_n, req, i, j, kind, dtmp):
+    """Pop and return the next live entry (iteration j, this kind) of replica i's
+    schedule, or -1 when there is none."""
+    d = due[i]
+    while due_n[i] > 0:
+        n = due_n[i]
+        e = d[0]
+        live = _due_live(req, i, e)
+        if live and (e.j != j or e.kind != kind):
+            return -1
+        s = e.req
+        _due_copy(d[0], d[n - 1])
+        due_n[i] = n - 1
+        _due_down(d, 0, n - 1, dtmp)
+        if live:
+            return s
+    return -1
+
+
+@nb.njit(**JIT)
+def _start_decoding_nb(rep, req, due, due_n, i, s, j0, p, dtmp):
+    """Sequence s decodes from iteration j0 with its current kv and g: schedule it."""
+    q = req[s]
+    r = rep[i]
+    q.state = State.DECODE
+    q.epoch += 1
+    q.j0 = j0
+    q.over = False
+    r.n_dec += 1
+    r.kv_dec += q.kv
+    b = p.block_tokens
+    last = j0 + q.O - q.g - 1  # the iteration that emits its last token
+    grow = j0 + (b - q.kv % b) % b
+    if grow <= last:
+        _schedule_nb(due, due_n, req, i, grow, Due.GROW, s, dtmp)
+    over = j0 + max(0, p.allowance - q.g)
+    if over <= last:
+        _schedule_nb(due, due_n, req, i, over, Due.OVER, s, dtmp)
+    _schedule_nb(due, due_n, req, i, last, Due.DONE, s, dtmp)
+
+
+# --- blocks of a sequence -----------------------------------------------------------------
+
+@nb.njit(**JIT)
+def release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp):
+    """Sequence s on replica i releases every block it holds (kv tokens' worth)."""
+    b = p.block_tokens
+    q = req[s]
+    for k in range(seg_off[s], seg_off[s + 1]):
+        bk.unref_nb(tab, heap, heap_n, rep, i, seg_key[k], t, btmp)
+    rep[i].anon -= (q.kv + b - 1) // b - q.P // b
+    q.kv = 0
+
+
+@nb.njit(**JIT)
+def leading_nb(tab, i, s, seg_key, seg_len, seg_off):
+    """How many leading prompt blocks of request s are resident on replica i (resident
+    ids are prefix-closed, §2, and a segment is resident by a prefix of it)."""
+    lead = 0
+    for k in range(seg_off[s], seg_off[s + 1]):
+        h = bk.find_nb(tab, i, seg_key[k])
+        if h < 0:
+            break
+        lead += tab[h].length
+        if tab[h].length < seg_len[k]:
+            break
+    return lead
+
+
+@nb.njit(**JIT)
+def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first, cnt,
+              btmp):
+    """Try to admit the head s of replica i's waiting queue (§2 step 2b). Returns the
+    chunk it computes (> 0), or 0 when it cannot be admitted (admission stops)."""
+    b = p.block_tokens
+    q = req[s]
+    total = q.P + q.g
+    lead = leading_nb(tab, i, s, seg_key, seg_len, seg_off)
+    hit = min(lead, (total - 1) // b)
+    m = b * hit
+    u = total - m
+    if p.chunked_prefill:
+        if budget <= 0:
+            return 0
+    elif not (u <= budget or first):
+        return 0
+    cached_lead = 0
+    seen = 0
+    for k in range(seg_off[s], seg_off[s + 1]):
+        if seen == lead:
+            break
+        h = bk.find_nb(tab, i, seg_key[k])
+        if tab[h].ref == 0:
+            cached_lead += tab[h].length
+        seen += tab[h].length
+    need = (total + b - 1) // b - lead
+    if need > bk.free_nb(rep, i, p.kv_blocks) + rep[i].cached - cached_lead:
+        return 0
+    # reference what is resident, then take the rest (evicting never touches the referenced)
+    seen = 0
+    partial = -1
+    k = seg_off[s]
+    while k < seg_off[s + 1] and seen < lead:
+        h = bk.find_nb(tab, i, seg_key[k])
+        bk.ref_nb(tab, rep, i, h, t)
+        seen += tab[h].length
+        if tab[h].length < seg_len[k]:
+            partial = k
+        k += 1
+    cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp)
+    pos = seen
+    if partial >= 0:
+        bk.extend_nb(tab, rep, i, bk.find_nb(tab, i, seg_key[partial]), seg_len[partial])
+        pos = 0
+        for kk in range(seg_off[s], partial + 1):
+            pos += seg_len[kk]
+    while k < seg_off[s + 1]:
+        bk.add_nb(tab, rep, i, seg_key[k], seg_len[k], pos, t)
+        cnt[0] += 1
+        pos += seg_len[k]
+        k += 1
+    rep[i].anon += (total + b - 1) // b - q.P // b
+    q.kv = total
+    q.m = m
+    q.u = u
+    q.c = 0
+    return min(u, budget) if p.chunked_prefill else u
+
+
+@nb.njit(**JIT)
+def _preempt_nb(tab, heap, heap_n, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, btmp):
+    """Preempt v (the most recently admitted running sequence of replica i) at the
+    start of iteration j: it releases its blocks, loses its prefill progress, keeps g,
+    and goes to the front of the waiting queue."""
+    r = rep[i]
+    q = req[v]
+    if q.state == State.DECODE:
+        q.kv = q.kv + (j - q.j0)
+        q.g = q.g + (j - q.j0)
+        r.n_dec -= 1
+        r.kv_dec -= q.kv
+        if q.over:
+            r.n_over -= 1
+            q.over = False
+        q.epoch += 1
+    else:  # prefilling: the last of the prefill list, which is in admission order too
+        r.n_pre -= 1
+    release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, btmp)
+    q.c = 0
+    q.u = 0
+    q.x = 0
+    _run_remove_nb(rep, req, i, v)
+    _push_front_nb(rep, req, i, v)
+    if in_window_nb(t, p, True):
+        mt.preemptions += 1
+
+
+@nb.njit(**JIT)
+def start_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off, mt,
+             cnt, btmp, dtmp):
+    """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. Returns
+    the block table (a larger one when admissions filled it)."""
+    r = rep[i]
+    b = p.block_tokens
+    j = r.started
+    preempted = False
+    # 1. growth: the decoding sequences whose KV crosses a block boundary, oldest first
+    while True:
+        s = _next_due_nb(due, due_n, req, i, j, Due.GROW, dtmp)
+        if s < 0:
+            break
+        got = False
+        while True:
+            gone = bk.take_nb(tab, heap, heap_n, rep, i, 1, p.kv_blocks, btmp)
+            if gone >= 0:
+                cnt[0] -= gone
+                r.anon += 1
+                got = True
+                break
+            v = r.r_tail
+            _preempt_nb(tab, heap, heap_n, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, btmp)
+            preempted = True
+            if v == s:
+                break
+        if got:
+            q = req[s]
+            nxt = j + b
+            if nxt <= q.j0 + q.O - q.g - 1:
+                _schedule_nb(due, due_n, req, i, nxt, Due.GROW, s, dtmp)
+    n_dec = r.n_dec
+    r.kv_dec += n_dec  # every decoding sequence writes one more token of KV
+    kv_sum = r.kv_dec
+    # 2. prefill budget: continuing prefills, then admission
+    budget = p.max_batched_tokens - n_dec
+    U = 0
+    Q = 0.0
+    chunks = 0
+    pre = prefill[i]
+    if p.chunked_prefill and budget > 0:
+        for k in range(r.n_pre):
+            q = req[pre[k]]
+            x = min(q.u - q.c, budget)
+            q.x = x
+            U += x
+            Q += x * (q.m + q.c + x / 2.0)
+            chunks += 1
+            budget -= x
+            if budget == 0:
+                break
+    if not preempted:
+        first = True
+        while r.n_wait > 0 and r.n_run < p.max_batch:
+            s = r.w_head
+            tab = bk.reserve_nb(tab, cnt[0], seg_off[s + 1] - seg_off[s])
+            x = _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first,
+                          cnt, btmp)
+            if x == 0:
+                break
+            _pop_front_nb(rep, req, i)
+            q = req[s]
+            q.adm = cnt[1]
+            cnt[1] += 1
+            q.state = State.PREFILL
+            _run_append_nb(rep, req, i, s)
+            pre[r.n_pre] = s
+            r.n_pre += 1
+            q.x = x
+            U += x
+            Q += x * (q.m + 0 + x / 2.0)
+            chunks += 1
+            budget -= x
+            first = False
+            if in_window_nb(t, p, True):
+                mt.hit_tokens += q.m
+                mt.admit_tokens += q.P + q.g
+    # 3. duration, evaluated left to right, then multiplied
+    f = r.factor * r.slowdown
+    d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
+    if in_window_nb(t, p, True):
+        mt.busy_ms += d
+        mt.batch_ms += (n_dec + chunks) * d
+    r.started = j + 1
+    r.busy = True
+    r.end_ms = t + d
+    return tab
+
+
+@nb.njit(**JIT)
+def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log, n_done, btmp):
+    """Sequence s finishes at t: it leaves the replica with its blocks."""
+    r = rep[i]
+    q = req[s]
+    release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
+    r.tau -= q.P + max(p.allowance, q.O)
+    _run_remove_nb(rep, req, i, s)
+    q.state = State.NONE
+    q.done_ms = t
+    q.outcome = Outcome.COMPLETED
+    q.replica = -1
+    done_log[n_done] = i
+    if in_window_nb(t, p, False):
+        mt.done_any += 1
+        r.completed += 1
+    return n_done + 1
+
+
+@nb.njit(**JIT)
+def finish_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key, seg_off, mt, done_log,
+              n_done, btmp, dtmp):
+    """End replica i's iteration at t (§2 step 4). Returns the new length of done_log."""
+    r = rep[i]
+    r.busy = False
+    j = r.started - 1
+    window = in_window_nb(t, p, False)
+    # decoding sequences: each emits one token; those reaching A now count in τ's growth
+    while True:
+        s = _next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
+        if s < 0:
+            break
+        req[s].over = True
+        r.n_over += 1
+    r.tau += r.n_over
+    if window:
+        mt.tokens_window += r.n_dec
+        r.tokens += r.n_dec
+    while True:
+        s = _next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
+        if s < 0:
+            break
+        q = req[s]
+        q.kv = q.kv + (j + 1 - q.j0)
+        q.g = q.O
+        r.n_dec -= 1
+        r.kv_dec -= q.kv
+        if q.over:
+            r.n_over -= 1
+            q.over = False
+        q.epoch += 1
+        n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log,
+                              n_done, btmp)
+    # prefilling sequences that computed a chunk
+    pre = prefill[i]
+    keep = 0
+    for k in range(r.n_pre):
+        s = pre[k]
+        q = req[s]
+        if q.x > 0:
+            q.c += q.x
+            q.x = 0
+            if q.c >= q.u:
+                if q.g >= p.allowance:
+                    r.tau += 1
+                q.g += 1
+                if window:
+                    mt.tokens_window += 1
+                    r.tokens += 1
+                if math.isnan(q.first_ms):
+                    q.first_ms = t
+                if q.g == q.O:
+                    n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt,
+                                          done_log, n_done, btmp)
+                else:
+                    _start_decoding_nb(rep, req, due, due_n, i, s, j + 1, p, dtmp)
+                continue
+        pre[keep] = s
+        keep += 1
+    r.n_pre = keep
+    return n_done
