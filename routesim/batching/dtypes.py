@@ -236,6 +236,7 @@ METRICS = np.dtype(
         ("hit_tokens", np.float64), ("admit_tokens", np.float64),
         ("busy_ms", np.float64), ("batch_ms", np.float64),
         ("done_any", np.int64), ("tokens_window", np.int64),
+        ("iterations", np.int64),  # iterations started over the whole run (for benchmarks)
     ],
     align=True,
 )

@@ -53,7 +53,8 @@ VARIABLES = {
 PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens"}
 """Dataset variable <- REPLICA field."""
 
-ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window")
+ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window",
+                "iterations")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
 
 

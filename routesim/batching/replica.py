@@ -433,6 +433,7 @@ def start_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key,
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d
     r.started = j + 1
+    mt.iterations += 1
     r.busy = True
     r.end_ms = t + d
     return tab
