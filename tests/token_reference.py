@@ -38,7 +38,7 @@ Workload
  D2. rint is round-half-even; the Zipf sums are left-to-right sums of (j+1)**(-s).
      §1.3: row j = floor(U[k,7]*n_rows); a prefixed request with P <= L has no group.
 Replica (§2)
- D3. A free block is taken lowest physical index first (unobservable).  Admission
+ D3. A free block is taken from a stack of free blocks (which one is unobservable).  Admission
      references the head's resident blocks first (so they cannot be evicted), then takes
      the others position by position.  An id repeated inside one prompt (traces only) is
      one block referenced twice.
@@ -313,7 +313,8 @@ class Block:
         self.last_use = 0.0
 
     def __repr__(self):
-        return f"Block({self.index},{self.state},rc={self.refcount},id={self.id},j={self.position},lu={self.last_use})"
+        return (f"Block({self.index},{self.state},rc={self.refcount},id={self.id},"
+                f"j={self.position},lu={self.last_use})")
 
 
 class Attempt:
@@ -360,11 +361,28 @@ class Replica:
         self.running: list[Attempt] = []
         self.pending_ff: list[Attempt] = []
         self.blocks = [Block(x) for x in range(kv_blocks)]
+        self.tally = {FREE: kv_blocks, REFERENCED: 0, CACHED: 0}
+        self.free_stack = list(range(kv_blocks - 1, -1, -1))   # pop() takes the top
         self.resident: dict[int, Block] = {}    # id -> block (referenced or cached)
         self.iteration = None       # the iteration in progress (dict) or None
         self.admissions = 0
 
+    def set_state(self, blk: Block, state: str):
+        """Every change of a block's state goes through here (keeps the tally and the
+        stack of free blocks; check=True compares them with a scan of every block)."""
+        if blk.state == state:
+            return
+        self.tally[blk.state] -= 1
+        self.tally[state] += 1
+        if state == FREE:
+            self.free_stack.append(blk.index)
+        blk.state = state
+
     def count(self, state) -> int:
+        """Blocks in a state: free / referenced / cached."""
+        return self.tally[state]
+
+    def scan_count(self, state) -> int:
         return sum(1 for blk in self.blocks if blk.state == state)
 
 
@@ -459,6 +477,7 @@ class _Sim:
         self.in_flight: list[Attempt] = []
         self.readiness_times: list[float] = []
         self.crash_failures: list[Attempt] = []
+        self.backoff: list[Request] = []          # requests waiting out a retry backoff
         # periodic signals: publication index k per replica and the published view
         self.pub_k = [0] * self.N
         self.published = [dict(o=0, tau=0, referenced=0, ids=frozenset()) for _ in range(self.N)]
@@ -492,30 +511,32 @@ class _Sim:
 
     # ---------------------------------------------------------------- blocks
     def take_block(self, rep: Replica, T: float):
-        """A free block (lowest index), else evict the cached block with the smallest
-        last_use, then the largest position, then the smallest id; None if neither."""
-        for blk in rep.blocks:
-            if blk.state == FREE:
-                return blk
-        victim = None
-        for blk in rep.blocks:
-            if blk.state != CACHED:
-                continue
-            if victim is None or (blk.last_use, -blk.position, blk.id) < (victim.last_use, -victim.position, victim.id):
-                victim = blk
-        if victim is None:
-            return None
-        del rep.resident[victim.id]
-        self.trace.append((T, "evict", rep.index, victim.id, victim.position))
-        victim.state = FREE
-        victim.id = None
-        victim.position = -1
-        victim.prev_id = None
-        return victim
+        """A free block (the top of the free stack), else evict the cached block with the
+        smallest last_use, then the largest position, then the smallest id, and take it;
+        None if there is neither.  The caller makes the block referenced."""
+        if not rep.free_stack:
+            victim = None
+            for blk in rep.blocks:
+                if blk.state != CACHED:
+                    continue
+                key = (blk.last_use, -blk.position, blk.id)
+                if victim is None or key < (victim.last_use, -victim.position, victim.id):
+                    victim = blk
+            if victim is None:
+                return None
+            del rep.resident[victim.id]
+            self.trace.append((T, "evict", rep.index, victim.id, victim.position))
+            victim.id = None
+            victim.position = -1
+            victim.prev_id = None
+            rep.set_state(victim, FREE)
+        blk = rep.blocks[rep.free_stack.pop()]
+        assert blk.state == FREE
+        return blk
 
-    def reference(self, blk: Block, T: float):
+    def reference(self, rep: Replica, blk: Block, T: float):
         blk.refcount += 1
-        blk.state = REFERENCED
+        rep.set_state(blk, REFERENCED)
         blk.last_use = T
 
     def release_all(self, rep: Replica, a: Attempt, T: float):
@@ -524,10 +545,10 @@ class _Sim:
             blk.last_use = T
             if blk.refcount == 0:
                 if blk.id is None:
-                    blk.state = FREE
                     blk.position = -1
+                    rep.set_state(blk, FREE)
                 else:
-                    blk.state = CACHED
+                    rep.set_state(blk, CACHED)
         a.blocks = []
 
     def hit(self, ids, P, g, resident) -> int:
@@ -563,7 +584,7 @@ class _Sim:
                 while True:
                     blk = self.take_block(rep, T)
                     if blk is not None:
-                        blk.state = REFERENCED
+                        rep.set_state(blk, REFERENCED)
                         blk.refcount = 1
                         blk.id = None
                         blk.position = s.kv // b
@@ -623,9 +644,9 @@ class _Sim:
                     else:
                         plan.append(("anon", None))
                 need = sum(1 for kind, _ in plan if kind in ("id", "anon"))
-                to_ref = {blk.index for kind, blk in plan if kind == "ref"}
-                cached_free = sum(1 for blk in rep.blocks
-                                  if blk.state == CACHED and blk.index not in to_ref)
+                # cached blocks it is about to reference cannot be evicted for it
+                to_ref = {blk.index: blk for kind, blk in plan if kind == "ref"}
+                cached_free = rep.count(CACHED) - sum(1 for blk in to_ref.values() if blk.state == CACHED)
                 available = rep.count(FREE) + cached_free
                 if need > available:
                     break
@@ -633,19 +654,19 @@ class _Sim:
                 rep.waiting.pop(0)
                 for kind, obj in plan:
                     if kind == "ref":
-                        self.reference(obj, T)
+                        self.reference(rep, obj, T)
                 new_of_id = {}
                 for j, (kind, obj) in enumerate(plan):
                     if kind == "ref":
                         h.blocks.append(obj)
                     elif kind == "dup":
                         blk = new_of_id[obj]
-                        self.reference(blk, T)
+                        self.reference(rep, blk, T)
                         h.blocks.append(blk)
                     else:
                         blk = self.take_block(rep, T)
                         assert blk is not None
-                        blk.state = REFERENCED
+                        rep.set_state(blk, REFERENCED)
                         blk.refcount = 1
                         blk.last_use = T
                         blk.position = j
@@ -755,7 +776,7 @@ class _Sim:
                 self.crash_failures.append(a)
             rep.waiting, rep.running, rep.pending_ff = [], [], []
             for blk in rep.blocks:        # the KV cache is emptied
-                blk.state = FREE
+                rep.set_state(blk, FREE)
                 blk.refcount = 0
                 blk.id = None
                 blk.position = -1
@@ -838,12 +859,12 @@ class _Sim:
                 allowed = True
                 if p["retry_budget"] != INF:
                     retries = sum(1 for x in self.in_flight if x.router == a.router and x.number >= 2)
-                    retries += sum(1 for q in self.requests
-                                   if q.retry_due is not None and q.router == a.router)
+                    retries += sum(1 for q in self.backoff if q.router == a.router)
                     attempts = sum(1 for x in self.in_flight if x.router == a.router)
                     allowed = retries < max(p["min_retry_concurrency"], p["retry_budget"] * attempts)
                 if allowed:
                     r.retry_due = T + p["backoff_ms"] * 2.0 ** (a.number - 1)
+                    self.backoff.append(r)
                     self.trace.append((T, "retry_scheduled", r.index, r.retry_due))
                 else:
                     r.outcome = "failed"
@@ -1079,14 +1100,15 @@ class _Sim:
             due.append((self.next_arrival, False))
             self.requests[self.next_arrival].arrived = True
             self.next_arrival += 1
-        for r in self.requests:
-            if r.retry_due is not None and r.retry_due == T:
+        for r in self.backoff:
+            if r.retry_due == T:
                 due.append((r.index, True))
         due.sort()
         for k, is_retry in due:
             r = self.requests[k]
             if is_retry:
                 r.retry_due = None
+                self.backoff.remove(r)
             res = self.route(r, T, is_retry)
             if res == "front_door":
                 if p["admission_mode"] == "queue":
@@ -1119,9 +1141,8 @@ class _Sim:
                 c.append(self.pub_time(i))
         if self.next_arrival < len(self.requests):
             c.append(self.requests[self.next_arrival].t)
-        for r in self.requests:
-            if r.retry_due is not None:
-                c.append(r.retry_due)
+        for r in self.backoff:
+            c.append(r.retry_due)
         for router in self.routers:
             for r in router.fifo:
                 c.append(r.t + self.p["timeout_ms"])
@@ -1175,8 +1196,10 @@ class _Sim:
         p = self.p
         b = self.b
         for rep in self.replicas:
-            free, ref, cached = rep.count(FREE), rep.count(REFERENCED), rep.count(CACHED)
+            free, ref, cached = rep.scan_count(FREE), rep.scan_count(REFERENCED), rep.scan_count(CACHED)
             assert free + ref + cached == self.kv_blocks
+            assert (free, ref, cached) == (rep.count(FREE), rep.count(REFERENCED), rep.count(CACHED))
+            assert sorted(rep.free_stack) == [blk.index for blk in rep.blocks if blk.state == FREE]
             holders = {}
             for a in rep.running:
                 assert a.where == "running" and a.replica == rep.index
@@ -1228,6 +1251,7 @@ class _Sim:
         for r in self.requests[:self.next_arrival]:
             states = [r.outcome is not None, r.current is not None, r.retry_due is not None, r.in_fifo]
             assert sum(states) == 1, (r.index, states)
+            assert (r.retry_due is not None) == (r in self.backoff)
 
     # ---------------------------------------------------------------- §7 metrics
     def results(self) -> dict:
