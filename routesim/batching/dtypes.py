@@ -119,7 +119,6 @@ class State(IntEnum):
 class Due(IntEnum):
     """What a replica's schedule holds for a decoding sequence at an iteration."""
 
-    GROW = 0       # at the start: its KV needs a new block
     OVER = 1       # at the end: g reaches the allowance A (τ grows with it from now on)
     DONE = 2       # at the end: its last token
 
@@ -170,6 +169,7 @@ REQUEST = np.dtype(
         ("x", np.int64),            # chunk computed in the iteration in progress
         ("state", np.int8),         # State code
         ("over", np.bool_),         # counted in its replica's n_over
+        ("res", np.int64),          # decoding: its KV crosses a block boundary at iterations ≡ res (mod b)
         ("outcome", np.int8),       # Outcome code
         ("replica", np.int64),      # where its attempt is, -1 when none
         ("w_next", np.int64),       # next in its waiting FIFO, -1 at the tail

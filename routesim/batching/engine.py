@@ -80,6 +80,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.x = 0
         q.state = State.NONE
         q.over = False
+        q.res = 0
         q.outcome = Outcome.PENDING
         q.replica = -1
         q.w_next = -1
@@ -125,7 +126,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         most = max(most, seg_off[k + 1] - seg_off[k])
     heap = np.zeros((nrep, min(p.kv_blocks, max(seg_off[n] - seg_off[0], 1)) + most + 16), CACHED)
     heap_n = np.zeros(nrep, np.int64)
-    due = np.zeros((nrep, 3 * p.max_batch + 16), DUE)
+    due = np.zeros((nrep, 2 * p.max_batch + 16), DUE)
+    grow = np.zeros((nrep, p.block_tokens), np.int64)
     due_n = np.zeros(nrep, np.int64)
     prefill = np.empty((nrep, p.max_batch), np.int64)
     btmp = np.zeros(1, CACHED)
@@ -164,7 +166,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if rep[i].busy and rep[i].end_ms == t:
                 integrate_nb(rep, i, t, p)
                 before = n_done
-                n_done = finish_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key,
+                n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
                                    seg_off, mt, done_log, n_done, btmp, dtmp)
                 for c in range(before, n_done):
                     done_t[c] = t
@@ -198,8 +200,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             r = rep[i]
             if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
                 integrate_nb(rep, i, t, p)
-                tab = start_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key, seg_len,
-                               seg_off, mt, cnt, btmp, dtmp)
+                tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
+                               seg_len, seg_off, mt, cnt, btmp, dtmp)
     for i in range(nrep):
         integrate_nb(rep, i, horizon, p)
     finish_metrics_nb(p, rep, req, wl_t, mt)

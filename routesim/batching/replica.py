@@ -4,9 +4,12 @@ A replica's running sequences are a list in admission order (``REQUEST.r_prev`` 
 ``r_next``), its prefilling ones also a short array (``prefill[i]``), and its decoding
 ones only aggregates: their count ``n_dec``, Σ kv ``kv_dec`` and how many have
 ``g ≥ A`` (``n_over``). A decoding sequence is touched only when something happens to
-it — its KV crosses a block boundary (GROW), its g reaches the allowance A (OVER), its
-last token (DONE) — and those iterations are known when it starts decoding, so they
-sit in the replica's schedule (``due[i]``, a min-heap by (iteration, kind, admission)).
+it — its g reaches the allowance A (OVER), its last token (DONE) — and those iterations
+are known when it starts decoding, so they sit in the replica's schedule (``due[i]``, a
+min-heap by (iteration, kind, admission)). Its KV crosses a block boundary every b
+iterations, at iterations ≡ ``res`` (mod b): ``grow[i, r]`` counts the decoding
+sequences of each residue, so an iteration takes its ``grow[i, j mod b]`` new blocks at
+once, one sequence at a time only when the pool runs short and someone is preempted.
 A decode iteration over 200 sequences therefore costs O(1) plus the few that are due.
 
 A decoding sequence ``s`` keeps ``kv`` and ``g`` as of its first decoding iteration
@@ -211,7 +214,7 @@ def _next_due_nb(due, due_n, req, i, j, kind, dtmp):
 
 
 @nb.njit(**JIT)
-def _start_decoding_nb(rep, req, due, due_n, i, s, j0, p, dtmp):
+def _start_decoding_nb(rep, req, due, due_n, grow, i, s, j0, p, dtmp):
     """Sequence s decodes from iteration j0 with its current kv and g: schedule it."""
     q = req[s]
     r = rep[i]
@@ -223,9 +226,8 @@ def _start_decoding_nb(rep, req, due, due_n, i, s, j0, p, dtmp):
     r.kv_dec += q.kv
     b = p.block_tokens
     last = j0 + q.O - q.g - 1  # the iteration that emits its last token
-    grow = j0 + (b - q.kv % b) % b
-    if grow <= last:
-        _schedule_nb(due, due_n, req, i, grow, Due.GROW, s, dtmp)
+    q.res = (j0 + (b - q.kv % b) % b) % b  # its first block crossing, then every b iterations
+    grow[i, q.res] += 1
     over = j0 + max(0, p.allowance - q.g)
     if over <= last:
         _schedule_nb(due, due_n, req, i, over, Due.OVER, s, dtmp)
@@ -321,7 +323,7 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
 
 
 @nb.njit(**JIT)
-def _preempt_nb(tab, heap, heap_n, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, btmp):
+def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, btmp):
     """Preempt v (the most recently admitted running sequence of replica i) at the
     start of iteration j: it releases its blocks, loses its prefill progress, keeps g,
     and goes to the front of the waiting queue."""
@@ -332,6 +334,7 @@ def _preempt_nb(tab, heap, heap_n, rep, req, prefill, i, v, j, t, p, seg_key, se
         q.g = q.g + (j - q.j0)
         r.n_dec -= 1
         r.kv_dec -= q.kv
+        grow[i, q.res] -= 1
         if q.over:
             r.n_over -= 1
             q.over = False
@@ -349,37 +352,41 @@ def _preempt_nb(tab, heap, heap_n, rep, req, prefill, i, v, j, t, p, seg_key, se
 
 
 @nb.njit(**JIT)
-def start_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off, mt,
-             cnt, btmp, dtmp):
+def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off,
+             mt, cnt, btmp, dtmp):
     """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. Returns
     the block table (a larger one when admissions filled it)."""
     r = rep[i]
     b = p.block_tokens
     j = r.started
     preempted = False
-    # 1. growth: the decoding sequences whose KV crosses a block boundary, oldest first
-    while True:
-        s = _next_due_nb(due, due_n, req, i, j, Due.GROW, dtmp)
-        if s < 0:
-            break
-        got = False
-        while True:
-            gone = bk.take_nb(tab, heap, heap_n, rep, i, 1, p.kv_blocks, btmp)
-            if gone >= 0:
-                cnt[0] -= gone
-                r.anon += 1
-                got = True
-                break
-            v = r.r_tail
-            _preempt_nb(tab, heap, heap_n, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, btmp)
-            preempted = True
-            if v == s:
-                break
-        if got:
+    # 1. growth: the decoding sequences whose KV crosses a block boundary now (those of
+    # residue j mod b) each take a block — all at once when the pool has them
+    need = grow[i, j % b]
+    gone = bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp) if need > 0 else 0
+    if gone >= 0:
+        cnt[0] -= gone
+        r.anon += need
+    else:  # short of blocks: one at a time, oldest first, preempting the most recent
+        s = r.r_head
+        while s >= 0:
             q = req[s]
-            nxt = j + b
-            if nxt <= q.j0 + q.O - q.g - 1:
-                _schedule_nb(due, due_n, req, i, nxt, Due.GROW, s, dtmp)
+            nxt = q.r_next
+            if q.state == State.DECODE and q.res == j % b:
+                while True:
+                    gone = bk.take_nb(tab, heap, heap_n, rep, i, 1, p.kv_blocks, btmp)
+                    if gone >= 0:
+                        cnt[0] -= gone
+                        r.anon += 1
+                        break
+                    v = r.r_tail
+                    _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off,
+                                mt, btmp)
+                    preempted = True
+                    if v == s:
+                        nxt = -1  # s and everything after it are preempted
+                        break
+            s = nxt
     n_dec = r.n_dec
     r.kv_dec += n_dec  # every decoding sequence writes one more token of KV
     kv_sum = r.kv_dec
@@ -459,8 +466,8 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
 
 
 @nb.njit(**JIT)
-def finish_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key, seg_off, mt, done_log,
-              n_done, btmp, dtmp):
+def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_off, mt,
+              done_log, n_done, btmp, dtmp):
     """End replica i's iteration at t (§2 step 4). Returns the new length of done_log."""
     r = rep[i]
     r.busy = False
@@ -486,6 +493,7 @@ def finish_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key
         q.g = q.O
         r.n_dec -= 1
         r.kv_dec -= q.kv
+        grow[i, q.res] -= 1
         if q.over:
             r.n_over -= 1
             q.over = False
@@ -514,7 +522,7 @@ def finish_nb(tab, heap, heap_n, due, due_n, rep, req, prefill, i, t, p, seg_key
                     n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt,
                                           done_log, n_done, btmp)
                 else:
-                    _start_decoding_nb(rep, req, due, due_n, i, s, j + 1, p, dtmp)
+                    _start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p, dtmp)
                 continue
         pre[keep] = s
         keep += 1
