@@ -21,7 +21,9 @@ from ..conf import JIT, JIT_PARALLEL
 from .dtypes import CACHED, DUE, REQUEST, SEG, EventKind, Outcome, Policy, State
 from .metrics import finish_metrics_nb
 from .policies import choose_nb, sample_nb, uniforms_nb
-from .replica import finish_nb, in_window_nb, integrate_nb, leading_nb, push_back_nb, start_nb, tau_of_nb
+from .blocks import free_nb
+from .replica import (begin_nb, emit_decoding_nb, finish_nb, in_window_nb, integrate_nb, leading_nb,
+                      push_back_nb, start_nb, tau_of_nb)
 
 
 @nb.njit(**JIT)
@@ -165,6 +167,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         for i in range(nrep):
             if rep[i].busy and rep[i].end_ms == t:
                 integrate_nb(rep, i, t, p)
+                r = rep[i]
+                if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
+                    emit_decoding_nb(r, p, mt, t)  # nothing due: decoding tokens only
+                    continue
                 before = n_done
                 n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
                                    seg_off, mt, done_log, n_done, btmp, dtmp)
@@ -200,6 +206,12 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             r = rep[i]
             if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
                 integrate_nb(rep, i, t, p)
+                need = grow[i, r.started % p.block_tokens]
+                if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(rep, i, p.kv_blocks):
+                    r.anon += need  # decoding only, new blocks free: no call into the pool
+                    r.kv_dec += r.n_dec
+                    begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, 0, 0.0, 0)
+                    continue
                 tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
                                seg_len, seg_off, mt, cnt, btmp, dtmp)
     for i in range(nrep):

@@ -433,17 +433,34 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             if in_window_nb(t, p, True):
                 mt.hit_tokens += q.m
                 mt.admit_tokens += q.P + q.g
-    # 3. duration, evaluated left to right, then multiplied
+    begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks)
+    return tab
+
+
+@nb.njit(**JIT)
+def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks):
+    """The iteration starting at t on replica record r: its duration (§2 step 3,
+    evaluated left to right, then multiplied) and end."""
     f = r.factor * r.slowdown
     d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
     if in_window_nb(t, p, True):
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d
-    r.started = j + 1
+    r.started += 1
     mt.iterations += 1
     r.busy = True
     r.end_ms = t + d
-    return tab
+
+
+@nb.njit(**JIT)
+def emit_decoding_nb(r, p, mt, t):
+    """Every decoding sequence of the iteration ending at t emits a token; τ grows by
+    those past the allowance (``n_over``)."""
+    r.busy = False
+    r.tau += r.n_over
+    if in_window_nb(t, p, False):
+        mt.tokens_window += r.n_dec
+        r.tokens += r.n_dec
 
 
 @nb.njit(**JIT)
@@ -470,7 +487,6 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
               done_log, n_done, btmp, dtmp):
     """End replica i's iteration at t (§2 step 4). Returns the new length of done_log."""
     r = rep[i]
-    r.busy = False
     j = r.started - 1
     window = in_window_nb(t, p, False)
     # decoding sequences: each emits one token; those reaching A now count in τ's growth
@@ -480,10 +496,7 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             break
         req[s].over = True
         r.n_over += 1
-    r.tau += r.n_over
-    if window:
-        mt.tokens_window += r.n_dec
-        r.tokens += r.n_dec
+    emit_decoding_nb(r, p, mt, t)
     while True:
         s = _next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
         if s < 0:

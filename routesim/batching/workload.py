@@ -148,3 +148,68 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
     seg_key, seg_len, seg_off = synthetic_segments(prompt, group, p.block_tokens, L // p.block_tokens)
     return TokenWorkload(t_ms=t_ms, prompt=prompt, output=output.astype(np.int64), key=u[:, 6].copy(),
                          group=group, seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)
+
+
+def segments_from_ids(ids, offsets):
+    """Segments of explicit block ids (a trace's, token-model.md §1.2).
+
+    Prompt ``k``'s ids are ``ids[offsets[k]:offsets[k + 1]]`` in prompt order. Each
+    prompt's ids are first split into **runs** of consecutive ids at consecutive
+    positions; then every run is split again at every id where any prompt's run
+    (this one's or another's) starts or ends. Returns ``(seg_key, seg_len, seg_off)``
+    as :class:`TokenWorkload` holds them; concatenating prompt ``k``'s segments gives
+    back its ids.
+
+    Why the second split: the engine keeps a resident segment as one record (its
+    resident length, one refcount and one ``last_use``; see routesim/batching/blocks.py),
+    which is exact only if every prompt that holds any block of a segment holds the
+    whole segment, in order. Two prompts may share a run only in part: a Mooncake
+    prompt whose last 512-token hash block is partial holds the first few ids of a hash
+    block that a longer prompt holds whole, and consecutive hash ids make consecutive
+    KV ids across hash blocks, so one prompt's run can begin in the middle of
+    another's. With every run boundary of every prompt a segment boundary, no segment
+    has a run boundary inside it, so a run that contains one block of a segment
+    contains all of them: if ``[a, c)`` is a run and ``[s, e)`` a segment with a block
+    in it, then ``a ≤ s`` and ``e ≤ c`` because ``a`` and ``c`` are boundaries.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = offsets.size - 1
+    if ids.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(n + 1, np.int64)
+    first_of_prompt = np.zeros(ids.size, bool)
+    first_of_prompt[offsets[:-1][offsets[:-1] < offsets[1:]]] = True
+    run_start = first_of_prompt.copy()
+    run_start[1:] |= ids[1:] != ids[:-1] + 1
+    run_end = np.zeros(ids.size, bool)             # the last block of a run
+    run_end[:-1] = run_start[1:]
+    run_end[-1] = True
+    # every id at which some run starts, and every id just past some run's end
+    bounds = np.unique(np.concatenate((ids[run_start], ids[run_end] + 1)))
+    at = np.searchsorted(bounds, ids)
+    on_bound = bounds[np.minimum(at, bounds.size - 1)] == ids
+    starts = np.flatnonzero(run_start | on_bound)
+    seg_key = ids[starts]
+    ends = np.append(starts[1:], ids.size)
+    # a segment never crosses a prompt's end: every prompt's first block starts one
+    seg_len = ends - starts
+    prompt_of = np.searchsorted(offsets, starts, side="right") - 1
+    seg_off = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(prompt_of, minlength=n), out=seg_off[1:])
+    return seg_key, seg_len.astype(np.int64), seg_off
+
+
+segments = segments_from_ids
+"""The name routesim/batching/blocks.py's docstring uses."""
+
+
+def from_replay(rp) -> TokenWorkload:
+    """A trace window's requests (``routesim.traces.Replay``, §1.2) as a TokenWorkload:
+    its arrivals, tokens and keys as they are, its explicit block ids as segments."""
+    seg_key, seg_len, seg_off = segments_from_ids(rp.block_ids, rp.block_offsets)
+    n = len(rp)
+    return TokenWorkload(t_ms=np.asarray(rp.a_ms, np.float64).copy(),
+                         prompt=np.asarray(rp.prompt, np.int64).copy(),
+                         output=np.asarray(rp.output, np.int64).copy(),
+                         key=np.asarray(rp.key, np.float64).copy(), group=np.full(n, -1, np.int64),
+                         seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)
