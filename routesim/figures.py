@@ -29,24 +29,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from .dtypes import EventKind  # noqa: E402
 from .files import replace_atomically  # noqa: E402
-from .resultset import (  # noqa: E402
-    capacity_rps,
-    lag_trace,
-    load,
-    mean_demand,
-    parse_results,
-    reach_time,
-    results_parser,
-    scenario_in,
-    selected_parameter,
-    squeeze,
-    stages,
-    steady,
-    straggler_event,
-    timeline_scenarios,
-    timeline_traces,
-    trace_events_text,
-)
+from .resultset import capacity_rps, lag_trace, load, mean_demand, parse_results, reach_time  # noqa: E402
+from .resultset import results_parser, scenario_in, selected_parameter, squeeze, stages, steady  # noqa: E402
+from .resultset import straggler_event, timeline_scenarios, timeline_traces, trace_events_text  # noqa: E402
 
 PALETTE = {
     "round_robin": "#8c8c8c",    # grey

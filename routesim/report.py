@@ -17,27 +17,11 @@ import xarray as xr
 
 from . import figures as F
 from .files import write_text
+from .resultset import capacity_rps, condition, lag_trace, load, mean_demand, parse_results, reach_time
+from .resultset import results_parser, selected_parameter, squeeze, stages, steady, straggler_event
+from .resultset import straggler_share, sweep_event_text, sweep_of, timeline_scenarios
 from .tables import fmt, markdown_table
 from .timeline import INTERVAL_MS, ROLLING_COMPLETIONS
-from .resultset import (
-    capacity_rps,
-    condition,
-    lag_trace,
-    load,
-    mean_demand,
-    parse_results,
-    reach_time,
-    results_parser,
-    selected_parameter,
-    squeeze,
-    stages,
-    steady,
-    straggler_event,
-    straggler_share,
-    sweep_event_text,
-    sweep_of,
-    timeline_scenarios,
-)
 
 DEFAULT_OUT = Path("docs") / "serving-validation.md"
 CONDITION_DIMS = ("rate_rps", "heterogeneity", "scenario")
