@@ -73,6 +73,31 @@ PARAMS = (
 )
 PARAM = {p.name: p for p in PARAMS}
 
+TRACE_FORMATS = ("azure", "mooncake", "csv")
+"""Trace formats (routesim.traces, docs/traces.md)."""
+
+TRACE_PARAMS = (
+    Param("source", "workload", ("source",), "synthetic", "", "where requests come from: synthetic, or a trace's rows (docs/traces.md)", kind=str, options=("synthetic", "trace")),
+    Param("trace_path", "workload", ("trace", "path"), "", "", "trace file replayed (relative to the sweep file's folder)", kind=str),
+    Param("trace_format", "workload", ("trace", "format"), "", "", "trace format: azure, mooncake or csv", kind=str, options=TRACE_FORMATS),
+    Param("trace_time_scale", "workload", ("trace", "time_scale"), 1.0, "1", "divides the trace's times (2: twice the rate)", low=0, low_open=True),
+    Param("trace_start_s", "workload", ("trace", "start_s"), 0.0, "s", "start of the replayed window of trace time", low=0),
+    Param("trace_duration_s", "workload", ("trace", "duration_s"), math.inf, "s", "length of the replayed window of trace time (inf: to the end)", low=0, low_open=True, allow_inf=True),
+    Param("trace_hash_block_tokens", "workload", ("trace", "hash_block_tokens"), 0, "tokens", "tokens per trace hash block H (0: the format's: 512 for mooncake, block_tokens for csv)", kind=int, low=0),
+)
+"""``[workload] source`` and ``trace = { … }`` (token-model.md §1.2), both replica models.
+Their flat names are ``source`` and ``trace_<key>``."""
+
+LENGTHS_PARAMS = (
+    Param("lengths_trace", "workload", ("lengths", "trace"), "", "", "trace whose rows give each synthetic request's tokens (token-model.md §1.3; empty: the classes)", kind=str),
+    Param("lengths_format", "workload", ("lengths", "format"), "", "", "format of the lengths trace: azure, mooncake or csv", kind=str, options=TRACE_FORMATS),
+)
+"""``[workload] lengths = { trace, format }`` (token-model.md §1.3), the batching model;
+flat names ``lengths_trace`` and ``lengths_format``."""
+
+_TRACE_LEAVES = {"trace": ("path", "format", "time_scale", "start_s", "duration_s", "hash_block_tokens"),
+                 "lengths": ("trace", "format")}
+
 DEMAND_PARAMETERS = tuple(n for n in PARAM if PARAM[n].section == "workload" or n == "reference_demand_ms")
 """The parameters that set a request's mean demand (:func:`theory.mean_demand_ms`)."""
 
@@ -87,13 +112,13 @@ _STAGE_KEYS = ("name", "policy", "seeds", "select", *_GRID_KEYS, "workload",
 _SECTION_KEYS = {
     "simulation": ("dt_ms", "warmup_s", "measure_s", "slo_ms"),
     "cluster": ("queue_cap", "reference_demand_ms", "heterogeneity"),
-    "workload": ("demand", "prompt_tokens", "output_tokens", "demand_ms", "jitter"),
+    "workload": ("demand", "prompt_tokens", "output_tokens", "demand_ms", "jitter", "source", "trace"),
     "policy": ("alpha", "exploration", "reward_ceiling_ms", "prior_service_ms", "choices"),
 }
 _WORKLOAD_LEAVES = {"prompt_tokens": ("median", "sigma", "min", "max"),
                     "output_tokens": ("median", "sigma", "min", "max"),
                     "demand_ms": ("base", "per_prompt_token", "per_output_token"),
-                    "jitter": ("min", "max")}
+                    "jitter": ("min", "max"), "trace": _TRACE_LEAVES["trace"]}
 _TOP_KEYS = ("name", *_SECTION_KEYS, "scenarios", "grid", "stages")
 _EVENT_ACTIONS = ("rate_multiplier", "slowdown", "fail", "recover")
 KINDS = ("queue", "batching")
@@ -121,7 +146,7 @@ class Model:
         return {p.name: p for p in self.params}
 
 
-QUEUE = Model("queue", PARAMS, _SECTION_KEYS, _WORKLOAD_LEAVES, STANDARD_DIMS, tuple(POLICY_NAMES),
+QUEUE = Model("queue", PARAMS + TRACE_PARAMS, _SECTION_KEYS, _WORKLOAD_LEAVES, STANDARD_DIMS, tuple(POLICY_NAMES),
               {"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
                "fail": EventKind.FAIL, "recover": EventKind.RECOVER},
               _MIN_MAX, {"default": (8.0, 11.0, 16.0), "high": (6.0, 11.0, 22.0)},
@@ -133,7 +158,8 @@ def model(kind: str) -> Model:
     if kind == "queue":
         return QUEUE
     from .batching import dtypes as bd, params as bp
-    return Model("batching", bp.TOKEN_PARAMS, bp.SECTION_KEYS, bp.LEAVES, bp.DIMS,
+    return Model("batching", bp.TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS, bp.SECTION_KEYS,
+                 {**bp.LEAVES, **_TRACE_LEAVES}, bp.DIMS,
                  tuple(bd.NAMES),
                  {"rate_multiplier": bd.EventKind.RATE, "slowdown": bd.EventKind.SLOWDOWN,
                   "fail": bd.EventKind.FAIL, "fail_fast": bd.EventKind.FAIL_FAST,
@@ -295,8 +321,6 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
     base = {}  # parameter -> (tuple of values, given as list?)
     for section, keys in m.section_keys.items():
         rd.table(doc.get(section, {}), section, keys)
-    if kind == "batching":
-        _unsupported(rd, doc)
     for p in m.params:
         raw, key = _lookup(rd, doc, p, m)
         if raw is not None:
@@ -337,14 +361,6 @@ def _kind(rd, doc):
     if kind == "queue":
         rd.table(replica, "replica", ("kind",))
     return kind
-
-
-def _unsupported(rd, doc):
-    """Keys of token-interface.md that this version does not simulate yet."""
-    wl = doc.get("workload", {})
-    for k in ("source", "trace", "lengths"):
-        if k in wl:
-            rd.fail(f"workload.{k}", "trace workloads are not supported by the batching model yet")
 
 
 def _start_down(rd, raw):
@@ -392,7 +408,7 @@ def param_value(rd, p, value, key):
         return value
     if p.kind is str:
         v = rd.string(value, key)
-        if v not in p.options:
+        if p.options and v not in p.options:  # no options: any string (a trace's path)
             rd.fail(key, f"unknown value {v!r}" + _suggest(v, p.options, "known"))
         return v
     if p.allow_inf and isinstance(value, float) and value == math.inf:
@@ -518,7 +534,7 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected, m):
 
     values = {
         "policy": axis("policy", policy),
-        "rate_rps": axis("rate_rps", rate),
+        "rate_rps": axis("rate_rps", rate, default=()),  # () until the source is known
         "heterogeneity": axis("heterogeneity", known(list(het), "heterogeneity")),
         "scenario": axis("scenario", known(list(scenarios), "scenario")),
         "seed": _seeds(rd, raw.get("seeds"), _join(key, "seeds")),
@@ -551,6 +567,7 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected, m):
         if p.name not in m.dims and (as_list or len(vals) > 1):
             swept.append(p.name)
 
+    _trace_rate(rd, key, raw, grid, values)
     select = None
     if "select" in raw:
         select = _selection(rd, raw["select"], _join(key, "select"), values, m)
@@ -563,6 +580,24 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected, m):
     where["heterogeneity"] = _join(key if "heterogeneity" in raw else "grid", "heterogeneity")
     check_stage(rd, stage, het, scenarios, where, m)
     return stage
+
+
+def _trace_rate(rd, key, raw, grid, values):
+    """``rate_rps`` of a stage: required for synthetic arrivals; a trace brings its own
+    arrivals, so a trace stage leaves it out and gets the single coordinate 0."""
+    given = values["rate_rps"] != ()
+    where = _join(key, "rate_rps") if "rate_rps" in raw else "grid.rate_rps"
+    if len(values["source"]) > 1:
+        rd.fail(_join(key, "workload.source") if "workload" in raw and "source" in raw["workload"]
+                else "workload.source", "source cannot be a grid axis: replay a trace and draw "
+                "synthetic requests in two stages")
+    if values["source"][0] == "trace":
+        if given:
+            rd.fail(where, "a trace brings its own arrivals: leave rate_rps out (its coordinate is 0), "
+                           "or keep synthetic arrivals with [workload] lengths = { trace, format }")
+        values["rate_rps"] = (0.0,)
+    elif not given:
+        rd.fail(_join(key, "rate_rps"), "missing: give it in the stage or in [grid]")
 
 
 def _seeds(rd, raw, key):
@@ -639,6 +674,7 @@ def check_stage(rd, stage, het, scenarios, where, m=QUEUE):
             if ev.replica >= n_rep:
                 rd.fail(_join(ev.key, "replica"), f"replica {ev.replica + 1} does not exist in stage {stage.name!r} "
                               f"(replicas are 1..{n_rep})")
+    _check_traces(rd, stage, src, m)
     if m.kind == "batching":
         _check_batching(rd, stage, src)
         return
@@ -670,7 +706,8 @@ def _check_batching(rd, stage, src):
     if max(v["dt_ms"]) > 0:
         rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
                               f"got {max(v['dt_ms']):g}")
-    for p_long in v["p_long"]:
+    synthetic_lengths = v["source"] == ("synthetic",) and "" in v["lengths_trace"]
+    for p_long in v["p_long"] if synthetic_lengths else ():  # a trace's rows: _check_traces
         classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
         prefix = max(v["prefix_tokens"]) if max(v["prefix_probability"]) > 0 else 0
         prompt = prefix + max(max(v[f"{c}_prompt_max"]) for c in classes)
@@ -684,3 +721,89 @@ def _check_batching(rd, stage, src):
         if largest > pool:
             rd.fail(src("kv_blocks"), f"a request of {largest} tokens could never fit in a KV pool of "
                     f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
+
+
+def trace_file(sweep_path, path) -> Path:
+    """A trace's file: ``path`` as the sweep gives it, relative to the sweep file's folder."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path(str(sweep_path)).parent / p
+
+
+def _check_traces(rd, stage, src, m):
+    """The trace keys of a stage (docs/traces.md): every trace is read (once per process:
+    the loader caches it), every replay window is cut and every row that could be
+    simulated is checked against the KV pool, so that a trace problem is one ConfigError
+    naming the key (and in its message the trace file and line) before anything runs."""
+    from . import traces
+    v = stage.values
+
+    def parent(name):  # workload.trace.path -> workload.trace
+        return src(name).rsplit(".", 1)[0]
+
+    def load(path_name, format_name, what):
+        out = []
+        for path in v[path_name]:
+            if path == "":
+                rd.fail(src(path_name), f"missing: {what} needs a path")
+            for fmt in v[format_name]:
+                if fmt == "":
+                    rd.fail(src(format_name), f"missing: {what} needs a format "
+                                              f"({', '.join(TRACE_FORMATS)})")
+                try:
+                    out.append(traces.load_trace(trace_file(rd.path, path), fmt))
+                except traces.TraceError as e:
+                    rd.fail(src(path_name), str(e))
+        return out
+
+    if m.kind == "queue" and any(len(v[p.name]) > 1 for p in TRACE_PARAMS):
+        name = next(p.name for p in TRACE_PARAMS if len(v[p.name]) > 1)
+        rd.fail(src(name), "the queue model does not take a trace key as a grid axis yet: "
+                           "give one value (a list works with [replica] kind = \"batching\")")
+    pool = None
+    if m.kind == "batching":
+        pool = {b: min(v["kv_blocks"]) * b for b in v["block_tokens"]}
+    lengths = m.kind == "batching" and v["lengths_trace"] != ("",)
+    if v["source"][0] != "trace":
+        if any(v[p.name] != (p.default,) for p in TRACE_PARAMS if p.name != "source"):
+            name = next(p.name for p in TRACE_PARAMS if p.name != "source" and v[p.name] != (p.default,))
+            rd.fail(parent(name), 'a trace is given but source is "synthetic": add source = "trace" '
+                                  "(or use lengths = { trace, format } for its token counts only)")
+        if not lengths:
+            if m.kind == "batching" and v["lengths_format"] != ("",):
+                rd.fail(src("lengths_trace"), "missing: lengths = { … } needs a trace (a path)")
+            return
+        for tr in load("lengths_trace", "lengths_format", "lengths = { … }"):
+            P, O = traces.lengths_table(tr)
+            for b, tokens in pool.items():
+                try:
+                    traces.check_fits(P, O, tokens, lines=tr.line, path=tr.path)
+                except traces.TraceError as e:
+                    rd.fail(parent("lengths_trace"), f"{e} (with block_tokens = {b}; every row may be drawn)")
+        return
+    if lengths:
+        rd.fail(parent("lengths_trace"), 'lengths = { … } gives synthetic requests a trace\'s token counts; '
+                                         'with source = "trace" the trace gives them already')
+    if m.kind == "queue" and any(d != "tokens" for d in v["demand"]):
+        rd.fail(src("demand"), 'a trace\'s demand comes from its token counts: demand must be "tokens"')
+    key = parent("trace_path")
+    horizons = sorted({(w + s) * 1000.0 for w in v["warmup_s"] for s in v["measure_s"]})
+    for tr in load("trace_path", "trace_format", 'source = "trace"'):
+        for b in (pool or {traces.NO_IDS: None}):  # the queue model needs no block ids
+            for hbt in v["trace_hash_block_tokens"]:
+                H = (hbt or tr.hash_block_tokens or b) if pool else b
+                if H % b:
+                    rd.fail(src("trace_hash_block_tokens"), f"{tr.path}: a trace hash block of {H} "
+                            f"tokens is not a whole number of KV blocks of block_tokens = {b}")
+                for scale in v["trace_time_scale"]:
+                    for start in v["trace_start_s"]:
+                        for duration in v["trace_duration_s"]:
+                            for horizon in horizons:
+                                try:
+                                    rp = traces.replay(tr, block_tokens=b, start_s=start,
+                                                       duration_s=duration, time_scale=scale,
+                                                       horizon_ms=horizon, hash_block_tokens=H)
+                                    if pool:
+                                        traces.check_fits(rp.prompt, rp.output, pool[b],
+                                                          lines=rp.line, path=tr.path)
+                                except traces.TraceError as e:
+                                    rd.fail(key, str(e))

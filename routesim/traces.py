@@ -38,6 +38,7 @@ KEY_STEP = 0.6180339887498949          # h_r = frac(r · KEY_STEP)
 UNIQUE_BASE = 1 << 40                  # unique id: 2^40 + r·2^16 + q
 UNIQUE_REQUEST_STRIDE = 1 << 16
 _INT_LIMIT = 1 << 48                   # token counts and ids: no int64 overflow downstream
+NO_IDS = 1 << 50                       # block_tokens (and H) of a replay that needs no block ids
 
 _AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _CSV_HEADER = ("arrival_ms", "prompt_tokens", "output_tokens", "block_ids")

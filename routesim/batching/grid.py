@@ -3,7 +3,11 @@
 Runs are a flat index over the stage's dimensions (C order of ``Stage.dims``).
 Workloads are generated once per distinct (seed, rate profile, workload parameters)
 and shared by every run that has them (common random numbers); router streams once
-per (seed, draws needed).
+per (seed, draws needed). A trace workload (``source = "trace"``, token-model.md §1.2)
+is cut once per distinct window and is the same for every seed: the seed drives only
+the router stream (the kernel finds a run's stream through its workload index, so the
+trace workload is packed once per seed). Scenario rate changes do not apply to it.
+§1.3's empirical lengths (``lengths_trace``) keep the synthetic arrivals.
 """
 
 from dataclasses import dataclass
@@ -11,19 +15,62 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from ..config import Stage, Sweep
+from .. import traces
+from ..config import LENGTHS_PARAMS, TRACE_PARAMS, ConfigError, Stage, Sweep, trace_file
 from ..grid import resolve, run_index
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..workload import expected_arrivals, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
 from .metrics import ACCUMULATORS, PER_REPLICA, VARIABLES
-from .params import TOKEN_PARAM, TOKEN_PARAMS
+from .params import TOKEN_PARAMS
 from .runs import Packed, params_row, router_draws, simulate, workload_params
-from .workload import generate
+from .workload import from_replay, generate
 
 WORKLOAD_PARAMS = ("seed", "rate_rps", "warmup_s", "measure_s", "block_tokens",
-                   *(p.name for p in TOKEN_PARAMS if p.section == "workload"))
+                   *(p.name for p in TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS
+                     if p.section == "workload"))
 """What a run's workload depends on, besides its scenario's rate changes."""
+TRACE_WINDOW = ("trace_path", "trace_format", "trace_time_scale", "trace_start_s", "trace_duration_s",
+                "trace_hash_block_tokens", "block_tokens", "warmup_s", "measure_s")
+"""What a trace workload depends on (not the seed, the rate or the scenario)."""
+
+
+def _load(sweep: Sweep, flat: dict, path_name: str, format_name: str):
+    """The trace a run names (the loader caches it per process); a problem (say the
+    file changed since the sweep was read) is a ConfigError naming the key."""
+    try:
+        return traces.load_trace(trace_file(sweep.path, flat[path_name]), flat[format_name])
+    except traces.TraceError as e:
+        raise ConfigError(sweep.path, f"workload.{path_name.replace('_', '.', 1)}", str(e)) from None
+
+
+def replay_of(sweep: Sweep, flat: dict, block_tokens=None):
+    """The window of the trace a run replays (``routesim.traces.Replay``)."""
+    tr = _load(sweep, flat, "trace_path", "trace_format")
+    b = int(flat["block_tokens"]) if block_tokens is None else block_tokens
+    hbt = int(flat["trace_hash_block_tokens"]) or None
+    try:
+        return traces.replay(tr, block_tokens=b, start_s=float(flat["trace_start_s"]),
+                             duration_s=float(flat["trace_duration_s"]),
+                             time_scale=float(flat["trace_time_scale"]),
+                             horizon_ms=(flat["warmup_s"] + flat["measure_s"]) * 1000.0,
+                             hash_block_tokens=hbt if block_tokens is None else block_tokens)
+    except traces.TraceError as e:
+        raise ConfigError(sweep.path, "workload.trace", str(e)) from None
+
+
+def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, rate_events, cache: dict):
+    """One run's requests: a trace window (§1.2), or §1.1 with §1.3's lengths when given."""
+    if flat["source"] == "trace":
+        tkey = tuple(flat[n] for n in TRACE_WINDOW)
+        if tkey not in cache:
+            cache[tkey] = from_replay(replay_of(sweep, flat))
+        return cache[tkey]
+    lengths = None
+    if flat["lengths_trace"]:
+        lengths = traces.lengths_table(_load(sweep, flat, "lengths_trace", "lengths_format"))
+    horizon = (flat["warmup_s"] + flat["measure_s"]) * 1000.0
+    return generate(seed, rate_rps, rate_events, horizon, workload_params(flat), lengths=lengths)
 
 
 @dataclass(frozen=True)
@@ -120,20 +167,21 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> TokenGrid
     het = np.array([sweep.heterogeneity[h] for h in values["heterogeneity"]], dtype=np.float64)
     factors = het[idx["heterogeneity"]]
 
-    keys, workloads, first_run = {}, [], []
+    keys, workloads, first_run, windows = {}, [], [], {}
+    m = sweep.model
     ru_keys, ru_parts, ru_counts = {}, [], []
     params = np.zeros(runs, PARAMS)
     ru_of = np.zeros(runs, np.int64)
     for r in range(runs):
-        flat = {p.name: value(p.name, r) for p in TOKEN_PARAMS}
+        flat = {p.name: value(p.name, r) for p in m.params}
         scenario = value("scenario", r)
-        wkey = (_rate_events(sweep, scenario),) + tuple(value(n, r) for n in WORKLOAD_PARAMS)
+        rate_events = () if flat["source"] == "trace" else _rate_events(sweep, scenario)
+        wkey = (rate_events,) + tuple(value(n, r) for n in WORKLOAD_PARAMS)
         w = keys.get(wkey)
         if w is None:
             w = keys[wkey] = len(workloads)
-            horizon = (flat["warmup_s"] + flat["measure_s"]) * 1000.0
-            workloads.append(generate(int(value("seed", r)), float(value("rate_rps", r)),
-                                      _rate_events(sweep, scenario), horizon, workload_params(flat)))
+            workloads.append(_workload(sweep, flat, int(value("seed", r)), float(value("rate_rps", r)),
+                                       rate_events, windows))
             first_run.append(r)
         s = int(np.flatnonzero(np.array(values["scenario"]) == scenario)[0])
         params[r] = params_row(flat, value("policy", r), n_replicas=factors.shape[1],
@@ -165,13 +213,25 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
     values = stage.values
     runs = int(np.prod([len(values[d]) for d in stage.dims]))
     n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])
-    per_seed = [expected_arrivals(rate, _rate_events(sweep, s), (w + m) * 1000.0)
-                for rate in values["rate_rps"] for s in values["scenario"]
-                for w in values["warmup_s"] for m in values["measure_s"]]
-    variants = int(np.prod([len(values[p]) for p in WORKLOAD_PARAMS if p not in ("seed", "rate_rps")]))
+    if values["source"][0] == "trace":  # the windows' requests (trace keys as grid axes)
+        names = [n for n in TRACE_WINDOW if n != "block_tokens"]
+        per_seed = [len(replay_of(sweep, dict(zip(names, combo)),
+                                  block_tokens=traces.NO_IDS))
+                    for combo in _product([values[n] for n in names])]
+    else:
+        per_seed = [expected_arrivals(rate, _rate_events(sweep, s), (w + m) * 1000.0)
+                    for rate in values["rate_rps"] for s in values["scenario"]
+                    for w in values["warmup_s"] for m in values["measure_s"]]
+    variants = int(np.prod([len(values[p]) for p in WORKLOAD_PARAMS
+                            if p not in ("seed", "rate_rps", *TRACE_WINDOW)]))
     workload = len(values["seed"]) * variants * sum(per_seed) * 40
     per_run = PARAMS.itemsize + METRICS.itemsize * 2 + n_rep * REPLICA.itemsize * 2
     return int(workload + runs * per_run), runs
+
+
+def _product(lists):
+    import itertools
+    return itertools.product(*lists)
 
 
 def to_dataset(sweep: Sweep, grid: TokenGrid, outcome: TokenOutcome, selected: dict) -> xr.Dataset:
@@ -189,14 +249,15 @@ def to_dataset(sweep: Sweep, grid: TokenGrid, outcome: TokenOutcome, selected: d
     hets = grid.coords["heterogeneity"]
     data["time_factor"] = (["heterogeneity", "replica"], np.array([sweep.heterogeneity[h] for h in hets]),
                            {"units": "1", "description": "replica's time factor (1 = the reference replica)"})
-    coords = {d: (d, np.asarray(v), coord_attrs(d, TOKEN_PARAM)) for d, v in grid.coords.items()}
+    m = sweep.model
+    coords = {d: (d, np.asarray(v), coord_attrs(d, m.param)) for d, v in grid.coords.items()}
     coords["heterogeneity"][2]["description"] = "named setting of the replicas' time factors"
     coords["replica"] = ("replica", np.arange(1, n_rep + 1), coord_attrs("replica"))
     stage = grid.stage
     attrs = provenance(sweep, stage)
     attrs["replica_kind"] = "batching"
     attrs.update(selected_attrs(stage, selected))
-    for p in TOKEN_PARAMS:  # parameters that are not dimensions, with their value
+    for p in m.params:  # parameters that are not dimensions, with their value
         if p.name not in grid.coords:
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
             attrs[p.name] = int(v) if isinstance(v, bool) else v
