@@ -3,7 +3,9 @@
 Runs are a flat index over the stage's dimensions (C order of ``Stage.dims``);
 :mod:`routesim.results` reshapes them into named dimensions at the very end.
 Workloads are generated once per distinct (seed, rate profile, horizon, workload
-parameters) and shared by every run that has them (common random numbers).
+parameters) and shared by every run that has them (common random numbers). A trace
+workload (``source = "trace"``, docs/traces.md) takes the window's arrivals and token
+counts (rate changes do not apply) and draws only its jitter from the seed.
 """
 
 import os
@@ -11,10 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import PARAM, PARAMS, Stage, Sweep
+from . import traces
+from .config import PARAM, QUEUE, TRACE_PARAMS, ConfigError, Stage, Sweep, trace_file
 from .dtypes import EVENT, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, REQUEST, EventKind
 from .policies import NAMES as POLICY_NAMES, uniforms_per_decision
-from .workload import WorkloadParams, expected_arrivals, generate, router_stream
+from .workload import WorkloadParams, expected_arrivals, from_trace, generate, router_stream
 
 _WORKLOAD_FIELDS = {
     "prompt_tokens_median": "prompt_median", "prompt_tokens_sigma": "prompt_sigma",
@@ -26,7 +29,8 @@ _WORKLOAD_FIELDS = {
     "jitter_min": "jitter_min", "jitter_max": "jitter_max",
     "demand": "demand", "reference_demand_ms": "reference_demand_ms",
 }
-_WORKLOAD_DIMS = ("seed", "rate_rps", "warmup_s", "measure_s", *_WORKLOAD_FIELDS)
+_WORKLOAD_DIMS = ("seed", "rate_rps", "warmup_s", "measure_s", *_WORKLOAD_FIELDS,
+                  *(p.name for p in TRACE_PARAMS))
 UNBOUNDED = 2**62        # queue_cap = inf
 BYTES_PER_ARRIVAL = 32   # workload: t, demand, jitter (float64), prompt, output (int32)
 SCRATCH_PER_ARRIVAL = REQUEST.itemsize  # per run: one REQUEST record per arrival
@@ -127,7 +131,7 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     values = resolve(stage, selected or {})
     idx = run_index(stage, values)
     runs = idx["seed"].shape[0]
-    col = {p.name: _column(p.name, values, idx) for p in PARAMS}
+    col = {p.name: _column(p.name, values, idx) for p in QUEUE.params}
 
     params = np.zeros(runs, dtype=PARAMS_DTYPE)
     codes = np.array([POLICY_NAMES[n] for n in values["policy"]], dtype=np.int32)
@@ -159,6 +163,10 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
         seed = int(values["seed"][idx["seed"][r]])
         rate = float(values["rate_rps"][idx["rate_rps"][r]])
         scenario = values["scenario"][idx["scenario"][r]]
+        if values["source"][0] == "trace":
+            rp = replay_of(sweep, {n: np.broadcast_to(col[n], (runs,))[r].item() for n in col})
+            workloads.append(from_trace(seed, rp.a_ms, rp.prompt, rp.output, wp))
+            continue
         workloads.append(generate(seed, rate, _rate_events(sweep, scenario),
                                   float(params["horizon_ms"][r]), wp))
     wl_off = np.zeros(len(workloads) + 1, dtype=np.int64)
@@ -185,8 +193,25 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
                 wl_off=wl_off, ru=ru, ru_off=ru_off)
 
 
+def replay_of(sweep: Sweep, flat: dict):
+    """The window of the trace a queue-model run replays (no block ids); a problem
+    (say the file changed since the sweep was read) is a ConfigError."""
+    try:
+        tr = traces.load_trace(trace_file(sweep.path, flat["trace_path"]), flat["trace_format"])
+    except traces.TraceError as e:
+        raise ConfigError(sweep.path, "workload.trace.path", str(e)) from None
+    try:
+        return traces.replay(tr, block_tokens=traces.NO_IDS, hash_block_tokens=traces.NO_IDS,
+                             start_s=float(flat["trace_start_s"]), duration_s=float(flat["trace_duration_s"]),
+                             time_scale=float(flat["trace_time_scale"]),
+                             horizon_ms=(flat["warmup_s"] + flat["measure_s"]) * 1000.0)
+    except traces.TraceError as e:
+        raise ConfigError(sweep.path, "workload.trace", str(e)) from None
+
+
 def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, int]:
-    """(bytes, runs): peak memory of running a stage, from expected arrivals alone."""
+    """(bytes, runs): peak memory of running a stage, from expected arrivals alone
+    (a trace's: its windows' requests)."""
     if sweep.kind == "batching":
         from .batching.grid import estimate_bytes as token_estimate
         return token_estimate(sweep, stage, chunk_runs)
@@ -194,7 +219,12 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
     runs = int(np.prod([len(values[d]) for d in stage.dims]))
     n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])
     per_seed = []
-    for rate in values["rate_rps"]:
+    if values["source"][0] == "trace":
+        flat = {n: values[n][0] for n in values if n != "seed"}
+        for w in values["warmup_s"]:
+            for m in values["measure_s"]:
+                per_seed.append(len(replay_of(sweep, dict(flat, warmup_s=w, measure_s=m))))
+    for rate in values["rate_rps"] if not per_seed else ():
         for s in values["scenario"]:
             for w in values["warmup_s"]:
                 for m in values["measure_s"]:

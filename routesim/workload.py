@@ -144,3 +144,23 @@ def router_stream(seed: int, count: int) -> np.ndarray:
     """
     child = np.random.SeedSequence(seed).spawn(1)[0]
     return np.random.Generator(np.random.PCG64(child)).random(count)
+
+
+def from_trace(seed: int, t_ms, prompt, output, params: WorkloadParams = WorkloadParams()) -> Workload:
+    """A trace window's requests (``routesim.traces.Replay``'s arrivals and tokens) as
+    the queue model's workload: demand by model.md §2's token formula,
+    ``base + P·per_prompt + O·per_output``; jitter as for synthetic requests, request
+    ``k``'s from ``U[k,3]`` of ``Generator(PCG64(seed)).random((n, 4))`` (the same for
+    every policy; ``jitter = { min = 1, max = 1 }`` replays the demands exactly).
+    """
+    p = params
+    if p.demand != "tokens":
+        raise ValueError(f"a trace's demand comes from its token counts, not {p.demand!r}")
+    t_ms = np.asarray(t_ms, dtype=np.float64)
+    prompt = np.asarray(prompt, dtype=np.int64)
+    output = np.asarray(output, dtype=np.int64)
+    u = np.random.Generator(np.random.PCG64(seed)).random((t_ms.size, 4))
+    jitter = p.jitter_min + (p.jitter_max - p.jitter_min) * u[:, 3]
+    demand = p.demand_base + prompt * p.demand_per_prompt + output * p.demand_per_output
+    return Workload(t_ms=t_ms.copy(), prompt=prompt.astype(np.int32), output=output.astype(np.int32),
+                    jitter=jitter, demand_ms=demand)
