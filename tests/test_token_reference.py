@@ -577,6 +577,7 @@ def test_black_hole_attracts_and_breaker_ejects_and_readmits():
                       check=True, _return_sim=True)
     rt = routes(out)
     assert [x[2] for x in rt[:10]] == [1, 0, 1, 2, 1, 1, 1, 1, 0, 2]
+    assert sum(1 for x in rt[:8] if x[2] == 1) / 8 > 1 / 3        # more than 1/N before ejection
     trace = out["_sim"].trace
     assert [(e[0], e[3], e[4]) for e in events_of(trace, "eject")] == [(9.0, 1, 59.0), (65.0, 1, 165.0)]
     assert [(e[0], e[3]) for e in events_of(trace, "readmit")] == [(59.0, 1), (165.0, 1)]

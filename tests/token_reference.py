@@ -109,6 +109,7 @@ Metrics (§7)
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 
@@ -311,6 +312,7 @@ class Block:
         self.position = -1          # j, its position in the prompt that made it resident
         self.prev_id = None         # beta_{j-1} of that prompt (for the prefix-closure check)
         self.last_use = 0.0
+        self.epoch = 0              # times it became cached (validates cached_heap entries)
 
     def __repr__(self):
         return (f"Block({self.index},{self.state},rc={self.refcount},id={self.id},"
@@ -363,6 +365,8 @@ class Replica:
         self.blocks = [Block(x) for x in range(kv_blocks)]
         self.tally = {FREE: kv_blocks, REFERENCED: 0, CACHED: 0}
         self.free_stack = list(range(kv_blocks - 1, -1, -1))   # pop() takes the top
+        # cached blocks by eviction order (last_use, -position, id); stale entries are skipped
+        self.cached_heap: list = []
         self.resident: dict[int, Block] = {}    # id -> block (referenced or cached)
         self.iteration = None       # the iteration in progress (dict) or None
         self.admissions = 0
@@ -377,6 +381,10 @@ class Replica:
         if state == FREE:
             self.free_stack.append(blk.index)
         blk.state = state
+        if state == CACHED:
+            blk.epoch += 1
+            heapq.heappush(self.cached_heap,
+                           ((blk.last_use, -blk.position, blk.id), blk.epoch, blk.index))
 
     def count(self, state) -> int:
         """Blocks in a state: free / referenced / cached."""
@@ -516,12 +524,21 @@ class _Sim:
         None if there is neither.  The caller makes the block referenced."""
         if not rep.free_stack:
             victim = None
-            for blk in rep.blocks:
-                if blk.state != CACHED:
-                    continue
-                key = (blk.last_use, -blk.position, blk.id)
-                if victim is None or key < (victim.last_use, -victim.position, victim.id):
+            while rep.cached_heap:
+                _key, epoch, index = heapq.heappop(rep.cached_heap)
+                blk = rep.blocks[index]
+                if blk.state == CACHED and blk.epoch == epoch:
                     victim = blk
+                    break
+            if self.check:   # the heap's pick is the plain scan's pick
+                best = None
+                for blk in rep.blocks:
+                    if blk.state != CACHED:
+                        continue
+                    key = (blk.last_use, -blk.position, blk.id)
+                    if best is None or key < (best.last_use, -best.position, best.id):
+                        best = blk
+                assert best is victim, (best, victim)
             if victim is None:
                 return None
             del rep.resident[victim.id]
