@@ -790,9 +790,10 @@ EVENTS2 = [(200.0, "fail_fast", 0, 0.0), (300.0, "recover", 2, 0.0), (500.0, "fa
            (1200.0, "rate_multiplier", -1, 2.0)]
 
 
-@pytest.mark.parametrize("mode", ["fresh", "periodic", "periodic_local"])
-@pytest.mark.parametrize("policy", ["round_robin", "least_tokens", "power_of_d", "prefix_affinity",
-                                    "rate_weighted"])
+@pytest.mark.parametrize("policy, mode", [("round_robin", "periodic"), ("least_tokens", "fresh"),
+                                          ("least_cost", "fresh"), ("power_of_d", "periodic_local"),
+                                          ("prefix_affinity", "periodic_local"),
+                                          ("rate_weighted", "periodic")])
 def test_invariants_with_failures(policy, mode):
     p = tr.defaults()
     p.update(SMALL)
