@@ -42,6 +42,36 @@ CASES = {
 }
 
 
+# Failures, retries and containment (token-model.md §5 slow start, §6): each case × every
+# policy; the events and keys are chosen so that what the case names happens (checked
+# from the reference below).
+INCIDENT = dict(SHORT, prefix_groups=4)
+FAULT_CASES = {
+    "crash-retry-cold": (dict(INCIDENT, max_attempts=3, backoff_ms=20.0, cold_factor=3.0,
+                              cold_tau_ms=500.0, ready_delay_ms=200.0), 14.0, [1.0, 1.0, 1.0],
+                         [(2000.0, "fail", 1, 0.0), (3500.0, "recover", 1, 0.0)]),
+    "black-hole-breaker": (dict(INCIDENT, max_attempts=2, breaker_consecutive=3, breaker_eject_ms=400.0,
+                                breaker_max_ejected_fraction=0.5), 14.0, [1.0, 1.0, 1.0],
+                           [(1500.0, "fail_fast", 0, 0.0), (4000.0, "recover", 0, 0.0)]),
+    "timeouts-budget": (dict(INCIDENT, timeout_ms=900.0, max_attempts=3, retry_budget=0.2,
+                             min_retry_concurrency=1, max_batch=6, max_batched_tokens=2048), 22.0,
+                        [1.0, 1.4], []),
+    "front-door-reject": (dict(INCIDENT, admission_max_tokens=9000.0, admission_mode="reject",
+                               max_batch=6), 20.0, [1.0, 1.0], []),
+    "front-door-queue": (dict(INCIDENT, admission_max_tokens=9000.0, admission_mode="queue",
+                              timeout_ms=1500.0, max_attempts=2, max_batch=6), 20.0, [1.0, 1.0], []),
+    "routers-black-hole": (dict(INCIDENT, routers=3, breaker_consecutive=2, breaker_eject_ms=300.0,
+                                max_attempts=2, retry_avoid_previous=False), 14.0, [1.0, 1.0, 1.0, 1.0],
+                           [(1200.0, "fail_fast", 2, 0.0), (3000.0, "fail", 2, 0.0),
+                            (3600.0, "recover", 2, 0.0)]),
+    "slow-start": (dict(INCIDENT, slow_start_ms=1500.0, slow_start_aggression=1.5, cold_factor=2.0,
+                        ready_delay_ms=100.0), 12.0, [1.0, 1.0, 1.0],
+                   [(1500.0, "fail", 0, 0.0), (2500.0, "recover", 0, 0.0)]),
+    "start-down": (dict(INCIDENT, start_down=[1], max_attempts=2), 10.0, [1.0, 1.0, 1.0],
+                   [(2000.0, "recover", 1, 0.0), (3000.0, "fail_fast", 1, 0.0)]),
+}
+
+
 def _values(overrides):
     v = ref.defaults()
     v.update(overrides)
@@ -49,6 +79,7 @@ def _values(overrides):
 
 
 def _engine(wl, values, factors, events, policy, seed):
+    events = [(0.0, "fail", i, 0.0) for i in values.get("start_down", [])] + list(events)
     p = br.params_row(values, policy, n_replicas=len(factors), event_count=len(events))
     packed = br.Packed.of([wl])
     count = br.router_draws(policy, values["choices"], len(wl), values["max_attempts"])
@@ -72,7 +103,7 @@ def _close(a, b):
 
 
 def _compare(case, policy, seed):
-    overrides, rate, factors, events = CASES[case]
+    overrides, rate, factors, events = {**CASES, **FAULT_CASES}[case]
     values = _values(overrides)
     horizon = (values["warmup_s"] + values["measure_s"]) * 1000.0
     rate_events = tuple((t, v) for t, k, _, v in events if k == "rate_multiplier")
@@ -98,6 +129,28 @@ def _compare(case, policy, seed):
 def test_engine_matches_reference(case, policy):
     for seed in (1, 2):
         _compare(case, policy, seed)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("case", list(FAULT_CASES))
+def test_engine_matches_reference_under_faults(case, policy):
+    _compare(case, policy, 1)
+
+
+def test_the_fault_cases_exercise_what_they_claim():
+    """From the reference's own results: crashes fail attempts that are retried, the
+    black hole trips the breaker, timeouts fail and the budget refuses retries, the
+    front door rejects or queues."""
+    seen = {case: _compare(case, "least_requests", 1) for case in FAULT_CASES}
+    assert seen["crash-retry-cold"]["retries"] > 0
+    assert seen["black-hole-breaker"]["breaker_ejections"] > 0
+    assert seen["black-hole-breaker"]["retries"] > 0  # each black-hole failure is retried elsewhere
+    assert seen["timeouts-budget"]["failed"] > 0 and seen["timeouts-budget"]["retries"] > 0
+    assert seen["front-door-reject"]["rejected"] > 0
+    assert seen["routers-black-hole"]["breaker_ejections"] > 0
+    for case, got in seen.items():
+        assert got["arrivals"] == (got["completed"] + got["failed"] + got["rejected"] + got["shed"]
+                                   + got["unfinished"]), case
 
 
 def test_generators_agree():

@@ -99,6 +99,27 @@ PARAMS = np.dtype(
         ("balance_rel", np.float64),
         ("cache_threshold", np.float64),
         ("window_ms", np.float64),
+        ("slow_start_ms", np.float64),
+        ("slow_start_aggression", np.float64),
+        ("slow_start_min_weight", np.float64),
+        ("cold_factor", np.float64),
+        ("cold_tau_ms", np.float64),
+        ("ready_delay_ms", np.float64),
+        ("fail_fast_ms", np.float64),
+        ("signal_mode", np.int64),        # Signals code
+        ("period_ms", np.float64),
+        ("routers", np.int64),
+        ("timeout_ms", np.float64),       # inf: none
+        ("max_attempts", np.int64),
+        ("backoff_ms", np.float64),
+        ("retry_avoid_previous", np.bool_),
+        ("retry_budget", np.float64),     # inf: none
+        ("min_retry_concurrency", np.int64),
+        ("breaker_consecutive", np.int64),  # 0: off
+        ("breaker_eject_ms", np.float64),
+        ("breaker_max_ejected_fraction", np.float64),
+        ("admission_max_tokens", np.float64),  # inf: off
+        ("admission_mode", np.int64),     # Admission code
         ("event_start", np.int64),        # first row of this run's scenario in the event table
         ("event_count", np.int64),
         ("workload", np.int64),           # index of this run's workload and router stream
@@ -114,6 +135,9 @@ class State(IntEnum):
     WAITING = 1    # in a replica's waiting FIFO
     PREFILL = 2    # running, computing its prompt (c < u)
     DECODE = 3     # running, one token an iteration
+    BLACKHOLE = 4  # placed on a replica failing fast: fails fail_fast_ms after routing
+    BACKOFF = 5    # failed, its retry due at ``retry_ms``
+    FRONT = 6      # held at its router's front door
 
 
 class Due(IntEnum):
@@ -127,7 +151,14 @@ REPLICA = np.dtype(
     [
         ("factor", np.float64),     # time factor of the heterogeneity setting (1 = reference)
         ("slowdown", np.float64),   # scenario slowdown in force
-        ("healthy", np.bool_),
+        ("healthy", np.bool_),      # not down
+        ("fail_fast", np.bool_),    # a black hole: eligible, fails every attempt
+        ("cold", np.bool_),         # recovered from down at t_up: its time factor decays
+        ("t_up", np.float64),
+        ("ready_ms", np.float64),   # eligible from this time
+        ("t_e", np.float64),        # last became healthy and ready (slow start)
+        ("n_bh", np.int64),         # attempts black-holed here, pending their failure
+        ("tau_bh", np.int64),       # their share of τ_i
         ("busy", np.bool_),         # an iteration is in progress
         ("end_ms", np.float64),     # when it ends
         ("started", np.int64),      # iterations started (the one in progress is started - 1)
@@ -172,18 +203,32 @@ REQUEST = np.dtype(
         ("res", np.int64),          # decoding: its KV crosses a block boundary at iterations ≡ res (mod b)
         ("outcome", np.int8),       # Outcome code
         ("replica", np.int64),      # where its attempt is, -1 when none
-        ("w_next", np.int64),       # next in its waiting FIFO, -1 at the tail
+        ("w_next", np.int64),       # waiting FIFO neighbours, -1 at the ends
+        ("w_prev", np.int64),
         ("r_prev", np.int64),       # running list neighbours, -1 at the ends
         ("r_next", np.int64),
         ("adm", np.int64),          # admission number (running-list order)
         ("epoch", np.int64),        # bumped when it enters or leaves decoding: older schedule entries are void
         ("first_ms", np.float64),   # first-token time (NaN until then)
         ("done_ms", np.float64),    # completion time (NaN until then)
-        ("attempts", np.int64),
+        ("attempts", np.int64),     # placements on a replica
+        ("tries", np.int64),        # attempt numbers used (a front-door timeout uses one)
+        ("retries", np.int64),      # placements with attempt number ≥ 2
+        ("router", np.int64),       # floor(h·R)
+        ("deadline", np.float64),   # the current attempt's timeout
+        ("bh_ms", np.float64),      # black-holed: when it fails
+        ("retry_ms", np.float64),   # in backoff: when its retry is due
+        ("gw", np.int64),           # tokens the current attempt had emitted by the warm-up's end
+        ("n_failed", np.int64),     # replicas it failed on (the first n of its row of ``failed``)
+        ("f_next", np.int64),       # next in its router's front-door FIFO
     ],
     align=True,
 )
 """Per-run scratch, one record per request of the workload."""
+
+TIMER = np.dtype([("t", np.float64), ("req", np.int64), ("token", np.int64)], align=True)
+"""A timed entry of a request (deadline, black-hole failure, retry), valid while the
+request's attempt number is ``token``."""
 
 SEG = np.dtype(
     [

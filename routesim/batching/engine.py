@@ -1,11 +1,13 @@
-"""The batching model's engine (token-model.md §2–§4, §7), compiled: the event loop
-and the router.
+"""The batching model's engine (token-model.md §2–§7), compiled: the event loop.
 
 ``run_batch_nb`` is only the ``prange`` loop over runs; ``run_one_nb`` simulates one
 run in exact event time: at each time T at which anything happens, in the order of
-§4 — (1) iteration ends, replicas in id order; (2) scenario events; (6) routing of the
-arrivals due at T; (7) iteration starts of idle replicas with work. Everything at a
-time ≤ horizon is processed, nothing after.
+§4 — (1) iteration ends, replicas in id order; (2) scenario events; (3) attempt
+failures (crashes, black holes, timeouts), observed in request order: breaker, then
+the retry decision; (4) breaker re-admissions; (5) signal publications; (6) routing:
+the front door's FIFOs, then retries and arrivals due at T, in request order; (7)
+iteration starts of idle replicas with work. Everything at a time ≤ horizon is
+processed, nothing after.
 
 Per-run scratch (requests, running lists, the block table and eviction heaps) is
 allocated inside the run, so memory in flight is (threads × one run), whatever the
@@ -18,45 +20,139 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT, JIT_PARALLEL
-from .dtypes import CACHED, DUE, REQUEST, SEG, EventKind, Outcome, Policy, State
-from .metrics import finish_metrics_nb
-from .policies import choose_nb, sample_nb, uniforms_nb
 from .blocks import free_nb
-from .replica import (begin_nb, emit_decoding_nb, finish_nb, in_window_nb, integrate_nb, leading_nb,
-                      push_back_nb, start_nb, tau_of_nb)
+from .dtypes import CACHED, DUE, REQUEST, SEG, TIMER, Admission, EventKind, Outcome, Policy, State
+from .metrics import finish_metrics_nb
+from .policies import uniforms_nb
+from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb, in_window_nb,
+                      integrate_nb, push_back_nb, start_nb)
+from .router import decide_nb, eligible_nb, front_door_nb
+
+
+# --- timers: min-heaps of (time, request) valid while the request's attempt number matches --
+
+@nb.njit(**JIT)
+def _timer_less(h, a, b):
+    if h[a].t != h[b].t:
+        return h[a].t < h[b].t
+    return h[a].req < h[b].req
 
 
 @nb.njit(**JIT)
-def _route_nb(tab, rep, k, t, p, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos, cursor,
-              cand, o, tau, ref, res, hit, weights):
-    """Route request k at t (§5). Returns (replica or -1, new ru_pos, new cursor)."""
-    n = rep.shape[0]
-    ne = 0
-    for i in range(n):
-        r = rep[i]
-        o[i] = r.n_wait + r.n_run
-        tau[i] = r.tau
-        ref[i] = r.anon + r.idref
-        res[i] = r.idref + r.cached
-        weights[i] = 1.0 + r.rw_count
-        if r.healthy and r.n_wait < p.waiting_cap:
-            cand[ne] = i
-            ne += 1
-    code = p.policy
-    draws = uniforms_nb(code, p.choices)
-    nc = sample_nb(code, cand, ne, p, ru[ru_pos:ru_pos + draws], cursor, weights)
-    ru_pos += draws
-    if nc == 0:
-        return -1, ru_pos, cursor
-    prompt = wl_P[k]
-    cap = (prompt - 1) // p.block_tokens
-    for c in range(nc):
-        i = cand[c]
-        hit[i] = min(leading_nb(tab, i, k, seg_key, seg_len, seg_off), cap)
-    i = choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, wl_key[k])
-    if code == Policy.ROUND_ROBIN:
-        cursor += 1
-    return i, ru_pos, cursor
+def _timer_swap(h, a, b):
+    t, q, k = h[a].t, h[a].req, h[a].token
+    h[a].t, h[a].req, h[a].token = h[b].t, h[b].req, h[b].token
+    h[b].t, h[b].req, h[b].token = t, q, k
+
+
+@nb.njit(**JIT)
+def _timer_push(h, hn, which, t, s, token):
+    n = hn[which]
+    h[n].t = t
+    h[n].req = s
+    h[n].token = token
+    k = n
+    while k > 0:
+        parent = (k - 1) >> 1
+        if not _timer_less(h, k, parent):
+            break
+        _timer_swap(h, k, parent)
+        k = parent
+    hn[which] = n + 1
+
+
+@nb.njit(**JIT)
+def _timer_pop(h, hn, which):
+    n = hn[which] - 1
+    _timer_swap(h, 0, n)
+    hn[which] = n
+    k = 0
+    while True:
+        c = 2 * k + 1
+        if c >= n:
+            break
+        if c + 1 < n and _timer_less(h, c + 1, c):
+            c += 1
+        if not _timer_less(h, c, k):
+            break
+        _timer_swap(h, k, c)
+        k = c
+
+
+@nb.njit(**JIT)
+def _in_flight(q):
+    return (q.state == State.WAITING or q.state == State.PREFILL or q.state == State.DECODE
+            or q.state == State.BLACKHOLE)
+
+
+@nb.njit(**JIT)
+def _timer_live(h, which, req):
+    """Is the top entry of timer heap ``which`` (0 deadlines, 1 black holes, 2 retries) live?"""
+    q = req[h[0].req]
+    if q.tries != h[0].token:
+        return False
+    if which == 0:
+        return _in_flight(q)
+    if which == 1:
+        return q.state == State.BLACKHOLE
+    return q.state == State.BACKOFF
+
+
+@nb.njit(**JIT)
+def _timer_top(timers, tn, which, req):
+    """Time of the next live entry of a timer heap (stale tops dropped), or inf."""
+    h = timers[which]
+    while tn[which] > 0 and not _timer_live(h, which, req):
+        _timer_pop(h, tn, which)
+    return h[0].t if tn[which] > 0 else np.inf
+
+
+# --- failures (phase 3) -------------------------------------------------------------------
+
+@nb.njit(**JIT)
+def _observe_failure_nb(p, s, i, crash, t, req, failed, brk, ej_until, times_ej, n_ej, rin, ain,
+                        timers, tn, nrep, mt):
+    """A failure of request s's attempt (on replica i, or -1 at the front door) observed
+    at t: the breaker's count (not for crashes), then the retry decision (§6)."""
+    q = req[s]
+    ro = q.router
+    if i >= 0:
+        failed[s, q.n_failed] = i
+        q.n_failed += 1
+        if not crash and p.breaker_consecutive > 0:
+            brk[ro, i] += 1
+            if np.isinf(ej_until[ro, i]) and brk[ro, i] >= p.breaker_consecutive:
+                limit = max(1, int(math.floor(p.breaker_max_ejected_fraction * nrep)))
+                if n_ej[ro] + 1 <= limit:
+                    times_ej[ro, i] += 1
+                    ej_until[ro, i] = t + p.breaker_eject_ms * times_ej[ro, i]
+                    n_ej[ro] += 1
+                    if in_window_nb(t, p, True):
+                        mt.breaker_ejections += 1
+    if q.tries < p.max_attempts:
+        allowed = True
+        if not np.isinf(p.retry_budget):
+            allowed = rin[ro] < max(float(p.min_retry_concurrency), p.retry_budget * ain[ro])
+        if allowed:
+            q.state = State.BACKOFF
+            q.retry_ms = t + p.backoff_ms * 2.0 ** (q.tries - 1)
+            _timer_push(timers[2], tn, 2, q.retry_ms, s, q.tries)
+            rin[ro] += 1
+            return
+    q.state = State.NONE
+    q.outcome = Outcome.FAILED
+
+
+@nb.njit(**JIT)
+def _sort_ints(a, n):
+    """Sort a[:n] in place (insertion sort: failures at one time are few)."""
+    for k in range(1, n):
+        x = a[k]
+        m = k - 1
+        while m >= 0 and a[m] > x:
+            a[m + 1] = a[m]
+            m -= 1
+        a[m + 1] = x
 
 
 @nb.njit(**JIT)
@@ -68,6 +164,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     """
     n = wl_t.shape[0]
     nrep = rep.shape[0]
+    R = p.routers
     req = np.empty(n, REQUEST)
     for k in range(n):
         q = req[k]
@@ -86,6 +183,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.outcome = Outcome.PENDING
         q.replica = -1
         q.w_next = -1
+        q.w_prev = -1
         q.r_prev = -1
         q.r_next = -1
         q.adm = 0
@@ -93,10 +191,26 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.first_ms = np.nan
         q.done_ms = np.nan
         q.attempts = 0
+        q.tries = 0
+        q.retries = 0
+        q.router = min(int(math.floor(wl_key[k] * R)), R - 1)
+        q.deadline = np.inf
+        q.bh_ms = np.inf
+        q.retry_ms = np.inf
+        q.gw = 0
+        q.n_failed = 0
+        q.f_next = -1
     for i in range(nrep):
         r = rep[i]
         r.slowdown = 1.0
         r.healthy = True
+        r.fail_fast = False
+        r.cold = False
+        r.t_up = 0.0
+        r.ready_ms = 0.0
+        r.t_e = 0.0
+        r.n_bh = 0
+        r.tau_bh = 0
         r.busy = False
         r.end_ms = np.inf
         r.started = 0
@@ -129,12 +243,28 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     heap = np.zeros((nrep, min(p.kv_blocks, max(seg_off[n] - seg_off[0], 1)) + most + 16), CACHED)
     heap_n = np.zeros(nrep, np.int64)
     due = np.zeros((nrep, 2 * p.max_batch + 16), DUE)
-    grow = np.zeros((nrep, p.block_tokens), np.int64)
     due_n = np.zeros(nrep, np.int64)
+    grow = np.zeros((nrep, p.block_tokens), np.int64)
     prefill = np.empty((nrep, p.max_batch), np.int64)
     btmp = np.zeros(1, CACHED)
     dtmp = np.zeros(1, DUE)
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
+    # timers: deadlines, black-hole failures, retries due
+    timers = np.zeros((3, n * p.max_attempts + 16), TIMER)
+    tn = np.zeros(3, np.int64)
+    # routers
+    cursor = np.zeros(R, np.int64)
+    brk = np.zeros((R, nrep), np.int64)
+    ej_until = np.full((R, nrep), np.inf)
+    times_ej = np.zeros((R, nrep), np.int64)
+    n_ej = np.zeros(R, np.int64)
+    rw = np.zeros((R, nrep), np.int64)
+    ain = np.zeros(R, np.int64)      # attempts in flight
+    rin = np.zeros(R, np.int64)      # retries in flight (placed or waiting out their backoff)
+    f_head = np.full(R, -1, np.int64)
+    f_tail = np.full(R, -1, np.int64)
+    failed = np.full((n, p.max_attempts), -1, np.int64)
+    # scratch
     cand = np.empty(nrep, np.int64)
     o = np.empty(nrep, np.int64)
     tau = np.empty(nrep, np.int64)
@@ -142,16 +272,24 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     res = np.empty(nrep, np.int64)
     hit = np.zeros(nrep, np.int64)
     weights = np.empty(nrep)
-    done_log = np.empty(n, np.int64)   # replica of each completion, in time order
+    ramp = np.zeros(nrep)
+    fail_req = np.empty(n, np.int64)     # failures observed at one time, then sorted
+    fail_rep = np.full(n, -1, np.int64)  # by request: the replica it failed on, -1 front door
+    fail_crash = np.zeros(n, np.bool_)
+    n_fail = 0
+    due_req = np.empty(n, np.int64)      # retries due at one time
+    done_log = np.empty((2, n), np.int64)   # replica and request of each completion, in time order
+    done_ro = np.empty(n, np.int64)         # its router
     done_t = np.empty(n)
     n_done = 0
     rw_head = 0
     ru_pos = 0
-    cursor = 0
     k = 0
     ev = 0
     n_ev = events.shape[0]
     horizon = p.horizon_ms
+    window_open = False
+    prev_t = -np.inf
     while True:
         t = np.inf
         if k < n:
@@ -159,48 +297,202 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         if ev < n_ev and events[ev].t_ms < t:
             t = events[ev].t_ms
         for i in range(nrep):
-            if rep[i].busy and rep[i].end_ms < t:
-                t = rep[i].end_ms
+            r = rep[i]
+            if r.busy and r.end_ms < t:
+                t = r.end_ms
+            if r.ready_ms > prev_t and r.ready_ms < t:
+                t = r.ready_ms
+        for w in range(3):
+            if tn[w] > 0:
+                t = min(t, _timer_top(timers, tn, w, req))
+        if n_ej.sum() > 0:
+            for ro in range(R):
+                for i in range(nrep):
+                    t = min(t, ej_until[ro, i])
+        if not np.isinf(p.timeout_ms):
+            for ro in range(R):
+                if f_head[ro] >= 0:
+                    t = min(t, wl_t[f_head[ro]] + p.timeout_ms)
         if t > horizon:
             break
+        prev_t = t
+        if not window_open and t > p.warmup_ms:
+            # tokens emitted by the warm-up's end: wasted tokens count only later ones
+            window_open = True
+            for s in range(n):
+                if _in_flight(req[s]):
+                    req[s].gw = g_now_nb(rep, req, s)
         # (1) iteration ends, replicas in id order
         for i in range(nrep):
-            if rep[i].busy and rep[i].end_ms == t:
+            r = rep[i]
+            if r.busy and r.end_ms == t:
                 integrate_nb(rep, i, t, p)
-                r = rep[i]
+                before = n_done
                 if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
                     emit_decoding_nb(r, p, mt, t)  # nothing due: decoding tokens only
-                    continue
-                before = n_done
-                n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
-                                   seg_off, mt, done_log, n_done, btmp, dtmp)
+                else:
+                    n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
+                                       seg_key, seg_off, mt, done_log, n_done, btmp, dtmp)
                 for c in range(before, n_done):
+                    s = done_log[1, c]
+                    ro = req[s].router
+                    done_ro[c] = ro
                     done_t[c] = t
-                    rep[done_log[c]].rw_count += 1
+                    rw[ro, i] += 1
+                    brk[ro, i] = 0  # a completion resets the breaker's count
+                    ain[ro] -= 1
+                    if req[s].tries >= 2:
+                        rin[ro] -= 1
         # (2) scenario events at t, in order
         while ev < n_ev and events[ev].t_ms == t:
             e = events[ev]
+            i = e.replica
             if e.kind == EventKind.SLOWDOWN:
-                rep[e.replica].slowdown = e.value
+                rep[i].slowdown = e.value
+            elif e.kind == EventKind.FAIL:
+                if rep[i].healthy:
+                    integrate_nb(rep, i, t, p)
+                    nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
+                    cnt[0] -= gone
+                    for v in range(nv):
+                        fail_req[n_fail] = due_req[v]
+                        fail_rep[due_req[v]] = i
+                        fail_crash[due_req[v]] = True
+                        n_fail += 1
+            elif e.kind == EventKind.FAIL_FAST:
+                if rep[i].healthy:
+                    rep[i].fail_fast = True
+            elif e.kind == EventKind.RECOVER:
+                r = rep[i]
+                if not r.healthy:
+                    r.healthy = True
+                    r.fail_fast = False
+                    r.cold = True
+                    r.t_up = t
+                    r.ready_ms = t + p.ready_delay_ms
+                    r.t_e = r.ready_ms
+                elif r.fail_fast:
+                    r.fail_fast = False
             ev += 1
+        # (3) attempt failures observed at t: black holes, timeouts, front-door timeouts
+        while tn[1] > 0 and _timer_top(timers, tn, 1, req) == t:
+            s = timers[1][0].req
+            _timer_pop(timers[1], tn, 1)
+            i = req[s].replica
+            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp)
+            fail_req[n_fail] = s
+            fail_rep[s] = i
+            fail_crash[s] = False
+            n_fail += 1
+        while tn[0] > 0 and _timer_top(timers, tn, 0, req) == t:
+            s = timers[0][0].req
+            _timer_pop(timers[0], tn, 0)
+            i = req[s].replica
+            integrate_nb(rep, i, t, p)
+            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp)
+            fail_req[n_fail] = s
+            fail_rep[s] = i
+            fail_crash[s] = False
+            n_fail += 1
+        if n_fail > 0:
+            for f in range(n_fail):  # they all leave "in flight" first
+                s = fail_req[f]
+                ro = req[s].router
+                ain[ro] -= 1
+                if req[s].tries >= 2:
+                    rin[ro] -= 1
+        if not np.isinf(p.timeout_ms):
+            for ro in range(R):  # first attempts still held at the front door at a_r + timeout
+                while f_head[ro] >= 0 and wl_t[f_head[ro]] + p.timeout_ms == t:
+                    s = f_head[ro]
+                    f_head[ro] = req[s].f_next
+                    if f_head[ro] < 0:
+                        f_tail[ro] = -1
+                    req[s].tries += 1
+                    req[s].g = 0
+                    req[s].gw = 0
+                    fail_req[n_fail] = s
+                    fail_rep[s] = -1
+                    fail_crash[s] = False
+                    n_fail += 1
+        if n_fail > 0:
+            _sort_ints(fail_req, n_fail)
+            for f in range(n_fail):
+                s = fail_req[f]
+                q = req[s]
+                if window_open:
+                    mt.wasted_tokens += q.g - q.gw
+                _observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
+                                    times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
+            n_fail = 0
+        # (4) breaker re-admissions
+        if n_ej.sum() > 0:
+            for i in range(nrep):
+                for ro in range(R):
+                    if ej_until[ro, i] <= t:
+                        ej_until[ro, i] = np.inf
+                        brk[ro, i] = 0
+                        n_ej[ro] -= 1
         # rate_weighted's window: completions in (t - window, t]
         while rw_head < n_done and done_t[rw_head] <= t - p.window_ms:
-            rep[done_log[rw_head]].rw_count -= 1
+            rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
             rw_head += 1
-        # (6) routing, in request order
-        while k < n and wl_t[k] == t:
-            i, ru_pos, cursor = _route_nb(tab, rep, k, t, p, wl_P, wl_key, seg_key, seg_len, seg_off, ru,
-                                          ru_pos, cursor, cand, o, tau, ref, res, hit, weights)
-            if i < 0:
-                req[k].outcome = Outcome.SHED
+        # (6) routing: the front door's FIFOs first, in request order of their heads ...
+        blocked = 0
+        while True:
+            best = -1
+            for ro in range(R):
+                if f_head[ro] >= 0 and (blocked >> ro) & 1 == 0 and (best < 0 or f_head[ro] < f_head[best]):
+                    best = ro
+            if best < 0:
+                break
+            s = f_head[best]
+            i, ru_pos = _route_nb(tab, rep, req, p, s, t, False, wl_t, wl_P, wl_key, seg_key, seg_len,
+                                  seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref,
+                                  res, hit, weights, ramp)
+            if i == -2:
+                blocked |= 1 << best
+                continue
+            f_head[best] = req[s].f_next
+            if f_head[best] < 0:
+                f_tail[best] = -1
+            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, mt)
+        # ... then retries and arrivals due at t, in request order
+        n_due = 0
+        while tn[2] > 0 and _timer_top(timers, tn, 2, req) == t:
+            due_req[n_due] = timers[2][0].req
+            _timer_pop(timers[2], tn, 2)
+            n_due += 1
+        _sort_ints(due_req, n_due)
+        d = 0
+        while (k < n and wl_t[k] == t) or d < n_due:
+            retry = d < n_due and (not (k < n and wl_t[k] == t) or due_req[d] < k)
+            if retry:
+                s = due_req[d]
+                d += 1
+                req[s].state = State.NONE
             else:
-                req[k].replica = i
-                req[k].attempts += 1  # an attempt is a placement: a shed routing is not one
-                push_back_nb(rep, req, i, k)
-                rep[i].tau += tau_of_nb(req[k], p.allowance)
-                if in_window_nb(t, p, True):
-                    rep[i].assigned += 1
-            k += 1
+                s = k
+                k += 1
+            i, ru_pos = _route_nb(tab, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len,
+                                  seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref,
+                                  res, hit, weights, ramp)
+            if i == -2:
+                if p.admission_mode == Admission.QUEUE:
+                    ro = req[s].router
+                    req[s].state = State.FRONT
+                    req[s].f_next = -1
+                    if f_head[ro] < 0:
+                        f_head[ro] = s
+                    else:
+                        req[f_tail[ro]].f_next = s
+                    f_tail[ro] = s
+                else:
+                    req[s].outcome = Outcome.REJECTED
+                continue
+            if i < 0 and retry:
+                rin[req[s].router] -= 1
+            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, mt)
         # (7) iteration starts of idle replicas with work
         for i in range(nrep):
             r = rep[i]
@@ -217,6 +509,60 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     for i in range(nrep):
         integrate_nb(rep, i, horizon, p)
     finish_metrics_nb(p, rep, req, wl_t, mt)
+
+
+@nb.njit(**JIT)
+def _route_nb(tab, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos,
+              cursor, rw, ej_until, failed, cand, o, tau, ref, res, hit, weights, ramp):
+    """Route request s at t: (replica, ru_pos); replica -1: shed (no eligible replica),
+    -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
+    ro = req[s].router
+    ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand)
+    if ne == 0:
+        return decide_nb(tab, rep, p, s, t, 0, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos,
+                         cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
+    if not retry and front_door_nb(rep, p, cand, ne, o, tau, ref, res):
+        return -2, ru_pos
+    return decide_nb(tab, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos,
+                     cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
+
+
+@nb.njit(**JIT)
+def _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, mt):
+    """Request s routed at t to replica i (-1: shed): a new attempt, from nothing."""
+    q = req[s]
+    if i < 0:
+        q.outcome = Outcome.SHED
+        q.state = State.NONE
+        return
+    ro = q.router
+    q.attempts += 1
+    q.tries += 1
+    if q.tries >= 2:
+        q.retries += 1
+    q.replica = i
+    q.g = 0
+    q.gw = 0
+    q.kv = 0
+    q.first_ms = np.nan
+    # a first attempt's routing time is its arrival (decision (c)), a retry's its routing
+    q.deadline = (wl_t[s] if q.tries == 1 else t) + p.timeout_ms
+    if not np.isinf(q.deadline):
+        _timer_push(timers[0], tn, 0, q.deadline, s, q.tries)
+    ain[ro] += 1
+    cursor[ro] += 1
+    if in_window_nb(t, p, True):
+        rep[i].assigned += 1
+    r = rep[i]
+    if r.fail_fast:
+        q.state = State.BLACKHOLE
+        q.bh_ms = t + p.fail_fast_ms
+        _timer_push(timers[1], tn, 1, q.bh_ms, s, q.tries)
+        r.n_bh += 1
+        r.tau_bh += q.P + p.allowance
+    else:
+        push_back_nb(rep, req, i, s)
+        r.tau += q.P + p.allowance
 
 
 @nb.njit(**JIT_PARALLEL)

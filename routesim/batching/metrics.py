@@ -84,7 +84,7 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
         q = req[k]
         mt.arrivals += 1
         mt.attempts += q.attempts
-        mt.retries += max(q.attempts - 1, 0)
+        mt.retries += q.retries
         o = q.outcome
         if o == Outcome.COMPLETED:
             mt.completed += 1

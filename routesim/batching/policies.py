@@ -29,32 +29,36 @@ def tie_hash_nb(h, i):
 
 
 @nb.njit(**JIT)
-def score_nb(kind, i, p, o, tau, ref, hit, prompt):
-    """The lower-is-better score ``kind`` (a Score code) of replica i for a request."""
+def score_nb(kind, i, p, o, tau, ref, hit, prompt, ramp):
+    """The lower-is-better score ``kind`` (a Score code) of replica i for a request,
+    through the slow-start ramp when ``ramp[i] > 0``: (score + 1) / ramp."""
     if kind == Score.REQUESTS:
-        return float(o[i])
-    if kind == Score.TOKENS:
-        return float(tau[i] + prompt + p.allowance)
-    if kind == Score.KV:
-        return ref[i] / p.kv_blocks
-    # cost: w·(ceil(P/b) − hit) + referenced
-    return p.prefill_weight * ((prompt + p.block_tokens - 1) // p.block_tokens - hit[i]) + ref[i]
+        s = float(o[i])
+    elif kind == Score.TOKENS:
+        s = float(tau[i] + prompt + p.allowance)
+    elif kind == Score.KV:
+        s = ref[i] / p.kv_blocks
+    else:  # cost: w·(ceil(P/b) − hit) + referenced
+        s = p.prefill_weight * ((prompt + p.block_tokens - 1) // p.block_tokens - hit[i]) + ref[i]
+    if ramp[i] > 0.0:
+        return (s + 1) / ramp[i]
+    return s
 
 
 @nb.njit(**JIT)
-def argmin_tied_nb(kind, cand, nc, p, o, tau, ref, hit, prompt, h):
+def argmin_tied_nb(kind, cand, nc, p, o, tau, ref, hit, prompt, h, ramp):
     """argmin of the score over cand[:nc]; ties (≤ best·(1 + tie_tolerance)) go to the
     largest hit, then the smallest tie hash."""
     best = math.inf
     for k in range(nc):
-        s = score_nb(kind, cand[k], p, o, tau, ref, hit, prompt)
+        s = score_nb(kind, cand[k], p, o, tau, ref, hit, prompt, ramp)
         if s < best:
             best = s
     bound = best * (1.0 + p.tie_tolerance)
     pick = -1
     for k in range(nc):
         i = cand[k]
-        if score_nb(kind, i, p, o, tau, ref, hit, prompt) > bound:
+        if score_nb(kind, i, p, o, tau, ref, hit, prompt, ramp) > bound:
             continue
         if pick < 0 or hit[i] > hit[pick] or (
                 hit[i] == hit[pick] and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):
@@ -80,7 +84,7 @@ def _fewest_nb(value, cand, nc, o, h, largest):
 
 
 @nb.njit(**JIT)
-def prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h):
+def prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h, ramp):
     """SGLang's cache-aware rule: least_requests when the load is imbalanced; else the
     largest cached prefix if it exceeds cache_threshold·P; else the smallest tree."""
     lo = o[cand[0]]
@@ -92,7 +96,7 @@ def prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h):
         hi = max(hi, o[i])
         best_hit = max(best_hit, hit[i])
     if hi - lo > p.balance_abs and hi > p.balance_rel * lo:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h)
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
     if p.block_tokens * best_hit > p.cache_threshold * prompt:
         return _fewest_nb(hit, cand, nc, o, h, True)
     return _fewest_nb(res, cand, nc, o, h, False)
@@ -151,18 +155,27 @@ def sample_nb(code, cand, ne, p, u, cursor, weights):
 
 
 @nb.njit(**JIT)
-def choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, h):
-    """The replica a policy picks among cand[:nc] (nc ≥ 1)."""
+def slow_start_nb(code):
+    """Does the slow-start ramp apply to policy ``code``? (§5: not to prefix_affinity,
+    nor to the random policies.)"""
+    return (code == Policy.LEAST_REQUESTS or code == Policy.LEAST_TOKENS or code == Policy.LEAST_KV
+            or code == Policy.LEAST_COST or code == Policy.POWER_OF_D)
+
+
+@nb.njit(**JIT)
+def choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, h, ramp):
+    """The replica a policy picks among cand[:nc] (nc ≥ 1); ``ramp`` (replicas,) holds
+    each slow-starting replica's weight (0: none)."""
     if code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
         return cand[0]
     if code == Policy.LEAST_REQUESTS:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h)
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
     if code == Policy.LEAST_TOKENS:
-        return argmin_tied_nb(Score.TOKENS, cand, nc, p, o, tau, ref, hit, prompt, h)
+        return argmin_tied_nb(Score.TOKENS, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
     if code == Policy.LEAST_KV:
-        return argmin_tied_nb(Score.KV, cand, nc, p, o, tau, ref, hit, prompt, h)
+        return argmin_tied_nb(Score.KV, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
     if code == Policy.LEAST_COST:
-        return argmin_tied_nb(Score.COST, cand, nc, p, o, tau, ref, hit, prompt, h)
+        return argmin_tied_nb(Score.COST, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
     if code == Policy.POWER_OF_D:
-        return argmin_tied_nb(p.score, cand, nc, p, o, tau, ref, hit, prompt, h)
-    return prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h)
+        return argmin_tied_nb(p.score, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
+    return prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h, ramp)

@@ -60,6 +60,7 @@ def push_back_nb(rep, req, i, s):
     """Append s to replica i's waiting FIFO."""
     r = rep[i]
     req[s].w_next = -1
+    req[s].w_prev = r.w_tail if r.n_wait > 0 else -1
     if r.n_wait == 0:
         r.w_head = s
     else:
@@ -73,8 +74,11 @@ def push_back_nb(rep, req, i, s):
 def _push_front_nb(rep, req, i, s):
     r = rep[i]
     req[s].w_next = r.w_head if r.n_wait > 0 else -1
+    req[s].w_prev = -1
     if r.n_wait == 0:
         r.w_tail = s
+    else:
+        req[r.w_head].w_prev = s
     r.w_head = s
     r.n_wait += 1
     req[s].state = State.WAITING
@@ -85,8 +89,25 @@ def _pop_front_nb(rep, req, i):
     r = rep[i]
     s = r.w_head
     r.w_head = req[s].w_next
+    if r.w_head >= 0:
+        req[r.w_head].w_prev = -1
     r.n_wait -= 1
     return s
+
+
+@nb.njit(**JIT)
+def _wait_remove_nb(rep, req, i, s):
+    r = rep[i]
+    q = req[s]
+    if q.w_prev >= 0:
+        req[q.w_prev].w_next = q.w_next
+    else:
+        r.w_head = q.w_next
+    if q.w_next >= 0:
+        req[q.w_next].w_prev = q.w_prev
+    else:
+        r.w_tail = q.w_prev
+    r.n_wait -= 1
 
 
 @nb.njit(**JIT)
@@ -442,6 +463,8 @@ def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks):
     """The iteration starting at t on replica record r: its duration (§2 step 3,
     evaluated left to right, then multiplied) and end."""
     f = r.factor * r.slowdown
+    if r.cold:
+        f = f * (1.0 + (p.cold_factor - 1.0) * math.exp(-(t - r.t_up) / p.cold_tau_ms))
     d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
     if in_window_nb(t, p, True):
         mt.busy_ms += d
@@ -475,7 +498,8 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     q.done_ms = t
     q.outcome = Outcome.COMPLETED
     q.replica = -1
-    done_log[n_done] = i
+    done_log[0, n_done] = i
+    done_log[1, n_done] = s
     if in_window_nb(t, p, False):
         mt.done_any += 1
         r.completed += 1
@@ -541,3 +565,100 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
         keep += 1
     r.n_pre = keep
     return n_done
+
+
+@nb.njit(**JIT)
+def g_now_nb(rep, req, s):
+    """Tokens request s's current attempt has emitted so far."""
+    q = req[s]
+    if q.state == State.DECODE:
+        r = rep[q.replica]
+        return q.g + (r.started - q.j0) - (1 if r.busy else 0)
+    return q.g
+
+
+@nb.njit(**JIT)
+def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp):
+    """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
+    out of the waiting queue, the running list or the black hole, its blocks released;
+    it emits nothing more (the iteration in progress keeps its duration)."""
+    r = rep[i]
+    q = req[s]
+    if q.state == State.BLACKHOLE:
+        r.n_bh -= 1
+        r.tau_bh -= q.P + p.allowance
+    elif q.state == State.WAITING:
+        _wait_remove_nb(rep, req, i, s)
+        r.tau -= tau_of_nb(q, p.allowance)
+        if q.kv > 0:  # cannot be: a waiting sequence holds no blocks
+            release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
+    else:
+        if q.state == State.DECODE:
+            q.g = g_now_nb(rep, req, s)
+            q.kv = q.kv + (r.started - q.j0)
+            r.n_dec -= 1
+            r.kv_dec -= q.kv
+            grow[i, q.res] -= 1
+            if q.over:
+                r.n_over -= 1
+                q.over = False
+            q.epoch += 1
+        else:  # prefilling: out of the prefill list, keeping its order
+            pre = prefill[i]
+            keep = 0
+            for k in range(r.n_pre):
+                if pre[k] != s:
+                    pre[keep] = pre[k]
+                    keep += 1
+            r.n_pre = keep
+            q.x = 0
+        release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
+        _run_remove_nb(rep, req, i, s)
+        r.tau -= tau_of_nb(q, p.allowance)
+    q.state = State.NONE
+    q.replica = -1
+
+
+@nb.njit(**JIT)
+def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
+    """Replica i goes down at t: every attempt on it (waiting, running, black-holed)
+    ends, its iteration is abandoned and its cache emptied. ``victims`` receives the
+    requests whose attempts failed (their g as emitted, for wasted tokens, kept in
+    ``g``); returns their number and the table entries deleted."""
+    r = rep[i]
+    nv = 0
+    for s in range(req.shape[0]):
+        q = req[s]
+        if q.replica == i and (q.state == State.WAITING or q.state == State.PREFILL
+                               or q.state == State.DECODE or q.state == State.BLACKHOLE):
+            q.g = g_now_nb(rep, req, s)
+            if q.state == State.DECODE:
+                q.epoch += 1
+                q.over = False
+            q.state = State.NONE
+            q.replica = -1
+            q.kv = 0
+            q.x = 0
+            victims[nv] = s
+            nv += 1
+    gone = bk.clear_replica_nb(tab, rep, heap_n, i)
+    r.healthy = False
+    r.busy = False
+    r.end_ms = np.inf
+    r.n_run = 0
+    r.r_head = -1
+    r.r_tail = -1
+    r.n_pre = 0
+    r.n_dec = 0
+    r.kv_dec = 0
+    r.n_over = 0
+    r.w_head = -1
+    r.w_tail = -1
+    r.n_wait = 0
+    r.tau = 0
+    r.n_bh = 0
+    r.tau_bh = 0
+    due_n[i] = 0
+    for k in range(grow.shape[1]):
+        grow[i, k] = 0
+    return nv, gone

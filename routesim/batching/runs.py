@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, EventKind, Score
+from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, EventKind, Score, Signals
 from .engine import run_batch_nb
 from .policies import uniforms_per_decision
 from .workload import TokenWorkload
@@ -32,6 +32,17 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
                  "choices", "tie_tolerance", "prefill_weight", "balance_abs", "balance_rel",
                  "cache_threshold", "window_ms"):
         p[name] = v[name]
+    for name in ("slow_start_ms", "slow_start_aggression", "slow_start_min_weight", "cold_factor",
+                 "cold_tau_ms", "ready_delay_ms", "fail_fast_ms", "period_ms", "routers", "timeout_ms",
+                 "max_attempts", "backoff_ms", "retry_budget", "min_retry_concurrency",
+                 "breaker_consecutive", "breaker_eject_ms", "breaker_max_ejected_fraction",
+                 "admission_max_tokens"):
+        p[name] = v[name]
+    p["retry_avoid_previous"] = bool(v["retry_avoid_previous"])
+    p["signal_mode"] = Signals[str(v["signal_mode"]).upper()]
+    if p["period_ms"] == 0:  # a periodic mode with period 0 is fresh
+        p["signal_mode"] = Signals.FRESH
+    p["admission_mode"] = Admission[str(v["admission_mode"]).upper()]
     p["chunked_prefill"] = bool(v["chunked_prefill"])
     p["c0"] = v["step_ms_base"]
     p["c_pf"] = v["step_ms_per_prefill_token"]

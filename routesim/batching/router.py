@@ -1,0 +1,109 @@
+"""The routers of the batching model (token-model.md §3, §5, §6), compiled.
+
+``R`` independent routers; request ``r`` and its retries go through router
+``floor(h_r·R)``. Each router keeps its own round-robin cursor, breaker counts and
+ejections, retry-budget counters, ``rate_weighted`` completion counts and front-door
+FIFO, all in the run's ``Routers`` arrays (shape ``(R,)`` or ``(R, replicas)``).
+Eligibility is always current; scores come from the router's view of each replica
+(the true state in the ``fresh`` signal mode).
+"""
+
+import math
+
+import numba as nb
+
+from ..conf import JIT
+from .dtypes import Policy, State
+from .policies import choose_nb, sample_nb, slow_start_nb, uniforms_nb
+from .replica import leading_nb
+
+
+@nb.njit(**JIT)
+def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand):
+    """E for request s at t through router ``ro``, ascending, into ``cand``; a retry
+    that ``avoid``s drops the replicas it failed on while another stays. Returns |E|."""
+    n = rep.shape[0]
+    ne = 0
+    for i in range(n):
+        r = rep[i]
+        if r.healthy and r.n_wait < p.waiting_cap and math.isinf(ejected_until[ro, i]) and t >= r.ready_ms:
+            cand[ne] = i
+            ne += 1
+    if avoid and req[s].n_failed > 0:
+        kept = 0
+        for k in range(ne):
+            i = cand[k]
+            bad = False
+            for f in range(req[s].n_failed):
+                if failed[s, f] == i:
+                    bad = True
+            if not bad:
+                kept += 1
+        if kept > 0:
+            m = 0
+            for k in range(ne):
+                i = cand[k]
+                bad = False
+                for f in range(req[s].n_failed):
+                    if failed[s, f] == i:
+                        bad = True
+                if not bad:
+                    cand[m] = i
+                    m += 1
+            ne = m
+    return ne
+
+
+@nb.njit(**JIT)
+def view_nb(rep, i, o, tau, ref, res):
+    """The router's view of replica i (fresh: the truth): o_i, τ_i, referenced blocks,
+    resident id'd blocks."""
+    r = rep[i]
+    o[i] = r.n_wait + r.n_run + r.n_bh
+    tau[i] = r.tau + r.tau_bh
+    ref[i] = r.anon + r.idref
+    res[i] = r.idref + r.cached
+
+
+@nb.njit(**JIT)
+def front_door_nb(rep, p, cand, ne, o, tau, ref, res):
+    """True when every eligible replica's τ_i (as seen) is above ``admission_max_tokens``."""
+    if math.isinf(p.admission_max_tokens):
+        return False
+    for k in range(ne):
+        i = cand[k]
+        view_nb(rep, i, o, tau, ref, res)
+        if not tau[i] > p.admission_max_tokens:
+            return False
+    return True
+
+
+@nb.njit(**JIT)
+def decide_nb(tab, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos, cursor,
+              rw, ro, o, tau, ref, res, hit, weights, ramp):
+    """The replica policy ``p.policy`` picks for request s among cand[:ne] (ne may be 0:
+    then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
+    n = rep.shape[0]
+    code = p.policy
+    for k in range(ne):
+        i = cand[k]
+        view_nb(rep, i, o, tau, ref, res)
+        weights[i] = 1.0 + rw[ro, i]
+        ramp[i] = 0.0
+        if p.slow_start_ms > 0 and slow_start_nb(code):
+            age = t - rep[i].t_e
+            if age < p.slow_start_ms:
+                ramp[i] = max(p.slow_start_min_weight, (age / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
+    draws = uniforms_nb(code, p.choices)
+    nc = sample_nb(code, cand, ne, p, ru[ru_pos:ru_pos + draws], cursor, weights)
+    ru_pos += draws
+    if nc == 0:
+        return -1, ru_pos
+    prompt = wl_P[s]
+    cap = (prompt - 1) // p.block_tokens
+    for c in range(nc):
+        i = cand[c]
+        hit[i] = min(leading_nb(tab, i, s, seg_key, seg_len, seg_off), cap)
+    if n == 0:
+        return -1, ru_pos
+    return choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, wl_key[s], ramp), ru_pos
