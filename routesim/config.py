@@ -382,7 +382,6 @@ def _start_down(rd, raw):
 def _check_start_down(rd, start_down, het, stage):
     if not start_down:
         return
-    rd.fail("cluster.start_down", "not simulated by this version of the batching model yet")
     n_rep = len(het[stage.values["heterogeneity"][0]])
     for i, r in enumerate(start_down):
         if r >= n_rep:
@@ -477,8 +476,6 @@ def _event(rd, ev, key, m):
         if v <= 0:
             rd.fail(akey, f"must be > 0, got {v!r}")
         return Event(at_s, m.event_kinds[action], -1, v, key)
-    if m.kind == "batching" and action in ("fail", "fail_fast", "recover"):
-        rd.fail(akey, f"{action} events are not simulated by this version of the batching model yet")
     if "replica" not in ev:
         rd.fail(_join(key, "replica"), f"missing: a {action} event names a replica (1-based)")
     replica = rd.number(ev["replica"], _join(key, "replica"), int)
@@ -689,20 +686,9 @@ def check_stage(rd, stage, het, scenarios, where, m=QUEUE):
                                                 f"horizon of {h:g} ms in stage {stage.name!r}")
 
 
-NOT_YET = ("signal_mode", "period_ms", "routers", "timeout_ms", "max_attempts", "retry_budget",
-           "breaker_consecutive", "admission_max_tokens", "slow_start_ms", "cold_factor",
-           "ready_delay_ms")
-"""Batching keys whose non-default values this version does not simulate yet."""
-
-
 def _check_batching(rd, stage, src):
     """token-model.md's "What a sweep must satisfy", for every combination a stage holds."""
     v = stage.values
-    from .batching.params import TOKEN_PARAM
-    for name in NOT_YET:
-        if any(x != TOKEN_PARAM[name].default for x in v[name]):
-            rd.fail(src(name), "not simulated by this version of the batching model yet "
-                               f"(only the default, {TOKEN_PARAM[name].default!r})")
     if max(v["dt_ms"]) > 0:
         rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
                               f"got {max(v['dt_ms']):g}")

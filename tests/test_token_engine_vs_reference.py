@@ -69,6 +69,14 @@ FAULT_CASES = {
                    [(1500.0, "fail", 0, 0.0), (2500.0, "recover", 0, 0.0)]),
     "start-down": (dict(INCIDENT, start_down=[1], max_attempts=2), 10.0, [1.0, 1.0, 1.0],
                    [(2000.0, "recover", 1, 0.0), (3000.0, "fail_fast", 1, 0.0)]),
+    # stale signals (§3): every mode × routers 1 and 3 × a short and a long period
+    "periodic-5": (dict(INCIDENT, signal_mode="periodic", period_ms=5.0), 16.0, [1.0, 1.0, 1.0], []),
+    "periodic-100-routers": (dict(INCIDENT, signal_mode="periodic", period_ms=100.0, routers=3), 16.0,
+                             [1.0, 1.0, 1.0], []),
+    "local-50": (dict(INCIDENT, signal_mode="periodic_local", period_ms=50.0), 16.0, [1.0, 1.0, 1.0], []),
+    "local-250-routers-crash": (dict(INCIDENT, signal_mode="periodic_local", period_ms=250.0, routers=3,
+                                     max_attempts=2), 16.0, [1.0, 1.0, 1.0],
+                                [(2000.0, "fail", 2, 0.0), (3000.0, "recover", 2, 0.0)]),
 }
 
 

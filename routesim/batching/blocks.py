@@ -332,3 +332,40 @@ def clear_replica_nb(tab, rep, heap_n, i):
     r.cached = 0
     heap_n[i] = 0
     return deleted
+
+
+# --- views: published snapshots and a router's own additions (§3), same table layout -----
+
+@nb.njit(**JIT)
+def seen_len_nb(tab, owner, key):
+    """Resident length of segment ``key`` in a view table under ``owner``, 0 if absent."""
+    h = find_nb(tab, owner, key)
+    return tab[h].length if h >= 0 else 0
+
+
+@nb.njit(**JIT)
+def set_len_nb(tab, owner, key, length):
+    """Record segment ``key`` under ``owner`` with ``length`` blocks (room reserved by the caller)."""
+    h = find_nb(tab, owner, key)
+    if h >= 0:
+        tab[h].length = length
+    else:
+        _put_nb(tab, owner, key, length, 0, 0.0, 0, 0)
+
+
+@nb.njit(**JIT)
+def drop_nb(tab, i, n):
+    """Delete every entry whose owner is i modulo n. Returns how many."""
+    deleted = 0
+    gone = True
+    while gone:  # a deletion may shift a wrapped chain's entry behind the scan
+        gone = False
+        h = 0
+        while h < tab.shape[0]:
+            if tab[h].used and tab[h].replica % n == i:
+                _delete_nb(tab, h)
+                deleted += 1
+                gone = True
+            else:
+                h += 1
+    return deleted

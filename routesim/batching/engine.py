@@ -21,12 +21,12 @@ import numpy as np
 
 from ..conf import JIT, JIT_PARALLEL
 from .blocks import free_nb
-from .dtypes import CACHED, DUE, REQUEST, SEG, TIMER, Admission, EventKind, Outcome, Policy, State
+from . import blocks as bk
+from .dtypes import CACHED, DUE, REQUEST, SEG, TIMER, Admission, EventKind, Outcome, Signals, State
 from .metrics import finish_metrics_nb
-from .policies import uniforms_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb, in_window_nb,
                       integrate_nb, push_back_nb, start_nb)
-from .router import decide_nb, eligible_nb, front_door_nb
+from .router import decide_nb, eligible_nb, front_door_nb, truth_nb
 
 
 # --- timers: min-heaps of (time, request) valid while the request's attempt number matches --
@@ -264,6 +264,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     f_head = np.full(R, -1, np.int64)
     f_tail = np.full(R, -1, np.int64)
     failed = np.full((n, p.max_attempts), -1, np.int64)
+    # signals (§3): publications, and each router's own additions since them
+    periodic = p.signal_mode != Signals.FRESH
+    local = p.signal_mode == Signals.PERIODIC_LOCAL
+    pub = np.zeros((nrep, 4), np.int64)          # o, τ, referenced, resident id'd blocks
+    pub_k = np.zeros(nrep, np.int64)             # publications so far
+    locc = np.zeros((R, nrep, 3), np.int64)      # o, τ, resident blocks added
+    snap = np.zeros(64 if periodic else 1, SEG)  # published resident segments, owner i
+    loc = np.zeros(64 if local else 1, SEG)      # routed segments, owner ro·N + i
+    snap_n = 0
+    loc_n = 0
     # scratch
     cand = np.empty(nrep, np.int64)
     o = np.empty(nrep, np.int64)
@@ -309,6 +319,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             for ro in range(R):
                 for i in range(nrep):
                     t = min(t, ej_until[ro, i])
+        if periodic:
+            for i in range(nrep):
+                t = min(t, ((i + 1) * p.period_ms) / nrep + pub_k[i] * p.period_ms)
         if not np.isinf(p.timeout_ms):
             for ro in range(R):
                 if f_head[ro] >= 0:
@@ -433,6 +446,32 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         ej_until[ro, i] = np.inf
                         brk[ro, i] = 0
                         n_ej[ro] -= 1
+        # (5) signal publications, in replica order
+        if periodic:
+            for i in range(nrep):
+                if ((i + 1) * p.period_ms) / nrep + pub_k[i] * p.period_ms != t:
+                    continue
+                pub_k[i] += 1
+                snap_n -= bk.drop_nb(snap, i, nrep)
+                if rep[i].healthy:  # a replica that is down publishes its empty state
+                    truth_nb(rep, i, pub[i])
+                    count = 0
+                    for h in range(tab.shape[0]):
+                        if tab[h].used and tab[h].replica == i:
+                            count += 1
+                    snap = bk.reserve_nb(snap, snap_n, count)
+                    for h in range(tab.shape[0]):
+                        if tab[h].used and tab[h].replica == i:
+                            bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
+                    snap_n += count
+                else:
+                    for c in range(4):
+                        pub[i, c] = 0
+                if local:
+                    loc_n -= bk.drop_nb(loc, i, nrep)
+                    for ro in range(R):
+                        for c in range(3):
+                            locc[ro, i, c] = 0
         # rate_weighted's window: completions in (t - window, t]
         while rw_head < n_done and done_t[rw_head] <= t - p.window_ms:
             rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
@@ -447,9 +486,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if best < 0:
                 break
             s = f_head[best]
-            i, ru_pos = _route_nb(tab, rep, req, p, s, t, False, wl_t, wl_P, wl_key, seg_key, seg_len,
-                                  seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref,
-                                  res, hit, weights, ramp)
+            i, ru_pos = _route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, False, wl_t, wl_P, wl_key,
+                                  seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
+                                  o, tau, ref, res, hit, weights, ramp)
             if i == -2:
                 blocked |= 1 << best
                 continue
@@ -457,6 +496,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if f_head[best] < 0:
                 f_tail[best] = -1
             _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, mt)
+            if local and i >= 0:
+                loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
+                loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
         # ... then retries and arrivals due at t, in request order
         n_due = 0
         while tn[2] > 0 and _timer_top(timers, tn, 2, req) == t:
@@ -474,9 +516,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             else:
                 s = k
                 k += 1
-            i, ru_pos = _route_nb(tab, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len,
-                                  seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref,
-                                  res, hit, weights, ramp)
+            i, ru_pos = _route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
+                                  seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
+                                  o, tau, ref, res, hit, weights, ramp)
             if i == -2:
                 if p.admission_mode == Admission.QUEUE:
                     ro = req[s].router
@@ -493,6 +535,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if i < 0 and retry:
                 rin[req[s].router] -= 1
             _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, mt)
+            if local and i >= 0:
+                loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
+                loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
         # (7) iteration starts of idle replicas with work
         for i in range(nrep):
             r = rep[i]
@@ -512,19 +557,35 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
 
 
 @nb.njit(**JIT)
-def _route_nb(tab, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos,
-              cursor, rw, ej_until, failed, cand, o, tau, ref, res, hit, weights, ramp):
+def _route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len,
+              seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref, res, hit, weights, ramp):
     """Route request s at t: (replica, ru_pos); replica -1: shed (no eligible replica),
     -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
     ro = req[s].router
     ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand)
-    if ne == 0:
-        return decide_nb(tab, rep, p, s, t, 0, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos,
-                         cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
-    if not retry and front_door_nb(rep, p, cand, ne, o, tau, ref, res):
+    if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, o, tau, ref, res, pub, locc):
         return -2, ru_pos
-    return decide_nb(tab, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos,
-                     cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
+    return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
+                     seg_off, ru, ru_pos, cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
+
+
+@nb.njit(**JIT)
+def _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off):
+    """periodic_local: router ro placed request s on replica i; until i publishes again
+    ro counts it in o_i and τ_i and believes its prompt's blocks resident there.
+    Returns the view entries added."""
+    ro = req[s].router
+    locc[ro, i, 0] += 1
+    locc[ro, i, 1] += req[s].P + p.allowance
+    owner = ro * nrep + i
+    added = 0
+    for k in range(seg_off[s], seg_off[s + 1]):
+        before = max(bk.seen_len_nb(snap, i, seg_key[k]), bk.seen_len_nb(loc, owner, seg_key[k]))
+        if bk.find_nb(loc, owner, seg_key[k]) < 0:
+            added += 1
+        bk.set_len_nb(loc, owner, seg_key[k], seg_len[k])
+        locc[ro, i, 2] += max(0, seg_len[k] - before)
+    return added
 
 
 @nb.njit(**JIT)

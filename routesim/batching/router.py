@@ -13,7 +13,8 @@ import math
 import numba as nb
 
 from ..conf import JIT
-from .dtypes import Policy, State
+from . import blocks as bk
+from .dtypes import Signals
 from .policies import choose_nb, sample_nb, slow_start_nb, uniforms_nb
 from .replica import leading_nb
 
@@ -55,39 +56,76 @@ def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand):
 
 
 @nb.njit(**JIT)
-def view_nb(rep, i, o, tau, ref, res):
-    """The router's view of replica i (fresh: the truth): o_i, τ_i, referenced blocks,
-    resident id'd blocks."""
+def truth_nb(rep, i, out):
+    """Replica i as it is: out = (o_i, τ_i, referenced blocks, resident id'd blocks)."""
     r = rep[i]
-    o[i] = r.n_wait + r.n_run + r.n_bh
-    tau[i] = r.tau + r.tau_bh
-    ref[i] = r.anon + r.idref
-    res[i] = r.idref + r.cached
+    out[0] = r.n_wait + r.n_run + r.n_bh
+    out[1] = r.tau + r.tau_bh
+    out[2] = r.anon + r.idref
+    out[3] = r.idref + r.cached
 
 
 @nb.njit(**JIT)
-def front_door_nb(rep, p, cand, ne, o, tau, ref, res):
+def view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc):
+    """Router ro's view of replica i: fresh, the truth; periodic, its last publication
+    ``pub[i]``; periodic_local, that plus ro's own placements since (``locc[ro, i]``:
+    requests, tokens, resident blocks its requests' prompts add)."""
+    if p.signal_mode == Signals.FRESH:
+        r = rep[i]
+        o[i] = r.n_wait + r.n_run + r.n_bh
+        tau[i] = r.tau + r.tau_bh
+        ref[i] = r.anon + r.idref
+        res[i] = r.idref + r.cached
+        return
+    o[i] = pub[i, 0]
+    tau[i] = pub[i, 1]
+    ref[i] = pub[i, 2]
+    res[i] = pub[i, 3]
+    if p.signal_mode == Signals.PERIODIC_LOCAL:
+        o[i] += locc[ro, i, 0]
+        tau[i] += locc[ro, i, 1]
+        res[i] += locc[ro, i, 2]
+
+
+@nb.njit(**JIT)
+def seen_leading_nb(tab, snap, loc, p, ro, i, nrep, s, seg_key, seg_len, seg_off):
+    """How many leading prompt blocks of request s router ro believes resident on i."""
+    if p.signal_mode == Signals.FRESH:
+        return leading_nb(tab, i, s, seg_key, seg_len, seg_off)
+    lead = 0
+    for k in range(seg_off[s], seg_off[s + 1]):
+        seen = bk.seen_len_nb(snap, i, seg_key[k])
+        if p.signal_mode == Signals.PERIODIC_LOCAL:
+            seen = max(seen, bk.seen_len_nb(loc, ro * nrep + i, seg_key[k]))
+        lead += seen
+        if seen < seg_len[k]:
+            break
+    return lead
+
+
+@nb.njit(**JIT)
+def front_door_nb(rep, p, ro, cand, ne, o, tau, ref, res, pub, locc):
     """True when every eligible replica's τ_i (as seen) is above ``admission_max_tokens``."""
     if math.isinf(p.admission_max_tokens):
         return False
     for k in range(ne):
         i = cand[k]
-        view_nb(rep, i, o, tau, ref, res)
+        view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc)
         if not tau[i] > p.admission_max_tokens:
             return False
     return True
 
 
 @nb.njit(**JIT)
-def decide_nb(tab, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, ru_pos, cursor,
-              rw, ro, o, tau, ref, res, hit, weights, ramp):
+def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off,
+              ru, ru_pos, cursor, rw, ro, o, tau, ref, res, hit, weights, ramp):
     """The replica policy ``p.policy`` picks for request s among cand[:ne] (ne may be 0:
     then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
     n = rep.shape[0]
     code = p.policy
     for k in range(ne):
         i = cand[k]
-        view_nb(rep, i, o, tau, ref, res)
+        view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc)
         weights[i] = 1.0 + rw[ro, i]
         ramp[i] = 0.0
         if p.slow_start_ms > 0 and slow_start_nb(code):
@@ -103,7 +141,7 @@ def decide_nb(tab, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_o
     cap = (prompt - 1) // p.block_tokens
     for c in range(nc):
         i = cand[c]
-        hit[i] = min(leading_nb(tab, i, s, seg_key, seg_len, seg_off), cap)
+        hit[i] = min(seen_leading_nb(tab, snap, loc, p, ro, i, n, s, seg_key, seg_len, seg_off), cap)
     if n == 0:
         return -1, ru_pos
     return choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, wl_key[s], ramp), ru_pos
