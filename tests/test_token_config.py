@@ -261,31 +261,62 @@ def test_bad_batching_file(tmp_path, run_cli, text, key, fragment):
     assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
 
 
-NOT_YET = [
-    bad("fail-event", "scenarios.slow.events[0].fail", "not simulated",
-        (SLOW_EVENT, "{ at_s = 2, replica = 1, fail = true }")),
-    bad("fail-fast-event", "scenarios.slow.events[0].fail_fast", "not simulated",
-        (SLOW_EVENT, "{ at_s = 2, replica = 1, fail_fast = true }")),
-    bad("recover-event", "scenarios.slow.events[1].recover", "not simulated",
-        (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 1, recover = true }")),
-    bad("start-down", "cluster.start_down", "not simulated",
-        ("[cluster.heterogeneity]", "[cluster]\nstart_down = [2]\n[cluster.heterogeneity]")),
-    bad("periodic-signals", "signals.mode", "not simulated", ('mode = "fresh"', 'mode = "periodic"')),
-    bad("retries", "stages[0].max_attempts", "not simulated", (STAGE, STAGE + "\nmax_attempts = 3")),
-    bad("timeout", "client.timeout_ms", "not simulated", ("[signals]", "[client]\ntimeout_ms = 500\n\n[signals]")),
-    bad("breaker", "router.breaker.consecutive", "not simulated",
-        ("[signals]", "[router]\nbreaker = { consecutive = 5 }\n\n[signals]")),
+INCIDENT_BAD = [
+    bad("unknown-signal-mode", "signals.mode", "unknown value 'stale'", ('mode = "fresh"', 'mode = "stale"')),
+    bad("negative-period", "signals.period_ms", "must be >= 0",
+        ('mode = "fresh"', 'mode = "periodic"\nperiod_ms = -5')),
+    bad("no-routers", "signals.routers", "must be >= 1", ('mode = "fresh"', 'mode = "fresh"\nrouters = 0')),
+    bad("ejected-fraction", "router.breaker.max_ejected_fraction", "must be >= 0 and <= 1",
+        ("[signals]", "[router]\nbreaker = { consecutive = 5, max_ejected_fraction = 1.5 }\n\n[signals]")),
+    bad("min-weight", "policy.slow_start_min_weight", "must be > 0 and <= 1",
+        ('score = "tokens"', 'score = "tokens"\nslow_start_min_weight = 2')),
+    bad("admission-mode", "router.admission.mode", "unknown value 'wait'",
+        ("[signals]", '[router]\nadmission = { max_tokens = 5000, mode = "wait" }\n\n[signals]')),
+    bad("zero-timeout", "client.timeout_ms", "must be > 0",
+        ("[signals]", "[client]\ntimeout_ms = 0\n\n[signals]")),
+    bad("zero-backoff", "stages[0].backoff_ms", "must be > 0", (STAGE, STAGE + "\nbackoff_ms = 0")),
+    bad("no-attempts", "stages[0].max_attempts", "must be >= 1", (STAGE, STAGE + "\nmax_attempts = 0")),
+    bad("zero-cold-tau", "replica.cold_tau_ms", "must be > 0",
+        ("chunked_prefill = true", "chunked_prefill = true\ncold_tau_ms = 0")),
+    bad("zero-fail-fast", "replica.fail_fast_ms", "must be > 0",
+        ("chunked_prefill = true", "chunked_prefill = true\nfail_fast_ms = 0")),
+    bad("fail-missing-replica", "scenarios.slow.events[1].replica", "replica 4 does not exist",
+        (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 4, fail = true }")),
+    bad("fail-not-true", "scenarios.slow.events[1].fail_fast", "expected true",
+        (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 2, fail_fast = 1 }")),
+    bad("start-down-missing-replica", "cluster.start_down[0]", "replica 5 does not exist",
+        ("[cluster.heterogeneity]", "[cluster]\nstart_down = [5]\n[cluster.heterogeneity]")),
+    bad("start-down-twice", "cluster.start_down", "listed twice",
+        ("[cluster.heterogeneity]", "[cluster]\nstart_down = [2, 2]\n[cluster.heterogeneity]")),
 ]
 
 
-@pytest.mark.parametrize("text,key,fragment", NOT_YET)
-def test_features_of_the_next_issue_are_refused_for_now(tmp_path, run_cli, text, key, fragment):
-    """Failures, start_down, stale signals, retries and containment are refused by this
-    version, naming the key. These refusals are lifted by the next issue: this
-    test is to be replaced then, not kept."""
+@pytest.mark.parametrize("text,key,fragment", INCIDENT_BAD)
+def test_bad_incident_keys(tmp_path, run_cli, text, key, fragment):
+    """Bad values of the keys of failures, retries, containment and signals (token-model.md §3, §5, §6)."""
     path = tmp_path / "bad.toml"
     path.write_text(text)
     assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
+
+
+def test_incident_features_are_accepted_and_run(tmp_path, run_cli):
+    """Every incident key at a non-default value, a recover before any failure (it does
+    nothing: docs/model.md) and start_down: the sweep runs."""
+    text = edit(
+        (SLOW_EVENT, "{ at_s = 1.2, replica = 2, recover = true }, { at_s = 1.5, replica = 1, fail = true }, "
+                     "{ at_s = 2, replica = 1, recover = true }, { at_s = 2.2, replica = 2, fail_fast = true }"),
+        ("[cluster.heterogeneity]", "[cluster]\nstart_down = [3]\n[cluster.heterogeneity]"),
+        ('mode = "fresh"', 'mode = "periodic_local"\nperiod_ms = 25\nrouters = 2'),
+        ("[signals]", "[client]\ntimeout_ms = 800\nmax_attempts = 3\nbackoff_ms = 10\n\n"
+                      "[router]\nretry_budget = 0.2\nbreaker = { consecutive = 2, eject_ms = 200 }\n"
+                      'admission = { max_tokens = 20000, mode = "queue" }\n\n[signals]'),
+        ('score = "tokens"', 'score = "tokens"\nslow_start_ms = 500'),
+        ("chunked_prefill = true", "chunked_prefill = true\ncold_factor = 3\nready_delay_ms = 50"))
+    path = tmp_path / "incident.toml"
+    path.write_text(text)
+    rc, out, err, out_dir = run_cli(path)
+    assert rc == 0, err
+    assert sorted(p.name for p in out_dir.iterdir()) == ["policies.nc"]
 
 
 def test_base_is_valid_and_runs(tmp_path, run_cli):
