@@ -213,8 +213,8 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
     values = stage.values
     runs = int(np.prod([len(values[d]) for d in stage.dims]))
     n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])
+    names = [n for n in TRACE_WINDOW if n != "block_tokens"]
     if values["source"][0] == "trace":  # the windows' requests (trace keys as grid axes)
-        names = [n for n in TRACE_WINDOW if n != "block_tokens"]
         per_seed = [len(replay_of(sweep, dict(zip(names, combo)),
                                   block_tokens=traces.NO_IDS))
                     for combo in _product([values[n] for n in names])]
@@ -222,8 +222,9 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
         per_seed = [expected_arrivals(rate, _rate_events(sweep, s), (w + m) * 1000.0)
                     for rate in values["rate_rps"] for s in values["scenario"]
                     for w in values["warmup_s"] for m in values["measure_s"]]
+    counted = names if values["source"][0] == "trace" else ()  # already in per_seed
     variants = int(np.prod([len(values[p]) for p in WORKLOAD_PARAMS
-                            if p not in ("seed", "rate_rps", *TRACE_WINDOW)]))
+                            if p not in ("seed", "rate_rps", *counted)]))
     workload = len(values["seed"]) * variants * sum(per_seed) * 40
     per_run = PARAMS.itemsize + METRICS.itemsize * 2 + n_rep * REPLICA.itemsize * 2
     return int(workload + runs * per_run), runs
