@@ -61,7 +61,7 @@ def azure_raw():
 
 def sweep_file(tmp_path, workload, *, kind="batching", replica="", simulation="warmup_s = 1\nmeasure_s = 6",
                heterogeneity="[1, 1, 1]", policies=("least_tokens",), seeds="[1]", grid="", name="t",
-               extra=""):
+               extra="", scenarios='["steady"]'):
     het = "uniform" if kind == "batching" else "default"
     text = f"""name = "{name}"
 [replica]
@@ -76,7 +76,7 @@ kind = "{kind}"
 {extra}
 [grid]
 heterogeneity = ["{het}"]
-scenario = ["steady"]
+scenario = {scenarios}
 {grid}
 [[stages]]
 name = "s"
@@ -319,6 +319,22 @@ def test_window_and_time_scale_as_grid_axes(tmp_path):
         want = int(np.count_nonzero((a >= 4000) & (a < 34000)))
         assert np.all(got[..., 0, j] == want)
     assert not np.array_equal(got[..., 0, :], got[..., 1, :])  # the code trace is another
+
+
+def test_rate_changes_do_not_apply_to_a_trace(tmp_path):
+    """§1.2: a scenario's rate_multiplier leaves a trace's arrivals alone (its slowdown
+    still applies)."""
+    extra = ("[scenarios.steady]\nevents = []\n[scenarios.burst]\n"
+             "events = [{ at_s = 2, rate_multiplier = 3 }, { at_s = 5, replica = 1, slowdown = 2 }]")
+    f = sweep_file(tmp_path, trace_key(AZURE, "azure", time_scale=4), extra=extra,
+                   scenarios='["steady", "burst"]', name="burst")
+    sweep = routesim.load_sweep(f)
+    g = build(sweep, sweep.stages[0])
+    assert len(set(g.params["workload"].tolist())) == 1       # one workload for both scenarios
+    out = simulate_range(g, 0, g.runs).metrics.reshape(g.shape)
+    steady, burst = out[:, :, :, 0], out[:, :, :, 1]
+    assert np.array_equal(steady["arrivals"], burst["arrivals"])
+    assert not np.array_equal(steady["e2e_mean"], burst["e2e_mean"])
 
 
 # ------------------------------------------------------------------ §1.3 lengths
