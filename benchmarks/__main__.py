@@ -2,9 +2,11 @@
 
 Measures routesim against its targets and its peers, prints one table (with the
 previous committed figures beside the new ones) and writes docs/performance.md.
-Sections: study, engine, breakdown, peers, scaling, big. Every measurement runs in a
-fresh process; compilation caches live in a temporary folder, never the user's.
-Not part of CI's pass/fail: it takes about ten minutes on the 2-core machine.
+Sections: study, engine, breakdown, peers, scaling, big, and batching (the batching model,
+benchmarks/batching.py). Every measurement runs in a fresh process; compilation caches
+live in a temporary folder, never the user's. Not part of CI's pass/fail: it takes about
+ten minutes on the 2-core machine, and the batching section about four more (most of it
+compiling the batching model for its cold run).
 """
 
 import argparse
@@ -15,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import harness, report
+from . import batching, harness, report
 from .harness import ROOT, STUDY, task
 from .tasks import POLICIES, STUDY_HEAD
 
-SECTIONS = ("study", "engine", "breakdown", "peers", "scaling", "big")
+SECTIONS = ("study", "engine", "breakdown", "peers", "scaling", "big", "batching")
 
 
 def log(msg):
@@ -199,6 +201,9 @@ class Suite:
             self.note_load()
         self.detail["scaling_text"] = "\n".join(texts)
 
+    def batching(self):
+        batching.section(self)
+
     def big(self):
         seeds = 105 if self.quick else 1042
         runs = 4 * 24 * seeds
@@ -237,7 +242,11 @@ METHOD = """\
   3 per phase; the compiled side is split by benchmarks/kernels.py; cProfile covers
   one `routesim.run` of the study plus its two netCDF writes.
 - **100,032-run grid**: 4 policies x the 24 study conditions x 1,042 seeds, study
-  horizon (15 s), from the command line with the default chunking."""
+  horizon (15 s), from the command line with the default chunking.
+- **Batching model**: benchmarks/batching.py; how each figure is taken is said in its
+  section above. Engine figures are CPU time of one compiled-kernel thread
+  (`NUMBA_NUM_THREADS=1`) through `routesim.batching.runs.simulate`; the whole command
+  is `python -m routesim.sweep sweeps/batching.toml`, cold and warm as for the study."""
 
 
 FINDINGS = """\
@@ -330,7 +339,7 @@ def main(argv=None):
     meta = {"machine": harness.machine()}
     suite.note_load()
     try:
-        if "engine" not in args.only and set(args.only) - {"study"}:
+        if "engine" not in args.only and set(args.only) - {"study", "batching"}:
             log("warming the compilation cache")
             task("engine", env=suite.env(), repeats=1)
         for name in SECTIONS:

@@ -1,0 +1,415 @@
+"""The batching model (token-model.md) in the suite: ``python -m benchmarks --only batching``.
+
+Measurements, each in a fresh process (``python -m benchmarks.batching NAME JSON``), all
+through the public entry points: ``routesim.batching.workload.generate``,
+``routesim.batching.runs.{params_row, Packed, simulate}`` and the command line
+``python -m routesim.sweep sweeps/batching.toml``.
+
+- ``peers``: one short run (8 replicas, 10 s warm-up + 5 s, 40 req/s) on the engine and
+  on the naive reference of the tests (tests/token_reference.py), one thread, the same
+  workload handed to both; their counts must agree.
+- ``realtime``: a 60 s run (10 s + 50 s) of 8 replicas at 40 req/s, every policy x 2
+  seeds, one thread: simulated seconds per second of a core, iterations and requests
+  per second of a core.
+- ``scale``: one curve per process, one thread: replicas 8 -> 1,024 (``power_of_d``,
+  5 req/s per replica), batch size (rate up on 8 replicas), decode length (outputs up
+  at a fixed rate: the batch grows, requests per iteration do not), horizon.
+- The whole command on ``sweeps/batching.toml``: cold (empty compilation cache), warm,
+  peak RSS.
+"""
+
+import time
+
+T_START = time.perf_counter()
+
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from .harness import ROOT, emit, rss_now, run_measured  # noqa: E402
+
+SWEEP = ROOT / "sweeps" / "batching.toml"
+POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost",
+            "power_of_d", "prefix_affinity", "rate_weighted")
+PEER_POLICIES = ("power_of_d", "least_tokens", "prefix_affinity", "round_robin")
+COUNTS = ("arrivals", "completed", "failed", "rejected", "shed", "unfinished", "preemptions")
+PEER_SIM = "a trained peer simulator of this field advertises about 200x"
+
+# key, label, unit, scale, better -- appended to report.ROWS
+ROWS = [
+    ("batching.cold_s", "batching example, whole command, cold (empty compilation cache)", "s", 1, "low"),
+    ("batching.cold_cpu_s", "batching example, whole command, cold: CPU time", "s", 1, "low"),
+    ("batching.warm_s", "batching example, whole command, warm", "s", 1, "low"),
+    ("batching.warm_cpu_s", "batching example, whole command, warm: CPU time", "s", 1, "low"),
+    ("batching.peak_rss", "batching example, peak RSS (cold or warm)", "MiB", 2**-20, "low"),
+    ("batching.run60_ms", "batching, one 60 s run of 8 replicas at 40 req/s, 1 thread", "ms", 1, "low"),
+    ("batching.realtime_x", "batching, faster than real time (1 core, workload included)", "x", 1, "high"),
+    ("batching.iter_per_core_s", "batching, simulated iterations per second per core", "M/s", 1e-6, "high"),
+    ("batching.req_per_core_s", "batching, simulated requests per second per core", "k/s", 1e-3, "high"),
+    ("batching.peer_engine_ms", "batching, short run, engine, 1 thread, CPU", "ms", 1, "low"),
+    ("batching.peer_reference_ms", "batching, short run, naive reference, CPU", "ms", 1, "low"),
+    ("batching.reference_ratio", "batching reference / engine, per run per core", "x", 1, "high"),
+]
+
+# key, text, comparison, limit, unit label, scale -- appended to report.TARGETS
+TARGETS = [
+    ("batching.reference_ratio", "batching: per run per core vs naive reference", ">=", 500.0, "x", 1),
+    ("batching.realtime_x", "batching: 60 s, 8 replicas, 40 req/s, 1 core, vs real time", ">=", 10000.0, "x", 1),
+    ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
+    ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 60.0, "s", 1),
+]
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# =====================================================================================
+# Tasks (run in their own process)
+# =====================================================================================
+
+def _values(**overrides):
+    """Every flat parameter at token-model.md's defaults (the reference's table), overridden."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import token_reference as ref
+    v = ref.defaults()
+    v.update(overrides)
+    return v
+
+
+class _Run:
+    """One run through the public entry points: its workload, its arrays, and a timer."""
+
+    def __init__(self, values, policy, replicas, rate, seed):
+        import numpy as np
+
+        from routesim.batching import runs as br
+        from routesim.batching.workload import generate
+        from routesim.workload import router_stream
+
+        self.br, self.np = br, np
+        self.values, self.policy, self.replicas, self.rate, self.seed = values, policy, replicas, rate, seed
+        self.horizon_ms = (values["warmup_s"] + values["measure_s"]) * 1000.0
+        self.wparams = br.workload_params(values)
+        t0 = time.perf_counter()
+        self.wl = generate(seed, rate, (), self.horizon_ms, self.wparams)
+        self.gen_s = time.perf_counter() - t0
+        self.params = br.params_row(values, policy, n_replicas=replicas).reshape(1)
+        self.packed = br.Packed.of([self.wl])
+        count = br.router_draws(policy, values["choices"], len(self.wl), values["max_attempts"])
+        self.ru = router_stream(seed, count)
+        self.ru_off = np.array([0, count], np.int64)
+        self.factors = np.ones((1, replicas))
+        self.events = br.event_rows([])
+
+    def generate(self):
+        from routesim.batching.workload import generate
+        return generate(self.seed, self.rate, (), self.horizon_ms, self.wparams)
+
+    def simulate(self):
+        m, rep = self.br.simulate(self.params, self.factors, self.events, self.packed, self.ru, self.ru_off)
+        return m[0]
+
+    def best(self, fn, repeats):
+        """(best wall s, best CPU s, value of the last call)."""
+        wall = cpu = float("inf")
+        value = None
+        for _ in range(max(1, repeats)):
+            c0, t0 = time.process_time(), time.perf_counter()
+            value = fn()
+            wall, cpu = min(wall, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
+        return wall, cpu, value
+
+
+def peers(replicas=8, rate=40.0, warmup_s=10.0, measure_s=5.0, policies=PEER_POLICIES, seed=1,
+          repeats=15):
+    """The engine and the naive reference on the same short runs, one thread (run with
+    NUMBA_NUM_THREADS=1), simulation only (both are handed the same workload)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import token_reference as ref
+
+    values = _values(warmup_s=warmup_s, measure_s=measure_s)
+    out = []
+    for policy in policies:
+        r = _Run(values, policy, replicas, rate, seed)
+        r.simulate()                                     # load the compiled kernels
+        e_wall, e_cpu, m = r.best(r.simulate, repeats)
+        wl = ref.Workload(t=[float(x) for x in r.wl.t_ms], prompt=[int(x) for x in r.wl.prompt],
+                          output=[int(x) for x in r.wl.output], key=[float(x) for x in r.wl.key],
+                          blocks=[[int(b) for b in r.wl.block_ids(k)] for k in range(len(r.wl))])
+        c0, t0 = time.process_time(), time.perf_counter()
+        want = ref.simulate(wl, values, [1.0] * replicas, [], policy, seed, check=False)
+        r_wall, r_cpu = time.perf_counter() - t0, time.process_time() - c0
+        differ = [n for n in COUNTS if int(m[n]) != int(want[n])]
+        out.append(dict(policy=policy, requests=len(r.wl), iterations=int(m["iterations"]),
+                        completed=int(m["completed"]), reference_completed=int(want["completed"]),
+                        differ=differ, engine_s=e_wall, engine_cpu_s=e_cpu, reference_s=r_wall,
+                        reference_cpu_s=r_cpu, gen_s=r.gen_s))
+    emit(dict(runs=out, replicas=replicas, rate=rate, warmup_s=warmup_s, measure_s=measure_s,
+              peak_rss=rss_now()[1]))
+
+
+def realtime(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=POLICIES, seeds=(1, 2),
+             repeats=3):
+    """60 s runs of the example cluster, one by one, one thread: per run the best of
+    ``repeats`` simulations, and the workload generation's best apart."""
+    values = _values(warmup_s=warmup_s, measure_s=measure_s)
+    rows = []
+    for policy in policies:
+        for seed in seeds:
+            r = _Run(values, policy, replicas, rate, seed)
+            r.simulate()
+            wall, cpu, m = r.best(r.simulate, repeats)
+            gen = r.best(r.generate, repeats)[1] if policy == policies[0] else None
+            rows.append(dict(policy=policy, seed=seed, sim_s=wall, sim_cpu_s=cpu, gen_s=gen,
+                             requests=len(r.wl), iterations=int(m["iterations"]),
+                             completed=int(m["completed"]), batch_mean=float(m["batch_mean"])))
+    emit(dict(runs=rows, horizon_s=warmup_s + measure_s, replicas=replicas, rate=rate,
+              peak_rss=rss_now()[1]))
+
+
+CURVES = {
+    # kind: (values, about)
+    "replicas": ([8, 32, 128, 512, 1024],
+                 "`power_of_d` (d = 2, score tokens), 5 req/s per replica (40 req/s on 8), "
+                 "3 s warm-up + 2 s (short, for 1,024 replicas' sake); 32 / replicas seeds, at least 1"),
+    "batch": ([5, 10, 20, 40, 60, 80, 120],
+              "rate in req/s on 8 replicas (capacity about 60 req/s), `power_of_d`, 10 s + 20 s, "
+              "2 seeds: the mean running batch grows with the rate"),
+    "decode": ([32, 128, 512, 2048],
+               "median output tokens of a request (`chat.output.median`; `max` 16 x median, no long "
+               "class), 8 replicas at 20 req/s, `power_of_d`, 10 s + 20 s, 2 seeds: the batch grows "
+               "with the outputs while the requests per iteration stay few, so this is the curve on "
+               "which time per iteration should be flat (decoding is O(1) per sequence not due for "
+               "anything); on the batch curve above, each iteration also carries more requests' "
+               "work (routing, admission, prefill, completion) as the rate rises"),
+    "horizon": ([15, 30, 60, 120, 300],
+                "total horizon in s (10 s warm-up), 8 replicas at 40 req/s, `power_of_d`, "
+                "seeds for about 240 simulated seconds per point"),
+}
+
+
+def _point(kind, value):
+    """(parameter overrides, replicas, rate, seeds) of one point of a curve."""
+    if kind == "replicas":
+        return dict(warmup_s=3.0, measure_s=2.0), value, 5.0 * value, max(1, 32 // value)
+    if kind == "batch":
+        return dict(warmup_s=10.0, measure_s=20.0), 8, float(value), 2
+    if kind == "decode":
+        return (dict(warmup_s=10.0, measure_s=20.0, chat_output_median=value, chat_output_max=16 * value,
+                     p_long=0.0), 8, 20.0, 2)
+    if kind == "horizon":
+        return dict(warmup_s=10.0, measure_s=value - 10.0), 8, 40.0, max(1, 240 // value)
+    raise ValueError(kind)
+
+
+def scale(kind, values=None, policy="power_of_d", repeats=2):
+    """One curve, one point after another in this process (one thread): time per run,
+    per iteration, per request (CPU time of the one thread). A tiny run loads the compiled kernels first; a run whose
+    first timed simulation takes more than 2 s is not repeated."""
+    _Run(_values(warmup_s=0.2, measure_s=0.3), policy, 8, 40.0, 1).simulate()
+    points = []
+    for value in values or CURVES[kind][0]:
+        overrides, replicas, rate, seeds = _point(kind, value)
+        vals = _values(**overrides)
+        sim = gen = 0.0
+        iters = reqs = 0
+        batch = []
+        for seed in range(1, seeds + 1):
+            r = _Run(vals, policy, replicas, rate, seed)
+            wall, cpu, m = r.best(r.simulate, 1)
+            if wall < 2.0 and repeats > 1:
+                cpu = min(cpu, r.best(r.simulate, repeats - 1)[1])
+            sim += cpu
+            gen += r.gen_s
+            iters += int(m["iterations"])
+            reqs += len(r.wl)
+            batch.append(float(m["batch_mean"]))
+        points.append(dict(kind=kind, value=value, replicas=replicas, rate=rate, runs=seeds,
+                           requests=reqs, iterations=iters, sim_s=sim, gen_s=gen,
+                           ns_per_iteration=sim / iters * 1e9 if iters else float("nan"),
+                           us_per_request=sim / reqs * 1e6 if reqs else float("nan"),
+                           ms_per_run=sim / seeds * 1e3, batch_mean=sum(batch) / len(batch),
+                           peak_rss=rss_now()[1]))
+    emit(dict(points=points))
+
+
+# =====================================================================================
+# The section (in the suite's process)
+# =====================================================================================
+
+def _task(name, env, timeout=1800.0, **kwargs):
+    return run_measured([sys.executable, "-m", "benchmarks.batching", name, json.dumps(kwargs)],
+                        env=env, timeout=timeout)
+
+
+def section(suite):
+    """Run every batching measurement; figures into suite.fig, text into
+    suite.detail["batching_text"]."""
+    from . import report
+
+    q = suite.quick
+    cache = suite.tmp / "cache-batching"       # cold command first, then every warm figure
+    env = {"NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    one = dict(env, NUMBA_NUM_THREADS="1")
+    fig = suite.fig
+    sweep = SWEEP
+    sweep_note = "" if sweep.exists() else " (sweeps/batching.toml missing: not measured)"
+
+    texts = []
+    if not sweep_note:
+        argv = [sys.executable, "-m", "routesim.sweep", str(sweep), "--out", str(suite.tmp / "bout")]
+        log("batching: whole command, cold (compiling into an empty cache)")
+        cold = run_measured(argv, env=env, timeout=3600)
+        best = None
+        for i in range(1 if q else 2):
+            log(f"batching: whole command, warm ({i + 1})")
+            c = run_measured(argv, env=env, timeout=3600)
+            best = c if best is None or c.wall < best.wall else best
+        fig.update({"batching.cold_s": cold.wall, "batching.cold_cpu_s": cold.cpu,
+                    "batching.cold_rss": cold.max_rss, "batching.warm_s": best.wall,
+                    "batching.warm_cpu_s": best.cpu, "batching.warm_rss": best.max_rss,
+                    "batching.peak_rss": max(cold.max_rss, best.max_rss)})
+        suite.note_load()
+
+    log("batching: engine and naive reference on the same short runs, 1 thread")
+    p = _task("peers", one, **({"policies": ["power_of_d"]} if q else {})).result
+    runs = p["runs"]
+    e_cpu = sum(r["engine_cpu_s"] for r in runs) / len(runs)
+    r_cpu = sum(r["reference_cpu_s"] for r in runs) / len(runs)
+    agree = sum(not r["differ"] for r in runs)
+    fig.update({"batching.peer_engine_ms": e_cpu * 1e3, "batching.peer_reference_ms": r_cpu * 1e3,
+                "batching.reference_ratio": r_cpu / e_cpu if agree == len(runs) else float("nan"),
+                "batching.peer_agree": agree, "batching.peer_runs": len(runs)})
+    prow = [["policy", "requests", "iterations", "completed (engine / reference)",
+             "engine CPU ms", "reference CPU ms", "reference / engine"]]
+    for r in runs:
+        prow.append([f"`{r['policy']}`", f"{r['requests']:,}", f"{r['iterations']:,}",
+                     f"{r['completed']:,} / {r['reference_completed']:,}"
+                     + (f" (differ: {', '.join(r['differ'])})" if r["differ"] else ""),
+                     report.fmt(r["engine_cpu_s"] * 1e3), report.fmt(r["reference_cpu_s"] * 1e3),
+                     f"{r['reference_cpu_s'] / r['engine_cpu_s']:,.0f}x"])
+    suite.note_load()
+
+    log("batching: 60 s runs against real time, 1 thread")
+    rt = _task("realtime", one, **({"policies": ["power_of_d", "least_tokens"], "seeds": [1]} if q else {})).result
+    rr = rt["runs"]
+    sim = sum(r["sim_cpu_s"] for r in rr) / len(rr)
+    sim_wall = sum(r["sim_s"] for r in rr) / len(rr)
+    gen = min(r["gen_s"] for r in rr if r["gen_s"] is not None)
+    iters = sum(r["iterations"] for r in rr)
+    reqs = sum(r["requests"] for r in rr)
+    total_sim = sum(r["sim_cpu_s"] for r in rr)
+    fig.update({"batching.run60_ms": sim * 1e3, "batching.run60_wall_ms": sim_wall * 1e3,
+                "batching.gen60_ms": gen * 1e3,
+                "batching.realtime_x": rt["horizon_s"] / (sim + gen),
+                "batching.realtime_sim_only_x": rt["horizon_s"] / sim,
+                "batching.iter_per_core_s": iters / total_sim, "batching.req_per_core_s": reqs / total_sim,
+                "batching.realtime_rss": rt["peak_rss"]})
+    by_policy = {}
+    for r in rr:
+        by_policy.setdefault(r["policy"], []).append(r)
+    rtrow = [["policy", "CPU ms per run", "wall ms per run", "iterations per run", "mean batch",
+              "ns per iteration", "µs per request", "x real time"]]
+    for pol, rs in by_policy.items():
+        s = sum(r["sim_cpu_s"] for r in rs)
+        sw = sum(r["sim_s"] for r in rs)
+        it = sum(r["iterations"] for r in rs)
+        rq = sum(r["requests"] for r in rs)
+        rtrow.append([f"`{pol}`", report.fmt(s / len(rs) * 1e3), report.fmt(sw / len(rs) * 1e3),
+                      f"{it / len(rs):,.0f}",
+                      report.fmt(sum(r["batch_mean"] for r in rs) / len(rs)),
+                      report.fmt(s / it * 1e9), report.fmt(s / rq * 1e6),
+                      f"{rt['horizon_s'] / (s / len(rs)):,.0f}x"])
+    suite.note_load()
+
+    curves = {}
+    for kind, (values, about) in CURVES.items():
+        vals = values[::2] if q else values
+        log(f"batching: scaling in {kind} ({', '.join(map(str, vals))}), 1 thread")
+        pts = _task("scale", one, kind=kind, values=vals, timeout=1800).result["points"]
+        curves[kind] = pts
+        for pt in pts:
+            fig[f"batching.scale.{kind}.{pt['value']}"] = pt["ns_per_iteration"]
+            fig[f"batching.scale.{kind}.{pt['value']}.us_req"] = pt["us_per_request"]
+        suite.note_load()
+
+    # -- text ------------------------------------------------------------------------------
+    prev = suite.prev
+    texts += [
+        "The second replica model (docs/model.md §9, token-model.md): continuous batching over "
+        "a paged KV cache, one iteration at a time. Its figures are in the summary and "
+        "targets tables above (rows \"batching\"); the details follow. Every engine figure "
+        "is one compiled-kernel thread (`NUMBA_NUM_THREADS=1`), so \"per core\" is literal; "
+        "the whole command uses both cores.",
+        "",
+        "### One run against the naive reference",
+        "",
+        f"{p['replicas']} replicas, {p['warmup_s']:g} s warm-up + {p['measure_s']:g} s at "
+        f"{p['rate']:g} req/s, seed 1, default workload and replica; the engine "
+        "(`routesim.batching.runs.simulate`, best of 15) and tests/token_reference.py (once) "
+        "are handed the same workload, so neither time includes its generation; CPU time of "
+        f"one process. Counts ({', '.join(COUNTS)}) agree on {agree}/{len(runs)} runs; the "
+        "ratio is reported only when all agree.",
+        "",
+        report.md_table(prow),
+        "",
+        "### Against real time",
+        "",
+        f"A {rt['horizon_s']:g} s run (10 s warm-up + {rt['horizon_s'] - 10:g} s) of "
+        f"{rt['replicas']} replicas at {rt['rate']:g} req/s, every policy x "
+        f"{len(rr) // len(by_policy)} seed(s), each run alone through "
+        "`routesim.batching.runs.simulate` (best of 3), one thread. Per run "
+        f"{report.fmt(sim * 1e3)} ms of simulation + {report.fmt(gen * 1e3)} ms of workload "
+        f"generation: {fig['batching.realtime_x']:,.0f}x faster than real time "
+        f"({fig['batching.realtime_sim_only_x']:,.0f}x without the generation, which a sweep shares "
+        f"between its policies); for scale, {PEER_SIM}. Iterations and requests per second per core below are over "
+        "simulation time only.",
+        "",
+        report.md_table(rtrow),
+        "",
+        "### Scaling (time per iteration should stay flat)",
+        "",
+        "One process per curve, one thread, each run the best of 2 simulations (1 when it "
+        "takes over 2 s); "
+        "CPU time; ns per iteration = simulation time over iterations started (all replicas), "
+        "µs per request over arrivals (warm-up included).",
+        "",
+    ]
+    for kind, pts in curves.items():
+        rows = [["value", "replicas", "req/s", "runs", "requests", "iterations", "requests per iteration",
+                 "mean batch", "ms per run", "ns per iteration", "previous", "µs per request",
+                 "peak RSS MiB"]]
+        for pt in pts:
+            key = f"batching.scale.{kind}.{pt['value']}"
+            rows.append([str(pt["value"]), str(pt["replicas"]), report.fmt(pt["rate"]), str(pt["runs"]),
+                         f"{pt['requests']:,}", f"{pt['iterations']:,}",
+                         report.fmt(pt["requests"] / pt["iterations"] if pt["iterations"] else None),
+                         report.fmt(pt["batch_mean"]),
+                         report.fmt(pt["ms_per_run"]), report.fmt(pt["ns_per_iteration"]),
+                         report.fmt(prev.get(key)), report.fmt(pt["us_per_request"]),
+                         report.fmt(pt["peak_rss"], 2**-20)])
+        texts += [f"#### {kind}", "", CURVES[kind][1] + ".", "", report.md_table(rows), ""]
+    if sweep_note:
+        texts += [f"Whole command{sweep_note}.", ""]
+    else:
+        texts += [
+            "### Whole command",
+            "",
+            "`python -m routesim.sweep sweeps/batching.toml --out TMP` (432 runs: 9 policies x "
+            "3 loads x 16 seeds, 10 s + 50 s, 8 replicas; table printed, Datasets written), 2 "
+            "threads. *Cold*: `NUMBA_CACHE_DIR` at a new, empty folder (every kernel compiles, "
+            "as on a fresh clone); *warm*: the same command again with that folder, best of 2. "
+            f"Cold {report.fmt(fig['batching.cold_s'])} s wall, {report.fmt(fig['batching.cold_cpu_s'])} s "
+            f"CPU, peak RSS {report.fmt(fig['batching.cold_rss'], 2**-20)} MiB; warm "
+            f"{report.fmt(fig['batching.warm_s'])} s wall, {report.fmt(fig['batching.warm_cpu_s'])} s CPU "
+            f"(both threads), peak RSS {report.fmt(fig['batching.warm_rss'], 2**-20)} MiB. The "
+            "machine is shared: compare the CPU times when the wall times look high.",
+            "",
+        ]
+    suite.detail["batching_text"] = "\n".join(texts)
+
+
+if __name__ == "__main__":
+    name, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    globals()[name](**args)
