@@ -50,7 +50,7 @@ def azure_raw():
         day, clock = stamp.split(" ")
         h, mi, s = clock.split(":")
         whole, frac = s.split(".")
-        seconds = int(day.replace("-", "")) * 0 + (int(h) * 3600 + int(mi) * 60 + int(whole))
+        seconds = int(h) * 3600 + int(mi) * 60 + int(whole)
         rows.append((day, seconds, int(frac) / 10**len(frac), int(p), int(o)))
     day0, s0, f0 = rows[0][:3]
     assert all(r[0] == day0 for r in rows)  # the excerpt is one day
