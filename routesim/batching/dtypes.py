@@ -182,6 +182,9 @@ REPLICA = np.dtype(
         ("assigned", np.int64),     # attempts routed here in [warm-up, horizon)
         ("completed", np.int64),    # completions here in (warm-up, horizon]
         ("tokens", np.int64),       # tokens emitted here in (warm-up, horizon]
+        ("placed", np.int64),       # attempts routed here, the whole run (timelines)
+        ("done_all", np.int64),     # completions here, the whole run
+        ("tokens_all", np.int64),   # tokens emitted here, the whole run
     ],
     align=True,
 )
@@ -225,6 +228,31 @@ REQUEST = np.dtype(
     align=True,
 )
 """Per-run scratch, one record per request of the workload."""
+
+SAMPLE = np.dtype(
+    [
+        ("waiting", np.int64), ("running", np.int64), ("kv_referenced", np.int64),
+        ("kv_cached", np.int64), ("outstanding_tokens", np.int64), ("healthy", np.bool_),
+        ("fail_fast", np.bool_), ("ejected", np.bool_), ("warmth", np.float64),
+        ("view_requests", np.int64), ("view_tokens", np.int64),
+        ("placed", np.int64), ("done", np.int64), ("tokens", np.int64),
+    ],
+    align=True,
+)
+"""One replica at a timeline sample (router 0's ejection and view); counts cumulative."""
+
+CLUSTER_SAMPLE = np.dtype(
+    [("retries", np.int64), ("failures", np.int64), ("shed", np.int64), ("rejected", np.int64)],
+    align=True,
+)
+"""The cluster at a timeline sample: cumulative counts."""
+
+KEPT = np.dtype(
+    [("first_ms", np.float64), ("done_ms", np.float64), ("outcome", np.int8), ("attempts", np.int64)],
+    align=True,
+)
+"""What a timeline keeps of each request: its completing attempt's first token and
+completion (NaN if none), its outcome and attempts."""
 
 TIMER = np.dtype([("t", np.float64), ("req", np.int64), ("token", np.int64)], align=True)
 """A timed entry of a request (deadline, black-hole failure, retry), valid while the

@@ -22,11 +22,12 @@ import numpy as np
 from ..conf import JIT, JIT_PARALLEL
 from .blocks import free_nb
 from . import blocks as bk
-from .dtypes import CACHED, DUE, REQUEST, SEG, TIMER, Admission, EventKind, Outcome, Signals, State
+from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, Admission, EventKind, Outcome,
+                     Signals, State)
 from .metrics import finish_metrics_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb, in_window_nb,
                       integrate_nb, push_back_nb, start_nb)
-from .router import decide_nb, eligible_nb, front_door_nb, truth_nb
+from .router import decide_nb, eligible_nb, front_door_nb, truth_nb, view_nb
 
 
 # --- timers: min-heaps of (time, request) valid while the request's attempt number matches --
@@ -156,11 +157,16 @@ def _sort_ints(a, n):
 
 
 @nb.njit(**JIT)
-def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, ru, mt):
+def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, ru, mt,
+               sample_t, samples, cluster, keep):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
 
     wl_* (requests,) the workload; seg_key/seg_len the requests' prompt segments,
     request k's at ``seg_off[k]:seg_off[k + 1]`` (offsets into the flat arrays).
+    A timeline (empty arrays otherwise): at each of ``sample_t`` (ms, ascending) the
+    state after everything at times ≤ it goes to ``samples`` (samples, replicas) SAMPLE
+    and ``cluster`` (samples,) CLUSTER_SAMPLE, and ``keep`` (requests,) KEPT gets
+    what became of each request.
     """
     n = wl_t.shape[0]
     nrep = rep.shape[0]
@@ -200,6 +206,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.gw = 0
         q.n_failed = 0
         q.f_next = -1
+    cum = np.zeros(4, np.int64)  # retries, failures, sheds, rejections so far (timelines)
+    si = 0
     for i in range(nrep):
         r = rep[i]
         r.slowdown = 1.0
@@ -234,6 +242,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         r.assigned = 0
         r.completed = 0
         r.tokens = 0
+        r.placed = 0
+        r.done_all = 0
+        r.tokens_all = 0
     # what is resident: a table of segments grown as needed, a heap of cached ones per
     # replica (at most one live entry per cached segment; stale ones compacted away)
     tab = np.zeros(1024, SEG)
@@ -326,6 +337,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             for ro in range(R):
                 if f_head[ro] >= 0:
                     t = min(t, wl_t[f_head[ro]] + p.timeout_ms)
+        while si < sample_t.shape[0] and sample_t[si] < t and sample_t[si] <= horizon:
+            _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
+            si += 1
         if t > horizon:
             break
         prev_t = t
@@ -429,6 +443,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     fail_crash[s] = False
                     n_fail += 1
         if n_fail > 0:
+            cum[1] += n_fail
             _sort_ints(fail_req, n_fail)
             for f in range(n_fail):
                 s = fail_req[f]
@@ -495,7 +510,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             f_head[best] = req[s].f_next
             if f_head[best] < 0:
                 f_tail[best] = -1
-            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, mt)
+            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum)
             if local and i >= 0:
                 loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
                 loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
@@ -531,10 +546,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     f_tail[ro] = s
                 else:
                     req[s].outcome = Outcome.REJECTED
+                    cum[3] += 1
                 continue
             if i < 0 and retry:
                 rin[req[s].router] -= 1
-            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, mt)
+            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum)
             if local and i >= 0:
                 loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
                 loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
@@ -554,6 +570,12 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     for i in range(nrep):
         integrate_nb(rep, i, horizon, p)
     finish_metrics_nb(p, rep, req, wl_t, mt)
+    if keep.shape[0] == n:
+        for s in range(n):
+            keep[s].first_ms = req[s].first_ms
+            keep[s].done_ms = req[s].done_ms
+            keep[s].outcome = req[s].outcome
+            keep[s].attempts = req[s].attempts
 
 
 @nb.njit(**JIT)
@@ -567,6 +589,40 @@ def _route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, w
         return -2, ru_pos
     return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
                      seg_off, ru, ru_pos, cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
+
+
+@nb.njit(**JIT)
+def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
+    """Record the state at t (a timeline sample): per replica, and cluster-wide."""
+    n = rep.shape[0]
+    o = np.empty(n, np.int64)
+    tau = np.empty(n, np.int64)
+    ref = np.empty(n, np.int64)
+    res = np.empty(n, np.int64)
+    for i in range(n):
+        r = rep[i]
+        x = out[i]
+        x.waiting = r.n_wait
+        x.running = r.n_run
+        x.kv_referenced = r.anon + r.idref
+        x.kv_cached = r.cached
+        x.outstanding_tokens = r.tau + r.tau_bh
+        x.healthy = r.healthy
+        x.fail_fast = r.fail_fast
+        x.ejected = not np.isinf(ej_until[0, i])
+        x.warmth = 1.0
+        if r.cold:
+            x.warmth = 1.0 + (p.cold_factor - 1.0) * math.exp(-(t - r.t_up) / p.cold_tau_ms)
+        view_nb(rep, p, 0, i, o, tau, ref, res, pub, locc)  # router 0's
+        x.view_requests = o[i]
+        x.view_tokens = tau[i]
+        x.placed = r.placed
+        x.done = r.done_all
+        x.tokens = r.tokens_all
+    clu.retries = cum[0]
+    clu.failures = cum[1]
+    clu.shed = cum[2]
+    clu.rejected = cum[3]
 
 
 @nb.njit(**JIT)
@@ -589,18 +645,20 @@ def _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off
 
 
 @nb.njit(**JIT)
-def _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, mt):
+def _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum):
     """Request s routed at t to replica i (-1: shed): a new attempt, from nothing."""
     q = req[s]
     if i < 0:
         q.outcome = Outcome.SHED
         q.state = State.NONE
+        cum[2] += 1
         return
     ro = q.router
     q.attempts += 1
     q.tries += 1
     if q.tries >= 2:
         q.retries += 1
+        cum[0] += 1
     q.replica = i
     q.g = 0
     q.gw = 0
@@ -615,6 +673,7 @@ def _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn,
     if in_window_nb(t, p, True):
         rep[i].assigned += 1
     r = rep[i]
+    r.placed += 1
     if r.fail_fast:
         q.state = State.BLACKHOLE
         q.bh_ms = t + p.fail_fast_ms
@@ -624,6 +683,12 @@ def _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn,
     else:
         push_back_nb(rep, req, i, s)
         r.tau += q.P + p.allowance
+
+
+@nb.njit(**JIT)
+def _no_timeline_nb(nrep):
+    """Empty timeline arrays: a run of a grid records no samples."""
+    return (np.zeros(0), np.zeros((0, nrep), SAMPLE), np.zeros(0, CLUSTER_SAMPLE), np.zeros(0, KEPT))
 
 
 @nb.njit(**JIT_PARALLEL)
@@ -637,6 +702,7 @@ def run_batch_nb(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len
     (one more offset per workload, into the flat seg_key/seg_len); ru/ru_off the
     router streams; metrics (runs,).
     """
+    no_samples, no_rep_samples, no_cluster_samples, no_keep = _no_timeline_nb(rep.shape[1])
     for r in nb.prange(params.shape[0]):
         p = params[r]
         w = p.workload
@@ -644,4 +710,5 @@ def run_batch_nb(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len
         hi = wl_off[w + 1]
         run_one_nb(p, rep[r], events[p.event_start:p.event_start + p.event_count],
                    wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], seg_key, seg_len,
-                   seg_off[lo + w:hi + w + 1], ru[ru_off[w]:ru_off[w + 1]], metrics[r])
+                   seg_off[lo + w:hi + w + 1], ru[ru_off[w]:ru_off[w + 1]], metrics[r],
+                   no_samples, no_rep_samples, no_cluster_samples, no_keep)

@@ -481,6 +481,7 @@ def emit_decoding_nb(r, p, mt, t):
     those past the allowance (``n_over``)."""
     r.busy = False
     r.tau += r.n_over
+    r.tokens_all += r.n_dec
     if in_window_nb(t, p, False):
         mt.tokens_window += r.n_dec
         r.tokens += r.n_dec
@@ -500,6 +501,7 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     q.replica = -1
     done_log[0, n_done] = i
     done_log[1, n_done] = s
+    r.done_all += 1
     if in_window_nb(t, p, False):
         mt.done_any += 1
         r.completed += 1
@@ -550,6 +552,7 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
                 if q.g >= p.allowance:
                     r.tau += 1
                 q.g += 1
+                r.tokens_all += 1
                 if window:
                     mt.tokens_window += 1
                     r.tokens += 1
