@@ -108,6 +108,13 @@ def _timer_top(timers, tn, which, req):
     return h[0].t if tn[which] > 0 else np.inf
 
 
+@nb.njit(**JIT)
+def _end_live(ends, rep):
+    """Is the top iteration end still the replica's iteration in progress (not abandoned)?"""
+    r = rep[ends[0].req]
+    return r.busy and r.started == ends[0].token and r.end_ms == ends[0].t
+
+
 # --- failures (phase 3) -------------------------------------------------------------------
 
 @nb.njit(**JIT)
@@ -311,18 +318,29 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     horizon = p.horizon_ms
     window_open = False
     prev_t = -np.inf
+    ends = np.zeros(nrep + 1, TIMER)   # iteration ends: (end, replica, iteration), at most one live each
+    ends_n = np.zeros(1, np.int64)
+    dirty = np.empty(nrep, np.int64)   # replicas that may start an iteration at t
+    marked = np.zeros(nrep, np.bool_)
+    n_dirty = 0
+    ready_pending = False              # a recovered replica is not yet ready
+    next_pub = 0                       # the replica publishing next (they take turns)
     while True:
         t = np.inf
         if k < n:
             t = wl_t[k]
         if ev < n_ev and events[ev].t_ms < t:
             t = events[ev].t_ms
-        for i in range(nrep):
-            r = rep[i]
-            if r.busy and r.end_ms < t:
-                t = r.end_ms
-            if r.ready_ms > prev_t and r.ready_ms < t:
-                t = r.ready_ms
+        while ends_n[0] > 0 and not _end_live(ends, rep):
+            _timer_pop(ends, ends_n, 0)
+        if ends_n[0] > 0:
+            t = min(t, ends[0].t)
+        if ready_pending:
+            ready_pending = False
+            for i in range(nrep):
+                if rep[i].ready_ms > prev_t:
+                    ready_pending = True
+                    t = min(t, rep[i].ready_ms)
         for w in range(3):
             if tn[w] > 0:
                 t = min(t, _timer_top(timers, tn, w, req))
@@ -331,8 +349,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 for i in range(nrep):
                     t = min(t, ej_until[ro, i])
         if periodic:
-            for i in range(nrep):
-                t = min(t, ((i + 1) * p.period_ms) / nrep + pub_k[i] * p.period_ms)
+            t = min(t, ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms)
         if not np.isinf(p.timeout_ms):
             for ro in range(R):
                 if f_head[ro] >= 0:
@@ -350,9 +367,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if _in_flight(req[s]):
                     req[s].gw = g_now_nb(rep, req, s)
         # (1) iteration ends, replicas in id order
-        for i in range(nrep):
-            r = rep[i]
-            if r.busy and r.end_ms == t:
+        while ends_n[0] > 0 and ends[0].t == t:
+            live = _end_live(ends, rep)
+            i = ends[0].req
+            _timer_pop(ends, ends_n, 0)
+            if live:
+                r = rep[i]
+                if not marked[i]:
+                    marked[i] = True
+                    dirty[n_dirty] = i
+                    n_dirty += 1
                 integrate_nb(rep, i, t, p)
                 before = n_done
                 if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
@@ -398,6 +422,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     r.t_up = t
                     r.ready_ms = t + p.ready_delay_ms
                     r.t_e = r.ready_ms
+                    ready_pending = True
                 elif r.fail_fast:
                     r.fail_fast = False
             ev += 1
@@ -462,31 +487,30 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         brk[ro, i] = 0
                         n_ej[ro] -= 1
         # (5) signal publications, in replica order
-        if periodic:
-            for i in range(nrep):
-                if ((i + 1) * p.period_ms) / nrep + pub_k[i] * p.period_ms != t:
-                    continue
-                pub_k[i] += 1
-                snap_n -= bk.drop_nb(snap, i, nrep)
-                if rep[i].healthy:  # a replica that is down publishes its empty state
-                    truth_nb(rep, i, pub[i])
-                    count = 0
-                    for h in range(tab.shape[0]):
-                        if tab[h].used and tab[h].replica == i:
-                            count += 1
-                    snap = bk.reserve_nb(snap, snap_n, count)
-                    for h in range(tab.shape[0]):
-                        if tab[h].used and tab[h].replica == i:
-                            bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
-                    snap_n += count
-                else:
-                    for c in range(4):
-                        pub[i, c] = 0
-                if local:
-                    loc_n -= bk.drop_nb(loc, i, nrep)
-                    for ro in range(R):
-                        for c in range(3):
-                            locc[ro, i, c] = 0
+        while periodic and ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
+            i = next_pub  # replicas publish in turn: (i+1)·period/N + k·period
+            next_pub = (next_pub + 1) % nrep
+            pub_k[i] += 1
+            snap_n -= bk.drop_nb(snap, i, nrep)
+            if rep[i].healthy:  # a replica that is down publishes its empty state
+                truth_nb(rep, i, pub[i])
+                count = 0
+                for h in range(tab.shape[0]):
+                    if tab[h].used and tab[h].replica == i:
+                        count += 1
+                snap = bk.reserve_nb(snap, snap_n, count)
+                for h in range(tab.shape[0]):
+                    if tab[h].used and tab[h].replica == i:
+                        bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
+                snap_n += count
+            else:
+                for c in range(4):
+                    pub[i, c] = 0
+            if local:
+                loc_n -= bk.drop_nb(loc, i, nrep)
+                for ro in range(R):
+                    for c in range(3):
+                        locc[ro, i, c] = 0
         # rate_weighted's window: completions in (t - window, t]
         while rw_head < n_done and done_t[rw_head] <= t - p.window_ms:
             rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
@@ -511,6 +535,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if f_head[best] < 0:
                 f_tail[best] = -1
             _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum)
+            if i >= 0 and not marked[i]:
+                marked[i] = True
+                dirty[n_dirty] = i
+                n_dirty += 1
             if local and i >= 0:
                 loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
                 loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
@@ -551,11 +579,19 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if i < 0 and retry:
                 rin[req[s].router] -= 1
             _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum)
+            if i >= 0 and not marked[i]:
+                marked[i] = True
+                dirty[n_dirty] = i
+                n_dirty += 1
             if local and i >= 0:
                 loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
                 loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
-        # (7) iteration starts of idle replicas with work
-        for i in range(nrep):
+        # (7) iteration starts of idle replicas with work, in replica order: only those whose
+        # iteration ended or that were given work at t can be idle with work now
+        _sort_ints(dirty, n_dirty)
+        for c in range(n_dirty):
+            i = dirty[c]
+            marked[i] = False
             r = rep[i]
             if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
                 integrate_nb(rep, i, t, p)
@@ -564,9 +600,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     r.anon += need  # decoding only, new blocks free: no call into the pool
                     r.kv_dec += r.n_dec
                     begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, 0, 0.0, 0)
-                    continue
-                tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
-                               seg_len, seg_off, mt, cnt, btmp, dtmp)
+                else:
+                    tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
+                                   seg_len, seg_off, mt, cnt, btmp, dtmp)
+                _timer_push(ends, ends_n, 0, r.end_ms, i, r.started)
+        n_dirty = 0
     for i in range(nrep):
         integrate_nb(rep, i, horizon, p)
     finish_metrics_nb(p, rep, req, wl_t, mt)

@@ -14,7 +14,7 @@ import numba as nb
 
 from ..conf import JIT
 from . import blocks as bk
-from .dtypes import Signals
+from .dtypes import Policy, Signals
 from .policies import choose_nb, sample_nb, slow_start_nb, uniforms_nb
 from .replica import leading_nb
 
@@ -123,25 +123,25 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
     then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
     n = rep.shape[0]
     code = p.policy
-    for k in range(ne):
-        i = cand[k]
-        view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc)
-        weights[i] = 1.0 + rw[ro, i]
-        ramp[i] = 0.0
-        if p.slow_start_ms > 0 and slow_start_nb(code):
-            age = t - rep[i].t_e
-            if age < p.slow_start_ms:
-                ramp[i] = max(p.slow_start_min_weight, (age / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
+    if code == Policy.RATE_WEIGHTED:
+        for k in range(ne):
+            weights[cand[k]] = 1.0 + rw[ro, cand[k]]
     draws = uniforms_nb(code, p.choices)
     nc = sample_nb(code, cand, ne, p, ru[ru_pos:ru_pos + draws], cursor, weights)
     ru_pos += draws
     if nc == 0:
         return -1, ru_pos
+    if code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
+        return cand[0], ru_pos  # picked without scores
     prompt = wl_P[s]
     cap = (prompt - 1) // p.block_tokens
-    for c in range(nc):
+    ramped = p.slow_start_ms > 0 and slow_start_nb(code)
+    for c in range(nc):  # the candidates' scores, as this router sees them
         i = cand[c]
+        view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc)
+        ramp[i] = 0.0
+        if ramped and t - rep[i].t_e < p.slow_start_ms:
+            ramp[i] = max(p.slow_start_min_weight,
+                          ((t - rep[i].t_e) / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
         hit[i] = min(seen_leading_nb(tab, snap, loc, p, ro, i, n, s, seg_key, seg_len, seg_off), cap)
-    if n == 0:
-        return -1, ru_pos
     return choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, wl_key[s], ramp), ru_pos
