@@ -18,8 +18,24 @@ SCRATCH_BUDGET = 256 * 2**20  # bytes of per-run scratch in one chunk
 MIN_CHUNKS = 16               # for a progress display that moves
 
 
+class FlatOutcome:
+    """Raw results of runs, one array per name in ``FIELDS``, each with runs first."""
+
+    FIELDS = ()
+
+    @property
+    def runs(self) -> int:
+        return getattr(self, self.FIELDS[0]).shape[0]
+
+    def put(self, lo: int, part: "FlatOutcome") -> None:
+        """Copy ``part`` (the results of runs ``lo:lo + part.runs``) into place."""
+        hi = lo + part.runs
+        for name in self.FIELDS:
+            getattr(self, name)[lo:hi] = getattr(part, name)
+
+
 @dataclass(frozen=True)
-class Outcome:
+class Outcome(FlatOutcome):
     """Raw results of a grid: metrics (runs,) METRICS; replicas (runs, replicas) REPLICA
     (final state and per-replica counters); router (runs,) ROUTER; tail (runs, levels)
     time-average fraction of replicas holding at least i requests."""
@@ -39,16 +55,6 @@ class Outcome:
         replicas["base_speed"] = grid.base_speed[lo:hi]
         return cls(metrics=np.zeros(hi - lo, dtype=METRICS), replicas=replicas,
                    router=np.zeros(hi - lo, dtype=ROUTER), tail=np.zeros((hi - lo, TAIL_LEVELS)))
-
-    @property
-    def runs(self) -> int:
-        return self.metrics.shape[0]
-
-    def put(self, lo: int, part: "Outcome") -> None:
-        """Copy ``part`` (the results of runs ``lo:lo + part.runs``) into place."""
-        hi = lo + part.runs
-        for name in self.FIELDS:
-            getattr(self, name)[lo:hi] = getattr(part, name)
 
 
 def outcome_type(grid):

@@ -36,8 +36,21 @@ BYTES_PER_ARRIVAL = 32   # workload: t, demand, jitter (float64), prompt, output
 SCRATCH_PER_ARRIVAL = REQUEST.itemsize  # per run: one REQUEST record per arrival
 
 
+class FlatGrid:
+    """What the pipeline reads of either model's grid: ``coords`` (dimension -> values)
+    and ``params`` (runs,), hence its shape and number of runs."""
+
+    @property
+    def shape(self):
+        return tuple(len(v) for v in self.coords.values())
+
+    @property
+    def runs(self):
+        return self.params.shape[0]
+
+
 @dataclass(frozen=True)
-class Grid:
+class Grid(FlatGrid):
     """One stage, laid out flat.
 
     coords: dimension -> values, in dimension order; params (runs,) PARAMS;
@@ -58,14 +71,6 @@ class Grid:
     wl_off: np.ndarray
     ru: np.ndarray
     ru_off: np.ndarray
-
-    @property
-    def shape(self):
-        return tuple(len(v) for v in self.coords.values())
-
-    @property
-    def runs(self):
-        return self.params.shape[0]
 
     @property
     def replicas(self):

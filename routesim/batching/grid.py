@@ -17,7 +17,8 @@ import xarray as xr
 
 from .. import traces
 from ..config import LENGTHS_PARAMS, TRACE_PARAMS, ConfigError, Stage, Sweep, trace_file
-from ..grid import resolve, run_index
+from ..batch import FlatOutcome
+from ..grid import FlatGrid, resolve, run_index
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..workload import expected_arrivals, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
@@ -74,7 +75,7 @@ def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, rate_events,
 
 
 @dataclass(frozen=True)
-class TokenGrid:
+class TokenGrid(FlatGrid):
     """One batching stage, laid out flat: params (runs,) PARAMS; factors (runs,
     replicas) time factors; events (rows,) EVENT; the packed workloads and router
     streams (``ru_off`` per workload)."""
@@ -90,14 +91,6 @@ class TokenGrid:
     kind = "batching"
 
     @property
-    def shape(self):
-        return tuple(len(v) for v in self.coords.values())
-
-    @property
-    def runs(self):
-        return self.params.shape[0]
-
-    @property
     def replicas(self):
         return self.factors.shape[1]
 
@@ -107,7 +100,7 @@ class TokenGrid:
 
 
 @dataclass(frozen=True)
-class TokenOutcome:
+class TokenOutcome(FlatOutcome):
     """Raw results of runs: metrics (runs,) METRICS; replicas (runs, replicas) REPLICA."""
 
     metrics: np.ndarray
@@ -119,14 +112,6 @@ class TokenOutcome:
     def empty(cls, grid: TokenGrid, lo: int = 0, hi: int | None = None) -> "TokenOutcome":
         hi = grid.runs if hi is None else hi
         return cls(metrics=np.zeros(hi - lo, METRICS), replicas=np.zeros((hi - lo, grid.replicas), REPLICA))
-
-    @property
-    def runs(self) -> int:
-        return self.metrics.shape[0]
-
-    def put(self, lo: int, part: "TokenOutcome") -> None:
-        for name in self.FIELDS:
-            getattr(self, name)[lo:lo + part.runs] = getattr(part, name)
 
 
 def simulate_range(grid: TokenGrid, lo: int, hi: int) -> TokenOutcome:

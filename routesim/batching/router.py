@@ -33,26 +33,26 @@ def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand):
     if avoid and req[s].n_failed > 0:
         kept = 0
         for k in range(ne):
-            i = cand[k]
-            bad = False
-            for f in range(req[s].n_failed):
-                if failed[s, f] == i:
-                    bad = True
-            if not bad:
+            if not _failed_on_nb(failed, req[s].n_failed, s, cand[k]):
                 kept += 1
         if kept > 0:
             m = 0
             for k in range(ne):
                 i = cand[k]
-                bad = False
-                for f in range(req[s].n_failed):
-                    if failed[s, f] == i:
-                        bad = True
-                if not bad:
+                if not _failed_on_nb(failed, req[s].n_failed, s, i):
                     cand[m] = i
                     m += 1
             ne = m
     return ne
+
+
+@nb.njit(**JIT)
+def _failed_on_nb(failed, n_failed, s, i):
+    """Did request s already fail on replica i?"""
+    for f in range(n_failed):
+        if failed[s, f] == i:
+            return True
+    return False
 
 
 @nb.njit(**JIT)
