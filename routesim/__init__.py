@@ -8,6 +8,10 @@
 
 __version__ = "0.1.0"
 
+from . import compile_cache  # noqa: E402
+
+compile_cache.use()  # before any compiled module: the kernels' cache follows their source
+
 from .config import ConfigError, load_sweep, parse_sweep  # noqa: E402
 from .study import run  # noqa: E402
 from .timeline import trace  # noqa: E402  (python -m routesim.trace: routesim/trace.py)
