@@ -22,7 +22,7 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
-from .dtypes import CACHED, SEG
+from .dtypes import SEG
 
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)

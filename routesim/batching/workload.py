@@ -124,7 +124,6 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
     """
     p = params
     t_ms, u = draw_arrivals(seed, rate_rps, rate_events, horizon_ms, 8)
-    n = t_ms.size
     prefixed = u[:, 4] < p.prefix_probability
     group = np.where(prefixed, zipf_group(u[:, 5], p.prefix_groups, p.prefix_zipf), -1).astype(np.int64)
     L = p.prefix_tokens
