@@ -113,17 +113,27 @@ class Fingerprint:
     stage: str       # stage name and the selected values it inherits
     chunk_size: int
     runs: int
+    data: str = ""   # hash of the data files the stage reads (request traces), "" if none
 
     @classmethod
-    def of(cls, sweep_text: str, stage_name: str, inherited: dict, chunk_size: int, runs: int):
+    def of(cls, sweep_text: str, stage_name: str, inherited: dict, chunk_size: int, runs: int,
+           data_files=()):
         sel = json.dumps({k: repr(_plain(v)) for k, v in sorted(inherited.items())})
+        data = ""
+        if data_files:
+            h = hashlib.sha256()
+            for path in sorted(str(p) for p in data_files):
+                h.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+            data = h.hexdigest()
         return cls(sweep=hashlib.sha256(sweep_text.encode()).hexdigest(), package=package_digest(),
-                   stage=f"{stage_name} {sel}", chunk_size=int(chunk_size), runs=int(runs))
+                   stage=f"{stage_name} {sel}", chunk_size=int(chunk_size), runs=int(runs), data=data)
 
     @property
     def digest(self) -> str:
-        text = json.dumps([FORMAT, self.sweep, self.package, self.stage, self.chunk_size, self.runs])
-        return hashlib.sha256(text.encode()).hexdigest()
+        parts = [FORMAT, self.sweep, self.package, self.stage, self.chunk_size, self.runs]
+        if self.data:  # a stage without data files keeps the digest it always had
+            parts.append(self.data)
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
     def differences(self, stored: dict) -> list[str]:
         """What changed, in words, since ``stored`` (a manifest) was written."""
@@ -138,6 +148,8 @@ class Fingerprint:
             why.append(f"the chunk size changed ({stored.get('chunk_size')} -> {self.chunk_size})")
         if stored.get("runs") != self.runs:
             why.append("the number of runs changed")
+        if stored.get("data", "") != self.data:
+            why.append("a trace file it replays changed")
         return why or ["their format changed"]
 
 

@@ -150,7 +150,8 @@ def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
     ranges = chunks.plan(grid.runs, size)
     outcome = batch.outcome_type(grid).empty(grid)
     store, resumed = None, set()
-    fingerprint = chunks.Fingerprint.of(sweep.text, stage.name, inherited, size, grid.runs)
+    fingerprint = chunks.Fingerprint.of(sweep.text, stage.name, inherited, size, grid.runs,
+                                        data_files=_data_files(sweep, stage))
     if folder is not None:
         store = chunks.ChunkStore.open(folder, fingerprint, ranges, resume, note,
                                        outcome=batch.outcome_type(grid))
@@ -177,6 +178,14 @@ def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
                 bar.update(1)
     count = ChunkCount(stage.name, len(ranges), len(resumed), len(todo), runs, time.perf_counter() - t0)
     return outcome, count
+
+
+def _data_files(sweep: Sweep, stage: Stage) -> list:
+    """The request traces a stage replays or draws lengths from (their content is part
+    of what its chunks depend on)."""
+    from .config import trace_file
+    names = [v for key in ("trace_path", "lengths_trace") for v in stage.values.get(key, ()) if v]
+    return sorted({trace_file(sweep.path, v) for v in names})
 
 
 class _progress:

@@ -3,6 +3,7 @@ are kept as they complete, ``--resume`` after a kill recomputes exactly the miss
 ones and gives the Dataset of an uninterrupted run, stale chunks are never reused, and
 memory is bounded by the chunk size, not the grid."""
 
+import hashlib
 import json
 import re
 import signal
@@ -383,3 +384,19 @@ def test_resume_from_the_command_line_in_process(tmp_path, monkeypatch, capsys):
     assert main([str(path), "--out", str(out), "--resume", "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "note:" in err and "stale" in err and "the sweep file changed" in err
+
+
+def test_a_changed_trace_file_makes_stored_chunks_stale(tmp_path):
+    """The chunks of a stage that replays a trace depend on the trace's bytes: an edited
+    trace gives another digest, said in words; a stage without data files keeps the
+    digest it had before data files were fingerprinted."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_ms,prompt_tokens,output_tokens\n0,10,5\n")
+    before = chunks.Fingerprint.of("text", "s", {}, 4, 16, data_files=[trace])
+    trace.write_text("arrival_ms,prompt_tokens,output_tokens\n0,10,6\n")
+    after = chunks.Fingerprint.of("text", "s", {}, 4, 16, data_files=[trace])
+    assert before.digest != after.digest
+    assert after.differences(dict(vars(before), digest=before.digest)) == ["a trace file it replays changed"]
+    plain = chunks.Fingerprint.of("text", "s", {}, 4, 16)
+    legacy = hashlib.sha256(json.dumps([chunks.FORMAT, plain.sweep, plain.package, plain.stage, 4, 16]).encode())
+    assert plain.digest == legacy.hexdigest()
