@@ -20,92 +20,15 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT, JIT_PARALLEL
-from .blocks import free_nb
 from . import blocks as bk
+from . import timers as tm
+from .blocks import free_nb
 from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, Admission, EventKind, Outcome,
                      Signals, State)
 from .metrics import finish_metrics_nb
-from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb, in_window_nb,
-                      integrate_nb, push_back_nb, start_nb)
-from .router import decide_nb, eligible_nb, front_door_nb, truth_nb, view_nb
-
-
-# --- timers: min-heaps of (time, request) valid while the request's attempt number matches --
-
-@nb.njit(**JIT)
-def _timer_less(h, a, b):
-    if h[a].t != h[b].t:
-        return h[a].t < h[b].t
-    return h[a].req < h[b].req
-
-
-@nb.njit(**JIT)
-def _timer_swap(h, a, b):
-    t, q, k = h[a].t, h[a].req, h[a].token
-    h[a].t, h[a].req, h[a].token = h[b].t, h[b].req, h[b].token
-    h[b].t, h[b].req, h[b].token = t, q, k
-
-
-@nb.njit(**JIT)
-def _timer_push(h, hn, which, t, s, token):
-    n = hn[which]
-    h[n].t = t
-    h[n].req = s
-    h[n].token = token
-    k = n
-    while k > 0:
-        parent = (k - 1) >> 1
-        if not _timer_less(h, k, parent):
-            break
-        _timer_swap(h, k, parent)
-        k = parent
-    hn[which] = n + 1
-
-
-@nb.njit(**JIT)
-def _timer_pop(h, hn, which):
-    n = hn[which] - 1
-    _timer_swap(h, 0, n)
-    hn[which] = n
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= n:
-            break
-        if c + 1 < n and _timer_less(h, c + 1, c):
-            c += 1
-        if not _timer_less(h, c, k):
-            break
-        _timer_swap(h, k, c)
-        k = c
-
-
-@nb.njit(**JIT)
-def _in_flight(q):
-    return (q.state == State.WAITING or q.state == State.PREFILL or q.state == State.DECODE
-            or q.state == State.BLACKHOLE)
-
-
-@nb.njit(**JIT)
-def _timer_live(h, which, req):
-    """Is the top entry of timer heap ``which`` (0 deadlines, 1 black holes, 2 retries) live?"""
-    q = req[h[0].req]
-    if q.tries != h[0].token:
-        return False
-    if which == 0:
-        return _in_flight(q)
-    if which == 1:
-        return q.state == State.BLACKHOLE
-    return q.state == State.BACKOFF
-
-
-@nb.njit(**JIT)
-def _timer_top(timers, tn, which, req):
-    """Time of the next live entry of a timer heap (stale tops dropped), or inf."""
-    h = timers[which]
-    while tn[which] > 0 and not _timer_live(h, which, req):
-        _timer_pop(h, tn, which)
-    return h[0].t if tn[which] > 0 else np.inf
+from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb, integrate_nb,
+                      start_nb)
+from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_nb, view_nb
 
 
 @nb.njit(**JIT)
@@ -113,42 +36,6 @@ def _end_live(ends, rep):
     """Is the top iteration end still the replica's iteration in progress (not abandoned)?"""
     r = rep[ends[0].req]
     return r.busy and r.started == ends[0].token and r.end_ms == ends[0].t
-
-
-# --- failures (phase 3) -------------------------------------------------------------------
-
-@nb.njit(**JIT)
-def _observe_failure_nb(p, s, i, crash, t, req, failed, brk, ej_until, times_ej, n_ej, rin, ain,
-                        timers, tn, nrep, mt):
-    """A failure of request s's attempt (on replica i, or -1 at the front door) observed
-    at t: the breaker's count (not for crashes), then the retry decision (§6)."""
-    q = req[s]
-    ro = q.router
-    if i >= 0:
-        failed[s, q.n_failed] = i
-        q.n_failed += 1
-        if not crash and p.breaker_consecutive > 0:
-            brk[ro, i] += 1
-            if np.isinf(ej_until[ro, i]) and brk[ro, i] >= p.breaker_consecutive:
-                limit = max(1, int(math.floor(p.breaker_max_ejected_fraction * nrep)))
-                if n_ej[ro] + 1 <= limit:
-                    times_ej[ro, i] += 1
-                    ej_until[ro, i] = t + p.breaker_eject_ms * times_ej[ro, i]
-                    n_ej[ro] += 1
-                    if in_window_nb(t, p, True):
-                        mt.breaker_ejections += 1
-    if q.tries < p.max_attempts:
-        allowed = True
-        if not np.isinf(p.retry_budget):
-            allowed = rin[ro] < max(float(p.min_retry_concurrency), p.retry_budget * ain[ro])
-        if allowed:
-            q.state = State.BACKOFF
-            q.retry_ms = t + p.backoff_ms * 2.0 ** (q.tries - 1)
-            _timer_push(timers[2], tn, 2, q.retry_ms, s, q.tries)
-            rin[ro] += 1
-            return
-    q.state = State.NONE
-    q.outcome = Outcome.FAILED
 
 
 @nb.njit(**JIT)
@@ -332,7 +219,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         if ev < n_ev and events[ev].t_ms < t:
             t = events[ev].t_ms
         while ends_n[0] > 0 and not _end_live(ends, rep):
-            _timer_pop(ends, ends_n, 0)
+            tm.pop_nb(ends, ends_n, 0)
         if ends_n[0] > 0:
             t = min(t, ends[0].t)
         if ready_pending:
@@ -343,7 +230,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     t = min(t, rep[i].ready_ms)
         for w in range(3):
             if tn[w] > 0:
-                t = min(t, _timer_top(timers, tn, w, req))
+                t = min(t, tm.top_nb(timers, tn, w, req))
         if n_ej.sum() > 0:
             for ro in range(R):
                 for i in range(nrep):
@@ -364,13 +251,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             # tokens emitted by the warm-up's end: wasted tokens count only later ones
             window_open = True
             for s in range(n):
-                if _in_flight(req[s]):
+                if tm.in_flight_nb(req[s]):
                     req[s].gw = g_now_nb(rep, req, s)
         # (1) iteration ends, replicas in id order
         while ends_n[0] > 0 and ends[0].t == t:
             live = _end_live(ends, rep)
             i = ends[0].req
-            _timer_pop(ends, ends_n, 0)
+            tm.pop_nb(ends, ends_n, 0)
             if live:
                 r = rep[i]
                 if not marked[i]:
@@ -427,18 +314,18 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     r.fail_fast = False
             ev += 1
         # (3) attempt failures observed at t: black holes, timeouts, front-door timeouts
-        while tn[1] > 0 and _timer_top(timers, tn, 1, req) == t:
-            s = timers[1][0].req
-            _timer_pop(timers[1], tn, 1)
+        while tn[1] > 0 and tm.top_nb(timers, tn, tm.BLACK_HOLES, req) == t:
+            s = timers[tm.BLACK_HOLES][0].req
+            tm.pop_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES)
             i = req[s].replica
             cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp)
             fail_req[n_fail] = s
             fail_rep[s] = i
             fail_crash[s] = False
             n_fail += 1
-        while tn[0] > 0 and _timer_top(timers, tn, 0, req) == t:
-            s = timers[0][0].req
-            _timer_pop(timers[0], tn, 0)
+        while tn[0] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
+            s = timers[tm.DEADLINES][0].req
+            tm.pop_nb(timers[tm.DEADLINES], tn, tm.DEADLINES)
             i = req[s].replica
             integrate_nb(rep, i, t, p)
             cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp)
@@ -475,7 +362,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 q = req[s]
                 if window_open:
                     mt.wasted_tokens += q.g - q.gw
-                _observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
+                observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
                                     times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
             n_fail = 0
         # (4) breaker re-admissions
@@ -525,7 +412,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if best < 0:
                 break
             s = f_head[best]
-            i, ru_pos = _route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, False, wl_t, wl_P, wl_key,
+            i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, False, wl_t, wl_P, wl_key,
                                   seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
                                   o, tau, ref, res, hit, weights, ramp)
             if i == -2:
@@ -534,19 +421,19 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             f_head[best] = req[s].f_next
             if f_head[best] < 0:
                 f_tail[best] = -1
-            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum)
+            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum)
             if i >= 0 and not marked[i]:
                 marked[i] = True
                 dirty[n_dirty] = i
                 n_dirty += 1
             if local and i >= 0:
                 loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
-                loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+                loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
         # ... then retries and arrivals due at t, in request order
         n_due = 0
-        while tn[2] > 0 and _timer_top(timers, tn, 2, req) == t:
-            due_req[n_due] = timers[2][0].req
-            _timer_pop(timers[2], tn, 2)
+        while tn[2] > 0 and tm.top_nb(timers, tn, tm.RETRIES, req) == t:
+            due_req[n_due] = timers[tm.RETRIES][0].req
+            tm.pop_nb(timers[tm.RETRIES], tn, tm.RETRIES)
             n_due += 1
         _sort_ints(due_req, n_due)
         d = 0
@@ -559,7 +446,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             else:
                 s = k
                 k += 1
-            i, ru_pos = _route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
+            i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
                                   seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
                                   o, tau, ref, res, hit, weights, ramp)
             if i == -2:
@@ -578,14 +465,14 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 continue
             if i < 0 and retry:
                 rin[req[s].router] -= 1
-            _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum)
+            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum)
             if i >= 0 and not marked[i]:
                 marked[i] = True
                 dirty[n_dirty] = i
                 n_dirty += 1
             if local and i >= 0:
                 loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
-                loc_n += _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+                loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
         # (7) iteration starts of idle replicas with work, in replica order: only those whose
         # iteration ended or that were given work at t can be idle with work now
         _sort_ints(dirty, n_dirty)
@@ -603,7 +490,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 else:
                     tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
                                    seg_len, seg_off, mt, cnt, btmp, dtmp)
-                _timer_push(ends, ends_n, 0, r.end_ms, i, r.started)
+                tm.push_nb(ends, ends_n, 0, r.end_ms, i, r.started)
         n_dirty = 0
     for i in range(nrep):
         integrate_nb(rep, i, horizon, p)
@@ -614,19 +501,6 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             keep[s].done_ms = req[s].done_ms
             keep[s].outcome = req[s].outcome
             keep[s].attempts = req[s].attempts
-
-
-@nb.njit(**JIT)
-def _route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len,
-              seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref, res, hit, weights, ramp):
-    """Route request s at t: (replica, ru_pos); replica -1: shed (no eligible replica),
-    -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
-    ro = req[s].router
-    ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand)
-    if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, o, tau, ref, res, pub, locc):
-        return -2, ru_pos
-    return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
-                     seg_off, ru, ru_pos, cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
 
 
 @nb.njit(**JIT)
@@ -661,66 +535,6 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
     clu.failures = cum[1]
     clu.shed = cum[2]
     clu.rejected = cum[3]
-
-
-@nb.njit(**JIT)
-def _add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off):
-    """periodic_local: router ro placed request s on replica i; until i publishes again
-    ro counts it in o_i and τ_i and believes its prompt's blocks resident there.
-    Returns the view entries added."""
-    ro = req[s].router
-    locc[ro, i, 0] += 1
-    locc[ro, i, 1] += req[s].P + p.allowance
-    owner = ro * nrep + i
-    added = 0
-    for k in range(seg_off[s], seg_off[s + 1]):
-        before = max(bk.seen_len_nb(snap, i, seg_key[k]), bk.seen_len_nb(loc, owner, seg_key[k]))
-        if bk.find_nb(loc, owner, seg_key[k]) < 0:
-            added += 1
-        bk.set_len_nb(loc, owner, seg_key[k], seg_len[k])
-        locc[ro, i, 2] += max(0, seg_len[k] - before)
-    return added
-
-
-@nb.njit(**JIT)
-def _settle_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum):
-    """Request s routed at t to replica i (-1: shed): a new attempt, from nothing."""
-    q = req[s]
-    if i < 0:
-        q.outcome = Outcome.SHED
-        q.state = State.NONE
-        cum[2] += 1
-        return
-    ro = q.router
-    q.attempts += 1
-    q.tries += 1
-    if q.tries >= 2:
-        q.retries += 1
-        cum[0] += 1
-    q.replica = i
-    q.g = 0
-    q.gw = 0
-    q.kv = 0
-    q.first_ms = np.nan
-    # a first attempt's routing time is its arrival (decision (c)), a retry's its routing
-    q.deadline = (wl_t[s] if q.tries == 1 else t) + p.timeout_ms
-    if not np.isinf(q.deadline):
-        _timer_push(timers[0], tn, 0, q.deadline, s, q.tries)
-    ain[ro] += 1
-    cursor[ro] += 1
-    if in_window_nb(t, p, True):
-        rep[i].assigned += 1
-    r = rep[i]
-    r.placed += 1
-    if r.fail_fast:
-        q.state = State.BLACKHOLE
-        q.bh_ms = t + p.fail_fast_ms
-        _timer_push(timers[1], tn, 1, q.bh_ms, s, q.tries)
-        r.n_bh += 1
-        r.tau_bh += q.P + p.allowance
-    else:
-        push_back_nb(rep, req, i, s)
-        r.tau += q.P + p.allowance
 
 
 @nb.njit(**JIT)

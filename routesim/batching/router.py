@@ -11,12 +11,14 @@ Eligibility is always current; scores come from the router's view of each replic
 import math
 
 import numba as nb
+import numpy as np
 
 from ..conf import JIT
 from . import blocks as bk
-from .dtypes import Policy, Signals
+from . import timers as tm
+from .dtypes import Outcome, Policy, Signals, State
 from .policies import choose_nb, sample_nb, slow_start_nb, uniforms_nb
-from .replica import leading_nb
+from .replica import in_window_nb, leading_nb, push_back_nb
 
 
 @nb.njit(**JIT)
@@ -145,3 +147,110 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
                           ((t - rep[i].t_e) / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
         hit[i] = min(seen_leading_nb(tab, snap, loc, p, ro, i, n, s, seg_key, seg_len, seg_off), cap)
     return choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, wl_key[s], ramp), ru_pos
+
+
+@nb.njit(**JIT)
+def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len,
+              seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref, res, hit, weights, ramp):
+    """Route request s at t: (replica, ru_pos); replica -1: shed (no eligible replica),
+    -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
+    ro = req[s].router
+    ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand)
+    if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, o, tau, ref, res, pub, locc):
+        return -2, ru_pos
+    return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
+                     seg_off, ru, ru_pos, cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
+
+
+@nb.njit(**JIT)
+def add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off):
+    """periodic_local: router ro placed request s on replica i; until i publishes again
+    ro counts it in o_i and τ_i and believes its prompt's blocks resident there.
+    Returns the view entries added."""
+    ro = req[s].router
+    locc[ro, i, 0] += 1
+    locc[ro, i, 1] += req[s].P + p.allowance
+    owner = ro * nrep + i
+    added = 0
+    for k in range(seg_off[s], seg_off[s + 1]):
+        before = max(bk.seen_len_nb(snap, i, seg_key[k]), bk.seen_len_nb(loc, owner, seg_key[k]))
+        if bk.find_nb(loc, owner, seg_key[k]) < 0:
+            added += 1
+        bk.set_len_nb(loc, owner, seg_key[k], seg_len[k])
+        locc[ro, i, 2] += max(0, seg_len[k] - before)
+    return added
+
+
+@nb.njit(**JIT)
+def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum):
+    """Request s routed at t to replica i (-1: shed): a new attempt, from nothing."""
+    q = req[s]
+    if i < 0:
+        q.outcome = Outcome.SHED
+        q.state = State.NONE
+        cum[2] += 1
+        return
+    ro = q.router
+    q.attempts += 1
+    q.tries += 1
+    if q.tries >= 2:
+        q.retries += 1
+        cum[0] += 1
+    q.replica = i
+    q.g = 0
+    q.gw = 0
+    q.kv = 0
+    q.first_ms = np.nan
+    # a first attempt's routing time is its arrival (decision (c)), a retry's its routing
+    q.deadline = (wl_t[s] if q.tries == 1 else t) + p.timeout_ms
+    if not np.isinf(q.deadline):
+        tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, q.deadline, s, q.tries)
+    ain[ro] += 1
+    cursor[ro] += 1
+    if in_window_nb(t, p, True):
+        rep[i].assigned += 1
+    r = rep[i]
+    r.placed += 1
+    if r.fail_fast:
+        q.state = State.BLACKHOLE
+        q.bh_ms = t + p.fail_fast_ms
+        tm.push_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES, q.bh_ms, s, q.tries)
+        r.n_bh += 1
+        r.tau_bh += q.P + p.allowance
+    else:
+        push_back_nb(rep, req, i, s)
+        r.tau += q.P + p.allowance
+
+
+@nb.njit(**JIT)
+def observe_failure_nb(p, s, i, crash, t, req, failed, brk, ej_until, times_ej, n_ej, rin, ain,
+                        timers, tn, nrep, mt):
+    """A failure of request s's attempt (on replica i, or -1 at the front door) observed
+    at t: the breaker's count (not for crashes), then the retry decision (§6)."""
+    q = req[s]
+    ro = q.router
+    if i >= 0:
+        failed[s, q.n_failed] = i
+        q.n_failed += 1
+        if not crash and p.breaker_consecutive > 0:
+            brk[ro, i] += 1
+            if np.isinf(ej_until[ro, i]) and brk[ro, i] >= p.breaker_consecutive:
+                limit = max(1, int(math.floor(p.breaker_max_ejected_fraction * nrep)))
+                if n_ej[ro] + 1 <= limit:
+                    times_ej[ro, i] += 1
+                    ej_until[ro, i] = t + p.breaker_eject_ms * times_ej[ro, i]
+                    n_ej[ro] += 1
+                    if in_window_nb(t, p, True):
+                        mt.breaker_ejections += 1
+    if q.tries < p.max_attempts:
+        allowed = True
+        if not np.isinf(p.retry_budget):
+            allowed = rin[ro] < max(float(p.min_retry_concurrency), p.retry_budget * ain[ro])
+        if allowed:
+            q.state = State.BACKOFF
+            q.retry_ms = t + p.backoff_ms * 2.0 ** (q.tries - 1)
+            tm.push_nb(timers[tm.RETRIES], tn, tm.RETRIES, q.retry_ms, s, q.tries)
+            rin[ro] += 1
+            return
+    q.state = State.NONE
+    q.outcome = Outcome.FAILED
