@@ -113,6 +113,8 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
     """
     rd = Reader(sweep.path)
     values = dict(stage.values)
+    m = sweep.model
+    param_table = m.param
 
     def one(name, given, check=None):
         if given is None:
@@ -137,7 +139,10 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v > 0:
             rd.fail("rate_rps", f"must be a number > 0, got {v!r}")
 
-    from .policies import NAMES
+    if m.kind == "queue":
+        from .policies import NAMES
+    else:
+        NAMES = m.policies
     pols = values["policy"] if policy is None else _values(policy)
     for name in pols:
         known("policy", list(NAMES))(name)
@@ -155,19 +160,19 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
     swept = list(stage.swept)
     inherit = list(stage.inherit)
     for name, given in params.items():
-        if name not in PARAM:
-            rd.fail(name, "unknown parameter (known: " + ", ".join(PARAM) + ")")
+        if name not in param_table:
+            rd.fail(name, "unknown parameter (known: " + ", ".join(param_table) + ")")
         vals = _values(given)
         if not vals:
             rd.fail(name, "empty axis: give at least one value")
-        values[name] = tuple(param_value(rd, PARAM[name], v, name) for v in vals)
+        values[name] = tuple(param_value(rd, param_table[name], v, name) for v in vals)
         if name in inherit:
             inherit.remove(name)
         if name != "exploration" and name not in swept and isinstance(given, (list, tuple, np.ndarray)):
             swept.append(name)
     narrowed = replace(stage, values=values, swept=tuple(swept), inherit=tuple(inherit), select=None)
     check_stage(rd, narrowed, sweep.heterogeneity, sweep.scenarios,
-                 {"heterogeneity": "heterogeneity", **{n: n for n in params}})
+                 {"heterogeneity": "heterogeneity", **{n: n for n in params}}, m)
     return narrowed
 
 
@@ -212,6 +217,9 @@ class Plan:
             chosen.update({k[len("selects_"):]: _scalar(v) for ds in earlier.values()
                            for k, v in ds.attrs.items() if k.startswith("selects_")})
         g = grid_mod.build(self.sweep, self.stage, chosen)
+        if self.sweep.kind == "batching":
+            from .batching.timeline import run as token_run
+            return token_run(self.sweep, self.stage, g, chosen, self.interval_ms)
         return _run(self.sweep, self.stage, g, chosen, self.interval_ms)
 
 
@@ -383,8 +391,23 @@ def _number(text, key, path, kind=float):
         raise ConfigError(path, key, f"expected a number, got {text!r}") from None
 
 
+def _token_value(text, p):
+    """A batching ``--set`` value as its parameter takes it (checked later by the
+    config, which names the key): a number, true/false, inf, or the text."""
+    t = text.strip()
+    if p.kind is bool or t.lower() in ("true", "false"):
+        return {"true": True, "false": False}.get(t.lower(), t)
+    if p.kind is str:
+        return t
+    try:
+        return int(t) if p.kind is int else float(t)
+    except ValueError:
+        return t
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    sweep = None
     try:
         sweep = load_sweep(args.sweep)
         params = {}
@@ -393,9 +416,13 @@ def main(argv=None) -> int:
             key = key.strip()
             if not sep or not text:
                 raise ConfigError(args.sweep, "--set", f"expected KEY=VALUE, got {item!r}")
-            if key not in PARAM:
-                raise ConfigError(args.sweep, f"--set {key}", "unknown parameter (known: " + ", ".join(PARAM) + ")")
-            vals = [_number(v, f"--set {key}", args.sweep) for v in text.split(",")]
+            table = sweep.model.param
+            if key not in table:
+                raise ConfigError(args.sweep, f"--set {key}", "unknown parameter (known: " + ", ".join(table) + ")")
+            if sweep.kind == "batching":
+                vals = [_token_value(v, table[key]) for v in text.split(",")]
+            else:
+                vals = [_number(v, f"--set {key}", args.sweep) for v in text.split(",")]
             params[key] = vals if len(vals) > 1 else vals[0]
         policies = None
         if args.policy:
@@ -410,7 +437,8 @@ def main(argv=None) -> int:
             kw["seed"] = seeds if len(seeds) > 1 else seeds[0]
         plan = prepare(sweep, **kw)
     except ConfigError as exc:
-        flag = _FLAGS.get(exc.key, f"--set {exc.key}" if exc.key in PARAM else exc.key)
+        known = PARAM if sweep is None else sweep.model.param
+        flag = _FLAGS.get(exc.key, f"--set {exc.key}" if exc.key in known else exc.key)
         print(f"error: {ConfigError(exc.file, flag, exc.message)}", file=sys.stderr)
         return 2
     if plan.sources and not args.quiet:
@@ -428,7 +456,7 @@ def main(argv=None) -> int:
             f"{float(ds.rate_rps.values):g}rps-seed{'-'.join(str(int(x)) for x in np.atleast_1d(ds.seed.values))}.nc")
     write_atomic(ds, out)
     if not args.quiet:
-        print(summary(ds))
+        print(token_summary(ds) if ds.attrs.get("replica_kind") == "batching" else summary(ds))
         print(f"\nwrote {out}")
     return 0
 
@@ -445,5 +473,25 @@ def summary(ds: xr.Dataset) -> str:
         rows.append([label, fmt(100 * float(one.attainment), ".2f"), fmt(float(one.latency_p99), ".1f"),
                      int(one.queue.max()), fmt(float(one.rolling_p99.max()), ".1f"), int(one.sheds.sum())])
     head = ["  ".join(dims), "attain %", "p99 ms", "max queue", "max rolling p99 ms", "sheds"]
+    return (f"trace: {point}; {ds.sizes['time']} samples every {ds.attrs['interval_ms']:g} ms\n\n"
+            + text_table(head, rows))
+
+
+def token_summary(ds: xr.Dataset) -> str:
+    """A batching trace's short table: per run its attainment, TTFT p99, what failed,
+    the retries and wasted tokens, and its worst moments."""
+    point = ", ".join(f"{d} = {ds[d].values.item()}" for d in ("rate_rps", "heterogeneity", "scenario", "seed")
+                      if d in ds.coords and ds[d].ndim == 0)
+    dims = list(ds.attainment.dims)
+    rows = []
+    for index in np.ndindex(ds.attainment.shape):
+        one = ds.isel(dict(zip(dims, index)))
+        rows.append(["  ".join(str(one[d].values.item()) for d in dims),
+                     fmt(100 * float(one.attainment), ".2f"), fmt(float(one.ttft_p99), ".0f"),
+                     int(one.failed), int(one.retries), int(one.wasted_tokens), int(one.breaker_ejections),
+                     int(one.waiting.max()), fmt(float(np.nanmax(one.ttft_rolling_p99.values))
+                                                 if np.isfinite(one.ttft_rolling_p99.values).any() else np.nan, ".0f")])
+    head = ["  ".join(dims), "attain %", "TTFT p99 ms", "failed", "retries", "wasted tokens", "ejections",
+            "max waiting", "max rolling TTFT p99 ms"]
     return (f"trace: {point}; {ds.sizes['time']} samples every {ds.attrs['interval_ms']:g} ms\n\n"
             + text_table(head, rows))
