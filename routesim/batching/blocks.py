@@ -252,9 +252,8 @@ def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
 
 
 @nb.njit(**JIT)
-def free_nb(rep, i, kv_blocks):
-    """Free blocks of replica i."""
-    r = rep[i]
+def free_nb(r, kv_blocks):
+    """Free blocks of replica record r."""
     return kv_blocks - r.anon - r.idref - r.cached
 
 
@@ -262,7 +261,7 @@ def free_nb(rep, i, kv_blocks):
 def take_nb(tab, heap, heap_n, rep, i, count, kv_blocks, tmp):
     """Make ``count`` blocks free for the caller, evicting cached blocks as needed.
     Returns the table entries deleted, or -1 (nothing changed) when they cannot be had."""
-    short = count - free_nb(rep, i, kv_blocks)
+    short = count - free_nb(rep[i], kv_blocks)
     if short <= 0:
         return 0
     if short > rep[i].cached:

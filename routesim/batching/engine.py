@@ -32,10 +32,10 @@ from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_
 
 
 @nb.njit(**JIT)
-def _end_live(ends, rep):
-    """Is the top iteration end still the replica's iteration in progress (not abandoned)?"""
-    r = rep[ends[0].req]
-    return r.busy and r.started == ends[0].token and r.end_ms == ends[0].t
+def _end_live(e, r):
+    """Is iteration end e (a TIMER record) still replica record r's iteration in
+    progress (not abandoned)?"""
+    return r.busy and r.started == e.token and r.end_ms == e.t
 
 
 @nb.njit(**JIT)
@@ -218,7 +218,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             t = wl_t[k]
         if ev < n_ev and events[ev].t_ms < t:
             t = events[ev].t_ms
-        while ends_n[0] > 0 and not _end_live(ends, rep):
+        while ends_n[0] > 0 and not _end_live(ends[0], rep[ends[0].req]):
             tm.pop_nb(ends, ends_n, 0)
         if ends_n[0] > 0:
             t = min(t, ends[0].t)
@@ -255,7 +255,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     req[s].gw = g_now_nb(rep, req, s)
         # (1) iteration ends, replicas in id order
         while ends_n[0] > 0 and ends[0].t == t:
-            live = _end_live(ends, rep)
+            live = _end_live(ends[0], rep[ends[0].req])
             i = ends[0].req
             tm.pop_nb(ends, ends_n, 0)
             if live:
@@ -264,7 +264,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     marked[i] = True
                     dirty[n_dirty] = i
                     n_dirty += 1
-                integrate_nb(rep, i, t, p)
+                integrate_nb(rep[i], t, p)
                 before = n_done
                 if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
                     emit_decoding_nb(r, p, mt, t)  # nothing due: decoding tokens only
@@ -289,7 +289,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 rep[i].slowdown = e.value
             elif e.kind == EventKind.FAIL:
                 if rep[i].healthy:
-                    integrate_nb(rep, i, t, p)
+                    integrate_nb(rep[i], t, p)
                     nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
                     cnt[0] -= gone
                     for v in range(nv):
@@ -327,7 +327,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             s = timers[tm.DEADLINES][0].req
             tm.pop_nb(timers[tm.DEADLINES], tn, tm.DEADLINES)
             i = req[s].replica
-            integrate_nb(rep, i, t, p)
+            integrate_nb(rep[i], t, p)
             cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp)
             fail_req[n_fail] = s
             fail_rep[s] = i
@@ -481,9 +481,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             marked[i] = False
             r = rep[i]
             if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
-                integrate_nb(rep, i, t, p)
+                integrate_nb(rep[i], t, p)
                 need = grow[i, r.started % p.block_tokens]
-                if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(rep, i, p.kv_blocks):
+                if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
                     r.anon += need  # decoding only, new blocks free: no call into the pool
                     r.kv_dec += r.n_dec
                     begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, 0, 0.0, 0)
@@ -493,7 +493,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 tm.push_nb(ends, ends_n, 0, r.end_ms, i, r.started)
         n_dirty = 0
     for i in range(nrep):
-        integrate_nb(rep, i, horizon, p)
+        integrate_nb(rep[i], horizon, p)
     finish_metrics_nb(p, rep, req, wl_t, mt)
     if keep.shape[0] == n:
         for s in range(n):
@@ -506,12 +506,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
 @nb.njit(**JIT)
 def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
     """Record the state at t (a timeline sample): per replica, and cluster-wide."""
-    n = rep.shape[0]
-    o = np.empty(n, np.int64)
-    tau = np.empty(n, np.int64)
-    ref = np.empty(n, np.int64)
-    res = np.empty(n, np.int64)
-    for i in range(n):
+    for i in range(rep.shape[0]):
         r = rep[i]
         x = out[i]
         x.waiting = r.n_wait
@@ -525,9 +520,7 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
         x.warmth = 1.0
         if r.cold:
             x.warmth = 1.0 + (p.cold_factor - 1.0) * math.exp(-(t - r.t_up) / p.cold_tau_ms)
-        view_nb(rep, p, 0, i, o, tau, ref, res, pub, locc)  # router 0's
-        x.view_requests = o[i]
-        x.view_tokens = tau[i]
+        x.view_requests, x.view_tokens, _, _ = view_nb(rep, p, 0, i, pub, locc)  # router 0's
         x.placed = r.placed
         x.done = r.done_all
         x.tokens = r.tokens_all

@@ -29,19 +29,20 @@ def tie_hash_nb(h, i):
 
 
 @nb.njit(**JIT)
-def score_nb(kind, i, p, o, tau, ref, hit, prompt, ramp):
-    """The lower-is-better score ``kind`` (a Score code) of replica i for a request,
-    through the slow-start ramp when ``ramp[i] > 0``: (score + 1) / ramp."""
+def score_nb(kind, p, o, tau, ref, hit, prompt, ramp):
+    """The lower-is-better score ``kind`` (a Score code) of a replica seen with o_i,
+    τ_i, referenced blocks and the request's hit, through the slow-start ramp when
+    ``ramp > 0``: (score + 1) / ramp. (Scalars: no array crosses the call.)"""
     if kind == Score.REQUESTS:
-        s = float(o[i])
+        s = float(o)
     elif kind == Score.TOKENS:
-        s = float(tau[i] + prompt + p.allowance)
+        s = float(tau + prompt + p.allowance)
     elif kind == Score.KV:
-        s = ref[i] / p.kv_blocks
+        s = ref / p.kv_blocks
     else:  # cost: w·(ceil(P/b) − hit) + referenced
-        s = p.prefill_weight * ((prompt + p.block_tokens - 1) // p.block_tokens - hit[i]) + ref[i]
-    if ramp[i] > 0.0:
-        return (s + 1) / ramp[i]
+        s = p.prefill_weight * ((prompt + p.block_tokens - 1) // p.block_tokens - hit) + ref
+    if ramp > 0.0:
+        return (s + 1) / ramp
     return s
 
 
@@ -51,14 +52,15 @@ def argmin_tied_nb(kind, cand, nc, p, o, tau, ref, hit, prompt, h, ramp):
     largest hit, then the smallest tie hash."""
     best = math.inf
     for k in range(nc):
-        s = score_nb(kind, cand[k], p, o, tau, ref, hit, prompt, ramp)
+        i = cand[k]
+        s = score_nb(kind, p, o[i], tau[i], ref[i], hit[i], prompt, ramp[i])
         if s < best:
             best = s
     bound = best * (1.0 + p.tie_tolerance)
     pick = -1
     for k in range(nc):
         i = cand[k]
-        if score_nb(kind, i, p, o, tau, ref, hit, prompt, ramp) > bound:
+        if score_nb(kind, p, o[i], tau[i], ref[i], hit[i], prompt, ramp[i]) > bound:
             continue
         if pick < 0 or hit[i] > hit[pick] or (
                 hit[i] == hit[pick] and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):

@@ -37,9 +37,9 @@ def in_window_nb(t, p, closed_left):
 
 
 @nb.njit(**JIT)
-def integrate_nb(rep, i, t, p):
-    """Advance replica i's ∫ referenced blocks dt over [warm-up, horizon] to time t."""
-    r = rep[i]
+def integrate_nb(r, t, p):
+    """Advance replica record r's ∫ referenced blocks dt over [warm-up, horizon] to time t
+    (a record, not the array: no reference counting on the hot path)."""
     a = max(r.area_ms, p.warmup_ms)
     b = min(t, p.horizon_ms)
     if b > a:
@@ -310,7 +310,7 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
             cached_lead += tab[h].length
         seen += tab[h].length
     need = (total + b - 1) // b - lead
-    if need > bk.free_nb(rep, i, p.kv_blocks) + rep[i].cached - cached_lead:
+    if need > bk.free_nb(rep[i], p.kv_blocks) + rep[i].cached - cached_lead:
         return 0
     # reference what is resident, then take the rest (evicting never touches the referenced)
     seen = 0

@@ -68,25 +68,18 @@ def truth_nb(rep, i, out):
 
 
 @nb.njit(**JIT)
-def view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc):
-    """Router ro's view of replica i: fresh, the truth; periodic, its last publication
-    ``pub[i]``; periodic_local, that plus ro's own placements since (``locc[ro, i]``:
-    requests, tokens, resident blocks its requests' prompts add)."""
+def view_nb(rep, p, ro, i, pub, locc):
+    """Router ro's view of replica i, (o_i, τ_i, referenced blocks, resident id'd
+    blocks): fresh, the truth; periodic, its last publication ``pub[i]``;
+    periodic_local, that plus ro's own placements since (``locc[ro, i]``: requests,
+    tokens, resident blocks its requests' prompts add)."""
     if p.signal_mode == Signals.FRESH:
         r = rep[i]
-        o[i] = r.n_wait + r.n_run + r.n_bh
-        tau[i] = r.tau + r.tau_bh
-        ref[i] = r.anon + r.idref
-        res[i] = r.idref + r.cached
-        return
-    o[i] = pub[i, 0]
-    tau[i] = pub[i, 1]
-    ref[i] = pub[i, 2]
-    res[i] = pub[i, 3]
+        return r.n_wait + r.n_run + r.n_bh, r.tau + r.tau_bh, r.anon + r.idref, r.idref + r.cached
     if p.signal_mode == Signals.PERIODIC_LOCAL:
-        o[i] += locc[ro, i, 0]
-        tau[i] += locc[ro, i, 1]
-        res[i] += locc[ro, i, 2]
+        return (pub[i, 0] + locc[ro, i, 0], pub[i, 1] + locc[ro, i, 1], pub[i, 2],
+                pub[i, 3] + locc[ro, i, 2])
+    return pub[i, 0], pub[i, 1], pub[i, 2], pub[i, 3]
 
 
 @nb.njit(**JIT)
@@ -106,14 +99,13 @@ def seen_leading_nb(tab, snap, loc, p, ro, i, nrep, s, seg_key, seg_len, seg_off
 
 
 @nb.njit(**JIT)
-def front_door_nb(rep, p, ro, cand, ne, o, tau, ref, res, pub, locc):
+def front_door_nb(rep, p, ro, cand, ne, pub, locc):
     """True when every eligible replica's τ_i (as seen) is above ``admission_max_tokens``."""
     if math.isinf(p.admission_max_tokens):
         return False
     for k in range(ne):
-        i = cand[k]
-        view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc)
-        if not tau[i] > p.admission_max_tokens:
+        tau = view_nb(rep, p, ro, cand[k], pub, locc)[1]
+        if not tau > p.admission_max_tokens:
             return False
     return True
 
@@ -140,7 +132,7 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
     ramped = p.slow_start_ms > 0 and slow_start_nb(code)
     for c in range(nc):  # the candidates' scores, as this router sees them
         i = cand[c]
-        view_nb(rep, p, ro, i, o, tau, ref, res, pub, locc)
+        o[i], tau[i], ref[i], res[i] = view_nb(rep, p, ro, i, pub, locc)
         ramp[i] = 0.0
         if ramped and t - rep[i].t_e < p.slow_start_ms:
             ramp[i] = max(p.slow_start_min_weight,
@@ -156,7 +148,7 @@ def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl
     -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
     ro = req[s].router
     ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand)
-    if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, o, tau, ref, res, pub, locc):
+    if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, pub, locc):
         return -2, ru_pos
     return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
                      seg_off, ru, ru_pos, cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
