@@ -18,7 +18,7 @@ from . import blocks as bk
 from . import timers as tm
 from .dtypes import Outcome, Policy, Signals, State
 from .policies import choose_nb, sample_nb, slow_start_nb, uniforms_nb
-from .replica import in_window_nb, leading_nb, push_back_nb
+from .replica import in_window_nb, push_back_nb
 
 
 @nb.njit(**JIT)
@@ -83,19 +83,26 @@ def view_nb(rep, p, ro, i, pub, locc):
 
 
 @nb.njit(**JIT)
-def seen_leading_nb(tab, snap, loc, p, ro, i, nrep, s, seg_key, seg_len, seg_off):
-    """How many leading prompt blocks of request s router ro believes resident on i."""
-    if p.signal_mode == Signals.FRESH:
-        return leading_nb(tab, i, s, seg_key, seg_len, seg_off)
-    lead = 0
-    for k in range(seg_off[s], seg_off[s + 1]):
-        seen = bk.seen_len_nb(snap, i, seg_key[k])
-        if p.signal_mode == Signals.PERIODIC_LOCAL:
-            seen = max(seen, bk.seen_len_nb(loc, ro * nrep + i, seg_key[k]))
-        lead += seen
-        if seen < seg_len[k]:
-            break
-    return lead
+def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg_off, cap, hit):
+    """hit[i] for each candidate i of cand[:nc]: the leading prompt blocks of request s
+    router ro believes resident on i (the truth when fresh), capped at ``cap``. One
+    call for all candidates: the arrays cross one call boundary, not one per replica."""
+    fresh = p.signal_mode == Signals.FRESH
+    local = p.signal_mode == Signals.PERIODIC_LOCAL
+    for c in range(nc):
+        i = cand[c]
+        lead = 0
+        for k in range(seg_off[s], seg_off[s + 1]):
+            if fresh:
+                seen = bk.seen_len_nb(tab, i, seg_key[k])
+            else:
+                seen = bk.seen_len_nb(snap, i, seg_key[k])
+                if local:
+                    seen = max(seen, bk.seen_len_nb(loc, ro * nrep + i, seg_key[k]))
+            lead += seen
+            if seen < seg_len[k]:
+                break
+        hit[i] = min(lead, cap)
 
 
 @nb.njit(**JIT)
@@ -137,7 +144,7 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
         if ramped and t - rep[i].t_e < p.slow_start_ms:
             ramp[i] = max(p.slow_start_min_weight,
                           ((t - rep[i].t_e) / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
-        hit[i] = min(seen_leading_nb(tab, snap, loc, p, ro, i, n, s, seg_key, seg_len, seg_off), cap)
+    seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, hit)
     return choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, wl_key[s], ramp), ru_pos
 
 
