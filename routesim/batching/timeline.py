@@ -41,7 +41,7 @@ VARIABLES = {
     "running": ("sequences", "running sequences (admitted to the batch)"),
     "kv_referenced": ("blocks", "KV blocks referenced by running sequences"),
     "kv_cached": ("blocks", "KV blocks resident with a block id and no reference (reusable prefix cache)"),
-    "kv_occupancy": ("1", "referenced KV blocks over the replica's pool (kv_blocks)"),
+    "kv_referenced_fraction": ("1", "referenced KV blocks over the replica's pool (kv_blocks)"),
     "outstanding_requests": ("requests", "true waiting + running sequences (attempts held by a black hole not included)"),
     "outstanding_tokens": ("tokens", "true τ_i: Σ P + max(A, g) over waiting, running and black-holed attempts"),
     "healthy": ("1", "1 while the replica is up (not crashed)"),
@@ -168,7 +168,7 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
         "running": var("running", per("running"), rd),
         "kv_referenced": var("kv_referenced", per("kv_referenced"), rd),
         "kv_cached": var("kv_cached", per("kv_cached"), rd),
-        "kv_occupancy": var("kv_occupancy", per("kv_referenced") / kv_blocks, rd),
+        "kv_referenced_fraction": var("kv_referenced_fraction", per("kv_referenced") / kv_blocks, rd),
         "outstanding_requests": var("outstanding_requests", per("waiting") + per("running"), rd),
         "outstanding_tokens": var("outstanding_tokens", per("outstanding_tokens"), rd),
         "healthy": var("healthy", per("healthy").astype(np.int8), rd),
@@ -189,6 +189,9 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
         "rejected_interval": var("rejected_interval", _interval(clu["rejected"]), ["time"]),
         "completions_interval": var("completions_interval", done, ["time"]),
     }
+    clash = sorted(set(data) & set(base.data_vars))
+    if clash:  # a timeline variable must never hide a run's metric
+        raise ValueError(f"timeline variables named like result variables: {', '.join(clash)}")
     ds = base.assign_coords(time=("time", sample_ms / 1000.0,
                                   {"units": "s", "description": "simulated time of the sample"}))
     ds = ds.assign(data)
