@@ -247,6 +247,13 @@ CLUSTER_SAMPLE = np.dtype(
 )
 """The cluster at a timeline sample: cumulative counts."""
 
+VIEW = np.dtype(
+    [("o", np.int64), ("tau", np.int64), ("ref", np.int64), ("res", np.int64), ("hit", np.int64),
+     ("ramp", np.float64), ("weight", np.float64)],
+    align=True,
+)
+"""A router's view of one replica at a decision (routesim/batching/policies.py)."""
+
 KEPT = np.dtype(
     [("first_ms", np.float64), ("done_ms", np.float64), ("outcome", np.int8), ("attempts", np.int64)],
     align=True,

@@ -23,8 +23,8 @@ from ..conf import JIT, JIT_PARALLEL
 from . import blocks as bk
 from . import timers as tm
 from .blocks import free_nb
-from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, Admission, EventKind, Outcome,
-                     Signals, State)
+from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
+                     Outcome, Signals, State)
 from .metrics import finish_metrics_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb, integrate_nb,
                       start_nb)
@@ -181,13 +181,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     loc_n = 0
     # scratch
     cand = np.empty(nrep, np.int64)
-    o = np.empty(nrep, np.int64)
-    tau = np.empty(nrep, np.int64)
-    ref = np.empty(nrep, np.int64)
-    res = np.empty(nrep, np.int64)
-    hit = np.zeros(nrep, np.int64)
-    weights = np.empty(nrep)
-    ramp = np.zeros(nrep)
+    views = np.zeros(nrep, VIEW)      # a router's view of each candidate at a decision
     fail_req = np.empty(n, np.int64)     # failures observed at one time, then sorted
     fail_rep = np.full(n, -1, np.int64)  # by request: the replica it failed on, -1 front door
     fail_crash = np.zeros(n, np.bool_)
@@ -413,8 +407,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 break
             s = f_head[best]
             i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, False, wl_t, wl_P, wl_key,
-                                  seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
-                                  o, tau, ref, res, hit, weights, ramp)
+                                 seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
             if i == -2:
                 blocked |= 1 << best
                 continue
@@ -447,8 +440,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 s = k
                 k += 1
             i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
-                                  seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
-                                  o, tau, ref, res, hit, weights, ramp)
+                                 seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
             if i == -2:
                 if p.admission_mode == Admission.QUEUE:
                     ro = req[s].router

@@ -1,11 +1,12 @@
 """Routing policies of the batching model (token-model.md §5): one small compiled
 function each, one dispatcher.
 
-A policy decides from the router's *view* of each replica, arrays of shape
-``(replicas,)``: ``o`` outstanding requests, ``tau`` outstanding tokens τ_i, ``ref``
-referenced blocks, ``res`` resident id'd blocks, and ``hit`` the request's leading
-resident blocks (hit_i(r), capped as for a new attempt, g = 0) — filled only for the
-candidates. ``cand[:nc]`` are the candidates, ascending. It returns a replica index.
+A policy decides from the router's *view* of each replica, ``v`` (replicas,) of dtype
+``VIEW``: ``o`` outstanding requests, ``tau`` outstanding tokens τ_i, ``ref``
+referenced blocks, ``res`` resident id'd blocks, ``hit`` the request's leading
+resident blocks (hit_i(r), capped as for a new attempt, g = 0), ``ramp`` the slow-start
+weight and ``weight`` rate_weighted's — filled only for the candidates. ``cand[:nc]``
+are the candidates, ascending. It returns a replica index.
 
 The random parts (``random``'s pick, ``power_of_d``'s sample, ``rate_weighted``'s
 draw) are taken by the engine before the candidates' hits are looked up, from the
@@ -47,61 +48,65 @@ def score_nb(kind, p, o, tau, ref, hit, prompt, ramp):
 
 
 @nb.njit(**JIT)
-def argmin_tied_nb(kind, cand, nc, p, o, tau, ref, hit, prompt, h, ramp):
+def argmin_tied_nb(kind, cand, nc, p, v, prompt, h):
     """argmin of the score over cand[:nc]; ties (≤ best·(1 + tie_tolerance)) go to the
     largest hit, then the smallest tie hash."""
     best = math.inf
     for k in range(nc):
-        i = cand[k]
-        s = score_nb(kind, p, o[i], tau[i], ref[i], hit[i], prompt, ramp[i])
+        x = v[cand[k]]
+        s = score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, x.ramp)
         if s < best:
             best = s
     bound = best * (1.0 + p.tie_tolerance)
     pick = -1
     for k in range(nc):
         i = cand[k]
-        if score_nb(kind, p, o[i], tau[i], ref[i], hit[i], prompt, ramp[i]) > bound:
+        x = v[i]
+        if score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, x.ramp) > bound:
             continue
-        if pick < 0 or hit[i] > hit[pick] or (
-                hit[i] == hit[pick] and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):
+        if pick < 0 or x.hit > v[pick].hit or (
+                x.hit == v[pick].hit and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):
             pick = i
     return pick
 
 
 @nb.njit(**JIT)
-def _fewest_nb(value, cand, nc, o, h, largest):
-    """The candidate with the smallest (``largest``: largest) ``value``; ties: smaller o,
-    then the tie hash."""
+def _best_cache_nb(v, cand, nc, h, by_hit):
+    """The candidate with the largest hit (``by_hit``) or the fewest resident blocks;
+    ties: smaller o, then the tie hash."""
     pick = -1
     for k in range(nc):
         i = cand[k]
         if pick < 0:
             pick = i
             continue
-        a, b = (value[pick], value[i]) if largest else (value[i], value[pick])
-        if a < b or (a == b and (o[i] < o[pick] or (o[i] == o[pick] and
-                                                    tie_hash_nb(h, i) < tie_hash_nb(h, pick)))):
+        if by_hit:
+            a, b = v[pick].hit, v[i].hit
+        else:
+            a, b = v[i].res, v[pick].res
+        if a < b or (a == b and (v[i].o < v[pick].o or (v[i].o == v[pick].o and
+                                                        tie_hash_nb(h, i) < tie_hash_nb(h, pick)))):
             pick = i
     return pick
 
 
 @nb.njit(**JIT)
-def prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h, ramp):
+def prefix_affinity_nb(cand, nc, p, v, prompt, h):
     """SGLang's cache-aware rule: least_requests when the load is imbalanced; else the
     largest cached prefix if it exceeds cache_threshold·P; else the smallest tree."""
-    lo = o[cand[0]]
-    hi = o[cand[0]]
-    best_hit = hit[cand[0]]
+    lo = v[cand[0]].o
+    hi = v[cand[0]].o
+    best_hit = v[cand[0]].hit
     for k in range(1, nc):
-        i = cand[k]
-        lo = min(lo, o[i])
-        hi = max(hi, o[i])
-        best_hit = max(best_hit, hit[i])
+        x = v[cand[k]]
+        lo = min(lo, x.o)
+        hi = max(hi, x.o)
+        best_hit = max(best_hit, x.hit)
     if hi - lo > p.balance_abs and hi > p.balance_rel * lo:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, h)
     if p.block_tokens * best_hit > p.cache_threshold * prompt:
-        return _fewest_nb(hit, cand, nc, o, h, True)
-    return _fewest_nb(res, cand, nc, o, h, False)
+        return _best_cache_nb(v, cand, nc, h, True)
+    return _best_cache_nb(v, cand, nc, h, False)
 
 
 @nb.njit(**JIT)
@@ -120,10 +125,10 @@ def uniforms_per_decision(code: int, choices: int) -> int:
 
 
 @nb.njit(**JIT)
-def sample_nb(code, cand, ne, p, u, cursor, weights):
+def sample_nb(code, cand, ne, p, u, cursor, v):
     """The random or ordered part of a decision: returns the number of candidates left
     at the front of ``cand`` (0: shed). ``u`` holds this decision's uniforms;
-    ``cursor`` is round robin's; ``weights`` rate_weighted's per replica."""
+    ``cursor`` is round robin's; ``v[i].weight`` rate_weighted's per replica."""
     if code == Policy.ROUND_ROBIN:
         if ne > 0:
             cand[0] = cand[cursor % ne]
@@ -137,11 +142,11 @@ def sample_nb(code, cand, ne, p, u, cursor, weights):
             return 0
         total = 0.0
         for k in range(ne):
-            total += weights[cand[k]]
+            total += v[cand[k]].weight
         x = u[0] * total
         acc = 0.0
         for k in range(ne):
-            acc += weights[cand[k]]
+            acc += v[cand[k]].weight
             if x < acc:
                 cand[0] = cand[k]
                 return 1
@@ -165,19 +170,19 @@ def slow_start_nb(code):
 
 
 @nb.njit(**JIT)
-def choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, h, ramp):
-    """The replica a policy picks among cand[:nc] (nc ≥ 1); ``ramp`` (replicas,) holds
-    each slow-starting replica's weight (0: none)."""
+def choose_nb(code, cand, nc, p, v, prompt, h):
+    """The replica a policy picks among cand[:nc] (nc ≥ 1), from the candidates' views
+    ``v`` (replicas,) VIEW (``ramp``: a slow-starting replica's weight, 0: none)."""
     if code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
         return cand[0]
     if code == Policy.LEAST_REQUESTS:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, h)
     if code == Policy.LEAST_TOKENS:
-        return argmin_tied_nb(Score.TOKENS, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
+        return argmin_tied_nb(Score.TOKENS, cand, nc, p, v, prompt, h)
     if code == Policy.LEAST_KV:
-        return argmin_tied_nb(Score.KV, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
+        return argmin_tied_nb(Score.KV, cand, nc, p, v, prompt, h)
     if code == Policy.LEAST_COST:
-        return argmin_tied_nb(Score.COST, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
+        return argmin_tied_nb(Score.COST, cand, nc, p, v, prompt, h)
     if code == Policy.POWER_OF_D:
-        return argmin_tied_nb(p.score, cand, nc, p, o, tau, ref, hit, prompt, h, ramp)
-    return prefix_affinity_nb(cand, nc, p, o, tau, ref, res, hit, prompt, h, ramp)
+        return argmin_tied_nb(p.score, cand, nc, p, v, prompt, h)
+    return prefix_affinity_nb(cand, nc, p, v, prompt, h)

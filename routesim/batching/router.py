@@ -83,8 +83,8 @@ def view_nb(rep, p, ro, i, pub, locc):
 
 
 @nb.njit(**JIT)
-def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg_off, cap, hit):
-    """hit[i] for each candidate i of cand[:nc]: the leading prompt blocks of request s
+def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg_off, cap, v):
+    """v[i].hit for each candidate i of cand[:nc]: the leading prompt blocks of request s
     router ro believes resident on i (the truth when fresh), capped at ``cap``. One
     call for all candidates: the arrays cross one call boundary, not one per replica."""
     fresh = p.signal_mode == Signals.FRESH
@@ -102,7 +102,7 @@ def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg
             lead += seen
             if seen < seg_len[k]:
                 break
-        hit[i] = min(lead, cap)
+        v[i].hit = min(lead, cap)
 
 
 @nb.njit(**JIT)
@@ -119,16 +119,16 @@ def front_door_nb(rep, p, ro, cand, ne, pub, locc):
 
 @nb.njit(**JIT)
 def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off,
-              ru, ru_pos, cursor, rw, ro, o, tau, ref, res, hit, weights, ramp):
+              ru, ru_pos, cursor, rw, ro, v):
     """The replica policy ``p.policy`` picks for request s among cand[:ne] (ne may be 0:
     then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
     n = rep.shape[0]
     code = p.policy
     if code == Policy.RATE_WEIGHTED:
         for k in range(ne):
-            weights[cand[k]] = 1.0 + rw[ro, cand[k]]
+            v[cand[k]].weight = 1.0 + rw[ro, cand[k]]
     draws = uniforms_nb(code, p.choices)
-    nc = sample_nb(code, cand, ne, p, ru[ru_pos:ru_pos + draws], cursor, weights)
+    nc = sample_nb(code, cand, ne, p, ru[ru_pos:ru_pos + draws], cursor, v)
     ru_pos += draws
     if nc == 0:
         return -1, ru_pos
@@ -139,18 +139,19 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
     ramped = p.slow_start_ms > 0 and slow_start_nb(code)
     for c in range(nc):  # the candidates' scores, as this router sees them
         i = cand[c]
-        o[i], tau[i], ref[i], res[i] = view_nb(rep, p, ro, i, pub, locc)
-        ramp[i] = 0.0
+        x = v[i]
+        x.o, x.tau, x.ref, x.res = view_nb(rep, p, ro, i, pub, locc)
+        x.ramp = 0.0
         if ramped and t - rep[i].t_e < p.slow_start_ms:
-            ramp[i] = max(p.slow_start_min_weight,
-                          ((t - rep[i].t_e) / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
-    seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, hit)
-    return choose_nb(code, cand, nc, p, o, tau, ref, res, hit, prompt, wl_key[s], ramp), ru_pos
+            x.ramp = max(p.slow_start_min_weight,
+                         ((t - rep[i].t_e) / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
+    seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, v)
+    return choose_nb(code, cand, nc, p, v, prompt, wl_key[s]), ru_pos
 
 
 @nb.njit(**JIT)
 def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len,
-              seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, o, tau, ref, res, hit, weights, ramp):
+              seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, v):
     """Route request s at t: (replica, ru_pos); replica -1: shed (no eligible replica),
     -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
     ro = req[s].router
@@ -158,7 +159,7 @@ def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl
     if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, pub, locc):
         return -2, ru_pos
     return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
-                     seg_off, ru, ru_pos, cursor[ro], rw, ro, o, tau, ref, res, hit, weights, ramp)
+                     seg_off, ru, ru_pos, cursor[ro], rw, ro, v)
 
 
 @nb.njit(**JIT)
