@@ -231,7 +231,7 @@ REQUEST = np.dtype(
 
 SAMPLE = np.dtype(
     [
-        ("waiting", np.int64), ("running", np.int64), ("kv_referenced", np.int64),
+        ("waiting", np.int64), ("running", np.int64), ("blackholed", np.int64), ("kv_referenced", np.int64),
         ("kv_cached", np.int64), ("outstanding_tokens", np.int64), ("healthy", np.bool_),
         ("fail_fast", np.bool_), ("ejected", np.bool_), ("warmth", np.float64),
         ("view_requests", np.int64), ("view_tokens", np.int64),

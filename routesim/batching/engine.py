@@ -503,6 +503,7 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
         x = out[i]
         x.waiting = r.n_wait
         x.running = r.n_run
+        x.blackholed = r.n_bh
         x.kv_referenced = r.anon + r.idref
         x.kv_cached = r.cached
         x.outstanding_tokens = r.tau + r.tau_bh
