@@ -29,7 +29,7 @@ def log(msg):
 
 
 def replica_policy() -> str:
-    from routesim.policies import NAMES
+    from routesim.queue.policies import NAMES
     return "power_of_two" if "power_of_two" in NAMES else "least_queue"
 
 

@@ -14,8 +14,8 @@ import numba as nb
 import numpy as np
 
 from routesim.conf import JIT_PARALLEL
-from routesim.engine import simulate_nb
-from routesim.metrics import run_metrics_nb
+from routesim.queue.engine import simulate_nb
+from routesim.queue.metrics import run_metrics_nb
 
 
 @nb.njit(**JIT_PARALLEL)
@@ -43,7 +43,7 @@ def metrics_nb(params, rep, router, levels, req, req_off, wl_t, wl_off, out):
 def split(grid, reference_outcome, repeats=3) -> dict:
     """{kernel: best seconds} for the whole grid in one chunk (as ``simulate_range``)."""
     from routesim.batch import Outcome
-    from routesim.dtypes import LEVEL, REQUEST, TAIL_LEVELS, WORK
+    from routesim.queue.dtypes import LEVEL, REQUEST, TAIL_LEVELS, WORK
 
     out = Outcome.empty(grid)
     fresh = out.replicas.copy()

@@ -32,7 +32,7 @@ from collections import deque
 
 import simpy
 
-from routesim.workload import WorkloadParams, generate
+from routesim.queue.workload import WorkloadParams, generate
 
 COMPLETE, EVENT, ARRIVE, START = 0.0, 0.25, 0.5, 0.75
 """Where in its step each kind of work happens (model.md §3, steps 1-4)."""

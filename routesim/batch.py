@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK
-from .engine import run_batch_nb
+from .queue.dtypes import LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK
+from .queue.engine import run_batch_nb
 from .grid import SCRATCH_PER_ARRIVAL, Grid
 
 SCRATCH_BUDGET = 256 * 2**20  # bytes of per-run scratch in one chunk

@@ -143,7 +143,7 @@ def run_chunk(job: Job, lo: int, hi: int) -> batch.Outcome:
 def worker_stats() -> dict:
     """This process's grids built, chunks run, and kernel loads: how many times the batch
     kernel was loaded from Numba's disk cache or compiled (once, however many chunks)."""
-    from .engine import run_batch_nb
+    from .queue.engine import run_batch_nb
     st = run_batch_nb.stats
     loads = sum(st.cache_hits.values()) + sum(st.cache_misses.values())
     return dict(STATS, pid=os.getpid(), kernel_loads=loads)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .dtypes import EventKind
-from .engine import grid_end_ms
-from .policies import NAMES as POLICY_NAMES
+from .queue.dtypes import EventKind
+from .queue.engine import grid_end_ms
+from .queue.policies import NAMES as POLICY_NAMES
 
 
 class ConfigError(ValueError):
@@ -632,7 +632,7 @@ def _selection(rd, raw, key, values, m):
     if len(goals) != 1:
         rd.fail(key, "needs exactly one of maximize, minimize")
     if m.kind == "queue":  # the metrics modules import numba; keep parse errors cheap to reach
-        from .metrics import VARIABLES
+        from .queue.metrics import VARIABLES
     else:
         from .batching.metrics import VARIABLES
     scalar = [v for v in VARIABLES if v not in ("assigned", "replica_completed", "replica_tokens")]

@@ -29,7 +29,7 @@ import xarray as xr  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from .dtypes import EventKind  # noqa: E402
+from .queue.dtypes import EventKind  # noqa: E402
 from .files import replace_atomically  # noqa: E402
 from .resultset import capacity_rps, lag_trace, load, mean_demand, parse_results, reach_time  # noqa: E402
 from .resultset import results_parser, scenario_in, selected_parameter, squeeze, stages, steady  # noqa: E402

@@ -15,9 +15,9 @@ import numpy as np
 
 from . import traces
 from .config import PARAM, QUEUE, TRACE_PARAMS, ConfigError, Stage, Sweep, trace_file
-from .dtypes import EVENT, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, REQUEST, EventKind
-from .policies import NAMES as POLICY_NAMES, uniforms_per_decision
-from .workload import WorkloadParams, expected_arrivals, from_trace, generate, router_stream
+from .queue.dtypes import EVENT, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, REQUEST, EventKind
+from .queue.policies import NAMES as POLICY_NAMES, uniforms_per_decision
+from .queue.workload import WorkloadParams, expected_arrivals, from_trace, generate, router_stream
 
 _WORKLOAD_FIELDS = {
     "prompt_tokens_median": "prompt_median", "prompt_tokens_sigma": "prompt_sigma",

@@ -9,7 +9,7 @@ from .batch import Outcome
 from .config import PARAM, Sweep
 from .files import replace_atomically
 from .grid import Grid
-from .metrics import VARIABLES
+from .queue.metrics import VARIABLES
 
 PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed",
                "replica_mean_in_system": "mean_in_system"}  # Dataset variable <- REPLICA field

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .dtypes import EVENT_NAMES, EventKind
+from .queue.dtypes import EVENT_NAMES, EventKind
 from .results import sweep_of
 
 LAG_ALPHAS = (0.05, 0.3, 0.6)

@@ -6,7 +6,7 @@ import numpy as np
 import xarray as xr
 
 from .config import Selection
-from .metrics import VARIABLES
+from .queue.metrics import VARIABLES
 from .study import objective
 from .tables import fmt, text_table
 

@@ -38,8 +38,8 @@ import numpy as np
 import xarray as xr
 
 from .config import DEMAND_PARAMETERS, PARAM, ConfigError, Reader, Stage, Sweep, check_stage, load_sweep, param_value
-from .dtypes import EVENT_NAMES, LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK
-from .engine import grid_end_ms
+from .queue.dtypes import EVENT_NAMES, LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK
+from .queue.engine import grid_end_ms
 from .tables import fmt, text_table
 from .theory import mean_demand_ms
 from .timeline_kernels import CLUSTER_SAMPLE, REPLICA_SAMPLE, trace_batch_nb
@@ -140,7 +140,7 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
             rd.fail("rate_rps", f"must be a number > 0, got {v!r}")
 
     if m.kind == "queue":
-        from .policies import NAMES
+        from .queue.policies import NAMES
     else:
         NAMES = m.policies
     pols = values["policy"] if policy is None else _values(policy)

@@ -9,10 +9,10 @@ import numba as nb
 import numpy as np
 
 from .conf import JIT, JIT_PARALLEL
-from .dtypes import Status
-from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb
-from .metrics import rank_nb, run_metrics_nb
-from .policies import outstanding_nb
+from .queue.dtypes import Status
+from .queue.engine import advance_nb, end_time_nb, finish_nb, init_run_nb
+from .queue.metrics import rank_nb, run_metrics_nb
+from .queue.policies import outstanding_nb
 
 REPLICA_SAMPLE = np.dtype(
     [

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from routesim import dtypes
-from routesim.dtypes import PARAMS, REPLICA, ROUTER, WORK, Policy
-from routesim.engine import slot_nb
-from routesim.policies import NAMES, bit_add_nb, choose_nb, kth_eligible_nb
+from routesim.queue import dtypes
+from routesim.queue.dtypes import PARAMS, REPLICA, ROUTER, WORK, Policy
+from routesim.queue.engine import slot_nb
+from routesim.queue.policies import NAMES, bit_add_nb, choose_nb, kth_eligible_nb
 
 
 @pytest.mark.parametrize("name", ["PARAMS", "REPLICA", "ROUTER", "METRICS", "EVENT", "WORK", "LEVEL", "REQUEST"])

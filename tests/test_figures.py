@@ -17,7 +17,7 @@ import pytest
 import routesim
 from conftest import HEAD, EXTRA_SCENARIOS
 from routesim import figures as F
-from routesim.policies import NAMES
+from routesim.queue.policies import NAMES
 from routesim.results import write_atomic
 
 TINY = HEAD + EXTRA_SCENARIOS + """

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from routesim import theory
-from routesim.workload import WorkloadParams, generate
+from routesim.queue.workload import WorkloadParams, generate
 
 
 def test_mm1_sojourn_textbook():

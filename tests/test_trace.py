@@ -12,11 +12,11 @@ import reference
 import routesim
 from conftest import HEAD, parse, scenario_events, sweep_text
 from routesim.config import PARAM, ConfigError
-from routesim.policies import NAMES
+from routesim.queue.policies import NAMES
 from routesim.theory import mean_demand_ms
 from routesim.timeline import main as trace_main
 from routesim.timeline_kernels import top_rank_nb
-from routesim.workload import WorkloadParams, generate
+from routesim.queue.workload import WorkloadParams, generate
 
 ALL_POLICIES = sorted(NAMES, key=NAMES.get)
 SAME_RUN = f"""

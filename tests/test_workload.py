@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import WORKLOAD_VECTORS, workload_vectors
-from routesim.workload import WorkloadParams, generate
+from routesim.queue.workload import WorkloadParams, generate
 
 VECTORS = workload_vectors()
 

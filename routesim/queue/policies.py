@@ -24,7 +24,7 @@ import math
 import numba as nb
 import numpy as np
 
-from .conf import JIT
+from ..conf import JIT
 from .dtypes import Policy
 
 NAMES = {p.name.lower(): p for p in Policy}

@@ -8,7 +8,7 @@ Cohort: requests arriving in ``[warm-up, horizon)``. Latency is end-to-end
 import numba as nb
 import numpy as np
 
-from .conf import JIT
+from ..conf import JIT
 from .dtypes import Status
 
 VARIABLES = {

@@ -24,7 +24,7 @@ A step costs O(log replicas) plus the policy's own cost.
 import numba as nb
 import numpy as np
 
-from .conf import JIT, JIT_PARALLEL
+from ..conf import JIT, JIT_PARALLEL
 from .dtypes import EventKind, Status
 from .metrics import run_metrics_nb
 from .policies import bit_add_nb, choose_nb, observe_nb, outstanding_nb
