@@ -85,7 +85,7 @@ class _Run:
 
         from routesim.batching import runs as br
         from routesim.batching.workload import generate
-        from routesim.queue.workload import router_stream
+        from routesim.arrivals import router_stream
 
         self.br, self.np = br, np
         self.values, self.policy, self.replicas, self.rate, self.seed = values, policy, replicas, rate, seed

@@ -17,7 +17,8 @@ from . import traces
 from .config import PARAM, QUEUE, TRACE_PARAMS, ConfigError, Stage, Sweep, trace_file
 from .queue.dtypes import EVENT, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, REQUEST, EventKind
 from .queue.policies import NAMES as POLICY_NAMES, uniforms_per_decision
-from .queue.workload import WorkloadParams, expected_arrivals, from_trace, generate, router_stream
+from .arrivals import expected_arrivals, router_stream
+from .queue.workload import WorkloadParams, from_trace, generate
 
 _WORKLOAD_FIELDS = {
     "prompt_tokens_median": "prompt_median", "prompt_tokens_sigma": "prompt_sigma",

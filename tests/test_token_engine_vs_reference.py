@@ -91,7 +91,7 @@ def _engine(wl, values, factors, events, policy, seed):
     p = br.params_row(values, policy, n_replicas=len(factors), event_count=len(events))
     packed = br.Packed.of([wl])
     count = br.router_draws(policy, values["choices"], len(wl), values["max_attempts"])
-    from routesim.queue.workload import router_stream
+    from routesim.arrivals import router_stream
     ru = router_stream(seed, count)
     metrics, rep = br.simulate(p.reshape(1), np.array([factors], float), br.event_rows(events),
                                packed, ru, np.array([0, count], np.int64))

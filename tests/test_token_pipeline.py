@@ -24,7 +24,7 @@ from routesim import batch, cluster
 from routesim.batching import runs as br
 from routesim.batching.workload import generate
 from routesim.sweep import main
-from routesim.queue.workload import router_stream
+from routesim.arrivals import router_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,7 +20,7 @@ from ..config import LENGTHS_PARAMS, TRACE_PARAMS, ConfigError, Stage, Sweep, tr
 from ..batch import FlatOutcome
 from ..grid import FlatGrid, resolve, run_index
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
-from ..queue.workload import expected_arrivals, router_stream
+from ..arrivals import expected_arrivals, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
 from .metrics import ACCUMULATORS, PER_REPLICA, VARIABLES
 from .params import TOKEN_PARAMS

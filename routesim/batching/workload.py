@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..queue.workload import draw_arrivals
+from ..arrivals import draw_arrivals
 
 GOLDEN = 0.6180339887498949
 """The key step of a trace request (§1.2) and of the tie hash (§5)."""
