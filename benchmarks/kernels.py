@@ -1,6 +1,6 @@
 """The compiled side taken apart: stepping and metrics timed as separate kernels.
 
-``routesim.engine.run_batch_nb`` simulates a run and computes its metrics in one
+``routesim.queue.engine.run_batch_nb`` simulates a run and computes its metrics in one
 ``prange`` iteration. The two kernels below do the same two jobs in two passes over
 the same runs, with the arrays ``routesim.batch.simulate_range`` passes, so each can
 be timed alone. :func:`split` checks that the two passes give exactly the

@@ -5,7 +5,7 @@ standard process-based discrete-event library for Python: one SimPy process per
 replica (take the queue head, serve it, complete it), one process that releases the
 arrivals and calls a plain router function, one process per scenario that fires its
 events. It shares nothing with the engine but the workload: the arrivals come from
-``routesim.workload.generate`` so that a run here replays exactly the engine's
+``routesim.queue.workload.generate`` so that a run here replays exactly the engine's
 arrivals (common random numbers, model.md §2), and its per-run metrics can be
 compared with the engine's one to one.
 

@@ -124,7 +124,7 @@ def test_uniform_and_product_moments():
 
 
 def test_token_demand_moments_match_the_workload():
-    """Exact E[D], E[D²], E[D³] against a large sample drawn by routesim.workload; the
+    """Exact E[D], E[D²], E[D³] against a large sample drawn by routesim.queue.workload; the
     tolerance is 5 standard errors of the sample moments."""
     wl = generate(seed=7, rate_rps=1000.0, rate_events=(), horizon_ms=400_000.0)
     d = wl.demand_ms
