@@ -1,0 +1,311 @@
+"""The least-outstanding-routing study (issue 13): runs, figures and document.
+
+    python -m routesim.study_report run      # every sweeps/token-routing*.toml, then build
+    python -m routesim.study_report build    # figures/ and docs/least-outstanding-routing.md
+                                              # from results/token-routing*/ only
+
+Each claim of the seed (least-outstanding-routing.txt) is a stage; a claim's verdict is
+computed here from its Dataset, paired by seed (every policy sees the same workload per
+seed): a difference is a *lead* only when every seed agrees, as in routesim/report.py.
+Figures are written as PNG and SVG, deterministically (fixed SVG hash salt, no dates).
+"""
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+SWEEPS = ("sweeps/token-routing.toml",)
+RESULTS = Path("results/token-routing")
+OUT = Path("docs/least-outstanding-routing.md")
+FIGURES = Path("figures")
+CAPACITY_RPS = 60.0     # 8 default replicas, sweeps/batching-capacity.toml
+COLORS = {"round_robin": "#888888", "least_requests": "#1f77b4", "least_tokens": "#d62728"}
+
+# The default step cost (token-model.md; sweeps/batching.toml's step_ms), for the
+# worked example.
+STEP = dict(base=6.5, per_prefill_token=0.0198, per_prefill_token_pair=8.4e-7,
+            per_decode_sequence=0.10, per_kv_token=5.4e-5)
+
+
+# -- paired comparisons ----------------------------------------------------------------
+
+def paired(ds, var, a, b):
+    """Per-seed difference var[a] - var[b] (a Dataset with a policy and a seed axis)."""
+    return ds[var].sel(policy=a) - ds[var].sel(policy=b)
+
+
+def lead(diff):
+    """'below' if every seed's difference is < 0, 'above' if every one is > 0, else None."""
+    d = np.asarray(diff)
+    if (d < 0).all():
+        return "below"
+    if (d > 0).all():
+        return "above"
+    return None
+
+
+def claim1_leads(ds):
+    """{(variable, baseline): [lead per rate]} for least_tokens minus each baseline."""
+    out = {}
+    for var in ("ttft_p99", "tpot_p99", "attainment"):
+        for base in ("least_requests", "round_robin"):
+            d = paired(ds, var, "least_tokens", base)
+            out[(var, base)] = [lead(d.sel(rate_rps=r)) for r in ds.rate_rps.values]
+    return out
+
+
+def claim1_verdict(ds):
+    """holds / holds with qualification / does not hold, from the leads of least_tokens."""
+    leads = claim1_leads(ds)
+    good = {("ttft_p99", b): "below" for b in ("least_requests", "round_robin")}
+    good.update({("tpot_p99", b): "below" for b in ("least_requests", "round_robin")})
+    good.update({("attainment", b): "above" for b in ("least_requests", "round_robin")})
+    wins = {k: all(x == good[k] for x in v) for k, v in leads.items()}
+    losses = {k: any(x is not None and x != good[k] for x in v) for k, v in leads.items()}
+    if all(wins.values()):
+        return "holds"
+    if any(wins.values()):
+        return "holds with qualification"
+    if any(losses.values()) or not any(wins.values()):
+        return "does not hold in this model"
+
+
+# -- the seed's worked example, by the engine's step-cost formula ---------------------
+
+def decode_ms(n_seqs, kv_tokens):
+    return STEP["base"] + STEP["per_decode_sequence"] * n_seqs + STEP["per_kv_token"] * kv_tokens
+
+
+def worked_example(prompt=1000, short=50, long=4000, n=10):
+    """Two replicas, ten requests each, already prefilled (prompt tokens each); replica A:
+    ten outputs of `short`; replica B: nine of `short` and one of `long`. Returns the
+    outstanding output tokens, the short requests' TPOT on each, when they finish, and
+    how long B stays busy (decode iterations only; continuous batching)."""
+    out = {"outstanding_a": n * short, "outstanding_b": (n - 1) * short + long,
+           "count_a": n, "count_b": n}
+    t = {"a": 0.0, "b": 0.0}
+    for side, lengths in (("a", [short] * n), ("b", [short] * (n - 1) + [long])):
+        done_short = None
+        for i in range(max(lengths)):
+            live = [L for L in lengths if L > i]
+            kv = sum(prompt + i for _ in live)
+            t[side] += decode_ms(len(live), kv)
+            if i == short - 1:
+                done_short = t[side]
+        out[f"short_done_ms_{side}"] = done_short
+        out[f"tpot_short_ms_{side}"] = done_short / short
+        out[f"busy_ms_{side}"] = t[side]
+    long_prompt = 12000   # the long class's median prompt
+    out["long_prefill_ms"] = (STEP["per_prefill_token"] * long_prompt
+                              + STEP["per_prefill_token_pair"] * long_prompt ** 2)
+    return out
+
+
+# -- figures ---------------------------------------------------------------------------
+
+def _save(fig, stem, figures_dir):
+    figures_dir = Path(figures_dir)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(figures_dir / f"{stem}.png", dpi=110, metadata={"Software": None})
+    import matplotlib as mpl
+    with mpl.rc_context({"svg.hashsalt": "routesim"}):
+        fig.savefig(figures_dir / f"{stem}.svg", metadata={"Date": None, "Creator": None})
+
+
+def figure_claim1(ds, figures_dir=FIGURES):
+    fig = Figure(figsize=(11, 3.6))
+    axes = fig.subplots(1, 3)
+    x = ds.rate_rps.values / CAPACITY_RPS
+    for ax, (var, title, scale) in zip(axes, (("ttft_p99", "TTFT p99 (ms)", 1),
+                                              ("tpot_p99", "TPOT p99 (ms)", 1),
+                                              ("attainment", "SLO attainment (%)", 100))):
+        for p in ("round_robin", "least_requests", "least_tokens"):
+            v = ds[var].sel(policy=p) * scale
+            ax.plot(x, v.median("seed"), "o-", color=COLORS[p], label=p)
+            ax.fill_between(x, v.min("seed"), v.max("seed"), color=COLORS[p], alpha=0.15)
+        ax.set_title(title)
+        ax.set_xlabel("offered load / capacity (60 req/s)")
+        if var == "ttft_p99":
+            ax.set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Claim 1: counts against tokens, 8 replicas, long class on "
+                 "(median and min–max over seeds)", fontsize=10)
+    fig.tight_layout()
+    _save(fig, "lor-claim1-counts", figures_dir)
+
+
+# -- document --------------------------------------------------------------------------
+
+def _rng(d, digits=0, scale=1.0):
+    d = np.asarray(d) * scale
+    return f"{np.mean(d):+.{digits}f} [{np.min(d):+.{digits}f}, {np.max(d):+.{digits}f}]"
+
+
+def section_claim1(ds):
+    rates = [int(r) for r in ds.rate_rps.values]
+    leads = claim1_leads(ds)
+    rows = ["| load (req/s) | vs | ΔTTFT p99 ms | ΔTPOT p99 ms | Δattainment pp |",
+            "|---|---|---|---|---|"]
+    for r in rates:
+        for b in ("least_requests", "round_robin"):
+            s = ds.sel(rate_rps=r)
+            rows.append(f"| {r} ({r / CAPACITY_RPS:.2f}×) | {b} | "
+                        f"{_rng(paired(s, 'ttft_p99', 'least_tokens', b))} | "
+                        f"{_rng(paired(s, 'tpot_p99', 'least_tokens', b), 1)} | "
+                        f"{_rng(paired(s, 'attainment', 'least_tokens', b), 2, 100)} |")
+    ex = worked_example()
+    n_seeds = ds.sizes["seed"]
+    ttft_all = all(x == "below" for b in ("least_requests", "round_robin")
+                   for x in leads[("ttft_p99", b)])
+    text = [
+        "## Claim 1: counts lie when costs vary",
+        "",
+        "**Prediction (the seed).** With heavy-tailed outputs, scoring replicas by "
+        "outstanding tokens (`least_tokens`) beats counting requests (`least_requests`) "
+        "and counting arrivals (`round_robin`): lower TPOT p99 and TTFT p99, higher "
+        "attainment.",
+        "",
+        f"**Design.** Stage `counts` of `sweeps/token-routing.toml`: 8 default replicas, "
+        f"the default workload with the long class on (2 % of requests: prompts of "
+        f"median 12,000 tokens, outputs of median 2,000), loads {', '.join(map(str, rates))} "
+        f"req/s (0.5–1.1 × the capacity of 60 req/s), {n_seeds} seeds, 10 s warm-up and "
+        f"50 s measured. Differences are least_tokens minus the baseline, per seed: mean "
+        f"[min, max] over seeds.",
+        "",
+        *rows,
+        "",
+        "![Claim 1](../figures/lor-claim1-counts.png)",
+        "",
+        "**Reading.** "
+        + ("TTFT p99 is lower under least_tokens than under both count-based policies on "
+           "every seed at every load. " if ttft_all else
+           "TTFT p99 is not lower under least_tokens on every seed at every load. ")
+        + _other_leads(leads, rates) + " Scoring "
+        "by tokens keeps the long prompts apart, so fewer short requests wait behind a "
+        "12,000-token prefill; it does not change how fast decoding runs once admitted.",
+        "",
+        "**The seed's worked example, by this model's step cost.** Two replicas hold ten "
+        "requests each, all prefilled with 1,000-token prompts; on A ten produce 50 tokens, "
+        "on B nine produce 50 and one produces 4,000. Counted, they are equal (10 and 10); "
+        f"in outstanding output tokens B owes {ex['outstanding_b']:,} against A's "
+        f"{ex['outstanding_a']:,}, {ex['outstanding_b'] / ex['outstanding_a']:.1f}× (the "
+        "seed's \"factor of eight\"). But under continuous batching the nine short requests "
+        "are *not* stuck behind the long one for thousands of iterations: each iteration "
+        "advances every sequence, and a short request leaves after its 50th. By the decode "
+        f"cost (6.5 ms + 0.10 ms per sequence + 5.4e-5 ms per KV token) they finish at "
+        f"{ex['short_done_ms_a']:.0f} ms on A and {ex['short_done_ms_b']:.0f} ms on B, TPOT "
+        f"{ex['tpot_short_ms_a']:.2f} against {ex['tpot_short_ms_b']:.2f} ms. What the long "
+        f"request costs is B's time afterwards (busy {ex['busy_ms_b'] / 1000:.1f} s against "
+        f"{ex['busy_ms_a'] / 1000:.2f} s), at a small per-iteration price, and above all "
+        f"its prefill: a 12,000-token prompt takes about {ex['long_prefill_ms']:.0f} ms of "
+        "compute that every co-resident sequence waits through. That is why the sweep finds "
+        "the gain in TTFT, not in TPOT.",
+        "",
+    ]
+    return "\n".join(text)
+
+
+def _other_leads(leads, rates):
+    words = {"tpot_p99": "TPOT p99", "attainment": "attainment"}
+    found = []
+    for (var, base), per_rate in leads.items():
+        if var == "ttft_p99":
+            continue
+        for r, x in zip(rates, per_rate):
+            if x is not None:
+                good = (x == "below") == (var != "attainment")
+                found.append(f"{words[var]} against {base} at {r} req/s is "
+                             f"{'better' if good else 'worse'} on every seed")
+    if not found:
+        return "TPOT p99 and attainment show no lead either way: the seeds disagree."
+    return ("For TPOT p99 and attainment the seeds mostly disagree; the exceptions: "
+            + "; ".join(found) + ".")
+
+
+def verdict_rows(results_dir=RESULTS):
+    rows = []
+    p = Path(results_dir) / "counts.nc"
+    if p.exists():
+        ds = squeeze(xr.open_dataset(p))
+        v = claim1_verdict(ds)
+        d = paired(ds, "ttft_p99", "least_tokens", "least_requests")
+        rel = (d / ds["ttft_p99"].sel(policy="least_requests")) * 100
+        rows.append(("1. Counts lie when costs vary",
+                     "least_tokens beats least_requests and round_robin on TPOT p99, TTFT p99 and attainment",
+                     f"TTFT p99 vs least_requests {rel.mean().item():+.0f} % (per seed "
+                     f"{rel.min().item():+.0f} to {rel.max().item():+.0f} %, all loads); "
+                     "TPOT p99 and attainment: mostly no lead (see claim 1)", v))
+    return rows
+
+
+def squeeze(ds):
+    for dim in ("heterogeneity", "scenario"):
+        if dim in ds.dims and ds.sizes[dim] == 1:
+            ds = ds.isel({dim: 0}, drop=True)
+    return ds
+
+
+def build(results_dir=RESULTS, figures_dir=FIGURES, out_path=OUT):
+    results_dir = Path(results_dir)
+    parts = ["# Least-outstanding routing when request costs vary: the seed's claims tested",
+             "",
+             "Generated by `python -m routesim.study_report build` from "
+             "`results/token-routing/` (run everything with `python -m routesim.study_report "
+             "run`). Protocol: each claim is a stage; every policy sees the same workload per "
+             "seed (common random numbers) and comparisons are paired by seed; a difference "
+             "is a lead only when every seed agrees.",
+             "",
+             "| claim | prediction | measured (per-seed range) | verdict |",
+             "|---|---|---|---|"]
+    for row in verdict_rows(results_dir):
+        parts.append("| " + " | ".join(row) + " |")
+    parts.append("")
+    p = results_dir / "counts.nc"
+    if p.exists():
+        ds = squeeze(xr.open_dataset(p))
+        figure_claim1(ds, figures_dir)
+        parts.append(section_claim1(ds))
+    parts += ["## What the model leaves out", "",
+              "Output lengths are drawn from two log-normal classes, not from a real "
+              "tokenizer and model; the step cost is one 8B-class formula for every "
+              "replica; the router knows prompt lengths exactly and adds a fixed output "
+              "allowance; there is no network, no tokenization cost at the router, no "
+              "speculative decoding, no multi-GPU parallelism and no autoscaling. Claims 2–9 "
+              "of issue 13 are not yet in this document.", ""]
+    text = "\n".join(parts)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(text)
+    return text
+
+
+def run():
+    from . import sweep as sweep_cli
+    for path in SWEEPS:
+        rc = sweep_cli.main([path, "--quiet"])
+        if rc:
+            return rc
+    build()
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    cmd = argv[0] if argv else "run"
+    if cmd == "run":
+        return run()
+    if cmd == "build":
+        build()
+        return 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
