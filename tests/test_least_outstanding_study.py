@@ -43,3 +43,14 @@ def test_claim1_tokens_beat_counts_on_ttft(tmp_path):
         assert sr.lead(d.sel(rate_rps=55)) == "below", base
     # The full study's verdict is "holds with qualification": a TTFT lead, not TPOT.
     assert sr.claim1_verdict(ds) in ("holds with qualification", "holds")
+
+
+def test_claim2_two_choices_beat_one_and_more_buy_less(tmp_path):
+    text = (ROOT / "sweeps/token-routing-scale-32.toml").read_text()
+    out = reduced(tmp_path, text, **{"measure_s = 20": "measure_s = 12",
+                                     "count = 6 }": "count = 3 }"})
+    pod = sr.squeeze(out["pod"]).isel(policy=0, drop=True).squeeze(drop=True)
+    glob = sr.squeeze(out["global"]).isel(policy=0, drop=True).squeeze(drop=True)
+    num = sr.claim2_numbers(pod, glob)
+    assert sr.lead(num["d2_d1"]) == "below"            # two beat one on every seed
+    assert sr.claim2_verdict({32: (pod, glob)}) in ("holds with qualification", "holds")
