@@ -54,3 +54,19 @@ def test_claim2_two_choices_beat_one_and_more_buy_less(tmp_path):
     num = sr.claim2_numbers(pod, glob)
     assert sr.lead(num["d2_d1"]) == "below"            # two beat one on every seed
     assert sr.claim2_verdict({32: (pod, glob)}) in ("holds with qualification", "holds")
+
+
+def test_claim3_stale_global_minimum_herds(tmp_path):
+    text = (ROOT / "sweeps/token-routing-staleness.toml").read_text()
+    out = reduced(tmp_path, text, **{'mode = ["periodic", "periodic_local"]': 'mode = ["periodic"]',
+                                     "period_ms = [0, 5, 10, 25, 50, 100, 250]": "period_ms = [0, 100]",
+                                     "routers = [1, 4]": "routers = [1]",
+                                     "measure_s = 15": "measure_s = 12",
+                                     "count = 4 }": "count = 3 }"})
+    ds = sr.squeeze(out["staleness"])
+    for dim in ("signal_mode", "routers"):
+        if dim not in ds.dims:
+            ds = ds.expand_dims(dim)
+    g = sr.degradation(ds, "least_tokens").sel(period_ms=100)
+    assert sr.lead(g) == "above"                        # the stale global minimum degrades
+    assert sr.claim3_verdict(ds) in ("holds with qualification", "holds")
