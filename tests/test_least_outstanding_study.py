@@ -70,3 +70,15 @@ def test_claim3_stale_global_minimum_herds(tmp_path):
     g = sr.degradation(ds, "least_tokens").sel(period_ms=100)
     assert sr.lead(g) == "above"                        # the stale global minimum degrades
     assert sr.claim3_verdict(ds) in ("holds with qualification", "holds")
+
+
+def test_claim7_retry_budget_contains_the_crash(tmp_path):
+    text = (ROOT / "sweeps/token-routing-retry.toml").read_text()
+    text = text[:text.index('[[stages]]\nname = "black-hole"')]
+    out = reduced(tmp_path, text, **{"measure_s = 40": "measure_s = 25",
+                                     "count = 8 }": "count = 3 }"})
+    crash = sr.squeeze(out["crash"]).squeeze(drop=True)
+    a = sr.amplification(crash)
+    assert sr.lead(a.sel(retry_budget=0.2) - a.sel(retry_budget=float("inf"))) == "below"
+    assert sr.lead(crash.attainment.sel(retry_budget=0.2)
+                   - crash.attainment.sel(retry_budget=float("inf"))) == "above"
