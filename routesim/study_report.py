@@ -23,7 +23,9 @@ from matplotlib.figure import Figure  # noqa: E402
 
 SCALE_NS = (8, 32, 128, 256)
 SWEEPS = (("sweeps/token-routing.toml",) + tuple(f"sweeps/token-routing-scale-{n}.toml" for n in SCALE_NS)
-          + ("sweeps/token-routing-staleness.toml", "sweeps/token-routing-retry.toml"))
+          + ("sweeps/token-routing-staleness.toml", "sweeps/token-routing-retry.toml",
+             "sweeps/token-routing-hetero.toml"))
+FAST_SHARE = 1.3 / 8.3    # the fast replica's share of capacity (claim 8)
 PUBLISHED = {10: 14.0, 100: 354.0}   # a trained simulator's TTFT p99 degradation, % (issue 13)
 RESULTS = Path("results/token-routing")
 OUT = Path("docs/least-outstanding-routing.md")
@@ -528,6 +530,72 @@ def section_claim7(crash, hole):
         "timeline after the black hole ends; it is not measured in this version.", ""])
 
 
+# -- claim 8: count-based capacity learning ----------------------------------------------
+
+def hetero_data(results_dir=RESULTS):
+    p = Path(results_dir).parent / "token-routing-hetero" / "hetero.nc"
+    return squeeze(xr.open_dataset(p)).squeeze(drop=True) if p.exists() else None
+
+
+def fast_share(ds):
+    return ds.assigned.sel(replica=1) / ds.assigned.sum("replica")
+
+
+def claim8_verdict(ds):
+    """holds if rate_weighted gives the fast replica more than its capacity share on
+    every seed and more than least_tokens does on every seed; else does not hold."""
+    sh = fast_share(ds)
+    over = lead(sh.sel(policy="rate_weighted") - FAST_SHARE) == "above"
+    more = lead(sh.sel(policy="rate_weighted") - sh.sel(policy="least_tokens")) == "above"
+    return "holds" if over and more else "does not hold in this model"
+
+
+def figure_claim8(ds, figures_dir=FIGURES):
+    fig = Figure(figsize=(10, 3.6))
+    ax, ax2 = fig.subplots(1, 2)
+    sh = fast_share(ds) * 100
+    pols = ["round_robin", "least_tokens", "rate_weighted"]
+    for i, p in enumerate(pols):
+        v = sh.sel(policy=p).values
+        ax.plot(np.full(v.size, i), v, "o", alpha=0.6)
+        v2 = ds.ttft_p99.sel(policy=p).values
+        ax2.plot(np.full(v2.size, i), v2, "o", alpha=0.6)
+    ax.axhline(FAST_SHARE * 100, color="k", ls="--", lw=1, label="its share of capacity (15.7 %)")
+    ax.set_xticks(range(3), pols)
+    ax.set_ylabel("fast replica's share of assignments (%)")
+    ax.legend(fontsize=8)
+    ax2.set_xticks(range(3), pols)
+    ax2.set_ylabel("TTFT p99 (ms)")
+    ax2.set_yscale("log")
+    fig.suptitle("Claim 8: one replica 30 % faster, 56 req/s (one dot per seed)", fontsize=10)
+    fig.tight_layout()
+    _save(fig, "lor-claim8-hetero", figures_dir)
+
+
+def section_claim8(ds):
+    sh = fast_share(ds) * 100
+    rows = ["| policy | fast replica's share % | TTFT p99 ms |", "|---|---|---|"]
+    for p in ("round_robin", "least_tokens", "rate_weighted"):
+        rows.append(f"| {p} | {_rng(sh.sel(policy=p), 1)} | {float(ds.ttft_p99.sel(policy=p).median()):.0f} |")
+    dt = ds.ttft_p99.sel(policy="rate_weighted") - ds.ttft_p99.sel(policy="least_tokens")
+    return "\n".join([
+        "## Claim 8: count-based capacity learning over-learns", "",
+        "**Prediction (the seed).** A router that learns capacity from completed requests "
+        "sends a faster replica more traffic than its capacity warrants; scoring by work in "
+        "flight does not.", "",
+        f"**Design.** `sweeps/token-routing-hetero.toml`: 8 replicas, replica 1 30 % faster, "
+        f"56 req/s, rate_weighted against least_tokens (and round_robin), {ds.sizes['seed']} "
+        "seeds, 10 s + 40 s. Shares: mean [min, max] over seeds; TTFT p99: median.", "",
+        *rows, "",
+        "![Claim 8](../figures/lor-claim8-hetero.png)", "",
+        f"**Reading.** rate_weighted's share for the fast replica scatters around its share "
+        f"of capacity ({FAST_SHARE * 100:.1f} %), above it on some seeds and below on others; "
+        "it does not over-learn systematically in this model, and least_tokens' share "
+        "overlaps it. What rate_weighted does do is route worse: its TTFT p99 minus "
+        f"least_tokens' is {_rng(dt)} ms per seed (mean [min, max]), since weights from a "
+        "1 s window of completions are, plausibly, noisy with heavy-tailed costs (not tested here).", ""])
+
+
 def _other_leads(leads, rates):
     words = {"tpot_p99": "TPOT p99", "attainment": "attainment"}
     found = []
@@ -591,6 +659,13 @@ def verdict_rows(results_dir=RESULTS):
                      f"{float(a.sel(retry_budget=0.2).median()):.2f} with the budget, attainment "
                      f"{dt.mean().item():+.0f} pp (per seed {dt.min().item():+.0f} to {dt.max().item():+.0f}); "
                      "black hole: see claim 7; recovery not measured", claim7_verdict(crash, hole)))
+    ds = hetero_data(results_dir)
+    if ds is not None:
+        sh = fast_share(ds).sel(policy="rate_weighted") * 100
+        rows.append(("8. Count-based capacity learning over-learns",
+                     "rate_weighted gives a 30 % faster replica more than its 15.7 % capacity share",
+                     f"rate_weighted's share {sh.mean().item():.1f} % (per seed {sh.min().item():.1f} "
+                     f"to {sh.max().item():.1f} %)", claim8_verdict(ds)))
     return rows
 
 
@@ -633,12 +708,16 @@ def build(results_dir=RESULTS, figures_dir=FIGURES, out_path=OUT):
     if rd is not None:
         figure_claim7(*rd, figures_dir)
         parts.append(section_claim7(*rd))
+    ds = hetero_data(results_dir)
+    if ds is not None:
+        figure_claim8(ds, figures_dir)
+        parts.append(section_claim8(ds))
     parts += ["## What the model leaves out", "",
               "Output lengths are drawn from two log-normal classes, not from a real "
               "tokenizer and model; the step cost is one 8B-class formula for every "
               "replica; the router knows prompt lengths exactly and adds a fixed output "
               "allowance; there is no network, no tokenization cost at the router, no "
-              "speculative decoding, no multi-GPU parallelism and no autoscaling. Claims 4, 5, 6, 8 and 9 "
+              "speculative decoding, no multi-GPU parallelism and no autoscaling. Claims 4, 5, 6 and 9 "
               "of issue 13 are not yet in this document.", ""]
     text = "\n".join(parts)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)

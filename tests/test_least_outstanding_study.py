@@ -82,3 +82,13 @@ def test_claim7_retry_budget_contains_the_crash(tmp_path):
     assert sr.lead(a.sel(retry_budget=0.2) - a.sel(retry_budget=float("inf"))) == "below"
     assert sr.lead(crash.attainment.sel(retry_budget=0.2)
                    - crash.attainment.sel(retry_budget=float("inf"))) == "above"
+
+
+def test_claim8_rate_weighted_does_not_over_learn_but_routes_worse(tmp_path):
+    text = (ROOT / "sweeps/token-routing-hetero.toml").read_text()
+    out = reduced(tmp_path, text, **{"measure_s = 40": "measure_s = 25",
+                                     "count = 8 }": "count = 3 }"})
+    ds = sr.squeeze(out["hetero"]).squeeze(drop=True)
+    assert sr.claim8_verdict(ds) == "does not hold in this model"
+    d = ds.ttft_p99.sel(policy="rate_weighted") - ds.ttft_p99.sel(policy="least_tokens")
+    assert sr.lead(d) == "above"
