@@ -310,29 +310,6 @@ def unref_nb(tab, heap, heap_n, rep, i, key, t, tmp):
         _push_cached_nb(tab, heap, heap_n, i, h, tmp)
 
 
-@nb.njit(**JIT)
-def clear_replica_nb(tab, rep, heap_n, i):
-    """Empty replica i's cache (a crash). Returns the table entries deleted."""
-    deleted = 0
-    gone = True
-    while gone:  # a deletion may shift a wrapped chain's entry behind the scan
-        gone = False
-        h = 0
-        while h < tab.shape[0]:
-            if tab[h].used and tab[h].replica == i:
-                _delete_nb(tab, h)  # the shifted-in slot is looked at again
-                deleted += 1
-                gone = True
-            else:
-                h += 1
-    r = rep[i]
-    r.anon = 0
-    r.idref = 0
-    r.cached = 0
-    heap_n[i] = 0
-    return deleted
-
-
 # --- views: published snapshots and a router's own additions (§3), same table layout -----
 
 @nb.njit(**JIT)
@@ -367,4 +344,16 @@ def drop_nb(tab, i, n):
                 gone = True
             else:
                 h += 1
+    return deleted
+
+
+@nb.njit(**JIT)
+def clear_replica_nb(tab, rep, heap_n, i):
+    """Empty replica i's cache (a crash). Returns the table entries deleted."""
+    deleted = drop_nb(tab, i, rep.shape[0])
+    r = rep[i]
+    r.anon = 0
+    r.idref = 0
+    r.cached = 0
+    heap_n[i] = 0
     return deleted

@@ -178,7 +178,6 @@ REPLICA = np.dtype(
         ("tau", np.int64),          # τ_i: Σ P_s + max(A, g_s) over waiting and running
         ("area", np.float64),       # ∫ referenced blocks dt over [warm-up, horizon] so far
         ("area_ms", np.float64),    # time up to which ``area`` is integrated
-        ("rw_count", np.int64),     # completions in (T - window, T] (rate_weighted)
         ("assigned", np.int64),     # attempts routed here in [warm-up, horizon)
         ("completed", np.int64),    # completions here in (warm-up, horizon]
         ("tokens", np.int64),       # tokens emitted here in (warm-up, horizon]

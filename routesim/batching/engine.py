@@ -26,8 +26,8 @@ from .blocks import free_nb
 from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
                      Outcome, Signals, State)
 from .metrics import finish_metrics_nb
-from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb, integrate_nb,
-                      start_nb)
+from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, empty_nb, finish_nb, g_now_nb,
+                      integrate_nb, start_nb)
 from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_nb, view_nb
 
 
@@ -111,28 +111,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         r.t_up = 0.0
         r.ready_ms = 0.0
         r.t_e = 0.0
-        r.n_bh = 0
-        r.tau_bh = 0
-        r.busy = False
-        r.end_ms = np.inf
+        empty_nb(r)
         r.started = 0
-        r.n_run = 0
-        r.r_head = -1
-        r.r_tail = -1
-        r.n_pre = 0
-        r.n_dec = 0
-        r.kv_dec = 0
-        r.n_over = 0
-        r.w_head = -1
-        r.w_tail = -1
-        r.n_wait = 0
         r.anon = 0
         r.idref = 0
         r.cached = 0
-        r.tau = 0
         r.area = 0.0
         r.area_ms = 0.0
-        r.rw_count = 0
         r.assigned = 0
         r.completed = 0
         r.tokens = 0

@@ -623,6 +623,27 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
 
 
 @nb.njit(**JIT)
+def empty_nb(r):
+    """Replica record r holds no work: no iteration, nothing running, waiting or
+    black-holed (a run's start, or a crash)."""
+    r.busy = False
+    r.end_ms = np.inf
+    r.n_run = 0
+    r.r_head = -1
+    r.r_tail = -1
+    r.n_pre = 0
+    r.n_dec = 0
+    r.kv_dec = 0
+    r.n_over = 0
+    r.w_head = -1
+    r.w_tail = -1
+    r.n_wait = 0
+    r.tau = 0
+    r.n_bh = 0
+    r.tau_bh = 0
+
+
+@nb.njit(**JIT)
 def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
     """Replica i goes down at t: every attempt on it (waiting, running, black-holed)
     ends, its iteration is abandoned and its cache emptied. ``victims`` receives the
@@ -646,21 +667,7 @@ def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
             nv += 1
     gone = bk.clear_replica_nb(tab, rep, heap_n, i)
     r.healthy = False
-    r.busy = False
-    r.end_ms = np.inf
-    r.n_run = 0
-    r.r_head = -1
-    r.r_tail = -1
-    r.n_pre = 0
-    r.n_dec = 0
-    r.kv_dec = 0
-    r.n_over = 0
-    r.w_head = -1
-    r.w_tail = -1
-    r.n_wait = 0
-    r.tau = 0
-    r.n_bh = 0
-    r.tau_bh = 0
+    empty_nb(r)
     due_n[i] = 0
     for k in range(grow.shape[1]):
         grow[i, k] = 0
