@@ -12,6 +12,9 @@ timelines traced from the sweep text those Datasets carry):
 - ``timeline-black-hole``: the batching model's black-hole incident (from
   ``results/incidents/``, sweeps/incidents.toml), without and with containment.
 
+Given ``results/token-routing/``, it draws the least-outstanding-routing study's
+figures instead (``lor-*``, :mod:`routesim.least_outstanding`).
+
 Every figure uses :data:`PALETTE` (one colour per policy; adaptive in the accent
 colour). Output is byte-for-byte deterministic: fixed SVG hash salt, no dates or
 software versions in the files.
@@ -29,6 +32,7 @@ import xarray as xr  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from . import least_outstanding  # noqa: E402
 from .queue.dtypes import EventKind  # noqa: E402
 from .files import replace_atomically  # noqa: E402
 from .resultset import capacity_rps, lag_trace, load, mean_demand, parse_results, reach_time  # noqa: E402
@@ -589,11 +593,14 @@ def main(argv=None) -> int:
     args, ok, lc = parse_results(ap, argv, "no progress and no list of files", "skipping the load-curve figure")
     if not ok:
         return 2
-    inc = args.incidents or default_incidents(args.results)
-    if inc is None and not args.quiet:
-        print("note: no results/incidents/ (python -m routesim.sweep sweeps/incidents.toml): "
-              "skipping the black-hole figure", file=sys.stderr)
-    paths = render(args.results, args.out, lc, show_progress=not args.quiet, incidents_dir=inc)
+    if least_outstanding.is_study(args.results):
+        paths = least_outstanding.figures(args.results, args.out)
+    else:
+        inc = args.incidents or default_incidents(args.results)
+        if inc is None and not args.quiet:
+            print("note: no results/incidents/ (python -m routesim.sweep sweeps/incidents.toml): "
+                  "skipping the black-hole figure", file=sys.stderr)
+        paths = render(args.results, args.out, lc, show_progress=not args.quiet, incidents_dir=inc)
     if not args.quiet:
         for p in paths:
             print(f"wrote {p}")

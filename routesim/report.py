@@ -6,6 +6,8 @@ the selection table, the per-policy and per-scenario validation tables, the figu
 (as written by ``python -m routesim.figures``) and a plain reading of who wins where.
 Every number comes from the Datasets, or from timelines the report traces itself
 from the sweep text the Datasets carry; regenerating it gives the same bytes.
+Given ``results/token-routing/``, it writes the least-outstanding-routing study's
+document instead (docs/least-outstanding-routing.md, :mod:`routesim.least_outstanding`).
 """
 
 import os
@@ -16,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from . import figures as F
+from . import least_outstanding
 from .files import write_text
 from .resultset import capacity_rps, condition, lag_trace, load, mean_demand, parse_results, reach_time
 from .resultset import results_parser, selected_parameter, squeeze, stages, steady, straggler_event
@@ -584,12 +587,21 @@ def write(text: str, out_path) -> Path:
 
 def main(argv=None) -> int:
     ap = results_parser("python -m routesim.report", __doc__.split("\n\n")[1])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output file (default {DEFAULT_OUT})")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"output file (default {DEFAULT_OUT}; {least_outstanding.OUT} for results/token-routing/)")
     ap.add_argument("--figures", type=Path, default=Path("figures"),
                     help="folder of the figures the document links to (default figures/)")
     args, ok, lc = parse_results(ap, argv, "no progress and no messages", "leaving out the hockey stick")
     if not ok:
         return 2
+    if least_outstanding.is_study(args.results):
+        args.out = args.out or least_outstanding.OUT
+        text = least_outstanding.document(args.results)
+        path = write(text, args.out)
+        if not args.quiet:
+            print(f"wrote {path}")
+        return 0
+    args.out = args.out or DEFAULT_OUT
     try:
         text = build(args.results, args.figures, args.out, lc, show_progress=not args.quiet)
     except ValueError as exc:

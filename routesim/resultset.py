@@ -272,6 +272,9 @@ def check_inputs(args, without_load_curve):
     if not args.results.is_dir() or not any(args.results.glob("*.nc")):
         print(f"error: {args.results}: no result files (*.nc); run python -m routesim.sweep first", file=sys.stderr)
         return False, None
+    from . import least_outstanding
+    if least_outstanding.is_study(args.results):
+        return True, None      # the least-outstanding study needs no load curve
     lc = args.load_curve or default_load_curve(args.results)
     if lc is None and not args.quiet:
         print("note: no results/load-curve/ (python -m routesim.sweep sweeps/load-curve.toml): "

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import routesim
-from routesim import study_report as sr
+from routesim.least_outstanding import choices, counts, learning, retries, staleness
+from routesim.least_outstanding.common import lead, paired, squeeze
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +23,7 @@ def reduced(tmp_path, text, **replace):
 
 
 def test_worked_example_arithmetic():
-    ex = sr.worked_example()
+    ex = counts.worked_example()
     # The seed: ten against ten by count, "wrong by a factor of eight" in work.
     assert ex["count_a"] == ex["count_b"] == 10
     assert ex["outstanding_b"] / ex["outstanding_a"] == pytest.approx(4450 / 500)
@@ -37,23 +38,23 @@ def test_claim1_tokens_beat_counts_on_ttft(tmp_path):
     out = reduced(tmp_path, text, **{"rate_rps = [30, 45, 55, 65]": "rate_rps = [55]",
                                      "measure_s = 50": "measure_s = 30",
                                      "count = 16 }": "count = 4 }"})
-    ds = sr.squeeze(out["counts"])
+    ds = squeeze(out["counts"])
     for base in ("least_requests", "round_robin"):
-        d = sr.paired(ds, "ttft_p99", "least_tokens", base)
-        assert sr.lead(d.sel(rate_rps=55)) == "below", base
+        d = paired(ds, "ttft_p99", "least_tokens", base)
+        assert lead(d.sel(rate_rps=55)) == "below", base
     # The full study's verdict is "holds with qualification": a TTFT lead, not TPOT.
-    assert sr.claim1_verdict(ds) in ("holds with qualification", "holds")
+    assert counts.verdict(ds) in ("holds with qualification", "holds")
 
 
 def test_claim2_two_choices_beat_one_and_more_buy_less(tmp_path):
     text = (ROOT / "sweeps/token-routing-scale-32.toml").read_text()
     out = reduced(tmp_path, text, **{"measure_s = 20": "measure_s = 12",
                                      "count = 6 }": "count = 3 }"})
-    pod = sr.squeeze(out["pod"]).isel(policy=0, drop=True).squeeze(drop=True)
-    glob = sr.squeeze(out["global"]).isel(policy=0, drop=True).squeeze(drop=True)
-    num = sr.claim2_numbers(pod, glob)
-    assert sr.lead(num["d2_d1"]) == "below"            # two beat one on every seed
-    assert sr.claim2_verdict({32: (pod, glob)}) in ("holds with qualification", "holds")
+    pod = squeeze(out["pod"]).isel(policy=0, drop=True).squeeze(drop=True)
+    glob = squeeze(out["global"]).isel(policy=0, drop=True).squeeze(drop=True)
+    num = choices.numbers(pod, glob)
+    assert lead(num["d2_d1"]) == "below"            # two beat one on every seed
+    assert choices.verdict({32: (pod, glob)}) in ("holds with qualification", "holds")
 
 
 def test_claim3_stale_global_minimum_herds(tmp_path):
@@ -63,13 +64,13 @@ def test_claim3_stale_global_minimum_herds(tmp_path):
                                      "routers = [1, 4]": "routers = [1]",
                                      "measure_s = 15": "measure_s = 12",
                                      "count = 4 }": "count = 3 }"})
-    ds = sr.squeeze(out["staleness"])
+    ds = squeeze(out["staleness"])
     for dim in ("signal_mode", "routers"):
         if dim not in ds.dims:
             ds = ds.expand_dims(dim)
-    g = sr.degradation(ds, "least_tokens").sel(period_ms=100)
-    assert sr.lead(g) == "above"                        # the stale global minimum degrades
-    assert sr.claim3_verdict(ds) in ("holds with qualification", "holds")
+    g = staleness.degradation(ds, "least_tokens").sel(period_ms=100)
+    assert lead(g) == "above"                        # the stale global minimum degrades
+    assert staleness.verdict(ds) in ("holds with qualification", "holds")
 
 
 def test_claim7_retry_budget_contains_the_crash(tmp_path):
@@ -77,10 +78,10 @@ def test_claim7_retry_budget_contains_the_crash(tmp_path):
     text = text[:text.index('[[stages]]\nname = "black-hole"')]
     out = reduced(tmp_path, text, **{"measure_s = 40": "measure_s = 25",
                                      "count = 8 }": "count = 3 }"})
-    crash = sr.squeeze(out["crash"]).squeeze(drop=True)
-    a = sr.amplification(crash)
-    assert sr.lead(a.sel(retry_budget=0.2) - a.sel(retry_budget=float("inf"))) == "below"
-    assert sr.lead(crash.attainment.sel(retry_budget=0.2)
+    crash = squeeze(out["crash"]).squeeze(drop=True)
+    a = retries.amplification(crash)
+    assert lead(a.sel(retry_budget=0.2) - a.sel(retry_budget=float("inf"))) == "below"
+    assert lead(crash.attainment.sel(retry_budget=0.2)
                    - crash.attainment.sel(retry_budget=float("inf"))) == "above"
 
 
@@ -88,7 +89,7 @@ def test_claim8_rate_weighted_does_not_over_learn_but_routes_worse(tmp_path):
     text = (ROOT / "sweeps/token-routing-hetero.toml").read_text()
     out = reduced(tmp_path, text, **{"measure_s = 40": "measure_s = 25",
                                      "count = 8 }": "count = 3 }"})
-    ds = sr.squeeze(out["hetero"]).squeeze(drop=True)
-    assert sr.claim8_verdict(ds) == "does not hold in this model"
+    ds = squeeze(out["hetero"]).squeeze(drop=True)
+    assert learning.verdict(ds) == "does not hold in this model"
     d = ds.ttft_p99.sel(policy="rate_weighted") - ds.ttft_p99.sel(policy="least_tokens")
-    assert sr.lead(d) == "above"
+    assert lead(d) == "above"

@@ -1,0 +1,62 @@
+"""What every claim of the least-outstanding-routing study shares: paired comparisons by
+seed, the per-seed range written in the document, loading a stage's Dataset, and saving
+a figure deterministically (PNG and SVG, fixed SVG hash salt, no dates)."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+
+CAPACITY_RPS = 60.0     # 8 default replicas, sweeps/batching-capacity.toml
+FIGURES = Path("figures")
+
+
+def paired(ds, var, a, b):
+    """Per-seed difference var[a] - var[b] (a Dataset with a policy and a seed axis)."""
+    return ds[var].sel(policy=a) - ds[var].sel(policy=b)
+
+
+def lead(diff):
+    """'below' if every seed's difference is < 0, 'above' if every one is > 0, else None."""
+    d = np.asarray(diff)
+    if (d < 0).all():
+        return "below"
+    if (d > 0).all():
+        return "above"
+    return None
+
+
+def spread(d, digits=0, scale=1.0):
+    """'mean [min, max]' of per-seed values, signed."""
+    d = np.asarray(d) * scale
+    return f"{np.mean(d):+.{digits}f} [{np.min(d):+.{digits}f}, {np.max(d):+.{digits}f}]"
+
+
+def squeeze(ds):
+    """Drop the heterogeneity and scenario axes when they hold one value."""
+    for dim in ("heterogeneity", "scenario"):
+        if dim in ds.dims and ds.sizes[dim] == 1:
+            ds = ds.isel({dim: 0}, drop=True)
+    return ds
+
+
+def open_stage(path):
+    """A stage's Dataset with every length-one axis dropped, or None if not run."""
+    path = Path(path)
+    return squeeze(xr.open_dataset(path)).squeeze(drop=True) if path.exists() else None
+
+
+def save(fig, stem, figures_dir):
+    """Write ``stem``.png and ``stem``.svg into figures_dir; returns both paths."""
+    import matplotlib as mpl
+    figures_dir = Path(figures_dir)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    png, svg = figures_dir / f"{stem}.png", figures_dir / f"{stem}.svg"
+    fig.savefig(png, dpi=110, metadata={"Software": None})
+    with mpl.rc_context({"svg.hashsalt": "routesim"}):
+        fig.savefig(svg, metadata={"Date": None, "Creator": None})
+    return [png, svg]
