@@ -22,8 +22,10 @@ COUNTS = ("arrivals", "completed", "failed", "rejected", "shed", "unfinished", "
           "attempts", "retries", "wasted_tokens", "breaker_ejections")
 FLOATS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "e2e_p50",
           "e2e_p90", "e2e_p99", "e2e_mean", "attainment", "goodput", "throughput",
-          "token_throughput", "prefix_hit_rate", "kv_occupancy", "batch_mean")
-VECTORS = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens"}
+          "token_throughput", "prefix_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy")
+VECTORS = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens",
+           "replica_max_outstanding": "max_out"}
+FLOAT_VECTORS = {"replica_ttft_p50": "ttft_p50", "replica_ttft_p99": "ttft_p99"}
 
 # name: (parameter overrides, rate req/s, time factors, events)
 SHORT = dict(warmup_s=1.0, measure_s=4.0)
@@ -127,6 +129,9 @@ def _compare(case, policy, seed):
             bad.append(f"{name}: engine {got[name]!r} reference {want[name]!r}")
     for name, field in VECTORS.items():
         if list(rep[field]) != list(want[name]):
+            bad.append(f"{name}: engine {list(rep[field])} reference {list(want[name])}")
+    for name, field in FLOAT_VECTORS.items():
+        if not all(_close(float(x), float(y)) for x, y in zip(rep[field], want[name], strict=True)):
             bad.append(f"{name}: engine {list(rep[field])} reference {list(want[name])}")
     assert not bad, f"{case} {policy} seed {seed}:\n" + "\n".join(bad)
     return want

@@ -97,7 +97,11 @@ Failures, retries, containment (§6)
      replica's iteration and frees every block.
  D21. `attempts` counts placements on a replica (a shed, rejected or front-door-timed-out
      routing is not one); `retries` counts placements with attempt number >= 2;
-     `assigned` counts placements by placement time.
+     `assigned` counts placements by placement time.  `placement_occupancy` averages,
+     over those placements, the chosen replica's referenced blocks / kv_blocks just
+     before it; `replica_max_outstanding` is the largest len(waiting) + len(running) +
+     len(pending_ff) just after one of them (0 if none); `replica_ttft_p50/p99` are the
+     percentiles of the completed cohort's TTFT grouped by the replica it completed on.
 Metrics (§7)
  D22. batch_mean counts every iteration started in [W, H), including ones abandoned by a
      crash or ending after H.  prefix_hit_rate, batch_mean, attainment, e2e_mean and the
@@ -411,6 +415,7 @@ class Request:
         self.retry_due = None       # time its retry is due (in backoff)
         self.current = None         # attempt in flight
         self.ttft = None
+        self.done_on = None
         self.completion = None
         self.first_token = None
         self.in_fifo = False
@@ -494,6 +499,8 @@ class _Sim:
         self.assigned = [0] * self.N
         self.replica_completed = [0] * self.N
         self.replica_tokens = [0] * self.N
+        self.occupancy_at_placement: list[float] = []
+        self.max_outstanding = [0] * self.N
         self.completions_window = 0
         self.tokens_window = 0
         self.wasted_tokens = 0
@@ -764,6 +771,7 @@ class _Sim:
         r.completion = T
         r.first_token = a.first_token
         r.ttft = a.first_token - r.t
+        r.done_on = a.replica
         if self.in_window_closed(T):
             self.completions_window += 1
             self.replica_completed[a.replica] += 1
@@ -1077,8 +1085,10 @@ class _Sim:
         r.current = a
         r.retry_due = None
         self.in_flight.append(a)
-        if self.in_window_open(T):
+        window = self.in_window_open(T)
+        if window:
             self.assigned[i] += 1
+            self.occupancy_at_placement.append(rep.count(REFERENCED) / self.kv_blocks)
         if rep.fail_fast:
             a.ff_time = T + p["fail_fast_ms"]
             a.where = "ff"
@@ -1086,6 +1096,9 @@ class _Sim:
         else:
             a.where = "waiting"
             rep.waiting.append(a)
+        if window:
+            self.max_outstanding[i] = max(self.max_outstanding[i],
+                                          len(rep.waiting) + len(rep.running) + len(rep.pending_ff))
         router.cursor += 1
         if self.mode == "periodic_local":
             router.local_o[i] += 1
@@ -1278,6 +1291,7 @@ class _Sim:
         cohort = [r for r in self.requests if W <= r.t < H]
         counts = dict(completed=0, failed=0, rejected=0, shed=0, unfinished=0)
         ttft, tpot, e2e = [], [], []
+        ttft_on = [[] for _ in range(self.N)]
         good = 0
         attempts = retries = 0
         for r in cohort:
@@ -1287,6 +1301,7 @@ class _Sim:
             retries += r.retries_placed
             if outcome == "completed":
                 ttft.append(r.ttft)
+                ttft_on[r.done_on].append(r.ttft)
                 e2e.append(r.completion - r.t)
                 ok = r.ttft <= p["slo_ttft_ms"]
                 if r.O >= 2:
@@ -1319,6 +1334,11 @@ class _Sim:
         out["assigned"] = list(self.assigned)
         out["replica_completed"] = list(self.replica_completed)
         out["replica_tokens"] = list(self.replica_tokens)
+        occ = self.occupancy_at_placement
+        out["placement_occupancy"] = sum(occ) / len(occ) if occ else math.nan
+        out["replica_max_outstanding"] = list(self.max_outstanding)
+        out["replica_ttft_p50"] = [nearest_rank(v, 50) for v in ttft_on]
+        out["replica_ttft_p99"] = [nearest_rank(v, 99) for v in ttft_on]
         out["records"] = [dict(outcome=r.outcome if r.outcome is not None else "unfinished",
                                arrival=r.t, ttft=r.ttft, completion=r.completion,
                                first_token=r.first_token, attempts=r.attempts)

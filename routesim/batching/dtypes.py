@@ -184,6 +184,10 @@ REPLICA = np.dtype(
         ("placed", np.int64),       # attempts routed here, the whole run (timelines)
         ("done_all", np.int64),     # completions here, the whole run
         ("tokens_all", np.int64),   # tokens emitted here, the whole run
+        ("max_out", np.int64),      # most attempts here (waiting, running, black-holed) just after a placement in [warm-up, horizon)
+        ("occ_sum", np.float64),    # Σ referenced blocks / kv_blocks here at placements in [warm-up, horizon)
+        ("ttft_p50", np.float64),   # TTFT percentiles of cohort requests completed here (finished at the end)
+        ("ttft_p99", np.float64),
     ],
     align=True,
 )
@@ -205,6 +209,7 @@ REQUEST = np.dtype(
         ("res", np.int64),          # decoding: its KV crosses a block boundary at iterations ≡ res (mod b)
         ("outcome", np.int8),       # Outcome code
         ("replica", np.int64),      # where its attempt is, -1 when none
+        ("done_rep", np.int64),     # where it completed, -1 until then
         ("w_next", np.int64),       # waiting FIFO neighbours, -1 at the ends
         ("w_prev", np.int64),
         ("r_prev", np.int64),       # running list neighbours, -1 at the ends
@@ -310,7 +315,7 @@ METRICS = np.dtype(
         ("token_throughput", np.float64), ("wasted_tokens", np.int64),
         ("preemptions", np.int64), ("breaker_ejections", np.int64),
         ("prefix_hit_rate", np.float64), ("kv_occupancy", np.float64), ("batch_mean", np.float64),
-        ("attempts", np.int64), ("retries", np.int64),
+        ("attempts", np.int64), ("retries", np.int64), ("placement_occupancy", np.float64),
         # accumulators, finished into the rates above
         ("hit_tokens", np.float64), ("admit_tokens", np.float64),
         ("busy_ms", np.float64), ("batch_ms", np.float64),

@@ -82,6 +82,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.res = 0
         q.outcome = Outcome.PENDING
         q.replica = -1
+        q.done_rep = -1
         q.w_next = -1
         q.w_prev = -1
         q.r_prev = -1
@@ -124,6 +125,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         r.placed = 0
         r.done_all = 0
         r.tokens_all = 0
+        r.max_out = 0
+        r.occ_sum = 0.0
     # what is resident: a table of segments grown as needed, a heap of cached ones per
     # replica (at most one live entry per cached segment; stale ones compacted away)
     tab = np.zeros(1024, SEG)

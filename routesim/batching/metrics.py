@@ -44,13 +44,21 @@ VARIABLES = {
     "batch_mean": ("sequences", "duration-weighted mean sequences per iteration started in the window"),
     "attempts": ("attempts", "attempts routed for cohort requests"),
     "retries": ("attempts", "attempts for cohort requests beyond each one's first"),
+    "placement_occupancy": ("1", "mean, over attempts routed in [warm-up, horizon), of the chosen replica's "
+                            "referenced KV blocks over its pool just before the placement"),
     "assigned": ("requests", "attempts routed to the replica in [warm-up, horizon)"),
     "replica_completed": ("requests", "completions on the replica in (warm-up, horizon]"),
     "replica_tokens": ("tokens", "tokens the replica emitted in (warm-up, horizon]"),
+    "replica_max_outstanding": ("requests", "most attempts on the replica (waiting, running, black-holed) "
+                                "just after a placement on it in [warm-up, horizon); 0 if none"),
+    "replica_ttft_p50": ("ms", "median time to first token of cohort requests completed on the replica"),
+    "replica_ttft_p99": ("ms", "99th percentile time to first token of cohort requests completed on the replica"),
 }
 """Units and one-line description of every result variable (copied into Dataset attrs)."""
 
-PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens"}
+PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens",
+               "replica_max_outstanding": "max_out", "replica_ttft_p50": "ttft_p50",
+               "replica_ttft_p99": "ttft_p99"}
 """Dataset variable <- REPLICA field."""
 
 ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window",
@@ -67,11 +75,35 @@ def _nearest_rank(sorted_values, pct):
 
 
 @nb.njit(**JIT)
+def _per_replica_ttft(rep, ttft, where):
+    """Each replica's TTFT p50 and p99 over the completed cohort requests that completed
+    on it: ttft (n,) ms, where (n,) 0-based replica; one sort, then buckets in order."""
+    nrep = rep.shape[0]
+    order = np.argsort(ttft, kind="mergesort")
+    start = np.zeros(nrep + 1, np.int64)
+    for k in range(where.shape[0]):
+        start[where[k] + 1] += 1
+    for i in range(nrep):
+        start[i + 1] += start[i]
+    fill = start[:nrep].copy()
+    bucket = np.empty(ttft.shape[0])
+    for k in order:
+        i = where[k]
+        bucket[fill[i]] = ttft[k]
+        fill[i] += 1
+    for i in range(nrep):
+        mine = bucket[start[i]:start[i + 1]]
+        rep[i].ttft_p50 = _nearest_rank(mine, 50)
+        rep[i].ttft_p99 = _nearest_rank(mine, 99)
+
+
+@nb.njit(**JIT)
 def finish_metrics_nb(p, rep, req, t_arr, mt):
     """§7 from the per-request records and the run's accumulators."""
     n = req.shape[0]
     measure_s = (p.horizon_ms - p.warmup_ms) / 1000.0
     ttft = np.empty(n)
+    ttft_rep = np.empty(n, np.int64)
     tpot = np.empty(n)
     e2e = np.empty(n)
     nt = 0
@@ -91,6 +123,7 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
             a = q.first_ms - t_arr[k]
             e = q.done_ms - t_arr[k]
             ttft[nt] = a
+            ttft_rep[nt] = q.done_rep
             e2e[nt] = e
             nt += 1
             e2e_sum += e
@@ -110,6 +143,7 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
             mt.shed += 1
         else:
             mt.unfinished += 1
+    _per_replica_ttft(rep, ttft[:nt], ttft_rep[:nt])
     a = np.sort(ttft[:nt])
     mt.ttft_p50 = _nearest_rank(a, 50)
     mt.ttft_p90 = _nearest_rank(a, 90)
@@ -130,6 +164,11 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
     mt.prefix_hit_rate = mt.hit_tokens / mt.admit_tokens if mt.admit_tokens > 0 else np.nan
     mt.batch_mean = mt.batch_ms / mt.busy_ms if mt.busy_ms > 0 else np.nan
     area = 0.0
+    occ = 0.0
+    placed = 0
     for i in range(rep.shape[0]):
         area += rep[i].area
+        occ += rep[i].occ_sum
+        placed += rep[i].assigned
+    mt.placement_occupancy = occ / placed if placed > 0 else np.nan
     mt.kv_occupancy = area / p.kv_blocks / rep.shape[0] / (p.horizon_ms - p.warmup_ms)

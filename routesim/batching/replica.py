@@ -499,6 +499,7 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     q.done_ms = t
     q.outcome = Outcome.COMPLETED
     q.replica = -1
+    q.done_rep = i
     done_log[0, n_done] = i
     done_log[1, n_done] = s
     r.done_all += 1

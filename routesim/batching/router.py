@@ -207,9 +207,11 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
         tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, q.deadline, s, q.tries)
     ain[ro] += 1
     cursor[ro] += 1
-    if in_window_nb(t, p, True):
-        rep[i].assigned += 1
     r = rep[i]
+    window = in_window_nb(t, p, True)
+    if window:
+        r.assigned += 1
+        r.occ_sum += (r.anon + r.idref) / p.kv_blocks
     r.placed += 1
     if r.fail_fast:
         q.state = State.BLACKHOLE
@@ -220,6 +222,8 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
     else:
         push_back_nb(rep, req, i, s)
         r.tau += q.P + p.allowance
+    if window:
+        r.max_out = max(r.max_out, r.n_wait + r.n_run + r.n_bh)
 
 
 @nb.njit(**JIT)
