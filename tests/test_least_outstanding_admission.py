@@ -1,0 +1,98 @@
+"""Claim 9 of the least-outstanding-routing study (routesim/least_outstanding/admission.py),
+recomputed from a reduced run of sweeps/token-routing-admission.toml: the threshold is
+read from the one-replica curve, the 8-replica arms are then run at that threshold (as
+the full study must be) for three loads (1, 1.25, 2 x capacity) and 4 seeds instead of 6
+and 8, and the direction the full study found is asserted."""
+
+from pathlib import Path
+
+import pytest
+
+import routesim
+from routesim.least_outstanding import admission
+from routesim.least_outstanding.common import lead
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "sweeps" / "token-routing-admission.toml"
+
+
+def run_text(tmp_path, text, **replace):
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    p = tmp_path / "sweep.toml"
+    p.write_text(text)
+    return admission.prepare(routesim.run(routesim.load_sweep(p)))
+
+
+def stage(text, name):
+    """The sweep's header plus one of its stages."""
+    head = text[:text.index("[[stages]]")]
+    start = text.index(f'[[stages]]\nname = "{name}"')
+    end = text.find("[[stages]]", start + 1)
+    return head + text[start:end if end > 0 else len(text)]
+
+
+@pytest.fixture(scope="module")
+def reduced(tmp_path_factory):
+    text = SWEEP.read_text()
+    tmp = tmp_path_factory.mktemp("admission")
+    # (a) the one-replica curve as the study runs it (one replica is cheap): its threshold,
+    # computed by the module. It sits at a step of the cap grid, and a shorter curve can
+    # move it one step, which would test a different door than the study's.
+    held = run_text(tmp, stage(text, "held"))["held"]
+    x = admission.threshold(held)
+    # (b) the 8-replica arms at that threshold: 1, 1.25 and 2 x capacity, 4 seeds (the full
+    # horizon: a shorter one leaves too little time for 1.25 x to overload)
+    eight = "".join(stage(text, s)[len(text[:text.index("[[stages]]")]):] for s in ("open", "reject", "queue"))
+    out = run_text(tmp, text[:text.index("[[stages]]")] + eight, **{
+        "rate_rps = [30, 45, 60, 75, 90, 120]": "rate_rps = [60, 75, 120]",
+        "admission_max_tokens = [175000, 225000, 275000]": f"admission_max_tokens = [{x:.0f}]",
+        "admission_max_tokens = [225000]": f"admission_max_tokens = [{x:.0f}]",
+        "count = 8 }": "count = 4 }"})
+    return {"held": held, **out}
+
+
+def test_threshold_is_read_where_tpot_meets_its_target(reduced):
+    held = reduced["held"]
+    x = admission.threshold(held)
+    med = admission.curve(held)
+    caps = list(held.admission_max_tokens.values)
+    # the curve rises with the cap: a larger held tau means a larger batch
+    assert lead(med.batch_mean.diff("admission_max_tokens")) == "above"
+    # the SLO is met at the threshold and missed at the next cap (or the grid ends there)
+    ok = admission.meets(med, held)
+    assert bool(ok.sel(admission_max_tokens=x))
+    if x != caps[-1]:
+        assert not bool(ok.sel(admission_max_tokens=caps[caps.index(x) + 1]))
+
+
+def test_every_request_has_one_outcome(reduced):
+    n, ok = admission.conserved(reduced)
+    assert n > 0 and ok == n
+    for name, ds in admission.arms(reduced).items():
+        total = sum(v for v in admission.outcomes(ds).values())
+        assert (total == ds.arrivals).all(), name
+
+
+def test_claim9_refusing_holds_goodput_queueing_does_not(reduced):
+    num = admission.numbers(reduced)
+    a = admission.arms(reduced)
+    top = num["top"]
+    # routing creates no capacity: without a door goodput at 2 x falls below its value at 1 x
+    assert lead(num["falls"]) == "below"
+    # rejecting at the curve's threshold beats no door above capacity, on every seed,
+    # and holds goodput near capacity; queueing at the same cap does not hold it
+    assert admission.holds_goodput(num, "reject")
+    assert not admission.holds_goodput(num, "queue")
+    # the requests reject loses are turned away at once, not left waiting
+    rej = a["reject"].sel(rate_rps=top)
+    assert (rej.rejected > rej.unfinished).all()
+    assert admission.verdict(reduced) == "holds with qualification"
+
+
+def test_a_sweep_not_run_at_the_curves_threshold_is_refused(reduced):
+    x = admission.threshold(reduced["held"])
+    wrong = dict(reduced, queue=reduced["queue"].assign_coords(admission_max_tokens=x + 25000))
+    with pytest.raises(admission.Mismatch, match=f"{x:,.0f}"):
+        admission.verdict(wrong)
