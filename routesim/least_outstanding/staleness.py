@@ -40,7 +40,7 @@ def verdict(ds, period=100):
     return "does not hold in this model"
 
 
-def figure(ds, figures_dir=FIGURES):
+def _figure_degradation(ds, figures_dir):
     fig = Figure(figsize=(11, 3.8))
     axes = fig.subplots(1, 2, sharey=True)
     periods = ds.period_ms.values
@@ -63,6 +63,65 @@ def figure(ds, figures_dir=FIGURES):
     return save(fig, "lor-claim3-staleness", figures_dir)
 
 
+HERD = dict(seed=1, signal_mode="periodic", period_ms=100, routers=1)
+"""The herd timeline's condition: one router, signals published every 100 ms."""
+HERD_WINDOW_S = (10.0, 12.0)
+HERD_INTERVAL_MS = 20.0
+
+
+def herd_trace(ds):
+    """Timelines of least_tokens and power_of_d under HERD, sampled every 20 ms, traced
+    from the staleness Dataset's own sweep text."""
+    import routesim
+    return routesim.trace(ds, policy=["least_tokens", "power_of_d"], interval_ms=HERD_INTERVAL_MS, **HERD)
+
+
+def herd_index(tl, policy, bin_ms=100.0):
+    """Placements in each bin_ms window of the measurement that went to that window's
+    most-used replica, over all placements: near 1 when every router decision of a
+    period lands on one replica (a herd), lower when they spread."""
+    a = tl.assignments.sel(policy=policy)
+    warm = float(tl.attrs["warmup_s"])
+    a = a.sel(time=slice(warm + 1e-9, None))
+    k = int(round(bin_ms / HERD_INTERVAL_MS))
+    n = (a.sizes["time"] // k) * k
+    bins = a.isel(time=slice(0, n)).values.reshape(n // k, k, -1).sum(1)
+    return float(bins.max(1).sum() / bins.sum())
+
+
+def _figure_herd(tl, figures_dir):
+    lo, hi = HERD_WINDOW_S
+    w = tl.sel(time=slice(lo + 1e-9, hi))
+    fig = Figure(figsize=(11, 5.2))
+    axes = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [1, 1, 1.1]})
+    nrep = tl.sizes["replica"]
+    edges = np.concatenate([[w.time.values[0] - HERD_INTERVAL_MS / 1000], w.time.values])
+    for ax, policy in zip(axes[:2], ("least_tokens", "power_of_d")):
+        a = w.assignments.sel(policy=policy).transpose("replica", "time").values
+        im = ax.pcolormesh(edges, np.arange(nrep + 1) + 0.5, a, cmap="Greys", vmin=0, vmax=3)
+        ax.set_yticks(range(1, nrep + 1))
+        ax.set_ylabel("replica")
+        ax.set_title(f"{policy}: requests placed per 20 ms", fontsize=9, loc="left")
+    fig.colorbar(im, ax=axes[:2], fraction=0.02, pad=0.01, label="placements", ticks=[0, 1, 2, 3])
+    ax = axes[2]
+    g = w.sel(policy="least_tokens")
+    busiest = int(g.assignments.sum("time").argmax("replica")) + 1
+    r = g.sel(replica=busiest)
+    ax.step(r.time, r.outstanding_tokens / 1000, where="post", color="#d62728", label="true outstanding tokens")
+    ax.step(r.time, r.view_tokens / 1000, where="post", color="#888888", ls="--", label="as the router sees them")
+    ax.set_ylabel("k tokens")
+    ax.set_title(f"least_tokens, replica {busiest}: truth against a signal up to 100 ms old", fontsize=9, loc="left")
+    ax.set_xlabel("time (s)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle("Claim 3: the herd — 8 replicas at 54 req/s, one router, signals every 100 ms "
+                 "(replicas publish in turn; seed 1)", fontsize=10)
+    return save(fig, "lor-claim3-herd", figures_dir)
+
+
+def figure(ds, figures_dir=FIGURES):
+    return _figure_degradation(ds, figures_dir) + _figure_herd(herd_trace(ds), figures_dir)
+
+
 def section(ds):
     rows = ["| policy | mode | routers | " + " | ".join(f"{p:g} ms" for p in ds.period_ms.values) + " |",
             "|---|---|---|" + "---|" * ds.sizes["period_ms"]]
@@ -72,6 +131,8 @@ def section(ds):
                 v = ds.ttft_p99.sel(policy=policy, signal_mode=mode, routers=routers).median("seed")
                 rows.append(f"| {policy} | {mode} | {routers} | "
                             + " | ".join(f"{x:.0f}" for x in v.values) + " |")
+    tl = herd_trace(ds)
+    herd = {pol: herd_index(tl, pol) for pol in ("least_tokens", "power_of_d")}
     g10 = degradation(ds, "least_tokens").sel(period_ms=10)
     g100 = degradation(ds, "least_tokens").sel(period_ms=100)
     p100 = degradation(ds, "power_of_d").sel(period_ms=100)
@@ -87,6 +148,13 @@ def section(ds):
         "5 s + 15 s. Median TTFT p99 (ms):", "",
         *rows, "",
         "![Claim 3](../figures/lor-claim3-staleness.png)", "",
+        f"**The herd, seen.** A timeline of seed 1 at 100 ms, one router (traced from the "
+        f"same sweep): with least_tokens, {herd['least_tokens'] * 100:.0f} % of the "
+        f"placements in each 100 ms window of the measurement go to that window's most-used "
+        f"replica, against {herd['power_of_d'] * 100:.0f} % with power of two; the router "
+        "keeps choosing the replica that looked emptiest at its last publication until the "
+        "next one shows it full.", "",
+        "![The herd](../figures/lor-claim3-herd.png)", "",
         f"**Reading.** With one router and periodic signals, least_tokens' TTFT p99 rises "
         f"by {spread(g10)} % at 10 ms and {spread(g100)} % at 100 ms (mean [min, max] over "
         f"seeds), against {spread(p100)} % for power of two at 100 ms; at 100 ms power of two "
