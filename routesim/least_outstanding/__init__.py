@@ -14,9 +14,9 @@ paired by seed; a difference is a *lead* only when every seed agrees.
 
 from pathlib import Path
 
-from . import choices, counts, learning, retries, staleness
+from . import admission, choices, counts, learning, retries, staleness
 
-CLAIMS = (counts, choices, staleness, retries, learning)
+CLAIMS = (counts, choices, staleness, retries, learning, admission)
 """The claims' modules in the document's order."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
@@ -67,5 +67,34 @@ def document(results_dir=RESULTS) -> str:
     parts += ["| " + " | ".join(claim.row(data)) + " |" for claim, data in loaded]
     parts.append("")
     parts += [claim.section(data) for claim, data in loaded]
-    parts += ["## What the model leaves out", "", LEAVES_OUT, ""]
+    parts += ["## What the model leaves out", "", LEAVES_OUT, "", _window_note(results_dir), ""]
     return "\n".join(parts)
+
+
+def _window_note(results_dir) -> str:
+    """How much of each sweep's cohort was still in flight at the horizon (§7's cohort:
+    arrivals in [warm-up, horizon); percentiles cover the completed ones)."""
+    import xarray as xr
+    rows = []
+    for d in sorted(Path(results_dir).parent.glob("token-routing*")):
+        shares, windows = [], set()
+        for f in sorted(d.glob("*.nc")):
+            with xr.open_dataset(f) as ds:
+                shares.append(float((ds.unfinished.sum() / ds.arrivals.sum()).values) * 100)
+                windows.add(float(ds.attrs["measure_s"]))
+        if shares:
+            w = "/".join(f"{x:g}" for x in sorted(windows))
+            rows.append(f"| `{d.name}` | {w} | {min(shares):.1f}–{max(shares):.1f} |")
+    if not rows:
+        return ""
+    return "\n".join([
+        "**The measurement window.** Each stage measures the requests that arrive in its "
+        "window and stops at the window's end (token-model.md §7): a request still in flight "
+        "then counts as unfinished, and the latency percentiles cover the completed ones. "
+        "Below capacity the unfinished are mostly requests that arrived in the window's last "
+        "seconds (outputs take a few seconds; the long class over a minute); beyond it, also "
+        "the queues. Every comparison here is between arms with the same window and the same "
+        "arrivals, so the bias is shared, but the percentiles are those of requests that "
+        "finished, which leans towards shorter outputs. Unfinished share of the cohort, per "
+        "sweep (range over its stages, all runs together):", "",
+        "| results | window (s) | unfinished % |", "|---|---|---|", *rows])
