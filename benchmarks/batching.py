@@ -42,6 +42,8 @@ ROWS = [
     ("batching.warm_s", "batching example, whole command, warm", "s", 1, "low"),
     ("batching.warm_cpu_s", "batching example, whole command, warm: CPU time", "s", 1, "low"),
     ("batching.peak_rss", "batching example, peak RSS (cold or warm)", "MiB", 2**-20, "low"),
+    ("batching.study_s", "least-outstanding study, whole command, warm", "s", 1, "low"),
+    ("batching.study_cpu_s", "least-outstanding study, whole command, warm: CPU time", "s", 1, "low"),
     ("batching.run60_ms", "batching, one 60 s run of 8 replicas at 40 req/s, 1 thread", "ms", 1, "low"),
     ("batching.realtime_x", "batching, faster than real time (1 core, workload included)", "x", 1, "high"),
     ("batching.iter_per_core_s", "batching, simulated iterations per second per core", "M/s", 1e-6, "high"),
@@ -57,6 +59,7 @@ TARGETS = [
     ("batching.realtime_x", "batching: 60 s, 8 replicas, 40 req/s, 1 core, vs real time", ">=", 10000.0, "x", 1),
     ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
     ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 60.0, "s", 1),
+    ("batching.study_s", "least-outstanding study, whole command warm", "<=", 300.0, "s", 1),
 ]
 
 
@@ -277,6 +280,20 @@ def section(suite):
                     "batching.warm_cpu_s": best.cpu, "batching.warm_rss": best.max_rss,
                     "batching.peak_rss": max(cold.max_rss, best.max_rss)})
         suite.note_load()
+        # The least-outstanding study: every sweep, figures and document into TMP. Its
+        # first run compiles what the example did not (the timeline kernels); the second
+        # is the warm figure.
+        out = suite.tmp / "study"
+        argv = [sys.executable, "-m", "routesim.least_outstanding", "--quiet",
+                "--results-root", str(out / "results"), "--figures", str(out / "figures"),
+                "--out", str(out / "study.md")]
+        log("batching: least-outstanding study, whole command (warming)")
+        run_measured(argv, env=env, timeout=3600)
+        log("batching: least-outstanding study, whole command, warm")
+        study = run_measured(argv, env=env, timeout=3600)
+        fig.update({"batching.study_s": study.wall, "batching.study_cpu_s": study.cpu,
+                    "batching.study_rss": study.max_rss})
+        suite.note_load()
 
     log("batching: engine and naive reference on the same short runs, 1 thread")
     p = _task("peers", one, **({"policies": ["power_of_d"]} if q else {})).result
@@ -411,6 +428,16 @@ def section(suite):
             f"{report.fmt(fig['batching.warm_s'])} s wall, {report.fmt(fig['batching.warm_cpu_s'])} s CPU "
             f"(both threads), peak RSS {report.fmt(fig['batching.warm_rss'], 2**-20)} MiB. The "
             "machine is shared: compare the CPU times when the wall times look high.",
+            "",
+            "### The least-outstanding-routing study",
+            "",
+            "`python -m routesim.least_outstanding` with its results, figures and document in "
+            "a temporary folder (every `sweeps/token-routing*.toml`, then every figure, the "
+            "timelines they trace and the document), 2 threads, run twice with the example's "
+            "compilation cache; the second run is the warm figure: "
+            f"{report.fmt(fig['batching.study_s'])} s wall, {report.fmt(fig['batching.study_cpu_s'])} s "
+            f"CPU, peak RSS {report.fmt(fig['batching.study_rss'], 2**-20)} MiB (target: at most "
+            "5 minutes warm).",
             "",
         ]
     suite.detail["batching_text"] = "\n".join(texts)

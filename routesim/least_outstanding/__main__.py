@@ -1,30 +1,46 @@
-"""python -m routesim.least_outstanding: run every sweep of the study (chunked and
-resumable like any sweep; --resume continues an interrupted run), then draw its figures
-and write docs/least-outstanding-routing.md."""
+"""python -m routesim.least_outstanding [--resume] [--quiet] [--results-root DIR]
+[--figures DIR] [--out FILE]: run every sweep of the least-outstanding-routing study
+(chunked and resumable like any sweep), then draw its figures and write its document
+(by default results/<sweep name>/, figures/ and docs/least-outstanding-routing.md)."""
 
 import argparse
 import sys
+from pathlib import Path
 
 from .. import sweep as sweep_cli
+from ..config import ConfigError, load_sweep
 from ..files import write_text
 from . import OUT, RESULTS, SWEEPS, document, figures
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m routesim.least_outstanding", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m routesim.least_outstanding",
+                                 description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--resume", action="store_true", help="keep the chunks already computed")
-    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars or tables")
+    ap.add_argument("--results-root", type=Path, default=RESULTS.parent, metavar="DIR",
+                    help="folder of every sweep's results folder (default results/)")
+    ap.add_argument("--figures", type=Path, default=Path("figures"), metavar="DIR",
+                    help="folder for the figures (default figures/)")
+    ap.add_argument("--out", type=Path, default=OUT, metavar="FILE", help=f"the document (default {OUT})")
     args = ap.parse_args(argv)
     for path in SWEEPS:
-        rc = sweep_cli.main([path] + ["--quiet"] * args.quiet + ["--resume"] * args.resume)
+        try:
+            name = load_sweep(path).name
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        rc = sweep_cli.main([path, "--out", str(args.results_root / name)]
+                            + ["--quiet"] * args.quiet + ["--resume"] * args.resume)
         if rc:
             return rc
-    for p in figures(RESULTS):
+    results = args.results_root / RESULTS.name
+    for p in figures(results, args.figures):
         if not args.quiet:
             print(f"wrote {p}")
-    write_text(OUT, document(RESULTS))
+    write_text(args.out, document(results))
     if not args.quiet:
-        print(f"wrote {OUT}")
+        print(f"wrote {args.out}")
     return 0
 
 
