@@ -406,7 +406,9 @@ def section(data):
         + ("It is worse than no door on every seed at "
            + ", ".join(f"{r:g}" for r in q_beat) + " req/s. " if q_beat else "")
         + "A queue helps a burst that ends; against a load that stays above capacity only "
-        "refusal (or a queue with a deadline, which the model does not have) keeps goodput.", "",
+        "refusal keeps goodput. (A queue that drops what waited too long would sit between "
+        "the two; the model's only deadline is the client's `timeout_ms`, which covers the "
+        "whole attempt, decoding included, so it cannot stand for a queue deadline here.)", "",
         f"**The threshold.** On one replica the SLO's medians hold up to a cap of {x:,.0f} "
         f"tokens (TPOT p99 {float(med.tpot_p99[i]):.1f} ms; the next cap misses it"
         + (f", {float(med.tpot_p99[i + 1]):.1f} ms" if i + 1 < caps.size else "")
