@@ -1,0 +1,35 @@
+"""Claim 5 of the least-outstanding-routing study (occupancy predicts preemption),
+recomputed from a reduced run of sweeps/token-routing-preemption.toml (4 seeds instead
+of 16). The full study found: least_kv and least_cost preempt less than least_requests on
+every seed with the 9,216-block pool, but not through a lower mean occupancy at
+placement, and with a higher TPOT p99 on every seed with the 10,240-block pool: "holds
+with qualification". A change to the engine that flips one of these fails here."""
+
+from pathlib import Path
+
+import routesim
+from routesim.least_outstanding import preemption
+from routesim.least_outstanding.common import lead, paired
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_claim5_kv_aware_routing_preempts_less_without_lower_placement_occupancy(tmp_path):
+    text = (ROOT / "sweeps/token-routing-preemption.toml").read_text()
+    old, new = "count = 16 }", "count = 4 }"
+    assert old in text
+    p = tmp_path / "sweep.toml"
+    p.write_text(text.replace(old, new))
+    ds = preemption.prepare(routesim.run(routesim.load_sweep(p))["preemption"])
+    assert preemption.pools(ds) == [9216, 10240]
+    tight, loose = ds.sel(kv_blocks=9216), ds.sel(kv_blocks=10240)
+    for policy in preemption.KV_AWARE:
+        # fewer preemptions than counting requests, on every seed, in the tighter pool
+        assert lead(paired(tight, "preemptions", policy, "least_requests")) == "below", policy
+        # ... but TPOT p99 is higher on every seed, not lower as predicted
+        assert lead(paired(loose, "tpot_p99", policy, "least_requests")) == "above", policy
+    # least_kv does not place at a lower mean occupancy on every seed at either pool
+    for k in (9216, 10240):
+        d = paired(ds.sel(kv_blocks=k), "placement_occupancy", "least_kv", "least_requests")
+        assert lead(d) != "below", k
+    assert preemption.verdict(ds) == "holds with qualification"
