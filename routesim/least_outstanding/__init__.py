@@ -14,9 +14,9 @@ paired by seed; a difference is a *lead* only when every seed agrees.
 
 from pathlib import Path
 
-from . import admission, affinity, choices, counts, learning, preemption, retries, staleness
+from . import admission, affinity, choices, cold_start, counts, learning, preemption, retries, staleness
 
-CLAIMS = (counts, choices, staleness, affinity, preemption, retries, learning, admission)
+CLAIMS = (counts, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
 """The claims' modules in the document's order."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
