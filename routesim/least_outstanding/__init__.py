@@ -29,8 +29,10 @@ LEAVES_OUT = (
     "tokenizer and model; the step cost is one 8B-class formula for every "
     "replica; the router knows prompt lengths exactly and adds a fixed output "
     "allowance; there is no network, no tokenization cost at the router, no "
-    "speculative decoding, no multi-GPU parallelism and no autoscaling. Claims 4, 5, 6 and 9 "
-    "of issue 13 are not yet in this document.")
+    "speculative decoding, no multi-GPU parallelism and no autoscaling. A cold replica "
+    "warms with time since its recovery, not with the work it serves; the front door has "
+    "no deadline of its own (the client's timeout covers the whole attempt); KV "
+    "occupancy is recorded as a mean at placement, not as its tail.")
 
 
 def is_study(results_dir) -> bool:
