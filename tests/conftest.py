@@ -29,6 +29,28 @@ def parse(stages: str, head: str = HEAD):
     return routesim.parse_sweep(sweep_text(stages, head), "test.toml")
 
 
+SWEEPS = ROOT / "sweeps"
+
+
+def run_reduced(tmp_path, sweep, replace=None, cut_before=None) -> dict:
+    """Run a shipped sweep file (a Path, e.g. ``SWEEPS / "token-routing.toml"``, or its
+    text) reduced: with ``cut_before``, the text from that marker on is dropped first (to
+    leave out later stages); then each ``{old: new}`` of ``replace`` is made in turn, and
+    each ``old`` must occur. Written to ``tmp_path / "sweep.toml"`` (a trace path relative
+    to sweeps/ must be replaced by an absolute one); returns {stage: Dataset} as
+    routesim.run does, without progress bars."""
+    text = sweep.read_text() if isinstance(sweep, Path) else sweep
+    if cut_before is not None:
+        assert cut_before in text, cut_before
+        text = text[:text.index(cut_before)]
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    p = tmp_path / "sweep.toml"
+    p.write_text(text)
+    return routesim.run(routesim.load_sweep(p), show_progress=False)
+
+
 def scenario_events(text: str, name: str) -> list:
     """A scenario's events in sweep-file form, for the reference simulator."""
     return tomllib.loads(text)["scenarios"][name]["events"]

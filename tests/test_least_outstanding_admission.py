@@ -4,25 +4,13 @@ read from the one-replica curve, the 8-replica arms are then run at that thresho
 the full study must be) for three loads (1, 1.25, 2 x capacity) and 4 seeds instead of 6
 and 8, and the direction the full study found is asserted."""
 
-from pathlib import Path
-
 import pytest
 
-import routesim
+from conftest import SWEEPS, run_reduced
 from routesim.least_outstanding import admission
 from routesim.least_outstanding.common import lead
 
-ROOT = Path(__file__).resolve().parents[1]
-SWEEP = ROOT / "sweeps" / "token-routing-admission.toml"
-
-
-def run_text(tmp_path, text, **replace):
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / "sweep.toml"
-    p.write_text(text)
-    return admission.prepare(routesim.run(routesim.load_sweep(p)))
+SWEEP = SWEEPS / "token-routing-admission.toml"
 
 
 def stage(text, name):
@@ -40,16 +28,16 @@ def reduced(tmp_path_factory):
     # (a) the one-replica curve as the study runs it (one replica is cheap): its threshold,
     # computed by the module. It sits at a step of the cap grid, and a shorter curve can
     # move it one step, which would test a different door than the study's.
-    held = run_text(tmp, stage(text, "held"))["held"]
+    held = admission.prepare(run_reduced(tmp, stage(text, "held")))["held"]
     x = admission.threshold(held)
     # (b) the 8-replica arms at that threshold: 1, 1.25 and 2 x capacity, 4 seeds (the full
     # horizon: a shorter one leaves too little time for 1.25 x to overload)
     eight = "".join(stage(text, s)[len(text[:text.index("[[stages]]")]):] for s in ("open", "reject", "queue"))
-    out = run_text(tmp, text[:text.index("[[stages]]")] + eight, **{
+    out = admission.prepare(run_reduced(tmp, text[:text.index("[[stages]]")] + eight, {
         "rate_rps = [30, 45, 60, 75, 90, 120]": "rate_rps = [60, 75, 120]",
         "admission_max_tokens = [175000, 225000, 275000]": f"admission_max_tokens = [{x:.0f}]",
         "admission_max_tokens = [225000]": f"admission_max_tokens = [{x:.0f}]",
-        "count = 8 }": "count = 4 }"})
+        "count = 8 }": "count = 4 }"}))
     return {"held": held, **out}
 
 

@@ -3,25 +3,16 @@ from a reduced run of sweeps/token-routing-affinity.toml (3 seeds, shorter windo
 directions the full study found are asserted, each on every seed (a lead), so a change
 to the engine that flips them fails here."""
 
-from pathlib import Path
-
-import routesim
+from conftest import ROOT, SWEEPS, run_reduced
 from routesim.least_outstanding import affinity
 from routesim.least_outstanding.common import lead, squeeze
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_claim4_tie_break_raises_hits_not_latency_and_affinity_overloads(tmp_path):
-    text = (ROOT / "sweeps/token-routing-affinity.toml").read_text()
-    for old, new in {"count = 8 }": "count = 3 }", "measure_s = 40": "measure_s = 25",
-                     "measure_s = 360": "measure_s = 180",
-                     "../traces/": str(ROOT / "traces") + "/"}.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / "sweep.toml"
-    p.write_text(text)
-    out = routesim.run(routesim.load_sweep(p), show_progress=False)
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-affinity.toml",
+                      {"count = 8 }": "count = 3 }", "measure_s = 40": "measure_s = 25",
+                       "measure_s = 360": "measure_s = 180",
+                       "../traces/": str(ROOT / "traces") + "/"})
     data = {name: squeeze(ds).squeeze(drop=True) for name, ds in out.items()}
     assert set(data) == set(affinity.STAGES)
 

@@ -3,27 +3,18 @@ runs of the same design: with one random choice the fullest replica holds more t
 two on every seed, and the one-choice maximum grows from 8 to 128 replicas more than
 the two-choice one (balls into bins: ln n / ln ln n against ln ln n / ln 2)."""
 
-from pathlib import Path
-
 import numpy as np
 
-import routesim
+from conftest import SWEEPS, run_reduced
 from routesim.least_outstanding import choices
 from routesim.least_outstanding.common import lead, squeeze
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def pod(tmp_path, n):
-    text = (ROOT / f"sweeps/token-routing-scale-{n}.toml").read_text()
-    text = text[:text.index('[[stages]]\nname = "global"')]
-    for old, new in {"choices = [1, 2, 3, 4]": "choices = [1, 2]", "measure_s = 20": "measure_s = 10",
-                     "count = 6 }": "count = 3 }"}.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / f"scale-{n}.toml"
-    p.write_text(text)
-    return squeeze(routesim.run(routesim.load_sweep(p), show_progress=False)["pod"]).squeeze(drop=True)
+    out = run_reduced(tmp_path, SWEEPS / f"token-routing-scale-{n}.toml",
+                      {"choices = [1, 2, 3, 4]": "choices = [1, 2]", "measure_s = 20": "measure_s = 10",
+                       "count = 6 }": "count = 3 }"}, cut_before='[[stages]]\nname = "global"')
+    return squeeze(out["pod"]).squeeze(drop=True)
 
 
 def test_one_choice_fills_the_fullest_replica_more_and_it_grows_with_n(tmp_path):

@@ -2,29 +2,16 @@
 from a reduced run of sweeps/token-routing-cold.toml (4 seeds, cold_factor 3 and 5, the
 same arms, windows and drain): the directions the full study found are asserted."""
 
-from pathlib import Path
-
-import routesim
+from conftest import SWEEPS, run_reduced
 from routesim.least_outstanding import cold_start
 from routesim.least_outstanding.common import lead, squeeze
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def reduced(tmp_path):
-    text = (ROOT / "sweeps/token-routing-cold.toml").read_text()
-    for old, new in {"count = 16 }": "count = 4 }",
-                     "cold_factor = [1.0, 3.0, 5.0]": "cold_factor = [3.0, 5.0]"}.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / "token-routing-cold.toml"
-    p.write_text(text)
-    out = routesim.run(routesim.load_sweep(p))
-    return {name: squeeze(ds).squeeze(drop=True) for name, ds in out.items()}
-
 
 def test_claim6_least_requests_floods_a_cold_replica_and_slow_start_cuts_its_ttft(tmp_path):
-    data = reduced(tmp_path)
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-cold.toml",
+                      {"count = 16 }": "count = 4 }",
+                       "cold_factor = [1.0, 3.0, 5.0]": "cold_factor = [3.0, 5.0]"})
+    data = {name: squeeze(ds).squeeze(drop=True) for name, ds in out.items()}
     cold = data["cold"]
     plain, ready, slow, both = cold_start.arms(cold)
     for cf in (3.0, 5.0):

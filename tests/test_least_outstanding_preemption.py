@@ -5,22 +5,14 @@ every seed with the 9,216-block pool, but not through a lower mean occupancy at
 placement, and with a higher TPOT p99 on every seed with the 10,240-block pool: "holds
 with qualification". A change to the engine that flips one of these fails here."""
 
-from pathlib import Path
-
-import routesim
+from conftest import SWEEPS, run_reduced
 from routesim.least_outstanding import preemption
 from routesim.least_outstanding.common import lead, paired
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_claim5_kv_aware_routing_preempts_less_without_lower_placement_occupancy(tmp_path):
-    text = (ROOT / "sweeps/token-routing-preemption.toml").read_text()
-    old, new = "count = 16 }", "count = 4 }"
-    assert old in text
-    p = tmp_path / "sweep.toml"
-    p.write_text(text.replace(old, new))
-    ds = preemption.prepare(routesim.run(routesim.load_sweep(p))["preemption"])
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-preemption.toml", {"count = 16 }": "count = 4 }"})
+    ds = preemption.prepare(out["preemption"])
     assert preemption.pools(ds) == [9216, 10240]
     tight, loose = ds.sel(kv_blocks=9216), ds.sel(kv_blocks=10240)
     for policy in preemption.KV_AWARE:

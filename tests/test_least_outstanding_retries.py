@@ -3,31 +3,19 @@ sweeps/token-routing-retry.toml reduced (3 seeds, the 10 s timeout only, a short
 window for the first three stages), and the directions the full study found asserted,
 paired by seed against the same seeds with no incident."""
 
-from pathlib import Path
-
-import routesim
+from conftest import SWEEPS, run_reduced
 from routesim.least_outstanding import retries
 from routesim.least_outstanding.common import lead, squeeze
 
-ROOT = Path(__file__).resolve().parents[1]
 INF = float("inf")
 TIMEOUT = 10000.0
 
 
-def reduced(tmp_path, **replace):
-    text = (ROOT / "sweeps/token-routing-retry.toml").read_text()
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / "sweep.toml"
-    p.write_text(text)
-    return routesim.run(routesim.load_sweep(p))
-
-
 def test_claim7_after_the_incident(tmp_path):
-    out = reduced(tmp_path, **{"timeout_ms = [5000, 10000, 20000]": "timeout_ms = [10000]",
-                               "measure_s = 40": "measure_s = 35",
-                               "count = 8 }": "count = 3 }"})
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-retry.toml",
+                      {"timeout_ms = [5000, 10000, 20000]": "timeout_ms = [10000]",
+                       "measure_s = 40": "measure_s = 35",
+                       "count = 8 }": "count = 3 }"})
     crash, hole, control, rec = (squeeze(out[s]).squeeze(drop=True)
                                  for s in ("crash", "black-hole", "no-incident", "recovery"))
     rec = rec.expand_dims(timeout_ms=[TIMEOUT])  # one timeout here: the axis was squeezed away

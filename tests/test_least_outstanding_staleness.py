@@ -1,16 +1,12 @@
 """Claim 3's herd (docs/least-outstanding-routing.md): the herd index by hand, and the
 direction the full study found recomputed from a reduced run's timeline."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import xarray as xr
 
-import routesim
+from conftest import SWEEPS, run_reduced
 from routesim.least_outstanding import staleness
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_herd_index_by_hand():
@@ -28,17 +24,12 @@ def test_herd_index_by_hand():
 
 
 def test_stale_global_minimum_herds_and_power_of_two_does_not(tmp_path):
-    text = (ROOT / "sweeps/token-routing-staleness.toml").read_text()
-    for old, new in {'mode = ["periodic", "periodic_local"]': 'mode = ["periodic"]',
-                     "period_ms = [0, 5, 10, 25, 50, 100, 250]": "period_ms = [100]",
-                     "routers = [1, 4]": "routers = [1]",
-                     "measure_s = 15": "measure_s = 6",
-                     "count = 4 }": "count = 1 }"}.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / "sweep.toml"
-    p.write_text(text)
-    ds = routesim.run(routesim.load_sweep(p), show_progress=False)["staleness"]
+    ds = run_reduced(tmp_path, SWEEPS / "token-routing-staleness.toml",
+                     {'mode = ["periodic", "periodic_local"]': 'mode = ["periodic"]',
+                      "period_ms = [0, 5, 10, 25, 50, 100, 250]": "period_ms = [100]",
+                      "routers = [1, 4]": "routers = [1]",
+                      "measure_s = 15": "measure_s = 6",
+                      "count = 4 }": "count = 1 }"})["staleness"]
     tl = staleness.herd_trace(ds)
     # The full study: 0.76 against 0.39; uniform placement of ~5 per window over 8
     # replicas would give about 0.4.

@@ -2,24 +2,11 @@
 recomputed from reduced runs of the same design (fewer seeds, a shorter horizon): the
 direction the full study found is asserted, so a change that flips a verdict fails here."""
 
-from pathlib import Path
-
 import pytest
 
-import routesim
+from conftest import SWEEPS, run_reduced
 from routesim.least_outstanding import choices, counts, learning, retries, staleness
 from routesim.least_outstanding.common import lead, paired, squeeze
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def reduced(tmp_path, text, **replace):
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    p = tmp_path / "sweep.toml"
-    p.write_text(text)
-    return routesim.run(routesim.load_sweep(p))
 
 
 def test_worked_example_arithmetic():
@@ -34,10 +21,10 @@ def test_worked_example_arithmetic():
 
 
 def test_claim1_tokens_beat_counts_on_ttft(tmp_path):
-    text = (ROOT / "sweeps/token-routing.toml").read_text()
-    out = reduced(tmp_path, text, **{"rate_rps = [30, 45, 55, 65]": "rate_rps = [55]",
-                                     "measure_s = 50": "measure_s = 30",
-                                     "count = 16 }": "count = 4 }"})
+    out = run_reduced(tmp_path, SWEEPS / "token-routing.toml",
+                      {"rate_rps = [30, 45, 55, 65]": "rate_rps = [55]",
+                       "measure_s = 50": "measure_s = 30",
+                       "count = 16 }": "count = 4 }"})
     ds = squeeze(out["counts"])
     for base in ("least_requests", "round_robin"):
         d = paired(ds, "ttft_p99", "least_tokens", base)
@@ -47,9 +34,9 @@ def test_claim1_tokens_beat_counts_on_ttft(tmp_path):
 
 
 def test_claim2_two_choices_beat_one_and_more_buy_less(tmp_path):
-    text = (ROOT / "sweeps/token-routing-scale-32.toml").read_text()
-    out = reduced(tmp_path, text, **{"measure_s = 20": "measure_s = 12",
-                                     "count = 6 }": "count = 3 }"})
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-scale-32.toml",
+                      {"measure_s = 20": "measure_s = 12",
+                       "count = 6 }": "count = 3 }"})
     pod = squeeze(out["pod"]).isel(policy=0, drop=True).squeeze(drop=True)
     glob = squeeze(out["global"]).isel(policy=0, drop=True).squeeze(drop=True)
     num = choices.numbers(pod, glob)
@@ -58,12 +45,12 @@ def test_claim2_two_choices_beat_one_and_more_buy_less(tmp_path):
 
 
 def test_claim3_stale_global_minimum_herds(tmp_path):
-    text = (ROOT / "sweeps/token-routing-staleness.toml").read_text()
-    out = reduced(tmp_path, text, **{'mode = ["periodic", "periodic_local"]': 'mode = ["periodic"]',
-                                     "period_ms = [0, 5, 10, 25, 50, 100, 250]": "period_ms = [0, 100]",
-                                     "routers = [1, 4]": "routers = [1]",
-                                     "measure_s = 15": "measure_s = 12",
-                                     "count = 4 }": "count = 3 }"})
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-staleness.toml",
+                      {'mode = ["periodic", "periodic_local"]': 'mode = ["periodic"]',
+                       "period_ms = [0, 5, 10, 25, 50, 100, 250]": "period_ms = [0, 100]",
+                       "routers = [1, 4]": "routers = [1]",
+                       "measure_s = 15": "measure_s = 12",
+                       "count = 4 }": "count = 3 }"})
     ds = squeeze(out["staleness"])
     for dim in ("signal_mode", "routers"):
         if dim not in ds.dims:
@@ -74,10 +61,9 @@ def test_claim3_stale_global_minimum_herds(tmp_path):
 
 
 def test_claim7_retry_budget_contains_the_crash(tmp_path):
-    text = (ROOT / "sweeps/token-routing-retry.toml").read_text()
-    text = text[:text.index('[[stages]]\nname = "black-hole"')]
-    out = reduced(tmp_path, text, **{"measure_s = 40": "measure_s = 25",
-                                     "count = 8 }": "count = 3 }"})
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-retry.toml",
+                      {"measure_s = 40": "measure_s = 25",
+                       "count = 8 }": "count = 3 }"}, cut_before='[[stages]]\nname = "black-hole"')
     crash = squeeze(out["crash"]).squeeze(drop=True)
     a = retries.amplification(crash)
     assert lead(a.sel(retry_budget=0.2) - a.sel(retry_budget=float("inf"))) == "below"
@@ -86,9 +72,9 @@ def test_claim7_retry_budget_contains_the_crash(tmp_path):
 
 
 def test_claim8_rate_weighted_does_not_over_learn_but_routes_worse(tmp_path):
-    text = (ROOT / "sweeps/token-routing-hetero.toml").read_text()
-    out = reduced(tmp_path, text, **{"measure_s = 40": "measure_s = 25",
-                                     "count = 8 }": "count = 3 }"})
+    out = run_reduced(tmp_path, SWEEPS / "token-routing-hetero.toml",
+                      {"measure_s = 40": "measure_s = 25",
+                       "count = 8 }": "count = 3 }"})
     ds = squeeze(out["hetero"]).squeeze(drop=True)
     assert learning.verdict(ds) == "does not hold in this model"
     d = ds.ttft_p99.sel(policy="rate_weighted") - ds.ttft_p99.sel(policy="least_tokens")
