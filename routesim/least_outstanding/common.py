@@ -45,9 +45,17 @@ def squeeze(ds):
 
 
 def open_stage(path):
-    """A stage's Dataset with every length-one axis dropped, or None if not run."""
+    """A stage's Dataset with every length-one axis dropped (its value kept in the attrs,
+    beside the parameters that were never axes), or None if not run."""
     path = Path(path)
-    return squeeze(xr.open_dataset(path)).squeeze(drop=True) if path.exists() else None
+    if not path.exists():
+        return None
+    ds = xr.open_dataset(path)
+    for dim, n in ds.sizes.items():
+        if n == 1 and dim in ds.coords:
+            v = ds[dim].values[0]
+            ds.attrs.setdefault(dim, v.item() if hasattr(v, "item") else v)
+    return squeeze(ds).squeeze(drop=True)
 
 
 def save(fig, stem, figures_dir):
