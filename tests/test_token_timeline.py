@@ -94,6 +94,28 @@ def test_traced_runs_have_the_grid_runs_metrics(grid_ds, traces):
             np.testing.assert_array_equal(a, b, err_msg=f"{v} {scen} seed {seed}")
 
 
+def test_per_request_latencies_give_the_runs_percentiles(traces):
+    # §7 from the per-request variables, by hand: the cohort is the arrivals in
+    # [warm-up, horizon); nearest rank p = sorted[ceil(p/100 · n) − 1]
+    for (scen, seed), tl in traces.items():
+        warm, horizon = tl.attrs["warmup_s"], tl.attrs["warmup_s"] + tl.attrs["measure_s"]
+        runs = tl.arrivals.dims
+        for idx in np.ndindex(*tl.arrivals.shape):
+            one = tl.isel(dict(zip(runs, idx)))
+            pol = dict(zip(runs, idx))
+            arr = one.request_arrival.values
+            cohort = (arr >= warm) & (arr < horizon)
+            assert cohort.sum() == int(one.arrivals)
+            for name in ("ttft", "tpot"):
+                v = np.sort(one[f"request_{name}"].values[cohort])
+                v = v[~np.isnan(v)]
+                for q in (50, 99):
+                    want = v[math.ceil(q / 100 * v.size) - 1]
+                    assert want == float(one[f"{name}_p{q}"]), (scen, seed, pol, name, q)
+            done = ~np.isnan(one.request_ttft.values[cohort])
+            assert done.sum() == int(one.completed)
+
+
 def test_samples_are_consistent_with_the_model(traces, incident):
     cap = int(incident.stages[0].values["waiting_cap"][0])
     for (scen, seed), tl in traces.items():

@@ -19,6 +19,8 @@ in seconds and ``replica``):
   completions (from each request's record and arrival time), token throughput over a
   trailing :data:`THROUGHPUT_WINDOW_MS`, and per interval the attempts, retries,
   failures, sheds, rejections and completions;
+- per request (``request``, in arrival order, NaN-padded when runs differ in length):
+  arrival time, TTFT and TPOT, for distributions (CDFs);
 - per run (no ``time``): the grid's result variables (token-interface.md).
 
 Per-interval counts at sample ``j`` count what happened in ``(s_{j-1}, s_j]``.
@@ -64,6 +66,9 @@ VARIABLES = {
     "sheds_interval": ("requests", "routing decisions that found no eligible replica in the interval ending at this time"),
     "rejected_interval": ("requests", "requests turned away at the front door in the interval ending at this time"),
     "completions_interval": ("requests", "completions (any request) in the interval ending at this time"),
+    "request_arrival": ("s", "the request's arrival time (NaN past the run's last request)"),
+    "request_ttft": ("ms", "first token of its completing attempt − arrival; NaN unless completed"),
+    "request_tpot": ("ms", "(completion − first token) / (O − 1); NaN unless completed with O >= 2"),
 }
 """Units and description of every timeline variable (copied into the Dataset attrs)."""
 
@@ -122,6 +127,16 @@ def cluster_series(keep, t_arr, out_tokens, sample_ms):
     return ttft, tpot, np.diff(cum, prepend=0)
 
 
+def request_latencies(keep, t_arr, out_tokens):
+    """(3, requests): each request's arrival (s), TTFT (ms) and TPOT (ms), NaN where
+    not defined (TTFT: not completed; TPOT: not completed or O < 2), as §7 defines them."""
+    done = keep["outcome"] == Outcome.COMPLETED
+    ttft = np.where(done, keep["first_ms"] - t_arr, np.nan)
+    two = done & (out_tokens >= 2)
+    tpot = np.where(two, (keep["done_ms"] - keep["first_ms"]) / np.maximum(out_tokens - 1, 1), np.nan)
+    return np.stack([t_arr / 1000.0, ttft, tpot])
+
+
 def _interval(cumulative, axis=-1):
     return np.diff(cumulative, axis=axis, prepend=0)
 
@@ -139,12 +154,18 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
     ttft = np.zeros((runs, n_s))
     tpot = np.zeros((runs, n_s))
     done = np.zeros((runs, n_s), np.int64)
+    per_request = []
     for r in range(runs):
         mt, rep, samples, cluster, keep, t_arr, out_tok = record(g, r, sample_ms)
         outcome.metrics[r] = mt
         outcome.replicas[r] = rep
         smp[r], clu[r] = samples, cluster
         ttft[r], tpot[r], done[r] = cluster_series(keep, t_arr, out_tok, sample_ms)
+        per_request.append(request_latencies(keep, t_arr, out_tok))
+    n_req = max(a.shape[1] for a in per_request)
+    req = np.full((runs, 3, n_req), np.nan)      # arrival s, TTFT ms, TPOT ms; NaN-padded
+    for r, a in enumerate(per_request):
+        req[r, :, :a.shape[1]] = a
 
     base = to_dataset(sweep, g, outcome, selected)  # the grid's variables, as a grid gives them
     dims = list(g.coords)
@@ -188,6 +209,9 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
         "sheds_interval": var("sheds_interval", _interval(clu["shed"]), ["time"]),
         "rejected_interval": var("rejected_interval", _interval(clu["rejected"]), ["time"]),
         "completions_interval": var("completions_interval", done, ["time"]),
+        "request_arrival": var("request_arrival", req[:, 0], ["request"]),
+        "request_ttft": var("request_ttft", req[:, 1], ["request"]),
+        "request_tpot": var("request_tpot", req[:, 2], ["request"]),
     }
     clash = sorted(set(data) & set(base.data_vars))
     if clash:  # a timeline variable must never hide a run's metric
