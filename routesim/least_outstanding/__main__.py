@@ -1,7 +1,8 @@
 """python -m routesim.least_outstanding [--resume] [--quiet] [--results-root DIR]
-[--figures DIR] [--out FILE]: run every sweep of the least-outstanding-routing study
-(chunked and resumable like any sweep), then draw its figures and write its document
-(by default results/<sweep name>/, figures/ and docs/least-outstanding-routing.md)."""
+[--figures DIR] [--out FILE] [--chunk-size N] [--scheduler ADDRESS | --workers N]: run
+every sweep of the least-outstanding-routing study (chunked, resumable and runnable on a
+Dask cluster like any sweep), then draw its figures and write its document (by default
+results/<sweep name>/, figures/ and docs/least-outstanding-routing.md)."""
 
 import argparse
 import sys
@@ -23,14 +24,20 @@ def main(argv=None) -> int:
     ap.add_argument("--figures", type=Path, default=Path("figures"), metavar="DIR",
                     help="folder for the figures (default figures/)")
     ap.add_argument("--out", type=Path, default=OUT, metavar="FILE", help=f"the document (default {OUT})")
+    ap.add_argument("--chunk-size", metavar="N", help="runs per chunk, as for python -m routesim.sweep")
+    cluster = ap.add_mutually_exclusive_group()
+    cluster.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler (tcp://HOST:PORT)")
+    cluster.add_argument("--workers", metavar="N", help="a local Dask cluster of N worker processes")
     args = ap.parse_args(argv)
-    for path in SWEEPS:
-        try:
-            name = load_sweep(path).name
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        rc = sweep_cli.main([path, "--out", str(args.results_root / name)]
+    passed = [x for flag, v in (("--chunk-size", args.chunk_size), ("--scheduler", args.scheduler),
+                                ("--workers", args.workers)) if v is not None for x in (flag, v)]
+    try:   # every sweep file is checked before any runs: a mistake writes nothing
+        names = [load_sweep(path).name for path in SWEEPS]
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path, name in zip(SWEEPS, names):
+        rc = sweep_cli.main([path, "--out", str(args.results_root / name)] + passed
                             + ["--quiet"] * args.quiet + ["--resume"] * args.resume)
         if rc:
             return rc

@@ -5,9 +5,10 @@ seed's worked two-replica example computed from the engine's step-cost formula."
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 from matplotlib.figure import Figure
 
-from .common import CAPACITY_RPS, FIGURES, lead, open_stage, paired, save, spread
+from .common import CAPACITY_RPS, FIGURES, lead, paired, save, spread, squeeze
 
 SWEEPS = ("sweeps/token-routing.toml",)
 COLORS = {"round_robin": "#888888", "least_requests": "#1f77b4", "least_tokens": "#d62728"}
@@ -20,8 +21,8 @@ STEP = dict(base=6.5, per_prefill_token=0.0198, per_prefill_token_pair=8.4e-7,
 
 def load(root):
     """The counts stage's Dataset (policy × rate_rps × seed) under results folder root."""
-    ds = open_stage(Path(root) / "token-routing" / "counts.nc")
-    return ds
+    path = Path(root) / "token-routing" / "counts.nc"
+    return squeeze(xr.open_dataset(path)) if path.exists() else None   # rate_rps stays an axis
 
 
 def leads(ds):

@@ -1,0 +1,48 @@
+"""python -m routesim.least_outstanding end to end on a reduced claim-1 sweep: it writes
+each sweep's results under --results-root/<name>/, the figures and the document; the
+chunk size it passes on does not change the Dataset; a bad sweep file is one line and
+exit status 2, with nothing written."""
+
+import xarray as xr
+
+from conftest import SWEEPS
+from routesim.least_outstanding import __main__ as cli
+
+
+def reduced_counts(tmp_path):
+    text = (SWEEPS / "token-routing.toml").read_text()
+    for old, new in {"rate_rps = [30, 45, 55, 65]": "rate_rps = [55]", "warmup_s = 10": "warmup_s = 2",
+                     "measure_s = 50": "measure_s = 4", "count = 16 }": "count = 4 }"}.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    p = tmp_path / "token-routing.toml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "SWEEPS", (reduced_counts(tmp_path),))
+    outs = {}
+    for chunk in ("1", "5"):
+        root = tmp_path / f"r{chunk}"
+        rc = cli.main(["--quiet", "--results-root", str(root / "results"), "--figures", str(root / "figures"),
+                       "--out", str(root / "doc.md"), "--chunk-size", chunk])
+        assert rc == 0
+        outs[chunk] = xr.load_dataset(root / "results" / "token-routing" / "counts.nc")
+        assert (root / "figures" / "lor-claim1-counts.png").is_file()
+        assert (root / "figures" / "lor-claim1-cdf.png").is_file()
+        doc = (root / "doc.md").read_text()
+        assert "## Claim 1: counts lie when costs vary" in doc and "| 1. Counts lie" in doc
+        assert "## Claim 2" not in doc          # only what was run is reported
+    xr.testing.assert_identical(outs["1"].drop_attrs(), outs["5"].drop_attrs())
+
+
+def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text((SWEEPS / "token-routing.toml").read_text().replace("p_long = 0.02", "p_long = 2"))
+    monkeypatch.setattr(cli, "SWEEPS", (reduced_counts(tmp_path), str(bad)))   # checked before any runs
+    rc = cli.main(["--quiet", "--results-root", str(tmp_path / "results"), "--figures", str(tmp_path / "f"),
+                   "--out", str(tmp_path / "doc.md")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "bad.toml" in err[0] and "p_long" in err[0], err
+    assert not (tmp_path / "results").exists() and not (tmp_path / "doc.md").exists()
