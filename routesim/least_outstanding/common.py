@@ -68,3 +68,16 @@ def save(fig, stem, figures_dir):
     with mpl.rc_context({"svg.hashsalt": "routesim"}):
         fig.savefig(svg, metadata={"Date": None, "Creator": None})
     return [png, svg]
+
+
+def scenario_events(ds, name):
+    """A scenario's events as written in the sweep file the Dataset carries (its attrs'
+    ``sweep_text``): a list of {at_s, replica, fail | fail_fast | recover | ...}."""
+    import tomllib
+    return tomllib.loads(ds.attrs["sweep_text"])["scenarios"][name]["events"]
+
+
+def replicas_at(events, kind):
+    """(sorted replicas, times) of the events of one kind (e.g. "fail")."""
+    hits = [e for e in events if e.get(kind)]
+    return sorted({e["replica"] for e in hits}), sorted({e["at_s"] for e in hits})

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .common import FIGURES, lead, open_stage, save, spread
+from .common import CAPACITY_RPS, FIGURES, lead, open_stage, replicas_at, save, scenario_events, spread
 
 SWEEPS = ("sweeps/token-routing-retry.toml",)
 INF = float("inf")
@@ -177,6 +177,14 @@ def _bins(t, per_interval, width_s=1.0):
 
 
 def _figure_timeline(rec, tls, figures_dir):
+    n_rep = crash.sizes["replica"]
+    rate = crash.attrs["rate_rps"]
+    budget = float(crash.retry_budget.values[np.isfinite(crash.retry_budget.values)][0])
+    down, down_at = replicas_at(scenario_events(crash, crash.attrs["scenario"]), "fail")
+    hole_events = scenario_events(hole, hole.attrs["scenario"])
+    hole_rep, hole_at = replicas_at(hole_events, "fail_fast")
+    _, hole_end = replicas_at(hole_events, "recover")
+    breaker = int(hole.breaker_consecutive.values.max())
     start, end = incident_span(rec)
     wins = windows(rec)
     arrivals = float(np.atleast_1d(tls[CONTROL].rate_rps.values)[0])
@@ -410,6 +418,14 @@ def section(data):
     dh = (both - neither) * 100
     alone_better = all(float(hole.attainment.sel(retry_avoid_previous=av, breaker_consecutive=bk).median())
                        > float(both.median()) for av, bk in ((True, 0), (False, 5)))
+    n_rep = crash.sizes["replica"]
+    rate = crash.attrs["rate_rps"]
+    budget = float(crash.retry_budget.values[np.isfinite(crash.retry_budget.values)][0])
+    down, down_at = replicas_at(scenario_events(crash, crash.attrs["scenario"]), "fail")
+    hole_events = scenario_events(hole, hole.attrs["scenario"])
+    hole_rep, hole_at = replicas_at(hole_events, "fail_fast")
+    _, hole_end = replicas_at(hole_events, "recover")
+    breaker = int(hole.breaker_consecutive.values.max())
     start, end = incident_span(rec)
     wins = windows(rec)
     ts = _join([f"{t / 1000:g}" for t in rec.timeout_ms.values])
@@ -418,12 +434,16 @@ def section(data):
         "**Prediction (the seed).** Retries add load to a degraded system; a retry budget "
         "and a per-replica breaker at the router contain it. Issue 13 asks, too, whether the system "
         "recovers after the incident ends or stays degraded (metastable).", "",
-        f"**Design.** `sweeps/token-routing-retry.toml`: least_requests, 8 replicas at "
-        f"50 req/s (0.83 × capacity), clients with a {timeout_s:g} s per-attempt timeout and up to 3 "
-        f"attempts. Crash: replicas 3 and 6 fail at 20 s for good (6 left, 45 req/s of "
-        f"capacity), without and with a 20 % retry budget, beside a control with no incident. "
-        f"Black hole: replica 3 fails fast from 20 s to 40 s, with and without the breaker (5 "
-        f"consecutive failures) and retry_avoid_previous. {crash.sizes['seed']} seeds, 10 s + 40 s. "
+        f"**Design.** `sweeps/token-routing-retry.toml`: least_requests, {n_rep} replicas at "
+        f"{rate:g} req/s ({rate / CAPACITY_RPS:.2f} × capacity), clients with a {timeout_s:g} s "
+        f"per-attempt timeout and up to {crash.attrs['max_attempts']} attempts. Crash: replicas "
+        f"{_join([str(i) for i in down])} fail at {_join([f'{x:g}' for x in down_at])} s for good "
+        f"({n_rep - len(down)} left, {(n_rep - len(down)) / n_rep * CAPACITY_RPS:g} req/s of "
+        f"capacity), without and with a {budget * 100:g} % retry budget, beside a control with no "
+        f"incident. Black hole: replica {_join([str(i) for i in hole_rep])} fails fast from "
+        f"{_join([f'{x:g}' for x in hole_at])} s to {_join([f'{x:g}' for x in hole_end])} s, with and "
+        f"without the breaker ({breaker} consecutive failures) and retry_avoid_previous. "
+        f"{crash.sizes['seed']} seeds, {crash.attrs['warmup_s']:g} s + {crash.attrs['measure_s']:g} s. "
         f"Medians:", "",
         *rows, "",
         f"Recovery (stage `recovery`): incidents that end — replicas 3 and 6 crash from {start:g} s "
