@@ -177,14 +177,6 @@ def _bins(t, per_interval, width_s=1.0):
 
 
 def _figure_timeline(rec, tls, figures_dir):
-    n_rep = crash.sizes["replica"]
-    rate = crash.attrs["rate_rps"]
-    budget = float(crash.retry_budget.values[np.isfinite(crash.retry_budget.values)][0])
-    down, down_at = replicas_at(scenario_events(crash, crash.attrs["scenario"]), "fail")
-    hole_events = scenario_events(hole, hole.attrs["scenario"])
-    hole_rep, hole_at = replicas_at(hole_events, "fail_fast")
-    _, hole_end = replicas_at(hole_events, "recover")
-    breaker = int(hole.breaker_consecutive.values.max())
     start, end = incident_span(rec)
     wins = windows(rec)
     arrivals = float(np.atleast_1d(tls[CONTROL].rate_rps.values)[0])

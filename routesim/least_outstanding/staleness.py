@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import FIGURES, lead, open_stage, save, spread
+from .common import CAPACITY_RPS, FIGURES, lead, open_stage, save, spread
 
 SWEEPS = ("sweeps/token-routing-staleness.toml",)
 PUBLISHED = {10: 14.0, 100: 354.0}   # a trained simulator's TTFT p99 degradation, % (issue 13)
@@ -57,8 +57,9 @@ def _figure_degradation(ds, figures_dir):
         ax.set_title(f"{routers} router{'s' if routers > 1 else ''}", fontsize=10)
     axes[0].set_ylabel("TTFT p99 (ms)")
     axes[0].legend(fontsize=8)
-    fig.suptitle("Claim 3: stale signals, 8 replicas at 0.9 × capacity "
-                 "(median, min–max over seeds)", fontsize=10)
+    fig.suptitle(f"Claim 3: stale signals, {ds.sizes['replica']} replicas at "
+                 f"{ds.attrs['rate_rps'] / CAPACITY_RPS:.1f} × capacity (median, min–max over seeds)",
+                 fontsize=10)
     fig.tight_layout()
     return save(fig, "lor-claim3-staleness", figures_dir)
 
@@ -113,8 +114,9 @@ def _figure_herd(tl, figures_dir):
     ax.set_title(f"least_tokens, replica {busiest}: truth against a signal up to 100 ms old", fontsize=9, loc="left")
     ax.set_xlabel("time (s)")
     ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("Claim 3: the herd — 8 replicas at 54 req/s, one router, signals every 100 ms "
-                 "(replicas publish in turn; seed 1)", fontsize=10)
+    fig.suptitle(f"Claim 3: the herd — {tl.sizes['replica']} replicas at {float(tl.rate_rps):g} req/s, one "
+                 f"router, signals every {HERD['period_ms']} ms (replicas publish in turn; seed "
+                 f"{HERD['seed']})", fontsize=10)
     return save(fig, "lor-claim3-herd", figures_dir)
 
 
@@ -136,16 +138,20 @@ def section(ds):
     g10 = degradation(ds, "least_tokens").sel(period_ms=10)
     g100 = degradation(ds, "least_tokens").sel(period_ms=100)
     p100 = degradation(ds, "power_of_d").sel(period_ms=100)
+    rate, n_rep, periods = ds.attrs["rate_rps"], ds.sizes["replica"], ds.period_ms.values
+    per = ds.ttft_p99.sel(signal_mode="periodic")
+    same_routers = bool((per.sel(routers=1) == per.sel(routers=4)).all())
     return "\n".join([
         "## Claim 3: every signal is stale", "",
         "**Prediction (the seed).** A signal one period old misleads the router: the global "
         "minimum herds onto the replica that looked emptiest, power of two choices degrades "
         "less at equal staleness, and a router that adds its own placements since the "
         "publication (periodic_local) recovers much of the loss.", "",
-        f"**Design.** `sweeps/token-routing-staleness.toml`: 8 default replicas at 54 req/s "
-        f"(0.9 × capacity), least_tokens and power_of_d (d = 2, tokens), signal periods "
-        f"0–250 ms, periodic and periodic_local, 1 and 4 routers, {ds.sizes['seed']} seeds, "
-        "5 s + 15 s. Median TTFT p99 (ms):", "",
+        f"**Design.** `sweeps/token-routing-staleness.toml`: {n_rep} default replicas at {rate:g} "
+        f"req/s ({rate / CAPACITY_RPS:.1f} × capacity), least_tokens and power_of_d (d = 2, "
+        f"tokens), signal periods {periods[0]:g}–{periods[-1]:g} ms, periodic and periodic_local, "
+        f"{' and '.join(str(r) for r in ds.routers.values)} routers, {ds.sizes['seed']} seeds, "
+        f"{ds.attrs['warmup_s']:g} s + {ds.attrs['measure_s']:g} s. Median TTFT p99 (ms):", "",
         *rows, "",
         "![Claim 3](../figures/lor-claim3-staleness.png)", "",
         f"**The herd, seen.** A timeline of seed 1 at 100 ms, one router (traced from the "
@@ -162,15 +168,18 @@ def section(ds):
         "at 250 ms its median is lower by far. periodic_local with "
         "one router removes nearly all of the loss (the router's own placements are the "
         "only changes it misses besides completions); with four routers each misses the "
-        "others' placements and the herd returns, smaller. With plain periodic signals, 1 "
-        "and 4 routers give identical results: every router sees the same publication and "
-        "the routers' choices from it coincide. The published reference (a "
+        "others' placements and the herd returns, smaller. "
+        + ("With plain periodic signals, 1 and 4 routers give identical results: every router "
+           "sees the same publication and the routers' choices from it coincide. "
+           if same_routers else "")
+        + "The published reference (a "
         "trained simulator's default weighted router: +14 % at 10 ms, +354 % at 100 ms) "
         "degrades faster than our least_tokens at 100 ms. Plausible reasons: its router "
         "weighs a queue signal that moves faster than outstanding tokens; its replicas, "
-        "load and request mix differ; and here a period's staleness is bounded by one "
-        "replica's iteration-level progress, which at 54 req/s over 8 replicas is about "
-        "7 arrivals per replica per 100 ms.", ""])
+        "load and request mix differ; and here few requests arrive within one period: at "
+        f"{rate:g} req/s about {rate * 0.1:.1f} in 100 ms across the whole cluster "
+        f"({rate * 0.1 / n_rep:.2f} per replica), so one stale period misplaces only a "
+        "handful of requests.", ""])
 
 
 
