@@ -20,7 +20,7 @@ in seconds and ``replica``):
   trailing :data:`THROUGHPUT_WINDOW_MS`, and per interval the attempts, retries,
   failures, sheds, rejections and completions;
 - per request (``request``, in arrival order, NaN-padded when runs differ in length):
-  arrival time, TTFT and TPOT, for distributions (CDFs);
+  arrival time, TTFT, TPOT and output tokens, for distributions (CDFs);
 - per run (no ``time``): the grid's result variables (token-interface.md).
 
 Per-interval counts at sample ``j`` count what happened in ``(s_{j-1}, s_j]``.
@@ -69,6 +69,7 @@ VARIABLES = {
     "request_arrival": ("s", "the request's arrival time (NaN past the run's last request)"),
     "request_ttft": ("ms", "first token of its completing attempt − arrival; NaN unless completed"),
     "request_tpot": ("ms", "(completion − first token) / (O − 1); NaN unless completed with O >= 2"),
+    "request_output": ("tokens", "the request's output tokens O (NaN past the run's last request)"),
 }
 """Units and description of every timeline variable (copied into the Dataset attrs)."""
 
@@ -128,13 +129,14 @@ def cluster_series(keep, t_arr, out_tokens, sample_ms):
 
 
 def request_latencies(keep, t_arr, out_tokens):
-    """(3, requests): each request's arrival (s), TTFT (ms) and TPOT (ms), NaN where
-    not defined (TTFT: not completed; TPOT: not completed or O < 2), as §7 defines them."""
+    """(4, requests): each request's arrival (s), TTFT (ms), TPOT (ms) and output tokens,
+    NaN where not defined (TTFT: not completed; TPOT: not completed or O < 2), as §7
+    defines them."""
     done = keep["outcome"] == Outcome.COMPLETED
     ttft = np.where(done, keep["first_ms"] - t_arr, np.nan)
     two = done & (out_tokens >= 2)
     tpot = np.where(two, (keep["done_ms"] - keep["first_ms"]) / np.maximum(out_tokens - 1, 1), np.nan)
-    return np.stack([t_arr / 1000.0, ttft, tpot])
+    return np.stack([t_arr / 1000.0, ttft, tpot, out_tokens.astype(np.float64)])
 
 
 def _interval(cumulative, axis=-1):
@@ -163,7 +165,7 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
         ttft[r], tpot[r], done[r] = cluster_series(keep, t_arr, out_tok, sample_ms)
         per_request.append(request_latencies(keep, t_arr, out_tok))
     n_req = max(a.shape[1] for a in per_request)
-    req = np.full((runs, 3, n_req), np.nan)      # arrival s, TTFT ms, TPOT ms; NaN-padded
+    req = np.full((runs, 4, n_req), np.nan)      # arrival s, TTFT ms, TPOT ms, O; NaN-padded
     for r, a in enumerate(per_request):
         req[r, :, :a.shape[1]] = a
 
@@ -212,6 +214,7 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
         "request_arrival": var("request_arrival", req[:, 0], ["request"]),
         "request_ttft": var("request_ttft", req[:, 1], ["request"]),
         "request_tpot": var("request_tpot", req[:, 2], ["request"]),
+        "request_output": var("request_output", req[:, 3], ["request"]),
     }
     clash = sorted(set(data) & set(base.data_vars))
     if clash:  # a timeline variable must never hide a run's metric

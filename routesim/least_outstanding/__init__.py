@@ -14,10 +14,12 @@ paired by seed; a difference is a *lead* only when every seed agrees.
 
 from pathlib import Path
 
-from . import admission, affinity, choices, cold_start, counts, learning, preemption, retries, staleness
+from . import (admission, affinity, choices, cold_start, counts, example, learning, preemption, retries,
+               staleness)
 
-CLAIMS = (counts, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
-"""The claims' modules in the document's order."""
+CLAIMS = (counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
+"""The claims' modules in the document's order (``example`` is claim 1's worked
+example: a section without a row of its own)."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
 RESULTS = Path("results/token-routing")
@@ -66,7 +68,8 @@ def document(results_dir=RESULTS) -> str:
              "",
              "| claim | prediction | measured (per-seed range) | verdict |",
              "|---|---|---|---|"]
-    parts += ["| " + " | ".join(claim.row(data)) + " |" for claim, data in loaded]
+    rows = [claim.row(data) for claim, data in loaded]
+    parts += ["| " + " | ".join(row) + " |" for row in rows if row is not None]
     parts.append("")
     parts += [claim.section(data) for claim, data in loaded]
     parts += ["## What the model leaves out", "", LEAVES_OUT, "", _window_note(results_dir), ""]
