@@ -225,3 +225,49 @@ def assert_invariants(ds):
     assert (ds.latency_p50 <= ds.latency_p99).where(done, True).all()
     assert (ds.latency_p99 <= ds.latency_max).where(done, True).all()
     assert ds.latency_p99.where(~done).isnull().all()
+
+
+VERDICTS = ("holds", "holds with qualification", "does not hold in this model")
+
+
+def write_results(root, datasets) -> Path:
+    """Write a run's {stage: Dataset} (as routesim.run returns it) as the sweep command
+    does: ``root/<sweep name>/<stage>.nc`` (h5netcdf, routesim.results.write_atomic), so
+    a claim module's ``load(root)`` reads them. Returns root."""
+    from routesim.results import write_atomic
+    root = Path(root)
+    for stage, ds in datasets.items():
+        assert ds.attrs["stage"] == stage, (stage, ds.attrs["stage"])
+        write_atomic(ds, root / ds.attrs["sweep_name"] / f"{stage}.nc")
+    return root
+
+
+def assert_renders(claim, root, figures_dir, heading="## Claim"):
+    """A claim module's row, section and figure on the results under ``root``, read by its
+    own ``load`` (the path python -m routesim.report and routesim.figures take): the row is
+    four strings ending in the verdict (or None with the verdict, for a section without a
+    row of its own), the section starts with ``heading`` and its figure links
+    (``../figures/<stem>.png``) are exactly the figures ``figure`` wrote, PNG and SVG.
+    Returns the section's text."""
+    data = claim.load(root)
+    assert data is not None, f"{claim.__name__}.load found no results under {root}"
+    row = claim.row(data)
+    if row is None:
+        assert claim.verdict(data) is None
+    else:
+        assert isinstance(row, tuple) and len(row) == 4 and all(isinstance(x, str) and x for x in row), row
+        assert row[3] in VERDICTS and row[3] == claim.verdict(data), row
+        assert not any("|" in x or "\n" in x for x in row), row      # one table row
+    text = claim.section(data)
+    assert isinstance(text, str) and text.startswith(heading), text[:80]
+    paths = [Path(p) for p in claim.figure(data, figures_dir)]
+    assert paths and len(set(paths)) == len(paths), paths
+    for p in paths:
+        assert p.parent == Path(figures_dir) and p.suffix in (".png", ".svg"), p
+        head = p.read_bytes()[:8]
+        assert head == b"\x89PNG\r\n\x1a\n" if p.suffix == ".png" else head.startswith((b"<?xml", b"<svg")), p
+    stems = {p.stem for p in paths}
+    assert {p.name for p in paths} == {f"{s}{ext}" for s in stems for ext in (".png", ".svg")}, paths
+    links = re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)]+)\)", text)
+    assert sorted(links) == sorted(f"{s}.png" for s in stems), (links, stems)
+    return text

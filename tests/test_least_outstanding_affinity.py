@@ -1,18 +1,25 @@
 """Claim 4 of the least-outstanding-routing study (the tie-break line matters), recomputed
 from a reduced run of sweeps/token-routing-affinity.toml (3 seeds, shorter windows): the
 directions the full study found are asserted, each on every seed (a lead), so a change
-to the engine that flips them fails here."""
+to the engine that flips them fails here. The claim's row, section and figure are drawn
+from the same run."""
 
-from conftest import ROOT, SWEEPS, run_reduced
+import pytest
+
+from conftest import ROOT, SWEEPS, assert_renders, run_reduced, write_results
 from routesim.least_outstanding import affinity
 from routesim.least_outstanding.common import lead, squeeze
 
 
-def test_claim4_tie_break_raises_hits_not_latency_and_affinity_overloads(tmp_path):
-    out = run_reduced(tmp_path, SWEEPS / "token-routing-affinity.toml",
-                      {"count = 8 }": "count = 3 }", "measure_s = 40": "measure_s = 25",
-                       "measure_s = 360": "measure_s = 180",
-                       "../traces/": str(ROOT / "traces") + "/"})
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return run_reduced(tmp_path_factory.mktemp("affinity"), SWEEPS / "token-routing-affinity.toml",
+                       {"count = 8 }": "count = 3 }", "measure_s = 40": "measure_s = 25",
+                        "measure_s = 360": "measure_s = 180",
+                        "../traces/": str(ROOT / "traces") + "/"})
+
+
+def test_claim4_tie_break_raises_hits_not_latency_and_affinity_overloads(out):
     data = {name: squeeze(ds).squeeze(drop=True) for name, ds in out.items()}
     assert set(data) == set(affinity.STAGES)
 
@@ -33,3 +40,7 @@ def test_claim4_tie_break_raises_hits_not_latency_and_affinity_overloads(tmp_pat
     # The full study's verdict is "does not hold in this model": no tolerance buys TTFT on
     # every workload.
     assert affinity.verdict(data) != "holds"
+
+
+def test_claim4_row_section_and_figure_render(out, tmp_path):
+    assert_renders(affinity, write_results(tmp_path / "results", out), tmp_path / "figures")

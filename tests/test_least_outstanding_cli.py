@@ -3,10 +3,13 @@ each sweep's results under --results-root/<name>/, the figures and the document;
 chunk size it passes on does not change the Dataset; a bad sweep file is one line and
 exit status 2, with nothing written."""
 
+import re
+
 import xarray as xr
 
-from conftest import SWEEPS
+from conftest import SWEEPS, VERDICTS
 from routesim.least_outstanding import __main__ as cli
+from routesim.least_outstanding import counts
 
 
 def reduced_counts(tmp_path):
@@ -34,6 +37,16 @@ def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch,
         doc = (root / "doc.md").read_text()
         assert "## Claim 1: counts lie when costs vary" in doc and "| 1. Counts lie" in doc
         assert "## Claim 2" not in doc          # only what was run is reported
+        # claim 1's row is its verdict's, and every figure the document links was drawn
+        # (PNG and SVG), and nothing else
+        data = counts.load(root / "results")
+        row = counts.row(data)
+        assert row[3] in VERDICTS and row[3] == counts.verdict(data)
+        assert "| " + " | ".join(row) + " |" in doc.splitlines()
+        links = re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)]+)\.png\)", doc)
+        assert sorted(links) == ["lor-claim1-cdf", "lor-claim1-counts"]
+        assert sorted(p.name for p in (root / "figures").iterdir()) == sorted(
+            f"{stem}.{ext}" for stem in links for ext in ("png", "svg"))
     xr.testing.assert_identical(outs["1"].drop_attrs(), outs["5"].drop_attrs())
 
 

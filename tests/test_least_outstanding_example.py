@@ -8,14 +8,19 @@ beside it run at the same TPOT to within 1 %."""
 import numpy as np
 import pytest
 
-from conftest import SWEEPS, run_reduced
+from conftest import SWEEPS, assert_renders, run_reduced, write_results
 from routesim.least_outstanding import counts, example
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory):
+def out(tmp_path_factory):
     return run_reduced(tmp_path_factory.mktemp("ex"), SWEEPS / "token-routing-example.toml",
-                       {'path = "../traces/': f'path = "{SWEEPS.parent / "traces"}/'})["example"]
+                       {'path = "../traces/': f'path = "{SWEEPS.parent / "traces"}/'})
+
+
+@pytest.fixture(scope="module")
+def ds(out):
+    return out["example"]
 
 
 def test_no_policy_sees_the_long_generation_at_arrival(ds):
@@ -34,3 +39,8 @@ def test_short_requests_beside_the_long_one_are_not_slowed(ds):
     assert np.median(r["tpot"][a]) >= ex["tpot_short_ms_a"]
     # B stays busy with the long generation for well over 4,000 decode steps of >= 6.5 ms
     assert r["done"][~short].max() > 4000 * 6.5
+
+
+def test_section_and_figure_render(out, tmp_path):
+    # a section after claim 1's, without a row of its own
+    assert_renders(example, write_results(tmp_path / "results", out), tmp_path / "figures", heading="### ")
