@@ -426,6 +426,8 @@ def _neighbours(rej_all, x, top, slo_tpot):
     """What the caps below and above the threshold do at the top load (medians)."""
     at = lambda c, v: float(rej_all[v].sel(admission_max_tokens=c, rate_rps=top).median())  # noqa: E731
     caps = np.atleast_1d(rej_all.admission_max_tokens.values)
+    if caps.size < 2 or "admission_max_tokens" not in rej_all.dims:
+        return ""          # one cap run: no neighbours to compare
     g0, words = at(x, "goodput"), []
     for c in caps[caps < x][-1:]:
         words.append("a lower cap " + ("turns away goodput" if at(c, "goodput") < g0 else
