@@ -59,14 +59,28 @@ def open_stage(path):
 
 
 def save(fig, stem, figures_dir):
-    """Write ``stem``.png and ``stem``.svg into figures_dir; returns both paths."""
+    """Write ``stem``.png and ``stem``.svg into figures_dir, each whole (a temporary file
+    renamed, as every file routesim writes); returns both paths. A figure with a layout
+    engine (``layout="constrained"``) is laid out once and its axes' positions rounded to
+    1e-6 of the figure first: that layout can differ in the last bits from one process
+    to the next, which changes the SVG's clip-path ids; frozen, the files are the same
+    bytes every time."""
     import matplotlib as mpl
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    from ..files import replace_atomically
+    engine = fig.get_layout_engine()
+    if engine is not None and not isinstance(engine, PlaceHolderLayoutEngine):
+        fig.draw_without_rendering()
+        for ax in fig.axes:
+            ax.set_position([round(v, 6) for v in ax.get_position().bounds])
+        fig.set_layout_engine("none")
     figures_dir = Path(figures_dir)
-    figures_dir.mkdir(parents=True, exist_ok=True)
-    png, svg = figures_dir / f"{stem}.png", figures_dir / f"{stem}.svg"
-    fig.savefig(png, dpi=110, metadata={"Software": None})
+    png = replace_atomically(figures_dir / f"{stem}.png",
+                             lambda tmp: fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None}))
     with mpl.rc_context({"svg.hashsalt": "routesim"}):
-        fig.savefig(svg, metadata={"Date": None, "Creator": None})
+        svg = replace_atomically(figures_dir / f"{stem}.svg",
+                                 lambda tmp: fig.savefig(tmp, format="svg", metadata={"Date": None, "Creator": None}))
     return [png, svg]
 
 
