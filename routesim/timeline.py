@@ -461,37 +461,36 @@ def main(argv=None) -> int:
     return 0
 
 
-def summary(ds: xr.Dataset) -> str:
-    """A short table of a trace: per run its attainment, p99 and its worst moments."""
+def _summary_table(ds: xr.Dataset, head: list, cells) -> str:
+    """A trace's short table: the condition it holds, then one row per run (each
+    combination of the run dimensions) of ``cells(run) -> [..]`` under ``head``."""
     point = ", ".join(f"{d} = {ds[d].values.item()}" for d in ("rate_rps", "heterogeneity", "scenario", "seed")
                       if d in ds.coords and ds[d].ndim == 0)
     dims = list(ds.attainment.dims)
     rows = []
     for index in np.ndindex(ds.attainment.shape):
         one = ds.isel(dict(zip(dims, index)))
-        label = "  ".join(str(one[d].values.item()) for d in dims)
-        rows.append([label, fmt(100 * float(one.attainment), ".2f"), fmt(float(one.latency_p99), ".1f"),
-                     int(one.queue.max()), fmt(float(one.rolling_p99.max()), ".1f"), int(one.sheds.sum())])
-    head = ["  ".join(dims), "attain %", "p99 ms", "max queue", "max rolling p99 ms", "sheds"]
+        rows.append(["  ".join(str(one[d].values.item()) for d in dims)] + cells(one))
     return (f"trace: {point}; {ds.sizes['time']} samples every {ds.attrs['interval_ms']:g} ms\n\n"
-            + text_table(head, rows))
+            + text_table(["  ".join(dims)] + head, rows))
+
+
+def summary(ds: xr.Dataset) -> str:
+    """A short table of a trace: per run its attainment, p99 and its worst moments."""
+    return _summary_table(
+        ds, ["attain %", "p99 ms", "max queue", "max rolling p99 ms", "sheds"],
+        lambda one: [fmt(100 * float(one.attainment), ".2f"), fmt(float(one.latency_p99), ".1f"),
+                     int(one.queue.max()), fmt(float(one.rolling_p99.max()), ".1f"), int(one.sheds.sum())])
 
 
 def token_summary(ds: xr.Dataset) -> str:
     """A batching trace's short table: per run its attainment, TTFT p99, what failed,
     the retries and wasted tokens, and its worst moments."""
-    point = ", ".join(f"{d} = {ds[d].values.item()}" for d in ("rate_rps", "heterogeneity", "scenario", "seed")
-                      if d in ds.coords and ds[d].ndim == 0)
-    dims = list(ds.attainment.dims)
-    rows = []
-    for index in np.ndindex(ds.attainment.shape):
-        one = ds.isel(dict(zip(dims, index)))
-        rows.append(["  ".join(str(one[d].values.item()) for d in dims),
-                     fmt(100 * float(one.attainment), ".2f"), fmt(float(one.ttft_p99), ".0f"),
-                     int(one.failed), int(one.retries), int(one.wasted_tokens), int(one.breaker_ejections),
-                     int(one.waiting.max()), fmt(float(np.nanmax(one.ttft_rolling_p99.values))
-                                                 if np.isfinite(one.ttft_rolling_p99.values).any() else np.nan, ".0f")])
-    head = ["  ".join(dims), "attain %", "TTFT p99 ms", "failed", "retries", "wasted tokens", "ejections",
-            "max waiting", "max rolling TTFT p99 ms"]
-    return (f"trace: {point}; {ds.sizes['time']} samples every {ds.attrs['interval_ms']:g} ms\n\n"
-            + text_table(head, rows))
+    def cells(one):
+        rolling = one.ttft_rolling_p99.values
+        return [fmt(100 * float(one.attainment), ".2f"), fmt(float(one.ttft_p99), ".0f"),
+                int(one.failed), int(one.retries), int(one.wasted_tokens), int(one.breaker_ejections),
+                int(one.waiting.max()),
+                fmt(float(np.nanmax(rolling)) if np.isfinite(rolling).any() else np.nan, ".0f")]
+    return _summary_table(ds, ["attain %", "TTFT p99 ms", "failed", "retries", "wasted tokens", "ejections",
+                               "max waiting", "max rolling TTFT p99 ms"], cells)
