@@ -24,7 +24,6 @@ T_START = time.perf_counter()
 
 import json  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from .harness import ROOT, emit, rss_now, run_measured  # noqa: E402
 
