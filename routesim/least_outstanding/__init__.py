@@ -84,7 +84,7 @@ def _window_note(results_dir) -> str:
     for d in sorted(Path(results_dir).parent.glob("token-routing*")):
         shares, windows = [], set()
         for f in sorted(d.glob("*.nc")):
-            with xr.open_dataset(f) as ds:
+            with xr.open_dataset(f, engine="h5netcdf") as ds:
                 shares.append(float((ds.unfinished.sum() / ds.arrivals.sum()).values) * 100)
                 windows.add(float(ds.attrs["measure_s"]))
         if shares:

@@ -45,7 +45,7 @@ def load(root):
     paths = {k: d / f"{k}.nc" for k in STAGES}
     if not all(p.exists() for p in paths.values()):
         return None
-    return prepare({k: xr.open_dataset(p) for k, p in paths.items()})
+    return prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in paths.items()})
 
 
 # -- the one-replica curve and its threshold ------------------------------------------

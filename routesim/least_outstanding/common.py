@@ -50,7 +50,7 @@ def open_stage(path):
     path = Path(path)
     if not path.exists():
         return None
-    ds = xr.open_dataset(path)
+    ds = xr.open_dataset(path, engine="h5netcdf")
     for dim, n in ds.sizes.items():
         if n == 1 and dim in ds.coords:
             v = ds[dim].values[0]

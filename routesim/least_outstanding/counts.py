@@ -22,7 +22,7 @@ STEP = dict(base=6.5, per_prefill_token=0.0198, per_prefill_token_pair=8.4e-7,
 def load(root):
     """The counts stage's Dataset (policy × rate_rps × seed) under results folder root."""
     path = Path(root) / "token-routing" / "counts.nc"
-    return squeeze(xr.open_dataset(path)) if path.exists() else None   # rate_rps stays an axis
+    return squeeze(xr.open_dataset(path, engine="h5netcdf")) if path.exists() else None   # rate_rps stays an axis
 
 
 def leads(ds):

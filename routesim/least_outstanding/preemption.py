@@ -5,10 +5,12 @@ chosen replica's referenced blocks / kv_blocks just before each placement, avera
 over the window (docs/model.md §9, Metrics)."""
 
 import itertools
+import warnings
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -37,7 +39,7 @@ def prepare(ds):
 def load(root):
     """The preemption stage's Dataset (kv_blocks × policy × seed × replica), or None."""
     path = Path(root) / "token-routing-preemption" / "preemption.nc"
-    return prepare(xr.open_dataset(path)) if path.exists() else None
+    return prepare(xr.open_dataset(path, engine="h5netcdf")) if path.exists() else None
 
 
 def pools(ds):
@@ -67,13 +69,16 @@ def relation(ds):
 def rank_correlation(ds):
     """{(policy, kv_blocks): Spearman's rank correlation over seeds between mean
     placement occupancy and preemptions} (average ranks for ties)."""
-    import pandas as pd
     out = {}
     for k in pools(ds):
         for p in POLICIES:
             s = ds.sel(kv_blocks=k, policy=p)
-            out[(p, k)] = float(pd.Series(s.placement_occupancy.values).corr(
-                pd.Series(s.preemptions.values.astype(float)), method="spearman"))
+            x = s.placement_occupancy.values.astype(float)
+            y = s.preemptions.values.astype(float)
+            ok = np.isfinite(x) & np.isfinite(y)
+            with warnings.catch_warnings():  # a constant column has no correlation: NaN
+                warnings.simplefilter("ignore", stats.ConstantInputWarning)
+                out[(p, k)] = float(stats.spearmanr(x[ok], y[ok]).statistic)
     return out
 
 
