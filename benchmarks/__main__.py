@@ -2,7 +2,8 @@
 
 Measures routesim against its targets and its peers, prints one table (with the
 previous committed figures beside the new ones) and writes docs/performance.md.
-Sections: study, engine, breakdown, peers, scaling, big, and batching (the batching model,
+Sections: study, engine, breakdown, peers, scaling, big, generation (workload draws against
+NumPy's own functions), and batching (the batching model,
 benchmarks/batching.py). Every measurement runs in a fresh process; compilation caches
 live in a temporary folder, never the user's. Not part of CI's pass/fail: it takes about
 ten minutes on the 2-core machine, and the batching section about four more (most of it
@@ -21,7 +22,7 @@ from . import batching, harness, report
 from .harness import ROOT, STUDY, task
 from .tasks import POLICIES, STUDY_HEAD
 
-SECTIONS = ("study", "engine", "breakdown", "peers", "scaling", "big", "batching")
+SECTIONS = ("study", "engine", "breakdown", "peers", "scaling", "big", "generation", "batching")
 
 
 def log(msg):
@@ -200,6 +201,16 @@ class Suite:
                       report.md_table(report.scaling_rows(points, self.prev)), ""]
             self.note_load()
         self.detail["scaling_text"] = "\n".join(texts)
+
+    def generation(self):
+        """Workload generation against NumPy's transcendental functions, same process."""
+        log("generation: routesim.ieee_math against NumPy's functions")
+        g = task("generation", env=self.env(), repeats=3 if self.quick else 7).result
+        for kind in ("queue", "token"):
+            self.fig[f"generation.{kind}_s"] = g[f"{kind}_s"]
+            self.fig[f"generation.{kind}_numpy_s"] = g[f"{kind}_numpy_s"]
+            self.fig[f"generation.{kind}_ratio"] = g[f"{kind}_s"] / g[f"{kind}_numpy_s"]
+        self.note_load()
 
     def batching(self):
         batching.section(self)

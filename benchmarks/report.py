@@ -41,6 +41,12 @@ ROWS = [
     ("peers.engine_rss", "peak RSS, engine peer process", "MiB", 2**-20, "low"),
     ("peers.simpy_rss", "peak RSS, SimPy peer process", "MiB", 2**-20, "low"),
     ("peers.reference_rss", "peak RSS, reference peer process", "MiB", 2**-20, "low"),
+    ("generation.queue_s", "workload generation, queue model, 32 seeds (routesim.ieee_math)", "ms", 1e3, "low"),
+    ("generation.queue_numpy_s", "the same with NumPy's exp/log1p/sin/cos (baseline)", "ms", 1e3, "low"),
+    ("generation.queue_ratio", "queue-model generation, routesim / NumPy baseline", "x", 1, "low"),
+    ("generation.token_s", "workload generation, batching model, 32 seeds (routesim.ieee_math)", "ms", 1e3, "low"),
+    ("generation.token_numpy_s", "the same with NumPy's exp/log1p/sin/cos/power (baseline)", "ms", 1e3, "low"),
+    ("generation.token_ratio", "batching-model generation, routesim / NumPy baseline", "x", 1, "low"),
     ("big.wall_s", "{big} grid, whole command (chunked)", "s", 1, "low"),
     ("big.rss", "{big} grid, peak RSS", "MiB", 2**-20, "low"),
 ]

@@ -319,6 +319,66 @@ def scale(kind, value, policy="least_queue", repeats=3):
               sim_ns_per_request=sim_s / requests * 1e9, peak_rss=rss_now()[1]))
 
 
+def _numpy_transcendentals():
+    """The workload modules' routesim.ieee_math functions swapped for NumPy's own (what
+    generation used before it was made machine-independent): the baseline of
+    :func:`generation`. Returns a function that puts routesim's back."""
+    import numpy as np
+    from routesim import arrivals
+    from routesim.batching import workload as token
+    from routesim.queue import workload as queue
+
+    def box_muller(u, radius_column, angle_column):
+        radius = np.sqrt(-2.0 * np.log1p(-u[:, radius_column]))
+        angle = 2.0 * np.pi * u[:, angle_column]
+        return radius * np.cos(angle), radius * np.sin(angle)
+
+    swaps = {"exp_array": np.exp, "log1p_array": np.log1p, "power_array": np.power,
+             "box_muller": box_muller}
+    saved = []
+    for module in (arrivals, queue, token):
+        for name, fn in swaps.items():
+            if hasattr(module, name):
+                saved.append((module, name, getattr(module, name)))
+                setattr(module, name, fn)
+
+    def restore():
+        for module, name, fn in saved:
+            setattr(module, name, fn)
+    return restore
+
+
+def generation(repeats=5, seeds=32):
+    """Workload generation, routesim's (machine-independent, routesim.ieee_math) against
+    NumPy's transcendental functions in the same code, same process: the queue study's
+    draws (250 req/s, a burst doubling the rate from 7 s, 15 s, token demand) and the
+    batching model's (40 req/s, 60 s, the default classes and prefix groups), ``seeds``
+    workloads each; best of ``repeats``."""
+    from routesim.batching.workload import TokenWorkloadParams
+    from routesim.batching.workload import generate as token_generate
+    from routesim.queue.workload import WorkloadParams
+    from routesim.queue.workload import generate as queue_generate
+
+    qp, tp = WorkloadParams(), TokenWorkloadParams()
+
+    def queue():
+        return sum(len(queue_generate(s, 250.0, [(7000.0, 2.0)], 15000.0, qp)) for s in range(1, seeds + 1))
+
+    def token():
+        return sum(len(token_generate(s, 40.0, [], 60000.0, tp)) for s in range(1, seeds + 1))
+
+    queue(), token()                              # compile (or load) the kernels first
+    out = {"seeds": seeds}
+    for name, fn in (("queue", queue), ("token", token)):
+        wall, _, n = _best(fn, repeats)
+        out[f"{name}_s"], out[f"{name}_requests"] = wall, n
+    restore = _numpy_transcendentals()
+    for name, fn in (("queue", queue), ("token", token)):
+        out[f"{name}_numpy_s"] = _best(fn, repeats)[0]
+    restore()
+    emit(out)
+
+
 def imports():
     """Time to import what the command line imports."""
     import routesim  # noqa: F401

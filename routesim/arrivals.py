@@ -5,6 +5,8 @@ profile, one row of uniforms per arrival) and the router's own stream of uniform
 
 import numpy as np
 
+from .ieee_math import log1p_array
+
 _BLOCK_MIN = 1024
 
 
@@ -37,7 +39,8 @@ def draw_arrivals(seed: int, rate_rps: float, rate_events, horizon_ms: float, co
     """Arrival times in ``[0, horizon_ms)`` and their rows of uniforms (model.md §2).
 
     Arrival ``k`` consumes row ``k`` of ``Generator(PCG64(seed)).random((n, columns))``;
-    column 0 is its unit exponential, time-changed through the rate profile. Returns
+    column 0 is its unit exponential ``-log1p(-U[k,0])`` (routesim.ieee_math, the same
+    bits on every machine), time-changed through the rate profile. Returns
     ``(t_ms, u)`` of shapes ``(n,)`` and ``(n, columns)``; row ``k`` does not depend on n.
     """
     starts, rates, cum = rate_profile(rate_rps, rate_events, horizon_ms)
@@ -49,7 +52,7 @@ def draw_arrivals(seed: int, rate_rps: float, rate_events, horizon_ms: float, co
     while True:
         u = rng.random((block, columns))
         # S_k = E_0 + ... + E_k, summed left to right across blocks
-        s = np.add.accumulate(np.concatenate(([s_last], -np.log1p(-u[:, 0]))))[1:]
+        s = np.add.accumulate(np.concatenate(([s_last], -log1p_array(-u[:, 0]))))[1:]
         blocks.append(u)
         s_blocks.append(s)
         s_last = s[-1]

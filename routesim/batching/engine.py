@@ -19,6 +19,7 @@ import math
 import numba as nb
 import numpy as np
 
+from .. import ieee_math
 from ..conf import JIT, JIT_PARALLEL
 from . import blocks as bk
 from . import timers as tm
@@ -500,7 +501,7 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
         x.ejected = not np.isinf(ej_until[0, i])
         x.warmth = 1.0
         if r.cold:
-            x.warmth = 1.0 + (p.cold_factor - 1.0) * math.exp(-(t - r.t_up) / p.cold_tau_ms)
+            x.warmth = 1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms)
         x.view_requests, x.view_tokens, _, _ = view_nb(rep, p, 0, i, pub, locc)  # router 0's
         x.placed = r.placed
         x.done = r.done_all

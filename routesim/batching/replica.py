@@ -23,6 +23,7 @@ import math
 import numba as nb
 import numpy as np
 
+from .. import ieee_math
 from ..conf import JIT
 from . import blocks as bk
 from .dtypes import Due, Outcome, State
@@ -464,7 +465,7 @@ def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks):
     evaluated left to right, then multiplied) and end."""
     f = r.factor * r.slowdown
     if r.cold:
-        f = f * (1.0 + (p.cold_factor - 1.0) * math.exp(-(t - r.t_up) / p.cold_tau_ms))
+        f = f * (1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms))
     d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
     if in_window_nb(t, p, True):
         mt.busy_ms += d

@@ -13,6 +13,7 @@ import math
 import numba as nb
 import numpy as np
 
+from .. import ieee_math
 from ..conf import JIT
 from . import blocks as bk
 from . import timers as tm
@@ -144,7 +145,7 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
         x.ramp = 0.0
         if ramped and t - rep[i].t_e < p.slow_start_ms:
             x.ramp = max(p.slow_start_min_weight,
-                         ((t - rep[i].t_e) / p.slow_start_ms) ** (1.0 / p.slow_start_aggression))
+                         ieee_math.power((t - rep[i].t_e) / p.slow_start_ms, 1.0 / p.slow_start_aggression))
     seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, v)
     return choose_nb(code, cand, nc, p, v, prompt, wl_key[s]), ru_pos
 

@@ -2,7 +2,8 @@
 
 Common random numbers: arrival ``k`` consumes row ``k`` of
 ``Generator(PCG64(seed)).random((n, 8))``, whatever the policy, so every policy of a
-grid replays the same requests. Block ids are kept as segments (at most two a request
+grid replays the same requests; logarithms, exponentials, powers and sines come from
+routesim.ieee_math, so a seed gives the same bits on every machine. Block ids are kept as segments (at most two a request
 here: its group's prefix and its own blocks), not one by one.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arrivals import draw_arrivals
+from ..ieee_math import box_muller, exp_array, power_array
 
 GOLDEN = 0.6180339887498949
 """The key step of a trace request (§1.2) and of the tie hash (§5)."""
@@ -103,15 +105,15 @@ def synthetic_segments(prompt, group, block_tokens: int, prefix_blocks: int):
 
 def zipf_group(u: np.ndarray, groups: int, s: float) -> np.ndarray:
     """The smallest g with Σ_{j≤g} w_j ≥ u·Σ_j w_j, w_j = (j+1)^(-s) (inversion)."""
-    w = np.arange(1, groups + 1, dtype=np.float64) ** (-s)
+    w = power_array(np.arange(1, groups + 1, dtype=np.float64), -s)
     cum = np.cumsum(w)
     g = np.searchsorted(cum, u * cum[-1], side="left")
     return np.minimum(g, groups - 1)
 
 
 def _lengths(c: Lengths, z1, z2):
-    prompt = np.clip(np.rint(c.prompt_median * np.exp(c.prompt_sigma * z1)), c.prompt_min, c.prompt_max)
-    output = np.clip(np.rint(c.output_median * np.exp(c.output_sigma * z2)), c.output_min, c.output_max)
+    prompt = np.clip(np.rint(c.prompt_median * exp_array(c.prompt_sigma * z1)), c.prompt_min, c.prompt_max)
+    output = np.clip(np.rint(c.output_median * exp_array(c.output_sigma * z2)), c.output_min, c.output_max)
     return prompt.astype(np.int64), output.astype(np.int64)
 
 
@@ -128,9 +130,7 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
     group = np.where(prefixed, zipf_group(u[:, 5], p.prefix_groups, p.prefix_zipf), -1).astype(np.int64)
     L = p.prefix_tokens
     if lengths is None:
-        radius = np.sqrt(-2.0 * np.log1p(-u[:, 2]))
-        z1 = radius * np.cos(2.0 * np.pi * u[:, 3])
-        z2 = radius * np.sin(2.0 * np.pi * u[:, 3])
+        z1, z2 = box_muller(u, 2, 3)
         is_long = u[:, 1] < p.p_long
         cp, co = _lengths(p.chat, z1, z2)
         lp, lo = _lengths(p.long, z1, z2)

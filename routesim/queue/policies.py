@@ -24,6 +24,7 @@ import math
 import numba as nb
 import numpy as np
 
+from .. import ieee_math
 from ..conf import JIT
 from .dtypes import Policy
 
@@ -102,7 +103,7 @@ def _adaptive_nb(rep, router, p, u, work):
     total = 0
     for i in range(rep.shape[0]):
         total += rep[i].n_obs
-    log_t = math.log(total + 1.0)
+    log_t = ieee_math.log(total + 1.0)
     best, best_score = -1, 0.0
     for i in range(rep.shape[0]):
         if rep[i].elig:

@@ -3,6 +3,8 @@
 A run's workload depends only on its seed, its rate profile and the workload
 parameters, never on the policy: every policy of a grid replays the same arrivals.
 Arrival ``k`` consumes row ``k`` of ``Generator(PCG64(seed)).random((n, 4))``.
+Logarithms, exponentials and sines come from routesim.ieee_math, so the same seed
+gives the same bits on every machine.
 """
 
 from dataclasses import dataclass
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arrivals import draw_arrivals
+from ..ieee_math import box_muller, exp_array, log1p_array
 
 
 @dataclass(frozen=True)
@@ -52,17 +55,15 @@ def generate(seed: int, rate_rps: float, rate_events, horizon_ms: float,
     """Draw the arrivals in ``[0, horizon_ms)`` of one (seed, rate profile)."""
     t_ms, u = draw_arrivals(seed, rate_rps, rate_events, horizon_ms, 4)
 
-    radius = np.sqrt(-2.0 * np.log1p(-u[:, 1]))
-    z1 = radius * np.cos(2.0 * np.pi * u[:, 2])
-    z2 = radius * np.sin(2.0 * np.pi * u[:, 2])
+    z1, z2 = box_muller(u, 1, 2)
     p = params
-    prompt = np.clip(np.rint(p.prompt_median * np.exp(p.prompt_sigma * z1)), p.prompt_min, p.prompt_max)
-    output = np.clip(np.rint(p.output_median * np.exp(p.output_sigma * z2)), p.output_min, p.output_max)
+    prompt = np.clip(np.rint(p.prompt_median * exp_array(p.prompt_sigma * z1)), p.prompt_min, p.prompt_max)
+    output = np.clip(np.rint(p.output_median * exp_array(p.output_sigma * z2)), p.output_min, p.output_max)
     jitter = p.jitter_min + (p.jitter_max - p.jitter_min) * u[:, 3]
     if p.demand == "tokens":
         demand = p.demand_base + prompt * p.demand_per_prompt + output * p.demand_per_output
     elif p.demand == "exponential":  # inverse transform of U[k,1]
-        demand = -p.reference_demand_ms * np.log1p(-u[:, 1])
+        demand = -p.reference_demand_ms * log1p_array(-u[:, 1])
     elif p.demand == "constant":
         demand = np.full(len(t_ms), float(p.reference_demand_ms))
     else:
