@@ -42,7 +42,7 @@ def metrics_nb(params, rep, router, levels, req, req_off, wl_t, wl_off, out):
 
 def split(grid, reference_outcome, repeats=3) -> dict:
     """{kernel: best seconds} for the whole grid in one chunk (as ``simulate_range``)."""
-    from routesim.batch import Outcome
+    from routesim.queue.grid import Outcome
     from routesim.queue.dtypes import LEVEL, REQUEST, TAIL_LEVELS, WORK
 
     out = Outcome.empty(grid)

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .batch import Outcome
 from .files import write_bytes
 
 FORMAT = 1            # bump when the layout of a chunk file changes
@@ -166,17 +165,17 @@ class ChunkStore:
     ``open`` starts fresh (removing whatever is there) unless ``resume`` is set and
     the stored manifest has the same fingerprint; ``done`` then lists the chunks
     already on disk. ``note(message)`` is told, in one line, why stored chunks are
-    not reused.
+    not reused. ``outcome``: the class of a chunk's results (the model's ``Outcome``).
     """
 
-    def __init__(self, folder: Path, fingerprint: Fingerprint, ranges: list, done: list, outcome=Outcome):
+    def __init__(self, folder: Path, fingerprint: Fingerprint, ranges: list, done: list, outcome):
         """Use :meth:`open`."""
         self.folder, self.fingerprint, self.ranges, self.done = Path(folder), fingerprint, ranges, done
         self.outcome = outcome  # the class of a chunk's results
 
     @classmethod
-    def open(cls, folder, fingerprint: Fingerprint, ranges: list, resume: bool, note=print,
-             outcome=Outcome):
+    def open(cls, folder, fingerprint: Fingerprint, ranges: list, resume: bool, note=print, *,
+             outcome):
         folder = Path(folder)
         stored = read_manifest(folder) if resume else None
         if stored is not None and stored.get("digest") == fingerprint.digest:
@@ -204,7 +203,7 @@ class ChunkStore:
     def path(self, i: int) -> Path:
         return self.folder / self.name(i)
 
-    def save(self, i: int, part: Outcome) -> None:
+    def save(self, i: int, part) -> None:
         lo, hi = self.ranges[i]
         arrays = {name: getattr(part, name) for name in part.FIELDS}
         write_bytes(self.path(i), lambda f: np.savez(f, lo=lo, hi=hi, **arrays))

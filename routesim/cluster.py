@@ -3,7 +3,7 @@
 The client sends each worker a :class:`Job` (the sweep file's text, the stage's index
 and the values it inherits) and chunk ranges; the worker rebuilds the stage's grid
 once (``grid.build`` is deterministic), keeps it for the following chunks, and
-returns each chunk's :class:`~routesim.batch.Outcome`. Kernels load from Numba's
+returns each chunk's outcome (the model's ``Outcome``). Kernels load from Numba's
 disk cache (or compile) on a worker's first chunk only, since worker processes
 persist. A worker that dies mid-chunk has its chunks rerun elsewhere by the
 scheduler; the results are the same wherever a chunk runs.
@@ -133,7 +133,7 @@ def worker_grid(job: Job):
         return grid
 
 
-def run_chunk(job: Job, lo: int, hi: int) -> batch.Outcome:
+def run_chunk(job: Job, lo: int, hi: int):
     """Runs ``lo:hi`` of the job's stage (this runs on a worker)."""
     part = batch.simulate_range(worker_grid(job), lo, hi)
     STATS["chunks"] += 1
@@ -143,9 +143,11 @@ def run_chunk(job: Job, lo: int, hi: int) -> batch.Outcome:
 def worker_stats() -> dict:
     """This process's grids built, chunks run, and kernel loads: how many times the batch
     kernel was loaded from Numba's disk cache or compiled (once, however many chunks)."""
-    from .queue.engine import run_batch_nb
-    st = run_batch_nb.stats
-    loads = sum(st.cache_hits.values()) + sum(st.cache_misses.values())
+    from . import models
+    loads = 0
+    for model in models.every():
+        st = model.batch_kernel().stats
+        loads += sum(st.cache_hits.values()) + sum(st.cache_misses.values())
     return dict(STATS, pid=os.getpid(), kernel_loads=loads)
 
 

@@ -10,11 +10,9 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .queue.dtypes import EventKind
-from .queue.engine import grid_end_ms
-from .queue.policies import NAMES as POLICY_NAMES
+from . import models
+from .schema import TRACE_FORMATS, TRACE_PARAMS, Param, ReplicaModel  # noqa: F401  (Param: re-exported)
 
 
 class ConfigError(ValueError):
@@ -26,145 +24,7 @@ class ConfigError(ValueError):
         super().__init__(where + message)
 
 
-@dataclass(frozen=True)
-class Param:
-    """A scalar model parameter: its place in the sweep file, default, units and help."""
-
-    name: str          # flat name: stage override key, Dataset dimension, attrs key
-    section: str       # top-level table
-    path: tuple        # keys inside the section
-    default: Any
-    units: str
-    help: str
-    kind: type = float  # float, int, bool or str
-    low: float = -math.inf
-    low_open: bool = False  # True: value must be > low, else >= low
-    high: float = math.inf
-    options: tuple = ()     # the allowed values of a str parameter
-    allow_inf: bool = False  # ``inf`` means unbounded
-
-
-PARAMS = (
-    Param("dt_ms", "simulation", ("dt_ms",), 0.5, "ms", "time step; 0 = exact event-time mode", low=0),
-    Param("warmup_s", "simulation", ("warmup_s",), 3.0, "s", "warm-up before the measured cohort", low=0, low_open=True),
-    Param("measure_s", "simulation", ("measure_s",), 12.0, "s", "measurement window after warm-up", low=0, low_open=True),
-    Param("slo_ms", "simulation", ("slo_ms",), 50.0, "ms", "end-to-end latency objective", low=0, low_open=True),
-    Param("queue_cap", "cluster", ("queue_cap",), 50, "requests", "waiting requests per replica, the one in service not counted (inf: unbounded)", kind=int, low=1, allow_inf=True),
-    Param("reference_demand_ms", "cluster", ("reference_demand_ms",), 11.0, "ms", "demand of the reference request", low=0, low_open=True),
-    Param("demand", "workload", ("demand",), "tokens", "", "demand distribution: tokens, exponential (mean reference_demand_ms) or constant", kind=str, options=("tokens", "exponential", "constant")),
-    Param("prompt_tokens_median", "workload", ("prompt_tokens", "median"), 384.0, "tokens", "median of the prompt-token log-normal", low=0, low_open=True),
-    Param("prompt_tokens_sigma", "workload", ("prompt_tokens", "sigma"), 0.8, "1", "sigma of the prompt-token log-normal", low=0),
-    Param("prompt_tokens_min", "workload", ("prompt_tokens", "min"), 16, "tokens", "smallest prompt", kind=int, low=0),
-    Param("prompt_tokens_max", "workload", ("prompt_tokens", "max"), 4096, "tokens", "largest prompt", kind=int, low=0),
-    Param("output_tokens_median", "workload", ("output_tokens", "median"), 88.0, "tokens", "median of the output-token log-normal", low=0, low_open=True),
-    Param("output_tokens_sigma", "workload", ("output_tokens", "sigma"), 0.8, "1", "sigma of the output-token log-normal", low=0),
-    Param("output_tokens_min", "workload", ("output_tokens", "min"), 4, "tokens", "shortest output", kind=int, low=0),
-    Param("output_tokens_max", "workload", ("output_tokens", "max"), 1024, "tokens", "longest output", kind=int, low=0),
-    Param("demand_ms_base", "workload", ("demand_ms", "base"), 1.0, "ms", "fixed demand of every request", low=0),
-    Param("demand_ms_per_prompt_token", "workload", ("demand_ms", "per_prompt_token"), 0.00390625, "ms", "demand per prompt token", low=0),
-    Param("demand_ms_per_output_token", "workload", ("demand_ms", "per_output_token"), 0.0625, "ms", "demand per output token", low=0),
-    Param("jitter_min", "workload", ("jitter", "min"), 0.9, "1", "smallest service-time jitter factor", low=0, low_open=True),
-    Param("jitter_max", "workload", ("jitter", "max"), 1.1, "1", "largest service-time jitter factor", low=0, low_open=True),
-    Param("alpha", "policy", ("alpha",), 0.15, "1", "EWMA weight of every estimate", low=0, low_open=True, high=1),
-    Param("exploration", "policy", ("exploration",), 0.35, "1", "adaptive's exploration weight c", low=0),
-    Param("reward_ceiling_ms", "policy", ("reward_ceiling_ms",), 100.0, "ms", "adaptive's reward ceiling L", low=0, low_open=True),
-    Param("prior_service_ms", "policy", ("prior_service_ms",), 11.0, "ms", "initial service-time estimate ŝ₀", low=0, low_open=True),
-    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_two samples per decision", kind=int, low=1),
-)
-PARAM = {p.name: p for p in PARAMS}
-
-TRACE_FORMATS = ("azure", "mooncake", "csv")
-"""Trace formats (routesim.traces, docs/traces.md)."""
-
-TRACE_PARAMS = (
-    Param("source", "workload", ("source",), "synthetic", "", "where requests come from: synthetic, or a trace's rows (docs/traces.md)", kind=str, options=("synthetic", "trace")),
-    Param("trace_path", "workload", ("trace", "path"), "", "", "trace file replayed (relative to the sweep file's folder)", kind=str),
-    Param("trace_format", "workload", ("trace", "format"), "", "", "trace format: azure, mooncake or csv", kind=str, options=TRACE_FORMATS),
-    Param("trace_time_scale", "workload", ("trace", "time_scale"), 1.0, "1", "divides the trace's times (2: twice the rate)", low=0, low_open=True),
-    Param("trace_start_s", "workload", ("trace", "start_s"), 0.0, "s", "start of the replayed window of trace time", low=0),
-    Param("trace_duration_s", "workload", ("trace", "duration_s"), math.inf, "s", "length of the replayed window of trace time (inf: to the end)", low=0, low_open=True, allow_inf=True),
-    Param("trace_hash_block_tokens", "workload", ("trace", "hash_block_tokens"), 0, "tokens", "tokens per trace hash block H (0: the format's: 512 for mooncake, block_tokens for csv)", kind=int, low=0),
-)
-"""``[workload] source`` and ``trace = { … }`` (token-model.md §1.2), both replica models.
-Their flat names are ``source`` and ``trace_<key>``."""
-
-LENGTHS_PARAMS = (
-    Param("lengths_trace", "workload", ("lengths", "trace"), "", "", "trace whose rows give each synthetic request's tokens (token-model.md §1.3; empty: the classes)", kind=str),
-    Param("lengths_format", "workload", ("lengths", "format"), "", "", "format of the lengths trace: azure, mooncake or csv", kind=str, options=TRACE_FORMATS),
-)
-"""``[workload] lengths = { trace, format }`` (token-model.md §1.3), the batching model;
-flat names ``lengths_trace`` and ``lengths_format``."""
-
-_TRACE_LEAVES = {"trace": ("path", "format", "time_scale", "start_s", "duration_s", "hash_block_tokens"),
-                 "lengths": ("trace", "format")}
-
-DEMAND_PARAMETERS = tuple(n for n in PARAM if PARAM[n].section == "workload" or n == "reference_demand_ms")
-"""The parameters that set a request's mean demand (:func:`theory.mean_demand_ms`)."""
-
-STANDARD_DIMS = ("policy", "exploration", "rate_rps", "heterogeneity", "scenario", "seed")
-"""Dimensions every stage's Dataset has, in this order; swept parameters follow."""
-
-_MIN_MAX = (("prompt_tokens_min", "prompt_tokens_max"), ("output_tokens_min", "output_tokens_max"),
-            ("jitter_min", "jitter_max"))
 _GRID_KEYS = ("rate_rps", "heterogeneity", "scenario")
-_STAGE_KEYS = ("name", "policy", "seeds", "select", *_GRID_KEYS, "workload",
-               *(p.name for p in PARAMS if p.section != "workload"))
-_SECTION_KEYS = {
-    "simulation": ("dt_ms", "warmup_s", "measure_s", "slo_ms"),
-    "cluster": ("queue_cap", "reference_demand_ms", "heterogeneity"),
-    "workload": ("demand", "prompt_tokens", "output_tokens", "demand_ms", "jitter", "source", "trace"),
-    "policy": ("alpha", "exploration", "reward_ceiling_ms", "prior_service_ms", "choices"),
-}
-_WORKLOAD_LEAVES = {"prompt_tokens": ("median", "sigma", "min", "max"),
-                    "output_tokens": ("median", "sigma", "min", "max"),
-                    "demand_ms": ("base", "per_prompt_token", "per_output_token"),
-                    "jitter": ("min", "max"), "trace": _TRACE_LEAVES["trace"]}
-_TOP_KEYS = ("name", *_SECTION_KEYS, "scenarios", "grid", "stages")
-_EVENT_ACTIONS = ("rate_multiplier", "slowdown", "fail", "recover")
-KINDS = ("queue", "batching")
-"""Replica models: ``[replica] kind``."""
-
-
-@dataclass(frozen=True)
-class Model:
-    """What a sweep of one replica model may say: its parameters, tables, dimensions,
-    policies and events."""
-
-    kind: str
-    params: tuple                  # Param, every key with its default
-    section_keys: dict             # top-level table -> keys it may hold
-    leaves: dict                   # inline table -> keys it may hold
-    dims: tuple                    # dimensions of every stage, in order
-    policies: tuple                # policy names
-    event_kinds: dict              # event action -> code
-    min_max: tuple                 # (min, max) parameter pairs
-    heterogeneity: dict            # settings when the file gives none
-    help_heterogeneity: str        # what a heterogeneity value is
-
-    @property
-    def param(self) -> dict:
-        return {p.name: p for p in self.params}
-
-
-QUEUE = Model("queue", PARAMS + TRACE_PARAMS, _SECTION_KEYS, _WORKLOAD_LEAVES, STANDARD_DIMS, tuple(POLICY_NAMES),
-              {"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
-               "fail": EventKind.FAIL, "recover": EventKind.RECOVER},
-              _MIN_MAX, {"default": (8.0, 11.0, 16.0), "high": (6.0, 11.0, 22.0)},
-              "mean service times (ms)")
-
-
-def model(kind: str) -> Model:
-    """The Model of a replica kind (the batching model's tables load on first use)."""
-    if kind == "queue":
-        return QUEUE
-    from .batching import dtypes as bd, params as bp
-    return Model("batching", bp.TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS, bp.SECTION_KEYS,
-                 {**bp.LEAVES, **_TRACE_LEAVES}, bp.DIMS,
-                 tuple(bd.NAMES),
-                 {"rate_multiplier": bd.EventKind.RATE, "slowdown": bd.EventKind.SLOWDOWN,
-                  "fail": bd.EventKind.FAIL, "fail_fast": bd.EventKind.FAIL_FAST,
-                  "recover": bd.EventKind.RECOVER},
-                 bp.MIN_MAX, bp.DEFAULT_HETEROGENEITY, "time factors (1 = the reference replica)")
 
 
 @dataclass(frozen=True)
@@ -172,7 +32,7 @@ class Event:
     """One scenario event; ``replica`` is 0-based (-1 for cluster-wide)."""
 
     at_s: float
-    kind: EventKind
+    kind: int                      # the model's EventKind code
     replica: int = -1
     value: float = 0.0
     key: str = field(default="", compare=False)  # key path in the file, for messages
@@ -202,9 +62,9 @@ class Stage:
     key: str                       # key path in the file, for messages
     values: dict
     swept: tuple                   # extra dimensions (parameter names), in order
+    standard: tuple                # the model's dimensions of every stage
     select: Selection | None = None
     inherit: tuple = ()
-    standard: tuple = STANDARD_DIMS  # the model's dimensions of every stage
 
     @property
     def dims(self):
@@ -221,12 +81,12 @@ class Sweep:
     heterogeneity: dict            # name -> per replica: mean service times (ms) or time factors
     scenarios: dict                # name -> tuple of Event, time-sorted
     stages: tuple
-    kind: str = "queue"            # replica model: "queue" (model.md) or "batching" (token-model.md)
-    start_down: tuple = ()         # batching: 0-based replicas down at time 0
+    kind: str                      # replica model (routesim.models)
+    start_down: tuple = ()         # 0-based replicas down at time 0 (models with start_down)
 
     @property
-    def model(self) -> Model:
-        return model(self.kind)
+    def model(self) -> ReplicaModel:
+        return models.get(self.kind)
 
     @property
     def units(self) -> dict:
@@ -312,7 +172,7 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
     except tomllib.TOMLDecodeError as exc:
         rd.fail("", f"malformed TOML: {exc}")
     kind = _kind(rd, doc)
-    m = model(kind)
+    m = models.get(kind)
     rd.table(doc, "", ("name", "replica", *m.section_keys, "scenarios", "grid", "stages"))
     name = rd.string(doc.get("name", Path(str(path)).stem), "name")
     if not name or "/" in name or name.startswith("."):
@@ -355,10 +215,10 @@ def _kind(rd, doc):
     replica = doc.get("replica", {})
     if not isinstance(replica, dict):
         rd.fail("replica", f"expected a table, got {_typename(replica)}")
-    kind = rd.string(replica.get("kind", "queue"), "replica.kind")
-    if kind not in KINDS:
-        rd.fail("replica.kind", f"unknown replica model {kind!r}" + _suggest(kind, KINDS, "known"))
-    if kind == "queue":
+    kind = rd.string(replica.get("kind", models.DEFAULT), "replica.kind")
+    if kind not in models.KINDS:
+        rd.fail("replica.kind", f"unknown replica model {kind!r}" + _suggest(kind, models.KINDS, "known"))
+    if "replica" not in models.get(kind).section_keys:  # a model without replica keys
         rd.table(replica, "replica", ("kind",))
     return kind
 
@@ -523,10 +383,10 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected, m):
         return v
 
     def policy(v, k):
-        other = model("batching" if m.kind == "queue" else "queue")
-        if isinstance(v, str) and v not in m.policies and v in other.policies:
-            rd.fail(k, f"policy {v!r} belongs to the {other.kind} model; this sweep's "
-                       f"[replica] kind is {m.kind!r}")
+        for other in models.every():
+            if isinstance(v, str) and v not in m.policies and v in other.policies:
+                rd.fail(k, f"policy {v!r} belongs to the {other.kind} model; this sweep's "
+                           f"[replica] kind is {m.kind!r}")
         return known(list(m.policies), "policy")(v, k)
 
     values = {
@@ -631,18 +491,14 @@ def _selection(rd, raw, key, values, m):
     goals = [g for g in ("maximize", "minimize") if g in raw]
     if len(goals) != 1:
         rd.fail(key, "needs exactly one of maximize, minimize")
-    if m.kind == "queue":  # the metrics modules import numba; keep parse errors cheap to reach
-        from .queue.metrics import VARIABLES
-    else:
-        from .batching.metrics import VARIABLES
-    scalar = [v for v in VARIABLES if v not in ("assigned", "replica_completed", "replica_tokens")]
+    scalar = [v for v in m.variables() if v not in ("assigned", "replica_completed", "replica_tokens")]
     metric = rd.string(raw[goals[0]], _join(key, goals[0]))
     if metric not in scalar:
         rd.fail(_join(key, goals[0]), f"unknown metric {metric!r}" + _suggest(metric, scalar))
     return Selection(param, metric, goals[0] == "maximize")
 
 
-def check_stage(rd, stage, het, scenarios, where, m=QUEUE):
+def check_stage(rd, stage, het, scenarios, where, m):
     """Checks that need the whole stage: bounds between keys, events, replica counts.
     ``where`` maps a parameter (or "heterogeneity") to the key path that gave its value."""
     v = stage.values
@@ -672,41 +528,7 @@ def check_stage(rd, stage, het, scenarios, where, m=QUEUE):
                 rd.fail(_join(ev.key, "replica"), f"replica {ev.replica + 1} does not exist in stage {stage.name!r} "
                               f"(replicas are 1..{n_rep})")
     _check_traces(rd, stage, src, m)
-    if m.kind == "batching":
-        _check_batching(rd, stage, src)
-        return
-    for dt in v["dt_ms"]:
-        if dt == 0:
-            continue
-        for w in v["warmup_s"]:
-            for m in v["measure_s"]:
-                h = (w + m) * 1000.0
-                if abs(grid_end_ms.py_func(h, dt) - h) > 1e-9 * h:
-                    rd.fail(src("dt_ms"), f"a step of {dt:g} ms does not divide the "
-                                                f"horizon of {h:g} ms in stage {stage.name!r}")
-
-
-def _check_batching(rd, stage, src):
-    """token-model.md's "What a sweep must satisfy", for every combination a stage holds."""
-    v = stage.values
-    if max(v["dt_ms"]) > 0:
-        rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
-                              f"got {max(v['dt_ms']):g}")
-    synthetic_lengths = v["source"] == ("synthetic",) and "" in v["lengths_trace"]
-    for p_long in v["p_long"] if synthetic_lengths else ():  # a trace's rows: _check_traces
-        classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
-        prefix = max(v["prefix_tokens"]) if max(v["prefix_probability"]) > 0 else 0
-        prompt = prefix + max(max(v[f"{c}_prompt_max"]) for c in classes)
-        limit = min(v["context_limit"])
-        if prompt >= limit:
-            rd.fail(src("context_limit"), f"the largest prompt ({prompt} tokens: prefix plus the largest "
-                    f"class prompt) must be below context_limit ({limit}) in stage {stage.name!r}")
-        largest = min(max(v["context_limit"]),
-                      max(prefix + max(v[f"{c}_prompt_max"]) + max(v[f"{c}_output_max"]) for c in classes))
-        pool = min(k * b for k in v["kv_blocks"] for b in v["block_tokens"])
-        if largest > pool:
-            rd.fail(src("kv_blocks"), f"a request of {largest} tokens could never fit in a KV pool of "
-                    f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
+    m.check_stage(rd, stage, src)
 
 
 def trace_file(sweep_path, path) -> Path:
@@ -741,21 +563,22 @@ def _check_traces(rd, stage, src, m):
                     rd.fail(src(path_name), str(e))
         return out
 
-    if m.kind == "queue" and any(len(v[p.name]) > 1 for p in TRACE_PARAMS):
+    if not m.trace_axes and any(len(v[p.name]) > 1 for p in TRACE_PARAMS):
         name = next(p.name for p in TRACE_PARAMS if len(v[p.name]) > 1)
-        rd.fail(src(name), "the queue model does not take a trace key as a grid axis yet: "
-                           "give one value (a list works with [replica] kind = \"batching\")")
+        others = " or ".join(f'kind = "{o.kind}"' for o in models.every() if o.trace_axes)
+        rd.fail(src(name), f"the {m.kind} model does not take a trace key as a grid axis yet: "
+                           f"give one value (a list works with [replica] {others})")
     pool = None
-    if m.kind == "batching":
+    if m.kv_blocks:  # every request's blocks must fit one replica's pool
         pool = {b: min(v["kv_blocks"]) * b for b in v["block_tokens"]}
-    lengths = m.kind == "batching" and v["lengths_trace"] != ("",)
+    lengths = "lengths_trace" in m.param and v["lengths_trace"] != ("",)
     if v["source"][0] != "trace":
         if any(v[p.name] != (p.default,) for p in TRACE_PARAMS if p.name != "source"):
             name = next(p.name for p in TRACE_PARAMS if p.name != "source" and v[p.name] != (p.default,))
             rd.fail(parent(name), 'a trace is given but source is "synthetic": add source = "trace" '
                                   "(or use lengths = { trace, format } for its token counts only)")
         if not lengths:
-            if m.kind == "batching" and v["lengths_format"] != ("",):
+            if "lengths_format" in m.param and v["lengths_format"] != ("",):
                 rd.fail(src("lengths_trace"), "missing: lengths = { … } needs a trace (a path)")
             return
         for tr in load("lengths_trace", "lengths_format", "lengths = { … }"):
@@ -769,7 +592,7 @@ def _check_traces(rd, stage, src, m):
     if lengths:
         rd.fail(parent("lengths_trace"), 'lengths = { … } gives synthetic requests a trace\'s token counts; '
                                          'with source = "trace" the trace gives them already')
-    if m.kind == "queue" and any(d != "tokens" for d in v["demand"]):
+    if "demand" in m.param and any(d != "tokens" for d in v["demand"]):
         rd.fail(src("demand"), 'a trace\'s demand comes from its token counts: demand must be "tokens"')
     key = parent("trace_path")
     horizons = sorted({(w + s) * 1000.0 for w in v["warmup_s"] for s in v["measure_s"]})

@@ -221,7 +221,7 @@ def straggler_share(val):
 
 def mean_demand(ds: xr.Dataset) -> float:
     """E[demand × jitter] of a Dataset's workload parameters (its attrs)."""
-    from .config import DEMAND_PARAMETERS
+    from .queue.params import DEMAND_PARAMETERS
     from .theory import mean_demand_ms
     return mean_demand_ms({n: (ds.attrs[n],) for n in DEMAND_PARAMETERS if n in ds.attrs})
 

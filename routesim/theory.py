@@ -185,7 +185,7 @@ def mean_demand_ms(values: dict) -> float:
     """E[demand × jitter] of the workload (model.md §2), exactly up to float rounding.
 
     ``values``: parameter name -> tuple whose first item is used (the names of
-    :data:`config.DEMAND_PARAMETERS`). Token demand sums over the token distributions
+    :data:`DEMAND_PARAMETERS` of the queue model's params). Token demand sums over the token distributions
     (:func:`mean_tokens`); jitter is uniform; the exponential and constant demands have
     mean ``reference_demand_ms``.
     """

@@ -18,7 +18,7 @@ dimension (seconds):
 A state sampled at time ``s`` is the state after every step at a time ``<= s``.
 Per-interval counts at sample ``j`` count what happened in ``(s_{j-1}, s_j]``.
 
-The kernels are in :mod:`routesim.timeline_kernels`. Command line (``routesim/trace.py``
+Each model records its own (``routesim/<model>/timeline.py``). Command line (``routesim/trace.py``
 runs :func:`main`)::
 
     python -m routesim.trace SWEEP.toml --policy P --rate R --heterogeneity H \\
@@ -29,7 +29,6 @@ runs :func:`main`)::
 """
 
 import argparse
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -37,12 +36,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .config import DEMAND_PARAMETERS, PARAM, ConfigError, Reader, Stage, Sweep, check_stage, load_sweep, param_value
-from .queue.dtypes import EVENT_NAMES, LEVEL, METRICS, REPLICA, REQUEST, ROUTER, TAIL_LEVELS, WORK
-from .queue.engine import grid_end_ms
-from .tables import fmt, text_table
-from .theory import mean_demand_ms
-from .timeline_kernels import CLUSTER_SAMPLE, REPLICA_SAMPLE, trace_batch_nb
+from .config import ConfigError, Reader, Stage, Sweep, check_stage, load_sweep, param_value
+from .tables import text_table
 
 INTERVAL_MS = 10.0
 """Default sampling interval, ms."""
@@ -50,28 +45,6 @@ ROLLING_COMPLETIONS = 250
 """The rolling p99 covers the last this many completions."""
 THROUGHPUT_WINDOW_MS = 1000.0
 """The rolling throughput counts completions in a trailing window this long."""
-
-TRACE_VARIABLES = {
-    # name: (units, description)
-    "queue": ("requests", "waiting requests on the replica, the one in service not counted"),
-    "in_service": ("1", "1 when the replica has a request in service"),
-    "healthy": ("1", "1 when the replica is healthy (it takes traffic while its queue has room)"),
-    "speed": ("1", "speed factor: service time per ms of demand (mean service / reference demand × scenario slowdown; larger is slower)"),
-    "mean_service": ("ms", "true mean service time of a workload request on the replica: speed × mean demand × mean jitter"),
-    "s_hat": ("ms", "router's EWMA of the replica's observed service time, ŝ"),
-    "r_bar": ("1", "router's EWMA of the replica's reward max(0, 1 - s_obs / L), r̄"),
-    "n_obs": ("requests", "completed observations of the replica, n"),
-    "assignments": ("requests", "routing decisions placing a request on the replica in the interval ending at this time, re-routes included"),
-    "rolling_p99": ("ms", f"p99 end-to-end latency of the last {ROLLING_COMPLETIONS} completions, any request "
-                    "(nearest rank; NaN before the first)"),
-    "rolling_throughput": ("requests/s", f"completions in the trailing {THROUGHPUT_WINDOW_MS:,.0f} ms window, per second"),
-    "arrived": ("requests", "arrivals in the interval ending at this time"),
-    "sheds": ("requests", "requests shed in the interval ending at this time (at arrival or at a failure's re-route)"),
-    "completions": ("requests", "completions in the interval ending at this time"),
-    "on_time": ("requests", "completions within the SLO (end-to-end) in the interval ending at this time"),
-}
-"""Units and description of every timeline variable (copied into the Dataset attrs)."""
-
 
 
 # --------------------------------------------------------------------------------------
@@ -139,13 +112,9 @@ def trace_stage(sweep: Sweep, stage: Stage, *, policy=None, rate_rps=None, heter
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v > 0:
             rd.fail("rate_rps", f"must be a number > 0, got {v!r}")
 
-    if m.kind == "queue":
-        from .queue.policies import NAMES
-    else:
-        NAMES = m.policies
     pols = values["policy"] if policy is None else _values(policy)
     for name in pols:
-        known("policy", list(NAMES))(name)
+        known("policy", list(m.policies))(name)
     if len(set(pols)) != len(pols):
         rd.fail("policy", "a policy is listed twice")
     values["policy"] = tuple(pols)
@@ -217,10 +186,7 @@ class Plan:
             chosen.update({k[len("selects_"):]: _scalar(v) for ds in earlier.values()
                            for k, v in ds.attrs.items() if k.startswith("selects_")})
         g = grid_mod.build(self.sweep, self.stage, chosen)
-        if self.sweep.kind == "batching":
-            from .batching.timeline import run as token_run
-            return token_run(self.sweep, self.stage, g, chosen, self.interval_ms)
-        return _run(self.sweep, self.stage, g, chosen, self.interval_ms)
+        return self.sweep.model.timeline(self.sweep, self.stage, g, chosen, self.interval_ms)
 
 
 def prepare(source, *, policy=None, rate_rps=None, heterogeneity=None, scenario=None, seed=None,
@@ -243,114 +209,6 @@ def prepare(source, *, policy=None, rate_rps=None, heterogeneity=None, scenario=
     from .study import selecting_stage
     sources = sorted({selecting_stage(sweep, stage, n).name for n in missing})
     return Plan(sweep, narrowed, chosen, sources, float(interval_ms))
-
-
-def _run(sweep, stage, g, selected, interval_ms):
-    runs, n_rep = g.runs, g.replicas
-    t_end = float(grid_end_ms.py_func(float(g.params["horizon_ms"][0]), float(g.params["dt_ms"][0])))
-    n_samples = int(math.floor(t_end / interval_ms + 1e-9)) + 1
-    sample_ms = np.arange(n_samples, dtype=np.float64) * interval_ms
-
-    arrivals = g.arrivals()
-    off = np.zeros(runs + 1, dtype=np.int64)
-    np.cumsum(arrivals, out=off[1:])
-    n = int(off[-1])
-    rep = np.zeros((runs, n_rep), dtype=REPLICA)
-    rep["base_speed"] = g.base_speed
-    router = np.zeros(runs, dtype=ROUTER)
-    o_rep = np.zeros((runs, n_samples, n_rep), dtype=REPLICA_SAMPLE)
-    o_clu = np.zeros((runs, n_samples), dtype=CLUSTER_SAMPLE)
-    metrics = np.zeros(runs, dtype=METRICS)
-    levels = np.zeros((runs, TAIL_LEVELS), dtype=LEVEL)
-    trace_batch_nb(g.params, rep, router, np.zeros((runs, n_rep + 1), dtype=WORK), levels,
-                   np.empty(n, REQUEST), off, g.wl_t, g.wl_demand, g.wl_jitter, g.wl_off, g.ru,
-                   g.ru_off, g.events, np.empty(n), np.empty(n),
-                   np.empty((runs, ROLLING_COMPLETIONS)), sample_ms, ROLLING_COMPLETIONS,
-                   THROUGHPUT_WINDOW_MS, o_rep, o_clu, metrics)
-    tail = levels["fraction"]
-    return _to_dataset(sweep, stage, g, selected, sample_ms, interval_ms, o_rep, o_clu, metrics, rep, tail)
-
-
-def _interval(cumulative):
-    """Per-interval counts from cumulative ones along the last (time) axis."""
-    return np.diff(cumulative, axis=-1, prepend=0)
-
-
-def _to_dataset(sweep, stage, g, selected, sample_ms, interval_ms, o_rep, o_clu, metrics, rep, tail):
-    from . import grid as grid_mod
-    from .results import coord_attrs, provenance, replica_level_coords, run_variables, selected_attrs, variable_attrs
-
-    dims = list(g.coords)
-    keep = [d for d in dims if d == "policy" or len(g.coords[d]) > 1]
-    n_s, n_rep = sample_ms.shape[0], g.replicas
-
-    def shaped(a, extra):
-        """Flat runs (+ extra axes) -> the kept dimensions (+ extra axes)."""
-        return a.reshape(tuple(len(g.coords[d]) for d in keep) + extra)
-
-    def var(name, a, tail_dims):
-        return (keep + tail_dims, a, variable_attrs(name, TRACE_VARIABLES))
-
-    per_rep = lambda f: shaped(o_rep[f], (n_s, n_rep))  # noqa: E731
-    clu = lambda f: shaped(o_clu[f], (n_s,))  # noqa: E731
-    values = grid_mod.resolve(stage, selected)
-    idx = grid_mod.run_index(stage, values)
-    wl_names = DEMAND_PARAMETERS
-    per_run = {}
-    demand = np.empty(g.runs)
-    for r in range(g.runs):  # E[demand × jitter] of each run's workload parameters
-        key = tuple(values[n][idx[n][r]] if n in idx else values[n][0] for n in wl_names)
-        if key not in per_run:
-            per_run[key] = mean_demand_ms({n: (v,) for n, v in zip(wl_names, key)})
-        demand[r] = per_run[key]
-    mean_demand = shaped(demand, ())[..., None, None]
-    data = {
-        "queue": var("queue", per_rep("qlen"), ["time", "replica"]),
-        "in_service": var("in_service", per_rep("busy").astype(np.int8), ["time", "replica"]),
-        "healthy": var("healthy", per_rep("healthy").astype(np.int8), ["time", "replica"]),
-        "speed": var("speed", per_rep("speed"), ["time", "replica"]),
-        "mean_service": var("mean_service", per_rep("speed") * mean_demand, ["time", "replica"]),
-        "s_hat": var("s_hat", per_rep("s_hat"), ["time", "replica"]),
-        "r_bar": var("r_bar", per_rep("r_bar"), ["time", "replica"]),
-        "n_obs": var("n_obs", per_rep("n_obs"), ["time", "replica"]),
-        "assignments": var("assignments", np.diff(per_rep("routed"), axis=-2, prepend=0), ["time", "replica"]),
-        "rolling_p99": var("rolling_p99", clu("p99"), ["time"]),
-        "rolling_throughput": var("rolling_throughput", clu("throughput"), ["time"]),
-        "arrived": var("arrived", _interval(clu("arrived")), ["time"]),
-        "sheds": var("sheds", _interval(clu("shed")), ["time"]),
-        "completions": var("completions", _interval(clu("done")), ["time"]),
-        "on_time": var("on_time", _interval(clu("on_time")), ["time"]),
-    }
-    data.update(run_variables(keep, shaped, metrics, rep, tail))
-    # the scenario's events, for marking them on plots
-    scen = g.coords["scenario"][0]
-    evs = sweep.scenarios[scen]
-    data["event_time"] = ("event", np.array([e.at_s for e in evs], dtype=np.float64),
-                          {"units": "s", "description": "time of the scenario event"})
-    data["event_kind"] = ("event", np.array([EVENT_NAMES[e.kind] for e in evs], dtype=str),
-                          {"description": "rate_multiplier, slowdown, fail or recover"})
-    data["event_replica"] = ("event", np.array([e.replica + 1 for e in evs], dtype=np.int64),
-                             {"description": "replica number, 1-based; 0 for cluster-wide events"})
-    data["event_value"] = ("event", np.array([e.value for e in evs], dtype=np.float64),
-                           {"units": "1", "description": "rate multiplier or slowdown factor (absolute)"})
-
-    coords = {d: (d, np.asarray(g.coords[d]), coord_attrs(d)) for d in keep}
-    for d in dims:
-        if d not in keep:
-            coords[d] = ((), np.asarray(g.coords[d])[0], coord_attrs(d))
-    coords["time"] = ("time", sample_ms / 1000.0, {"units": "s", "description": "simulated time of the sample"})
-    coords.update(replica_level_coords(n_rep, tail.shape[1]))
-    attrs = {"kind": "trace", **provenance(sweep, stage),
-             "interval_ms": float(interval_ms),
-             "rolling_completions": ROLLING_COMPLETIONS,
-             "throughput_window_ms": THROUGHPUT_WINDOW_MS}
-    attrs.update(selected_attrs(stage, selected))
-    for name in PARAM:
-        if name not in keep:
-            attrs[name] = values[name][0]
-    if len(per_run) == 1:
-        attrs["mean_demand_ms"] = next(iter(per_run.values()))
-    return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
 # --------------------------------------------------------------------------------------
@@ -392,7 +250,7 @@ def _number(text, key, path, kind=float):
 
 
 def _token_value(text, p):
-    """A batching ``--set`` value as its parameter takes it (checked later by the
+    """A typed ``--set`` value as its parameter takes it (checked later by the
     config, which names the key): a number, true/false, inf, or the text."""
     t = text.strip()
     if p.kind is bool or t.lower() in ("true", "false"):
@@ -419,7 +277,7 @@ def main(argv=None) -> int:
             table = sweep.model.param
             if key not in table:
                 raise ConfigError(args.sweep, f"--set {key}", "unknown parameter (known: " + ", ".join(table) + ")")
-            if sweep.kind == "batching":
+            if sweep.model.typed_set_values:
                 vals = [_token_value(v, table[key]) for v in text.split(",")]
             else:
                 vals = [_number(v, f"--set {key}", args.sweep) for v in text.split(",")]
@@ -437,7 +295,7 @@ def main(argv=None) -> int:
             kw["seed"] = seeds if len(seeds) > 1 else seeds[0]
         plan = prepare(sweep, **kw)
     except ConfigError as exc:
-        known = PARAM if sweep is None else sweep.model.param
+        known = {} if sweep is None else sweep.model.param
         flag = _FLAGS.get(exc.key, f"--set {exc.key}" if exc.key in known else exc.key)
         print(f"error: {ConfigError(exc.file, flag, exc.message)}", file=sys.stderr)
         return 2
@@ -456,12 +314,12 @@ def main(argv=None) -> int:
             f"{float(ds.rate_rps.values):g}rps-seed{'-'.join(str(int(x)) for x in np.atleast_1d(ds.seed.values))}.nc")
     write_atomic(ds, out)
     if not args.quiet:
-        print(token_summary(ds) if ds.attrs.get("replica_kind") == "batching" else summary(ds))
+        print(sweep.model.timeline_summary(ds))
         print(f"\nwrote {out}")
     return 0
 
 
-def _summary_table(ds: xr.Dataset, head: list, cells) -> str:
+def summary_table(ds: xr.Dataset, head: list, cells) -> str:
     """A trace's short table: the condition it holds, then one row per run (each
     combination of the run dimensions) of ``cells(run) -> [..]`` under ``head``."""
     point = ", ".join(f"{d} = {ds[d].values.item()}" for d in ("rate_rps", "heterogeneity", "scenario", "seed")
@@ -473,24 +331,3 @@ def _summary_table(ds: xr.Dataset, head: list, cells) -> str:
         rows.append(["  ".join(str(one[d].values.item()) for d in dims)] + cells(one))
     return (f"trace: {point}; {ds.sizes['time']} samples every {ds.attrs['interval_ms']:g} ms\n\n"
             + text_table(["  ".join(dims)] + head, rows))
-
-
-def summary(ds: xr.Dataset) -> str:
-    """A short table of a trace: per run its attainment, p99 and its worst moments."""
-    return _summary_table(
-        ds, ["attain %", "p99 ms", "max queue", "max rolling p99 ms", "sheds"],
-        lambda one: [fmt(100 * float(one.attainment), ".2f"), fmt(float(one.latency_p99), ".1f"),
-                     int(one.queue.max()), fmt(float(one.rolling_p99.max()), ".1f"), int(one.sheds.sum())])
-
-
-def token_summary(ds: xr.Dataset) -> str:
-    """A batching trace's short table: per run its attainment, TTFT p99, what failed,
-    the retries and wasted tokens, and its worst moments."""
-    def cells(one):
-        rolling = one.ttft_rolling_p99.values
-        return [fmt(100 * float(one.attainment), ".2f"), fmt(float(one.ttft_p99), ".0f"),
-                int(one.failed), int(one.retries), int(one.wasted_tokens), int(one.breaker_ejections),
-                int(one.waiting.max()),
-                fmt(float(np.nanmax(rolling)) if np.isfinite(rolling).any() else np.nan, ".0f")]
-    return _summary_table(ds, ["attain %", "TTFT p99 ms", "failed", "retries", "wasted tokens", "ejections",
-                               "max waiting", "max rolling TTFT p99 ms"], cells)

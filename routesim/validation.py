@@ -345,7 +345,7 @@ def token_service_moments(values=None, speed=SERVICE_MS / REFERENCE_MS, jitter=T
     demand of model.md §2 (exact sums over the two token distributions), J the
     uniform jitter, independent of D. ``values`` overrides workload parameters
     ({config parameter name: value})."""
-    from .config import PARAM
+    from .queue.params import PARAM
     v = {p.name: p.default for p in PARAM.values()}
     v.update(values or {})
     d = theory.token_demand_moments(

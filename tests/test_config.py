@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 import routesim
-from routesim.config import PARAMS, STANDARD_DIMS, ConfigError, EventKind, Selection
+from routesim.config import ConfigError, Selection
+from routesim.queue.dtypes import EventKind
+from routesim.queue.params import PARAMS, STANDARD_DIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY_PATH = ROOT / "sweeps" / "exploration.toml"

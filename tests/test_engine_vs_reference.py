@@ -32,7 +32,7 @@ import pytest
 
 import reference
 from conftest import reference_workload, scenario_events
-from routesim.config import PARAM
+from routesim.queue.params import PARAM
 
 STAGES = ("study", "stress", "exact", "random", "constants")
 COUNTS = ("arrivals", "completed", "shed", "unfinished")

@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:  # benchmarks/ is not installed with the package
 
 import routesim  # noqa: E402
 from benchmarks import simpy_model  # noqa: E402
-from routesim.config import PARAM  # noqa: E402
+from routesim.queue.params import PARAM  # noqa: E402
 
 POLICIES = '["round_robin", "least_queue", "latency_aware", "adaptive"]'
 GRID = f"""

@@ -140,7 +140,7 @@ def test_token_demand_moments_match_the_workload():
 
 def test_token_demand_moments_match_the_trace_module():
     """A second implementation in the package (routesim.theory.mean_demand_ms) agrees."""
-    from routesim.config import PARAM
+    from routesim.queue.params import PARAM
     from routesim.theory import mean_demand_ms
     values = {p.name: (p.default,) for p in PARAM.values()}
     assert theory.token_demand_moments(k=1)[0] == pytest.approx(mean_demand_ms(values), rel=1e-12)

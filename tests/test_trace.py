@@ -11,11 +11,12 @@ from hypothesis import given, settings, strategies as st
 import reference
 import routesim
 from conftest import HEAD, parse, scenario_events, sweep_text
-from routesim.config import PARAM, ConfigError
+from routesim.config import ConfigError
+from routesim.queue.params import PARAM
 from routesim.queue.policies import NAMES
 from routesim.theory import mean_demand_ms
 from routesim.timeline import main as trace_main
-from routesim.timeline_kernels import top_rank_nb
+from routesim.queue.timeline_kernels import top_rank_nb
 from routesim.queue.workload import WorkloadParams, generate
 
 ALL_POLICIES = sorted(NAMES, key=NAMES.get)

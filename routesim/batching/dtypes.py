@@ -61,7 +61,7 @@ class EventKind(IntEnum):
     FAIL_FAST = 4
 
 
-class Outcome(IntEnum):
+class Fate(IntEnum):
     """What became of a request (§7): exactly one per cohort request."""
 
     PENDING = 0     # not yet routed, or in flight
@@ -207,7 +207,7 @@ REQUEST = np.dtype(
         ("state", np.int8),         # State code
         ("over", np.bool_),         # counted in its replica's n_over
         ("res", np.int64),          # decoding: its KV crosses a block boundary at iterations ≡ res (mod b)
-        ("outcome", np.int8),       # Outcome code
+        ("outcome", np.int8),       # Fate code
         ("replica", np.int64),      # where its attempt is, -1 when none
         ("done_rep", np.int64),     # where it completed, -1 until then
         ("w_next", np.int64),       # waiting FIFO neighbours, -1 at the ends

@@ -25,7 +25,7 @@ from . import blocks as bk
 from . import timers as tm
 from .blocks import free_nb
 from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
-                     Outcome, Signals, State)
+                     Fate, Signals, State)
 from .metrics import finish_metrics_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, empty_nb, finish_nb, g_now_nb,
                       integrate_nb, start_nb)
@@ -81,7 +81,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.state = State.NONE
         q.over = False
         q.res = 0
-        q.outcome = Outcome.PENDING
+        q.outcome = Fate.PENDING
         q.replica = -1
         q.done_rep = -1
         q.w_next = -1
@@ -441,7 +441,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         req[f_tail[ro]].f_next = s
                     f_tail[ro] = s
                 else:
-                    req[s].outcome = Outcome.REJECTED
+                    req[s].outcome = Fate.REJECTED
                     cum[3] += 1
                 continue
             if i < 0 and retry:

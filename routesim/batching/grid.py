@@ -16,14 +16,15 @@ import numpy as np
 import xarray as xr
 
 from .. import traces
-from ..config import LENGTHS_PARAMS, TRACE_PARAMS, ConfigError, Stage, Sweep, trace_file
-from ..batch import FlatOutcome
+from ..config import ConfigError, Stage, Sweep, trace_file
+from ..schema import LENGTHS_PARAMS, TRACE_PARAMS
+from ..batch import MIN_CHUNKS, FlatOutcome
 from ..grid import FlatGrid, resolve, run_index
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
 from .metrics import ACCUMULATORS, PER_REPLICA, VARIABLES
-from .params import TOKEN_PARAMS
+from .params import MODEL, TOKEN_PARAMS
 from .runs import Packed, params_row, router_draws, simulate, workload_params
 from .workload import from_replay, generate
 
@@ -75,7 +76,7 @@ def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, rate_events,
 
 
 @dataclass(frozen=True)
-class TokenGrid(FlatGrid):
+class Grid(FlatGrid):
     """One batching stage, laid out flat: params (runs,) PARAMS; factors (runs,
     replicas) time factors; events (rows,) EVENT; the packed workloads and router
     streams (``ru_off`` per workload)."""
@@ -88,7 +89,7 @@ class TokenGrid(FlatGrid):
     packed: Packed
     ru: np.ndarray
     ru_off: np.ndarray
-    kind = "batching"
+    kind = MODEL.kind
 
     @property
     def replicas(self):
@@ -100,7 +101,7 @@ class TokenGrid(FlatGrid):
 
 
 @dataclass(frozen=True)
-class TokenOutcome(FlatOutcome):
+class Outcome(FlatOutcome):
     """Raw results of runs: metrics (runs,) METRICS; replicas (runs, replicas) REPLICA."""
 
     metrics: np.ndarray
@@ -109,16 +110,22 @@ class TokenOutcome(FlatOutcome):
     FIELDS = ("metrics", "replicas")
 
     @classmethod
-    def empty(cls, grid: TokenGrid, lo: int = 0, hi: int | None = None) -> "TokenOutcome":
+    def empty(cls, grid: Grid, lo: int = 0, hi: int | None = None) -> "Outcome":
         hi = grid.runs if hi is None else hi
         return cls(metrics=np.zeros(hi - lo, METRICS), replicas=np.zeros((hi - lo, grid.replicas), REPLICA))
 
 
-def simulate_range(grid: TokenGrid, lo: int, hi: int) -> TokenOutcome:
+def default_chunk_size(grid: Grid) -> int:
+    """Runs per chunk: at least ``MIN_CHUNKS`` chunks (a run's scratch lives in the
+    kernel, one run per thread: only progress counts)."""
+    return max(1, -(-grid.runs // MIN_CHUNKS))
+
+
+def simulate_range(grid: Grid, lo: int, hi: int) -> Outcome:
     """Simulate runs ``lo:hi`` of ``grid`` (one chunk)."""
     metrics, replicas = simulate(grid.params[lo:hi], grid.factors[lo:hi], grid.events, grid.packed,
                                  grid.ru, grid.ru_off)
-    return TokenOutcome(metrics=metrics, replicas=replicas)
+    return Outcome(metrics=metrics, replicas=replicas)
 
 
 def _rate_events(sweep: Sweep, scenario):
@@ -137,7 +144,7 @@ def _event_table(sweep: Sweep, names):
     return np.array(rows, dtype=EVENT), np.array(blocks, dtype=np.int64).reshape(-1, 2)
 
 
-def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> TokenGrid:
+def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     """Lay a batching stage out flat and generate its workloads."""
     values = resolve(stage, selected or {})
     idx = run_index(stage, values)
@@ -188,7 +195,7 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> TokenGrid
     ru_off[1:] = np.cumsum([s.size for s in streams])
     ru = np.concatenate(streams) if streams else np.zeros(0)
     coords = {d: tuple(values[d]) for d in dims}
-    return TokenGrid(stage=stage, coords=coords, params=params, factors=factors, events=events,
+    return Grid(stage=stage, coords=coords, params=params, factors=factors, events=events,
                      packed=Packed.of(workloads), ru=ru, ru_off=ru_off)
 
 
@@ -220,7 +227,7 @@ def _product(lists):
     return itertools.product(*lists)
 
 
-def to_dataset(sweep: Sweep, grid: TokenGrid, outcome: TokenOutcome, selected: dict) -> xr.Dataset:
+def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr.Dataset:
     """Reshape a batching grid's outcome into named dimensions (token-interface.md)."""
     dims = list(grid.coords)
     shape = grid.shape

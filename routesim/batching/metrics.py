@@ -12,7 +12,7 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
-from .dtypes import Outcome
+from .dtypes import Fate
 
 VARIABLES = {
     # name: (units, description)
@@ -118,7 +118,7 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
         mt.attempts += q.attempts
         mt.retries += q.retries
         o = q.outcome
-        if o == Outcome.COMPLETED:
+        if o == Fate.COMPLETED:
             mt.completed += 1
             a = q.first_ms - t_arr[k]
             e = q.done_ms - t_arr[k]
@@ -135,11 +135,11 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
                 ok = ok and tp <= p.slo_tpot_ms
             if ok:
                 good += 1
-        elif o == Outcome.FAILED:
+        elif o == Fate.FAILED:
             mt.failed += 1
-        elif o == Outcome.REJECTED:
+        elif o == Fate.REJECTED:
             mt.rejected += 1
-        elif o == Outcome.SHED:
+        elif o == Fate.SHED:
             mt.shed += 1
         else:
             mt.unfinished += 1

@@ -1,6 +1,7 @@
 """Every sweep key of the batching model (token-interface.md) with token-model.md's
 default, its units and one line of help: the config reads this table, the grid
-builds runs from it and the Dataset copies units and help into attrs.
+builds runs from it and the Dataset copies units and help into attrs. ``MODEL`` is
+the model as the pipeline sees it (routesim.schema).
 
 A parameter's flat name is its stage-override key and Dataset dimension:
 ``step_ms = { base = … }`` is ``step_ms_base``, ``chat = { prompt = { median = … } }``
@@ -10,7 +11,8 @@ is ``chat_prompt_median``, ``[router] breaker = { consecutive = … }`` is
 
 import math
 
-from ..config import Param
+from ..schema import LENGTHS_PARAMS, TRACE_LEAVES, TRACE_PARAMS, Param, ReplicaModel
+from .dtypes import NAMES, EventKind
 
 INF = math.inf
 
@@ -135,3 +137,36 @@ DIMS = ("policy", "rate_rps", "heterogeneity", "scenario", "seed")
 
 DEFAULT_HETEROGENEITY = {"uniform": (1.0,) * 8}
 """Without ``[cluster.heterogeneity]``: eight reference replicas."""
+
+MODEL = ReplicaModel(
+    kind="batching", package=__package__, params=TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS,
+    section_keys=SECTION_KEYS, leaves={**LEAVES, **TRACE_LEAVES}, dims=DIMS, policies=tuple(NAMES),
+    event_kinds={"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
+                 "fail": EventKind.FAIL, "fail_fast": EventKind.FAIL_FAST,
+                 "recover": EventKind.RECOVER},
+    min_max=MIN_MAX, heterogeneity=DEFAULT_HETEROGENEITY,
+    help_heterogeneity="time factors (1 = the reference replica)", kv_blocks=True, trace_axes=True,
+    typed_set_values=True)
+
+
+def check_stage(rd, stage, src):
+    """token-model.md's "What a sweep must satisfy", for every combination a stage holds."""
+    v = stage.values
+    if max(v["dt_ms"]) > 0:
+        rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
+                              f"got {max(v['dt_ms']):g}")
+    synthetic_lengths = v["source"] == ("synthetic",) and "" in v["lengths_trace"]
+    for p_long in v["p_long"] if synthetic_lengths else ():  # a trace's rows: _check_traces
+        classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
+        prefix = max(v["prefix_tokens"]) if max(v["prefix_probability"]) > 0 else 0
+        prompt = prefix + max(max(v[f"{c}_prompt_max"]) for c in classes)
+        limit = min(v["context_limit"])
+        if prompt >= limit:
+            rd.fail(src("context_limit"), f"the largest prompt ({prompt} tokens: prefix plus the largest "
+                    f"class prompt) must be below context_limit ({limit}) in stage {stage.name!r}")
+        largest = min(max(v["context_limit"]),
+                      max(prefix + max(v[f"{c}_prompt_max"]) + max(v[f"{c}_output_max"]) for c in classes))
+        pool = min(k * b for k in v["kv_blocks"] for b in v["block_tokens"])
+        if largest > pool:
+            rd.fail(src("kv_blocks"), f"a request of {largest} tokens could never fit in a KV pool of "
+                    f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")

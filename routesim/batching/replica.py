@@ -26,7 +26,7 @@ import numpy as np
 from .. import ieee_math
 from ..conf import JIT
 from . import blocks as bk
-from .dtypes import Due, Outcome, State
+from .dtypes import Due, Fate, State
 
 
 @nb.njit(**JIT)
@@ -498,7 +498,7 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     _run_remove_nb(rep, req, i, s)
     q.state = State.NONE
     q.done_ms = t
-    q.outcome = Outcome.COMPLETED
+    q.outcome = Fate.COMPLETED
     q.replica = -1
     q.done_rep = i
     done_log[0, n_done] = i

@@ -17,7 +17,7 @@ from .. import ieee_math
 from ..conf import JIT
 from . import blocks as bk
 from . import timers as tm
-from .dtypes import Outcome, Policy, Signals, State
+from .dtypes import Fate, Policy, Signals, State
 from .policies import choose_nb, sample_nb, slow_start_nb, uniforms_nb
 from .replica import in_window_nb, push_back_nb
 
@@ -187,7 +187,7 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
     """Request s routed at t to replica i (-1: shed): a new attempt, from nothing."""
     q = req[s]
     if i < 0:
-        q.outcome = Outcome.SHED
+        q.outcome = Fate.SHED
         q.state = State.NONE
         cum[2] += 1
         return
@@ -258,4 +258,4 @@ def observe_failure_nb(p, s, i, crash, t, req, failed, brk, ej_until, times_ej, 
             rin[ro] += 1
             return
     q.state = State.NONE
-    q.outcome = Outcome.FAILED
+    q.outcome = Fate.FAILED

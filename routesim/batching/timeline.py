@@ -29,13 +29,11 @@ Per-interval counts at sample ``j`` count what happened in ``(s_{j-1}, s_j]``.
 import numpy as np
 import xarray as xr
 
-from .dtypes import CLUSTER_SAMPLE, KEPT, METRICS, REPLICA, SAMPLE, Outcome
+from ..tables import fmt
+from ..timeline import ROLLING_COMPLETIONS, THROUGHPUT_WINDOW_MS, summary_table
+from .dtypes import CLUSTER_SAMPLE, KEPT, METRICS, REPLICA, SAMPLE, Fate
 from .engine import run_one_nb
 
-ROLLING_COMPLETIONS = 250
-"""The rolling p99s cover the last this many completions."""
-THROUGHPUT_WINDOW_MS = 1000.0
-"""Token throughput counts tokens emitted in a trailing window this long."""
 
 VARIABLES = {
     # name: (units, description)
@@ -119,7 +117,7 @@ def cluster_series(keep, t_arr, out_tokens, sample_ms):
     """(TTFT rolling p99, TPOT rolling p99, completions per interval) from the
     requests' records: completed requests only, TTFT = first token − arrival, TPOT =
     (completion − first token) / (O − 1) for O ≥ 2."""
-    done = keep["outcome"] == Outcome.COMPLETED
+    done = keep["outcome"] == Fate.COMPLETED
     d_ms, f_ms, a_ms, o = keep["done_ms"][done], keep["first_ms"][done], t_arr[done], out_tokens[done]
     ttft = rolling_p99(d_ms, f_ms - a_ms, sample_ms)
     two = o >= 2
@@ -132,7 +130,7 @@ def request_latencies(keep, t_arr, out_tokens):
     """(4, requests): each request's arrival (s), TTFT (ms), TPOT (ms) and output tokens,
     NaN where not defined (TTFT: not completed; TPOT: not completed or O < 2), as §7
     defines them."""
-    done = keep["outcome"] == Outcome.COMPLETED
+    done = keep["outcome"] == Fate.COMPLETED
     ttft = np.where(done, keep["first_ms"] - t_arr, np.nan)
     two = done & (out_tokens >= 2)
     tpot = np.where(two, (keep["done_ms"] - keep["first_ms"]) / np.maximum(out_tokens - 1, 1), np.nan)
@@ -145,12 +143,12 @@ def _interval(cumulative, axis=-1):
 
 def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
     """Timelines of every run of ``g`` (one condition of ``stage``), as a Dataset."""
-    from .grid import TokenOutcome, to_dataset
+    from .grid import Outcome, to_dataset
     horizon = float(g.params["horizon_ms"].min())
     n_s = int(np.floor(horizon / interval_ms + 1e-9)) + 1
     sample_ms = np.arange(n_s, dtype=np.float64) * interval_ms
     runs, n_rep = g.runs, g.replicas
-    outcome = TokenOutcome.empty(g)
+    outcome = Outcome.empty(g)
     smp = np.zeros((runs, n_s, n_rep), SAMPLE)
     clu = np.zeros((runs, n_s), CLUSTER_SAMPLE)
     ttft = np.zeros((runs, n_s))
@@ -241,3 +239,16 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
                      "throughput_window_ms": float(k * interval_ms),
                      "sampling": "state after everything at times <= the sample time"})
     return ds
+
+
+def summary(ds: xr.Dataset) -> str:
+    """A batching trace's short table: per run its attainment, TTFT p99, what failed,
+    the retries and wasted tokens, and its worst moments."""
+    def cells(one):
+        rolling = one.ttft_rolling_p99.values
+        return [fmt(100 * float(one.attainment), ".2f"), fmt(float(one.ttft_p99), ".0f"),
+                int(one.failed), int(one.retries), int(one.wasted_tokens), int(one.breaker_ejections),
+                int(one.waiting.max()),
+                fmt(float(np.nanmax(rolling)) if np.isfinite(rolling).any() else np.nan, ".0f")]
+    return summary_table(ds, ["attain %", "TTFT p99 ms", "failed", "retries", "wasted tokens", "ejections",
+                               "max waiting", "max rolling TTFT p99 ms"], cells)

@@ -1,4 +1,4 @@
-"""The compiled kernels of a timeline (:mod:`routesim.timeline`): one run, or a small
+"""The compiled kernels of a queue-model timeline (:mod:`routesim.queue.timeline`): one run, or a small
 grid of runs, through the very step of the engine (:func:`engine.init_run_nb`,
 :func:`engine.advance_nb`), sampling the state every ``sample_ms``.
 
@@ -8,11 +8,11 @@ A state sampled at time ``s`` is the state after every step at a time ``<= s``.
 import numba as nb
 import numpy as np
 
-from .conf import JIT, JIT_PARALLEL
-from .queue.dtypes import Status
-from .queue.engine import advance_nb, end_time_nb, finish_nb, init_run_nb
-from .queue.metrics import rank_nb, run_metrics_nb
-from .queue.policies import outstanding_nb
+from ..conf import JIT, JIT_PARALLEL
+from .dtypes import Status
+from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb
+from .metrics import rank_nb, run_metrics_nb
+from .policies import outstanding_nb
 
 REPLICA_SAMPLE = np.dtype(
     [

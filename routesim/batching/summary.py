@@ -1,0 +1,100 @@
+"""The batching model's printed table of a stage (what ``python -m routesim.sweep`` prints)."""
+
+import itertools
+
+import numpy as np
+import xarray as xr
+
+from ..tables import fmt, text_table
+
+TOKEN_LABELS = ("policy", "scenario", "heterogeneity")
+"""Label columns of the batching table that are left-aligned (besides swept keys with text values)."""
+
+TOKEN_STANDARD = ("policy", "rate_rps", "heterogeneity", "scenario", "seed")
+
+
+
+def _key_text(v):
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def token_policy_rows(ds: xr.Dataset):
+    """The batching model's headline numbers per policy, and per rate, scenario and
+    heterogeneity setting when there are several, and per value of each swept key:
+    attainment mean over runs; TTFT, TPOT and end-to-end p99, preemptions and prefix
+    hit rate: medians over runs; shed and failed: percent of cohort arrivals. When
+    the Dataset has any: rejected (percent of cohort arrivals), attempts per cohort
+    request (when any retry), wasted tokens (median over runs, thousands) and breaker
+    ejections (median over runs)."""
+    groups = [d for d in ("rate_rps", "scenario", "heterogeneity") if ds.sizes.get(d, 1) > 1]
+    swept = [d for d in ds.attainment.dims if d not in TOKEN_STANDARD]
+    has = {v: v in ds and float(ds[v].sum()) > 0 for v in ("rejected", "retries", "wasted_tokens", "breaker_ejections")}
+    order = groups[:1] + groups[1:] + ["policy"] + swept  # rate first, as before
+    names = {"rate_rps": "req/s", "scenario": "scenario", "heterogeneity": "heterogeneity", "policy": "policy"}
+    rows = []
+    for combo in itertools.product(*(ds[d].values for d in order)):
+        sub = ds.sel(dict(zip(order, combo)))
+        arrivals = float(sub.arrivals.sum())
+        lost = (lambda v: fmt(100 * float(sub[v].sum()) / arrivals, ".2f") if arrivals else "—")
+        labels = [f"{c:g}" if d == "rate_rps" else _key_text(c) for d, c in zip(order, combo)]
+        row = labels + [
+            sub.attainment.size,
+            fmt(100 * float(np.nanmean(sub.attainment.values)), ".2f"),
+            fmt(float(np.nanmedian(sub.ttft_p99.values)), ".0f"),
+            fmt(float(np.nanmedian(sub.tpot_p99.values)), ".1f"),
+            fmt(float(np.nanmedian(sub.e2e_p99.values)), ".0f"),
+            fmt(float(np.nanmedian(sub.preemptions.values)), ".0f"),
+            fmt(100 * float(np.nanmedian(sub.prefix_hit_rate.values)), ".1f"),
+            lost("shed"), lost("failed"),
+        ]
+        if has["rejected"]:
+            row.append(lost("rejected"))
+        if has["retries"]:
+            row.append(fmt(float(sub.attempts.sum()) / arrivals, ".3f") if arrivals else "—")
+        if has["wasted_tokens"]:
+            row.append(fmt(float(np.nanmedian(sub.wasted_tokens.values)) / 1000.0, ".1f"))
+        if has["breaker_ejections"]:
+            row.append(fmt(float(np.nanmedian(sub.breaker_ejections.values)), ".0f"))
+        row.append(fmt(float(np.nanmedian(sub.goodput.values)), ".1f"))
+        rows.append(row)
+    headers = [names.get(d, d) for d in order] + [
+        "runs", "attain %", "TTFT p99 ms", "TPOT p99 ms", "E2E p99 ms", "preempt",
+        "prefix hit %", "shed %", "failed %"]
+    headers += [h for h, on in (("rejected %", has["rejected"]), ("attempts/req", has["retries"]),
+                                ("wasted k tok", has["wasted_tokens"]), ("ejections", has["breaker_ejections"])) if on]
+    headers.append("goodput/s")
+    return headers, rows
+
+
+def token_align(headers, rows) -> str:
+    """'l'/'r' per column of :func:`token_policy_rows`: label columns left (a swept
+    key's too, unless its values are numbers), every number right."""
+    out = []
+    for k, h in enumerate(headers):
+        if h in TOKEN_LABELS:
+            out.append("l")
+        elif k < headers.index("runs") and h != "req/s":
+            numeric = all(_is_number(r[k]) for r in rows)
+            out.append("r" if numeric else "l")
+        else:
+            out.append("r")
+    return "".join(out)
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def policy_table(ds: xr.Dataset) -> str:
+    """The stage's policy table, as text."""
+    headers, rows = token_policy_rows(ds)
+    return text_table(headers, rows, align=token_align(headers, rows))

@@ -1,0 +1,156 @@
+"""The package's layout (issue 20): one interface per replica model, and a pipeline that
+never asks which model it runs.
+
+- No import cycle among routesim's modules, counting every ``import`` (at the top of a
+  module or inside a function). Importing a name from the root package (``from . import
+  __version__``) is not an edge: the root is initialized before any of its modules.
+  routesim.models finds a model's package by name (``importlib``), which is the one
+  seam a model is plugged in at.
+- Outside routesim/models.py and the model packages, no module of the pipeline names a
+  model or tests a kind. (The studies, which are about one model's results, are listed
+  apart below until they move out of the pipeline's folder.)
+- Every model package provides the interface routesim.schema.ReplicaModel calls.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from routesim import models
+
+PACKAGE = Path(__file__).resolve().parents[1] / "routesim"
+STUDIES = {"figures.py", "report.py", "resultset.py", "validation.py", "least_outstanding"}
+"""Modules of studies (each about one model's results), not of the pipeline."""
+INTERFACE = {
+    "params": ("MODEL", "check_stage"),
+    "grid": ("build", "estimate_bytes", "Outcome", "default_chunk_size", "simulate_range", "to_dataset"),
+    "metrics": ("VARIABLES",),
+    "summary": ("policy_table",),
+    "timeline": ("run", "summary"),
+    "engine": ("run_batch_nb",),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_package(name: str) -> bool:
+    return (PACKAGE.parent / name.replace(".", "/") / "__init__.py").exists()
+
+
+def imports(path: Path) -> set:
+    """The routesim modules a file imports, anywhere in it."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "routesim"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "routesim":
+                continue
+            for alias in node.names:  # ``from . import models``: a module, not a name
+                sub = f"{target}.{alias.name}"
+                out.add(sub if is_package(sub) or (PACKAGE.parent / (sub.replace(".", "/") + ".py")).exists()
+                        else target)
+    out.discard("routesim")
+    out.discard(name)
+    return out
+
+
+def graph() -> dict:
+    return {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def cycles(edges: dict) -> list:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_check_finds_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def pipeline_modules():
+    model_dirs = {models.PACKAGES[k].split(".")[-1] for k in models.KINDS}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in model_dirs or rel.parts[0] in STUDIES or rel.name == "models.py":
+            continue
+        yield path
+
+
+KIND_PATTERNS = [re.compile(p) for p in (
+    r"""["'](queue|batching)["']""",                 # a model's name as a string
+    r"replica_kind",                                 # a Dataset's kind, read by hand
+    r"\.kind\s*(==|!=|in\b)",                        # a kind test
+    r"getattr\([^)]*[\"']kind[\"']",
+    r"\b(from|import)\s+(routesim)?\.*(queue|batching)\b",   # a model's modules
+    r"\broutesim\.(queue|batching)\b",
+)]
+
+
+def test_the_pipeline_names_no_model():
+    found = []
+    for path in pipeline_modules():
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if any(p.search(code) for p in KIND_PATTERNS):
+                found.append(f"{path.relative_to(PACKAGE)}:{i}: {line.strip()}")
+    assert found == []
+
+
+def test_the_name_check_sees_a_kind_test():
+    lines = ['if sweep.kind == "batching":', "from .queue.engine import run_batch_nb",
+             'ds.attrs.get("replica_kind")', 'getattr(grid, "kind", "queue")']
+    assert all(any(p.search(line) for p in KIND_PATTERNS) for line in lines)
+
+
+@pytest.mark.parametrize("kind", models.KINDS)
+def test_every_model_provides_the_interface(kind):
+    model = models.get(kind)
+    assert model.kind == kind
+    for part, names in INTERFACE.items():
+        module = model.part(part)
+        missing = [n for n in names if not hasattr(module, n)]
+        assert missing == [], f"{module.__name__} lacks {missing}"
