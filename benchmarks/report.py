@@ -11,6 +11,8 @@ import math
 import re
 import subprocess
 
+from routesim import tables
+
 from . import batching
 from .harness import ROOT
 
@@ -93,19 +95,21 @@ def _disk_doc():
     return DOC.read_text() if DOC.exists() else ""
 
 
-def fmt(value, scale=1.0):
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
+MISSING = "–"
+"""How a missing figure (None, NaN, ±inf) is shown here: an en dash, as docs/performance.md has
+always had it (routesim.tables.NONE, the summaries' mark, is an em dash)."""
+
+
+def fmt(value, scale=1.0) -> str:
+    """``value * scale`` to about three significant figures (``,`` between thousands from
+    1,000 up), through routesim.tables.fmt; :data:`MISSING` when there is no number."""
+    if value is None:
+        return MISSING
     v = value * scale
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    if abs(v) >= 100:
-        return f"{v:.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    if abs(v) >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
+    a = abs(v)
+    spec = ",.0f" if a >= 1000 else ".0f" if a >= 100 else ".1f" if a >= 10 else ".2f" if a >= 1 else ".3f"
+    text = tables.fmt(v, spec)
+    return MISSING if text == tables.NONE else text
 
 
 def change(new, old, better):
@@ -135,11 +139,11 @@ def targets(fig: dict) -> list[list[str]]:
         text = text.format(big=_big(fig))
         v = fig.get(key)
         if v is None:
-            rows.append([text, f"{op} {limit:g} {unit}", "not measured", "–"])
+            rows.append([text, f"{op} {limit:g} {unit}", "not measured", MISSING])
             continue
         got = v * scale
         if isinstance(got, float) and math.isnan(got):
-            rows.append([text, f"{op} {limit:g} {unit}", "not comparable", "–"])
+            rows.append([text, f"{op} {limit:g} {unit}", "not comparable", MISSING])
             continue
         ok = {"<": got < limit, "<=": got <= limit}.get(op, got >= limit)
         rows.append([text, f"{op} {limit:g} {unit}", f"{fmt(got)} {unit}", "met" if ok else "NOT MET"])
@@ -147,21 +151,13 @@ def targets(fig: dict) -> list[list[str]]:
 
 
 def text_table(rows) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for n, r in enumerate(rows):
-        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    """routesim.tables.text_table of a table built as one list, its header row first."""
+    return tables.text_table(rows[0], rows[1:])
 
 
 def md_table(rows, align=None) -> str:
-    align = align or ["l"] + ["r"] * (len(rows[0]) - 1)
-    sep = ["---" if a == "l" else "---:" for a in align]
-    lines = ["| " + " | ".join(rows[0]) + " |", "| " + " | ".join(sep) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-    return "\n".join(lines)
+    """routesim.tables.markdown_table of a table built as one list, its header row first."""
+    return tables.markdown_table(rows[0], rows[1:], align)
 
 
 def scaling_rows(points: list, prev: dict) -> list[list[str]]:
