@@ -13,7 +13,6 @@ import subprocess
 
 from routesim import tables
 
-from . import batching
 from .harness import ROOT
 
 DOC = ROOT / "docs" / "performance.md"
@@ -51,6 +50,21 @@ ROWS = [
     ("generation.token_ratio", "batching-model generation, routesim / NumPy baseline", "x", 1, "low"),
     ("big.wall_s", "{big} grid, whole command (chunked)", "s", 1, "low"),
     ("big.rss", "{big} grid, peak RSS", "MiB", 2**-20, "low"),
+    # the batching model (benchmarks/batching.py)
+    ("batching.cold_s", "batching example, whole command, cold (empty compilation cache)", "s", 1, "low"),
+    ("batching.cold_cpu_s", "batching example, whole command, cold: CPU time", "s", 1, "low"),
+    ("batching.warm_s", "batching example, whole command, warm", "s", 1, "low"),
+    ("batching.warm_cpu_s", "batching example, whole command, warm: CPU time", "s", 1, "low"),
+    ("batching.peak_rss", "batching example, peak RSS (cold or warm)", "MiB", 2**-20, "low"),
+    ("batching.study_s", "least-outstanding study, whole command, warm", "s", 1, "low"),
+    ("batching.study_cpu_s", "least-outstanding study, whole command, warm: CPU time", "s", 1, "low"),
+    ("batching.run60_ms", "batching, one 60 s run of 8 replicas at 40 req/s, 1 thread", "ms", 1, "low"),
+    ("batching.realtime_x", "batching, faster than real time (1 core, workload included)", "x", 1, "high"),
+    ("batching.iter_per_core_s", "batching, simulated iterations per second per core", "M/s", 1e-6, "high"),
+    ("batching.req_per_core_s", "batching, simulated requests per second per core", "k/s", 1e-3, "high"),
+    ("batching.peer_engine_ms", "batching, short run, engine, 1 thread, CPU", "ms", 1, "low"),
+    ("batching.peer_reference_ms", "batching, short run, naive reference, CPU", "ms", 1, "low"),
+    ("batching.reference_ratio", "batching reference / engine, per run per core", "x", 1, "high"),
 ]
 
 TARGETS = [
@@ -62,10 +76,13 @@ TARGETS = [
     ("study.cold_s", "first run on a fresh clone, compilation included", "<", 30.0, "s", 1),
     ("study.peak_rss", "study's peak RSS", "<", 1.0, "GiB", 1 / GIB),
     ("big.rss", "{big} grid in bounded memory", "<", 2.0, "GiB", 1 / GIB),
+    # the batching model (benchmarks/batching.py)
+    ("batching.reference_ratio", "batching: per run per core vs naive reference", ">=", 500.0, "x", 1),
+    ("batching.realtime_x", "batching: 60 s, 8 replicas, 40 req/s, 1 core, vs real time", ">=", 10000.0, "x", 1),
+    ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
+    ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 60.0, "s", 1),
+    ("batching.study_s", "least-outstanding study, whole command warm", "<=", 300.0, "s", 1),
 ]
-
-ROWS += batching.ROWS
-TARGETS += batching.TARGETS
 
 
 def previous() -> tuple[dict, str]:
