@@ -25,7 +25,7 @@ T_START = time.perf_counter()
 import json  # noqa: E402
 import sys  # noqa: E402
 
-from .harness import ROOT, emit, rss_now, run_measured  # noqa: E402
+from .harness import ROOT, emit, from_tests, rss_now, run_measured  # noqa: E402
 
 SWEEP = ROOT / "sweeps" / "batching.toml"
 POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost",
@@ -45,9 +45,7 @@ def log(msg):
 
 def _values(**overrides):
     """Every flat parameter at token-model.md's defaults (the reference's table), overridden."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import token_reference as ref
-    v = ref.defaults()
+    v = from_tests("token_reference").defaults()
     v.update(overrides)
     return v
 
@@ -100,8 +98,7 @@ def peers(replicas=8, rate=40.0, warmup_s=10.0, measure_s=5.0, policies=PEER_POL
           repeats=15):
     """The engine and the naive reference on the same short runs, one thread (run with
     NUMBA_NUM_THREADS=1), simulation only (both are handed the same workload)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import token_reference as ref
+    ref = from_tests("token_reference")
 
     values = _values(warmup_s=warmup_s, measure_s=measure_s)
     out = []
