@@ -150,7 +150,7 @@ class Suite:
         rows = [["implementation", "CPU ms per run", "wall ms per run", "engine is faster by",
                  "agrees with engine", "peak RSS MiB"]]
         rows.append(["routesim engine (1 thread, workload generation included)", report.fmt(eng * 1e3),
-                     report.fmt(pe["engine"]["per_run_s"] * 1e3), "1x", "–", report.fmt(rss["engine"], 2**-20)])
+                     report.fmt(pe["engine"]["per_run_s"] * 1e3), "1x", report.MISSING, report.fmt(rss["engine"], 2**-20)])
         for peer, label in (("simpy", "SimPy model (benchmarks/simpy_model.py)"),
                             ("reference", "naive reference (tests/reference.py)")):
             rows.append([label, report.fmt(pe[peer]["cpu_per_run_s"] * 1e3),

@@ -25,7 +25,7 @@ T_START = time.perf_counter()
 import json  # noqa: E402
 import sys  # noqa: E402
 
-from .harness import ROOT, emit, rss_now, run_measured  # noqa: E402
+from .harness import ROOT, emit, from_tests, rss_now, run_measured  # noqa: E402
 
 SWEEP = ROOT / "sweeps" / "batching.toml"
 POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost",
@@ -33,33 +33,6 @@ POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv
 PEER_POLICIES = ("power_of_d", "least_tokens", "prefix_affinity", "round_robin")
 COUNTS = ("arrivals", "completed", "failed", "rejected", "shed", "unfinished", "preemptions")
 PEER_SIM = "a trained peer simulator of this field advertises about 200x"
-
-# key, label, unit, scale, better -- appended to report.ROWS
-ROWS = [
-    ("batching.cold_s", "batching example, whole command, cold (empty compilation cache)", "s", 1, "low"),
-    ("batching.cold_cpu_s", "batching example, whole command, cold: CPU time", "s", 1, "low"),
-    ("batching.warm_s", "batching example, whole command, warm", "s", 1, "low"),
-    ("batching.warm_cpu_s", "batching example, whole command, warm: CPU time", "s", 1, "low"),
-    ("batching.peak_rss", "batching example, peak RSS (cold or warm)", "MiB", 2**-20, "low"),
-    ("batching.study_s", "least-outstanding study, whole command, warm", "s", 1, "low"),
-    ("batching.study_cpu_s", "least-outstanding study, whole command, warm: CPU time", "s", 1, "low"),
-    ("batching.run60_ms", "batching, one 60 s run of 8 replicas at 40 req/s, 1 thread", "ms", 1, "low"),
-    ("batching.realtime_x", "batching, faster than real time (1 core, workload included)", "x", 1, "high"),
-    ("batching.iter_per_core_s", "batching, simulated iterations per second per core", "M/s", 1e-6, "high"),
-    ("batching.req_per_core_s", "batching, simulated requests per second per core", "k/s", 1e-3, "high"),
-    ("batching.peer_engine_ms", "batching, short run, engine, 1 thread, CPU", "ms", 1, "low"),
-    ("batching.peer_reference_ms", "batching, short run, naive reference, CPU", "ms", 1, "low"),
-    ("batching.reference_ratio", "batching reference / engine, per run per core", "x", 1, "high"),
-]
-
-# key, text, comparison, limit, unit label, scale -- appended to report.TARGETS
-TARGETS = [
-    ("batching.reference_ratio", "batching: per run per core vs naive reference", ">=", 500.0, "x", 1),
-    ("batching.realtime_x", "batching: 60 s, 8 replicas, 40 req/s, 1 core, vs real time", ">=", 10000.0, "x", 1),
-    ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
-    ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 60.0, "s", 1),
-    ("batching.study_s", "least-outstanding study, whole command warm", "<=", 300.0, "s", 1),
-]
 
 
 def log(msg):
@@ -72,9 +45,7 @@ def log(msg):
 
 def _values(**overrides):
     """Every flat parameter at token-model.md's defaults (the reference's table), overridden."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import token_reference as ref
-    v = ref.defaults()
+    v = from_tests("token_reference").defaults()
     v.update(overrides)
     return v
 
@@ -127,8 +98,7 @@ def peers(replicas=8, rate=40.0, warmup_s=10.0, measure_s=5.0, policies=PEER_POL
           repeats=15):
     """The engine and the naive reference on the same short runs, one thread (run with
     NUMBA_NUM_THREADS=1), simulation only (both are handed the same workload)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import token_reference as ref
+    ref = from_tests("token_reference")
 
     values = _values(warmup_s=warmup_s, measure_s=measure_s)
     out = []
@@ -253,7 +223,8 @@ def _task(name, env, timeout=1800.0, **kwargs):
 
 def section(suite):
     """Run every batching measurement; figures into suite.fig, text into
-    suite.detail["batching_text"]."""
+    suite.detail["batching_text"]. (The report is imported here, not at the top: the
+    measurements above run this module in fresh processes, which have no use for it.)"""
     from . import report
 
     q = suite.quick

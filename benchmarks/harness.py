@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "sweeps" / "exploration.toml"
+TESTS = ROOT / "tests"
 MARK = "BENCHMARK-RESULT "
 
 
@@ -93,6 +94,26 @@ def rss_now() -> tuple[int, int]:
         import resource
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return cur, peak
+
+
+def from_tests(name: str):
+    """The module tests/<name>.py (a naive reference the benchmarks compare the engine
+    against, or conftest.py), loaded from that file. tests/ is not a package and not on
+    ``sys.path``; the module is registered as ``sys.modules[name]``, the name the tests
+    import it by, so it loads once per process and is the tests' own when they have it."""
+    import importlib.util
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, TESTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module       # before running it: dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def machine() -> dict:

@@ -11,7 +11,8 @@ import math
 import re
 import subprocess
 
-from . import batching
+from routesim import tables
+
 from .harness import ROOT
 
 DOC = ROOT / "docs" / "performance.md"
@@ -49,6 +50,21 @@ ROWS = [
     ("generation.token_ratio", "batching-model generation, routesim / NumPy baseline", "x", 1, "low"),
     ("big.wall_s", "{big} grid, whole command (chunked)", "s", 1, "low"),
     ("big.rss", "{big} grid, peak RSS", "MiB", 2**-20, "low"),
+    # the batching model (benchmarks/batching.py)
+    ("batching.cold_s", "batching example, whole command, cold (empty compilation cache)", "s", 1, "low"),
+    ("batching.cold_cpu_s", "batching example, whole command, cold: CPU time", "s", 1, "low"),
+    ("batching.warm_s", "batching example, whole command, warm", "s", 1, "low"),
+    ("batching.warm_cpu_s", "batching example, whole command, warm: CPU time", "s", 1, "low"),
+    ("batching.peak_rss", "batching example, peak RSS (cold or warm)", "MiB", 2**-20, "low"),
+    ("batching.study_s", "least-outstanding study, whole command, warm", "s", 1, "low"),
+    ("batching.study_cpu_s", "least-outstanding study, whole command, warm: CPU time", "s", 1, "low"),
+    ("batching.run60_ms", "batching, one 60 s run of 8 replicas at 40 req/s, 1 thread", "ms", 1, "low"),
+    ("batching.realtime_x", "batching, faster than real time (1 core, workload included)", "x", 1, "high"),
+    ("batching.iter_per_core_s", "batching, simulated iterations per second per core", "M/s", 1e-6, "high"),
+    ("batching.req_per_core_s", "batching, simulated requests per second per core", "k/s", 1e-3, "high"),
+    ("batching.peer_engine_ms", "batching, short run, engine, 1 thread, CPU", "ms", 1, "low"),
+    ("batching.peer_reference_ms", "batching, short run, naive reference, CPU", "ms", 1, "low"),
+    ("batching.reference_ratio", "batching reference / engine, per run per core", "x", 1, "high"),
 ]
 
 TARGETS = [
@@ -60,10 +76,13 @@ TARGETS = [
     ("study.cold_s", "first run on a fresh clone, compilation included", "<", 30.0, "s", 1),
     ("study.peak_rss", "study's peak RSS", "<", 1.0, "GiB", 1 / GIB),
     ("big.rss", "{big} grid in bounded memory", "<", 2.0, "GiB", 1 / GIB),
+    # the batching model (benchmarks/batching.py)
+    ("batching.reference_ratio", "batching: per run per core vs naive reference", ">=", 500.0, "x", 1),
+    ("batching.realtime_x", "batching: 60 s, 8 replicas, 40 req/s, 1 core, vs real time", ">=", 10000.0, "x", 1),
+    ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
+    ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 60.0, "s", 1),
+    ("batching.study_s", "least-outstanding study, whole command warm", "<=", 300.0, "s", 1),
 ]
-
-ROWS += batching.ROWS
-TARGETS += batching.TARGETS
 
 
 def previous() -> tuple[dict, str]:
@@ -93,19 +112,21 @@ def _disk_doc():
     return DOC.read_text() if DOC.exists() else ""
 
 
-def fmt(value, scale=1.0):
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
+MISSING = "–"
+"""How a missing figure (None, NaN, ±inf) is shown here: an en dash, as docs/performance.md has
+always had it (routesim.tables.NONE, the summaries' mark, is an em dash)."""
+
+
+def fmt(value, scale=1.0) -> str:
+    """``value * scale`` to about three significant figures (``,`` between thousands from
+    1,000 up), through routesim.tables.fmt; :data:`MISSING` when there is no number."""
+    if value is None:
+        return MISSING
     v = value * scale
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    if abs(v) >= 100:
-        return f"{v:.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    if abs(v) >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
+    a = abs(v)
+    spec = ",.0f" if a >= 1000 else ".0f" if a >= 100 else ".1f" if a >= 10 else ".2f" if a >= 1 else ".3f"
+    text = tables.fmt(v, spec)
+    return MISSING if text == tables.NONE else text
 
 
 def change(new, old, better):
@@ -135,11 +156,11 @@ def targets(fig: dict) -> list[list[str]]:
         text = text.format(big=_big(fig))
         v = fig.get(key)
         if v is None:
-            rows.append([text, f"{op} {limit:g} {unit}", "not measured", "–"])
+            rows.append([text, f"{op} {limit:g} {unit}", "not measured", MISSING])
             continue
         got = v * scale
         if isinstance(got, float) and math.isnan(got):
-            rows.append([text, f"{op} {limit:g} {unit}", "not comparable", "–"])
+            rows.append([text, f"{op} {limit:g} {unit}", "not comparable", MISSING])
             continue
         ok = {"<": got < limit, "<=": got <= limit}.get(op, got >= limit)
         rows.append([text, f"{op} {limit:g} {unit}", f"{fmt(got)} {unit}", "met" if ok else "NOT MET"])
@@ -147,21 +168,13 @@ def targets(fig: dict) -> list[list[str]]:
 
 
 def text_table(rows) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for n, r in enumerate(rows):
-        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    """routesim.tables.text_table of a table built as one list, its header row first."""
+    return tables.text_table(rows[0], rows[1:])
 
 
 def md_table(rows, align=None) -> str:
-    align = align or ["l"] + ["r"] * (len(rows[0]) - 1)
-    sep = ["---" if a == "l" else "---:" for a in align]
-    lines = ["| " + " | ".join(rows[0]) + " |", "| " + " | ".join(sep) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-    return "\n".join(lines)
+    """routesim.tables.markdown_table of a table built as one list, its header row first."""
+    return tables.markdown_table(rows[0], rows[1:], align)
 
 
 def scaling_rows(points: list, prev: dict) -> list[list[str]]:

@@ -13,7 +13,7 @@ T_START = time.perf_counter()
 import json  # noqa: E402
 import sys  # noqa: E402
 
-from .harness import ROOT, STUDY, emit, rss_now  # noqa: E402
+from .harness import STUDY, emit, from_tests, rss_now  # noqa: E402
 
 STUDY_HEAD = STUDY.read_text().split("[[stages]]")[0]
 POLICIES = ("round_robin", "least_queue", "latency_aware", "adaptive")
@@ -200,9 +200,8 @@ def peers(rates=(100, 250), scenarios=("steady", "burst", "straggler", "failure"
     from routesim import batch, grid as grid_mod
     from routesim.results import to_dataset
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    import reference
-    from conftest import scenario_events
+    reference = from_tests("reference")
+    scenario_events = from_tests("conftest").scenario_events
 
     from . import simpy_model
 

@@ -1,0 +1,84 @@
+"""How benchmarks/ hangs together (issue 20, "one idea, one home"): its modules import
+one another without a cycle, even through imports inside functions, and they load the
+tests' naive references by file, without touching ``sys.path``."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def own_imports(path):
+    """The benchmarks modules a file imports, at its top or inside a function."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            out |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("benchmarks."):
+            out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("benchmarks.")}
+    return out
+
+
+def cycle(graph):
+    """One import cycle of ``graph`` ({module: modules it imports}) as a list, else None."""
+    done, path = set(), []
+
+    def visit(m):
+        if m in path:
+            return path[path.index(m):] + [m]
+        if m in done:
+            return None
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            found = visit(n)
+            if found:
+                return found
+        path.pop()
+        done.add(m)
+        return None
+
+    for m in sorted(graph):
+        found = visit(m)
+        if found:
+            return found
+    return None
+
+
+def test_no_import_cycle_in_benchmarks():
+    graph = {p.stem: own_imports(p) for p in BENCHMARKS.glob("*.py")}
+    assert graph["__main__"] >= {"batching", "report"}      # the check sees imports at all
+    assert cycle(graph) is None
+
+
+def test_the_check_sees_a_cycle_through_a_function():
+    assert cycle({"report": {"batching"}, "batching": {"harness", "report"}, "harness": set()}) \
+        == ["batching", "report", "batching"]
+
+
+def test_benchmarks_leave_sys_path_alone():
+    """Test code the benchmarks compare against (tests/reference.py, token_reference.py,
+    conftest.py) comes through benchmarks.harness.from_tests, by its file."""
+    uses = [f"{p.name}:{node.lineno}" for p in sorted(BENCHMARKS.glob("*.py"))
+            for node in ast.walk(ast.parse(p.read_text(), str(p)))
+            if isinstance(node, ast.Attribute) and node.attr == "path"
+            and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+    assert uses == []
+
+
+def test_from_tests_loads_the_file_once():
+    code = ("import sys\n"
+            "before = list(sys.path)\n"
+            "from benchmarks import batching, harness\n"
+            "assert batching._values()['warmup_s'] > 0\n"
+            "ref = sys.modules['token_reference']\n"
+            "assert harness.from_tests('token_reference') is ref\n"
+            "assert sys.path == before\n"
+            "print(ref.__file__)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()) == ROOT / "tests" / "token_reference.py"
