@@ -11,8 +11,6 @@ import math
 import re
 import subprocess
 
-from routesim import tables
-
 from .harness import ROOT
 
 DOC = ROOT / "docs" / "performance.md"
@@ -125,6 +123,7 @@ def fmt(value, scale=1.0) -> str:
     v = value * scale
     a = abs(v)
     spec = ",.0f" if a >= 1000 else ".0f" if a >= 100 else ".1f" if a >= 10 else ".2f" if a >= 1 else ".3f"
+    from routesim import tables   # here, not at the top: the suite's own process stays small
     text = tables.fmt(v, spec)
     return MISSING if text == tables.NONE else text
 
@@ -169,11 +168,13 @@ def targets(fig: dict) -> list[list[str]]:
 
 def text_table(rows) -> str:
     """routesim.tables.text_table of a table built as one list, its header row first."""
+    from routesim import tables
     return tables.text_table(rows[0], rows[1:])
 
 
 def md_table(rows, align=None) -> str:
     """routesim.tables.markdown_table of a table built as one list, its header row first."""
+    from routesim import tables
     return tables.markdown_table(rows[0], rows[1:], align)
 
 
