@@ -69,6 +69,13 @@ def draw_arrivals(seed: int, rate_rps: float, rate_events, horizon_ms: float, co
     return t_ms[keep], u[keep]
 
 
+def rate_events(sweep, scenario) -> tuple:
+    """``(time_ms, multiplier)`` of a scenario's rate changes, in order: what
+    :func:`rate_profile` takes (``sweep`` a parsed Sweep of either model)."""
+    code = sweep.model.event_kinds["rate_multiplier"]
+    return tuple((e.at_s * 1000.0, e.value) for e in sweep.scenarios[scenario] if e.kind == code)
+
+
 def expected_arrivals(rate_rps: float, rate_events, horizon_ms: float) -> float:
     """Λ(horizon): the mean number of arrivals of a profile (for memory estimates)."""
     starts, rates, cum = rate_profile(rate_rps, rate_events, horizon_ms)

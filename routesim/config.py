@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import models
-from .schema import TRACE_FORMATS, TRACE_PARAMS, Param, ReplicaModel  # noqa: F401  (Param: re-exported)
+from .schema import TRACE_FORMATS, TRACE_PARAMS, ReplicaModel
 
 
 class ConfigError(ValueError):

@@ -8,7 +8,8 @@ import os
 
 import numpy as np
 
-from .config import Stage, Sweep
+from . import traces
+from .config import ConfigError, Stage, Sweep, trace_file
 
 
 class FlatGrid:
@@ -38,6 +39,31 @@ def resolve(stage: Stage, selected: dict) -> dict:
     for name in stage.inherit:
         values[name] = (selected[name],)
     return values
+
+
+def load_trace(sweep: Sweep, flat: dict, path_name: str = "trace_path", format_name: str = "trace_format"):
+    """The trace a run names (``flat`` its parameters; the loader caches it per
+    process); a problem (say the file changed since the sweep was read) is a
+    ConfigError naming the key."""
+    try:
+        return traces.load_trace(trace_file(sweep.path, flat[path_name]), flat[format_name])
+    except traces.TraceError as e:
+        raise ConfigError(sweep.path, f"workload.{path_name.replace('_', '.', 1)}", str(e)) from None
+
+
+def trace_window(sweep: Sweep, flat: dict, block_tokens: int, hash_block_tokens):
+    """The window of the trace a run replays (``routesim.traces.Replay``), its prompts
+    cut into KV blocks of ``block_tokens`` (``traces.NO_IDS``: none) and hash blocks of
+    ``hash_block_tokens`` (None: the format's)."""
+    tr = load_trace(sweep, flat)
+    try:
+        return traces.replay(tr, block_tokens=block_tokens, start_s=float(flat["trace_start_s"]),
+                             duration_s=float(flat["trace_duration_s"]),
+                             time_scale=float(flat["trace_time_scale"]),
+                             horizon_ms=(flat["warmup_s"] + flat["measure_s"]) * 1000.0,
+                             hash_block_tokens=hash_block_tokens)
+    except traces.TraceError as e:
+        raise ConfigError(sweep.path, "workload.trace", str(e)) from None
 
 
 def available_bytes() -> int | None:

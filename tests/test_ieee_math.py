@@ -11,7 +11,6 @@ from decimal import Decimal, localcontext
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from routesim import ieee_math as m
 

@@ -123,7 +123,7 @@ def pipeline_modules():
 KIND_PATTERNS = [re.compile(p) for p in (
     r"""["'](queue|batching)["']""",                 # a model's name as a string
     r"replica_kind",                                 # a Dataset's kind, read by hand
-    r"\.kind\s*(==|!=|in\b)",                        # a kind test
+    r"\b(sweep|grid|model|m)\.kind\s*(==|!=|in\b)",     # a model's kind tested (an event's kind is fine)
     r"getattr\([^)]*[\"']kind[\"']",
     r"\b(from|import)\s+(routesim)?\.*(queue|batching)\b",   # a model's modules
     r"\broutesim\.(queue|batching)\b",

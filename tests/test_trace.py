@@ -16,7 +16,7 @@ from routesim.queue.params import PARAM
 from routesim.queue.policies import NAMES
 from routesim.theory import mean_demand_ms
 from routesim.timeline import main as trace_main
-from routesim.queue.timeline_kernels import top_rank_nb
+from routesim.ranks import top_rank_nb
 from routesim.queue.workload import WorkloadParams, generate
 
 ALL_POLICIES = sorted(NAMES, key=NAMES.get)

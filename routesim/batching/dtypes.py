@@ -61,6 +61,11 @@ class EventKind(IntEnum):
     FAIL_FAST = 4
 
 
+EVENT_NAMES = {EventKind.RATE: "rate_multiplier", EventKind.SLOWDOWN: "slowdown", EventKind.FAIL: "fail",
+               EventKind.FAIL_FAST: "fail_fast", EventKind.RECOVER: "recover"}
+"""Each event kind by the key that states it in a sweep file (and in a trace's ``event_kind``)."""
+
+
 class Fate(IntEnum):
     """What became of a request (§7): exactly one per cohort request."""
 

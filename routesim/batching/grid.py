@@ -16,12 +16,12 @@ import numpy as np
 import xarray as xr
 
 from .. import traces
-from ..config import ConfigError, Stage, Sweep, trace_file
+from ..config import Stage, Sweep
 from ..schema import LENGTHS_PARAMS, TRACE_PARAMS
 from ..batch import MIN_CHUNKS, FlatOutcome
-from ..grid import FlatGrid, resolve, run_index
+from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
-from ..arrivals import expected_arrivals, router_stream
+from ..arrivals import expected_arrivals, rate_events, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
 from .metrics import ACCUMULATORS, PER_REPLICA, VARIABLES
 from .params import MODEL, TOKEN_PARAMS
@@ -37,31 +37,16 @@ TRACE_WINDOW = ("trace_path", "trace_format", "trace_time_scale", "trace_start_s
 """What a trace workload depends on (not the seed, the rate or the scenario)."""
 
 
-def _load(sweep: Sweep, flat: dict, path_name: str, format_name: str):
-    """The trace a run names (the loader caches it per process); a problem (say the
-    file changed since the sweep was read) is a ConfigError naming the key."""
-    try:
-        return traces.load_trace(trace_file(sweep.path, flat[path_name]), flat[format_name])
-    except traces.TraceError as e:
-        raise ConfigError(sweep.path, f"workload.{path_name.replace('_', '.', 1)}", str(e)) from None
-
-
 def replay_of(sweep: Sweep, flat: dict, block_tokens=None):
-    """The window of the trace a run replays (``routesim.traces.Replay``)."""
-    tr = _load(sweep, flat, "trace_path", "trace_format")
-    b = int(flat["block_tokens"]) if block_tokens is None else block_tokens
-    hbt = int(flat["trace_hash_block_tokens"]) or None
-    try:
-        return traces.replay(tr, block_tokens=b, start_s=float(flat["trace_start_s"]),
-                             duration_s=float(flat["trace_duration_s"]),
-                             time_scale=float(flat["trace_time_scale"]),
-                             horizon_ms=(flat["warmup_s"] + flat["measure_s"]) * 1000.0,
-                             hash_block_tokens=hbt if block_tokens is None else block_tokens)
-    except traces.TraceError as e:
-        raise ConfigError(sweep.path, "workload.trace", str(e)) from None
+    """The window of the trace a run replays (``routesim.traces.Replay``): in blocks of
+    the run's ``block_tokens`` and hash blocks of its ``trace_hash_block_tokens``, or
+    both of ``block_tokens`` when given."""
+    if block_tokens is None:
+        return trace_window(sweep, flat, int(flat["block_tokens"]), int(flat["trace_hash_block_tokens"]) or None)
+    return trace_window(sweep, flat, block_tokens, block_tokens)
 
 
-def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, rate_events, cache: dict):
+def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, changes, cache: dict):
     """One run's requests: a trace window (§1.2), or §1.1 with §1.3's lengths when given."""
     if flat["source"] == "trace":
         tkey = tuple(flat[n] for n in TRACE_WINDOW)
@@ -70,9 +55,9 @@ def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, rate_events,
         return cache[tkey]
     lengths = None
     if flat["lengths_trace"]:
-        lengths = traces.lengths_table(_load(sweep, flat, "lengths_trace", "lengths_format"))
+        lengths = traces.lengths_table(load_trace(sweep, flat, "lengths_trace", "lengths_format"))
     horizon = (flat["warmup_s"] + flat["measure_s"]) * 1000.0
-    return generate(seed, rate_rps, rate_events, horizon, workload_params(flat), lengths=lengths)
+    return generate(seed, rate_rps, changes, horizon, workload_params(flat), lengths=lengths)
 
 
 @dataclass(frozen=True)
@@ -128,10 +113,6 @@ def simulate_range(grid: Grid, lo: int, hi: int) -> Outcome:
     return Outcome(metrics=metrics, replicas=replicas)
 
 
-def _rate_events(sweep: Sweep, scenario):
-    return tuple((e.at_s * 1000.0, e.value) for e in sweep.scenarios[scenario] if e.kind == EventKind.RATE)
-
-
 def _event_table(sweep: Sweep, names):
     """Scenario events of the given scenarios (start_down first, as events at t = 0)
     and each scenario's (start, count)."""
@@ -167,13 +148,13 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     for r in range(runs):
         flat = {p.name: value(p.name, r) for p in m.params}
         scenario = value("scenario", r)
-        rate_events = () if flat["source"] == "trace" else _rate_events(sweep, scenario)
-        wkey = (rate_events,) + tuple(value(n, r) for n in WORKLOAD_PARAMS)
+        changes = () if flat["source"] == "trace" else rate_events(sweep, scenario)
+        wkey = (changes,) + tuple(value(n, r) for n in WORKLOAD_PARAMS)
         w = keys.get(wkey)
         if w is None:
             w = keys[wkey] = len(workloads)
             workloads.append(_workload(sweep, flat, int(value("seed", r)), float(value("rate_rps", r)),
-                                       rate_events, windows))
+                                       changes, windows))
             first_run.append(r)
         s = int(np.flatnonzero(np.array(values["scenario"]) == scenario)[0])
         params[r] = params_row(flat, value("policy", r), n_replicas=factors.shape[1],
@@ -211,7 +192,7 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
                                   block_tokens=traces.NO_IDS))
                     for combo in _product([values[n] for n in names])]
     else:
-        per_seed = [expected_arrivals(rate, _rate_events(sweep, s), (w + m) * 1000.0)
+        per_seed = [expected_arrivals(rate, rate_events(sweep, s), (w + m) * 1000.0)
                     for rate in values["rate_rps"] for s in values["scenario"]
                     for w in values["warmup_s"] for m in values["measure_s"]]
     counted = names if values["source"][0] == "trace" else ()  # already in per_seed

@@ -2,16 +2,15 @@
 meaning, and their compiled computation from a run's request records.
 
 Cohort: requests arriving in ``[warm-up, horizon)``; each is exactly one of completed,
-failed, rejected, shed or unfinished. Percentiles are nearest rank,
-``sorted[ceil((p/100)·n) − 1]``, NaN when their set is empty.
+failed, rejected, shed or unfinished. Percentiles are nearest rank
+(routesim.ranks: ``sorted[ceil(p·n/100) − 1]``), NaN when their set is empty.
 """
-
-import math
 
 import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from ..ranks import of_sorted_nb
 from .dtypes import Fate
 
 VARIABLES = {
@@ -67,14 +66,6 @@ ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any",
 
 
 @nb.njit(**JIT)
-def _nearest_rank(sorted_values, pct):
-    n = sorted_values.shape[0]
-    if n == 0:
-        return np.nan
-    return sorted_values[int(math.ceil((pct / 100.0) * n)) - 1]
-
-
-@nb.njit(**JIT)
 def _per_replica_ttft(rep, ttft, where):
     """Each replica's TTFT p50 and p99 over the completed cohort requests that completed
     on it: ttft (n,) ms, where (n,) 0-based replica; one sort, then buckets in order."""
@@ -93,8 +84,8 @@ def _per_replica_ttft(rep, ttft, where):
         fill[i] += 1
     for i in range(nrep):
         mine = bucket[start[i]:start[i + 1]]
-        rep[i].ttft_p50 = _nearest_rank(mine, 50)
-        rep[i].ttft_p99 = _nearest_rank(mine, 99)
+        rep[i].ttft_p50 = of_sorted_nb(mine, 50)
+        rep[i].ttft_p99 = of_sorted_nb(mine, 99)
 
 
 @nb.njit(**JIT)
@@ -145,17 +136,17 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
             mt.unfinished += 1
     _per_replica_ttft(rep, ttft[:nt], ttft_rep[:nt])
     a = np.sort(ttft[:nt])
-    mt.ttft_p50 = _nearest_rank(a, 50)
-    mt.ttft_p90 = _nearest_rank(a, 90)
-    mt.ttft_p99 = _nearest_rank(a, 99)
+    mt.ttft_p50 = of_sorted_nb(a, 50)
+    mt.ttft_p90 = of_sorted_nb(a, 90)
+    mt.ttft_p99 = of_sorted_nb(a, 99)
     a = np.sort(tpot[:np_])
-    mt.tpot_p50 = _nearest_rank(a, 50)
-    mt.tpot_p90 = _nearest_rank(a, 90)
-    mt.tpot_p99 = _nearest_rank(a, 99)
+    mt.tpot_p50 = of_sorted_nb(a, 50)
+    mt.tpot_p90 = of_sorted_nb(a, 90)
+    mt.tpot_p99 = of_sorted_nb(a, 99)
     a = np.sort(e2e[:nt])
-    mt.e2e_p50 = _nearest_rank(a, 50)
-    mt.e2e_p90 = _nearest_rank(a, 90)
-    mt.e2e_p99 = _nearest_rank(a, 99)
+    mt.e2e_p50 = of_sorted_nb(a, 50)
+    mt.e2e_p90 = of_sorted_nb(a, 90)
+    mt.e2e_p99 = of_sorted_nb(a, 99)
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
     mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan
     mt.goodput = good / measure_s

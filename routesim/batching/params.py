@@ -12,7 +12,7 @@ is ``chat_prompt_median``, ``[router] breaker = { consecutive = … }`` is
 import math
 
 from ..schema import LENGTHS_PARAMS, TRACE_LEAVES, TRACE_PARAMS, Param, ReplicaModel
-from .dtypes import NAMES, EventKind
+from .dtypes import EVENT_NAMES, NAMES
 
 INF = math.inf
 
@@ -141,9 +141,7 @@ DEFAULT_HETEROGENEITY = {"uniform": (1.0,) * 8}
 MODEL = ReplicaModel(
     kind="batching", package=__package__, params=TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS,
     section_keys=SECTION_KEYS, leaves={**LEAVES, **TRACE_LEAVES}, dims=DIMS, policies=tuple(NAMES),
-    event_kinds={"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
-                 "fail": EventKind.FAIL, "fail_fast": EventKind.FAIL_FAST,
-                 "recover": EventKind.RECOVER},
+    event_kinds={name: code for code, name in EVENT_NAMES.items()},
     min_max=MIN_MAX, heterogeneity=DEFAULT_HETEROGENEITY,
     help_heterogeneity="time factors (1 = the reference replica)", kv_blocks=True, trace_axes=True,
     typed_set_values=True)

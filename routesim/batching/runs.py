@@ -10,15 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, EventKind, Score, Signals
+from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Score, Signals
 from .engine import run_batch_nb
+from .params import MODEL
 from .policies import uniforms_per_decision
 from .workload import TokenWorkload
-
-EVENT_CODES = {"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
-               "fail": EventKind.FAIL, "recover": EventKind.RECOVER,
-               "fail_fast": EventKind.FAIL_FAST}
-
 
 def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int = 0,
                event_count: int = 0, workload: int = 0) -> np.ndarray:
@@ -64,7 +60,7 @@ def event_rows(events) -> np.ndarray:
     """``(at_ms, kind name, replica 0-based or -1, value)`` tuples -> EVENT rows."""
     rows = np.zeros(len(events), EVENT)
     for j, (at_ms, kind, replica, value) in enumerate(events):
-        rows[j] = (at_ms, int(EVENT_CODES[kind]), replica, value)
+        rows[j] = (at_ms, int(MODEL.event_kinds[kind]), replica, value)
     return rows
 
 

@@ -29,9 +29,10 @@ Per-interval counts at sample ``j`` count what happened in ``(s_{j-1}, s_j]``.
 import numpy as np
 import xarray as xr
 
+from ..ranks import nearest_rank
 from ..tables import fmt
 from ..timeline import ROLLING_COMPLETIONS, THROUGHPUT_WINDOW_MS, summary_table
-from .dtypes import CLUSTER_SAMPLE, KEPT, METRICS, REPLICA, SAMPLE, Fate
+from .dtypes import CLUSTER_SAMPLE, EVENT_NAMES, KEPT, METRICS, REPLICA, SAMPLE, Fate
 from .engine import run_one_nb
 
 
@@ -93,15 +94,6 @@ def record(g, r: int, sample_ms: np.ndarray):
                g.ru[g.ru_off[w]:g.ru_off[w + 1]], mt[0:1][0], np.ascontiguousarray(sample_ms), samples,
                cluster, keep)
     return mt[0], rep, samples, cluster, keep, pk.t[lo:hi], pk.output[lo:hi]
-
-
-def nearest_rank(values: np.ndarray, p: float = 99.0) -> float:
-    """``sorted(values)[ceil(p·m/100) - 1]``; NaN when empty."""
-    m = values.shape[0]
-    if m == 0:
-        return np.nan
-    k = int(np.ceil(p / 100.0 * m)) - 1
-    return float(np.partition(values, k)[k])
 
 
 def rolling_p99(done_ms, value, sample_ms, window_n=ROLLING_COMPLETIONS):
@@ -221,8 +213,7 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
                                   {"units": "s", "description": "simulated time of the sample"}))
     ds = ds.assign(data)
     # the scenario's events (start_down first, as fail events at t = 0), for marking them on plots
-    from .runs import EVENT_CODES
-    names = {int(c): n for n, c in EVENT_CODES.items()}
+    names = {int(c): n for c, n in EVENT_NAMES.items()}
     scen = str(np.atleast_1d(ds.scenario.values)[0])
     evs = [(0.0, "fail", r, 0.0) for r in sweep.start_down]
     evs += [(e.at_s, names[int(e.kind)], e.replica, e.value) for e in sweep.scenarios[scen]]

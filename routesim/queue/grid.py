@@ -16,15 +16,16 @@ import numpy as np
 import xarray as xr
 
 from .. import traces
-from ..arrivals import expected_arrivals, router_stream
+from ..arrivals import expected_arrivals, rate_events, router_stream
 from ..batch import MIN_CHUNKS, SCRATCH_BUDGET, FlatOutcome
-from ..config import TRACE_PARAMS, ConfigError, Stage, Sweep, trace_file
-from ..grid import FlatGrid, resolve, run_index
+from ..config import Stage, Sweep
+from ..grid import FlatGrid, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
+from ..schema import TRACE_PARAMS
 from .dtypes import (EVENT, LEVEL, METRICS, PARAMS as PARAMS_DTYPE, REPLICA, REQUEST, ROUTER, TAIL_LEVELS,
                      WORK, EventKind)
 from .engine import run_batch_nb
-from .metrics import VARIABLES
+from .metrics import PER_REPLICA, VARIABLES
 from .params import MODEL, PARAM
 from .policies import NAMES as POLICY_NAMES, uniforms_per_decision
 from .workload import WorkloadParams, from_trace, generate
@@ -102,15 +103,10 @@ def _scenario_blocks(sweep: Sweep, names):
     return np.array(rows, dtype=EVENT), np.array(blocks, dtype=np.int64).reshape(-1, 2)
 
 
-def _rate_events(sweep: Sweep, scenario):
-    return tuple((e.at_s * 1000.0, e.value) for e in sweep.scenarios[scenario]
-                 if e.kind == EventKind.RATE)
-
-
 def _workload_keys(sweep: Sweep, stage: Stage, values, idx):
     """Distinct workloads: (key rows, inverse per run, first run of each)."""
     profiles = {}
-    profile_of = np.array([profiles.setdefault(_rate_events(sweep, s), len(profiles))
+    profile_of = np.array([profiles.setdefault(rate_events(sweep, s), len(profiles))
                            for s in values["scenario"]])
     cols = [profile_of[idx["scenario"]]]
     cols += [idx[d] for d in _WORKLOAD_DIMS if d in idx]
@@ -160,7 +156,7 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
             rp = replay_of(sweep, {n: np.broadcast_to(col[n], (runs,))[r].item() for n in col})
             workloads.append(from_trace(seed, rp.a_ms, rp.prompt, rp.output, wp))
             continue
-        workloads.append(generate(seed, rate, _rate_events(sweep, scenario),
+        workloads.append(generate(seed, rate, rate_events(sweep, scenario),
                                   float(params["horizon_ms"][r]), wp))
     wl_off = np.zeros(len(workloads) + 1, dtype=np.int64)
     wl_off[1:] = np.cumsum([len(w) for w in workloads])
@@ -187,19 +183,8 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
 
 
 def replay_of(sweep: Sweep, flat: dict):
-    """The window of the trace a queue-model run replays (no block ids); a problem
-    (say the file changed since the sweep was read) is a ConfigError."""
-    try:
-        tr = traces.load_trace(trace_file(sweep.path, flat["trace_path"]), flat["trace_format"])
-    except traces.TraceError as e:
-        raise ConfigError(sweep.path, "workload.trace.path", str(e)) from None
-    try:
-        return traces.replay(tr, block_tokens=traces.NO_IDS, hash_block_tokens=traces.NO_IDS,
-                             start_s=float(flat["trace_start_s"]), duration_s=float(flat["trace_duration_s"]),
-                             time_scale=float(flat["trace_time_scale"]),
-                             horizon_ms=(flat["warmup_s"] + flat["measure_s"]) * 1000.0)
-    except traces.TraceError as e:
-        raise ConfigError(sweep.path, "workload.trace", str(e)) from None
+    """The window of the trace a queue-model run replays (no block ids)."""
+    return trace_window(sweep, flat, traces.NO_IDS, traces.NO_IDS)
 
 
 def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, int]:
@@ -218,7 +203,7 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
         for s in values["scenario"]:
             for w in values["warmup_s"]:
                 for m in values["measure_s"]:
-                    per_seed.append(expected_arrivals(rate, _rate_events(sweep, s), (w + m) * 1000.0))
+                    per_seed.append(expected_arrivals(rate, rate_events(sweep, s), (w + m) * 1000.0))
     wl_variants = int(np.prod([len(values[p]) for p in _WORKLOAD_FIELDS]))
     n_wl = len(values["seed"]) * wl_variants
     mean_arrivals = float(np.mean(per_seed)) + 64.0
@@ -226,7 +211,6 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
     scratch = min(runs, chunk_runs) * mean_arrivals * SCRATCH_PER_ARRIVAL
     per_run = PARAMS_DTYPE.itemsize + METRICS.itemsize * 3 + n_rep * (REPLICA.itemsize + 48)
     return int(workload + scratch + runs * per_run), runs
-
 
 
 @dataclass(frozen=True)
@@ -274,11 +258,6 @@ def simulate_range(grid: Grid, lo: int, hi: int) -> Outcome:
                  grid.wl_off, grid.ru, grid.ru_off, grid.events, out.metrics)
     out.tail[:] = levels["fraction"]
     return out
-
-
-
-PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed",
-               "replica_mean_in_system": "mean_in_system"}  # Dataset variable <- REPLICA field
 
 
 def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr.Dataset:

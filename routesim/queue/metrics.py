@@ -9,6 +9,7 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from ..ranks import rank_nb, ranked_nb
 from .dtypes import Status
 
 VARIABLES = {
@@ -36,59 +37,9 @@ VARIABLES = {
 }
 """Units and one-line description of every result variable (copied into Dataset attrs)."""
 
-
-@nb.njit(**JIT)
-def rank_nb(p, n):
-    """The 0-based index of the nearest-rank percentile ``p`` (an integer) of ``n``
-    sorted values, ``ceil(p·n/100) - 1``, computed exactly in integers (-1 when n = 0)."""
-    return (p * n + 99) // 100 - 1
-
-
-@nb.njit(**JIT)
-def select_nb(a, lo, k):
-    """``sorted(a)[k]`` for ``k >= lo``, when ``a[lo:]`` already holds the largest
-    values: quickselect (median-of-three pivot) in place on ``a[lo:]``, leaving nothing
-    larger before ``a[k]`` and nothing smaller after it, so that the next, higher rank
-    can start its search at ``k``. O(n) on average (O(n²) at worst), where a sort is
-    O(n log n).
-    """
-    hi = a.shape[0] - 1
-    while hi > lo:
-        mid = (lo + hi) >> 1
-        if a[mid] < a[lo]:
-            a[mid], a[lo] = a[lo], a[mid]
-        if a[hi] < a[lo]:
-            a[hi], a[lo] = a[lo], a[hi]
-        if a[hi] < a[mid]:
-            a[hi], a[mid] = a[mid], a[hi]
-        pivot = a[mid]
-        i, j = lo, hi
-        while i <= j:
-            while a[i] < pivot:
-                i += 1
-            while pivot < a[j]:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if k <= j:
-            hi = j
-        elif k >= i:
-            lo = i
-        else:
-            break
-    return a[k]
-
-
-@nb.njit(**JIT)
-def ranked_nb(values, p, lo):
-    """Nearest rank ``p`` (``sorted[ceil(p·n/100) - 1]``) by selection; NaN when empty.
-    ``values[lo:]`` must hold the largest values (see select_nb)."""
-    n = values.shape[0]
-    if n == 0:
-        return np.nan
-    return select_nb(values, lo, rank_nb(p, n))
+PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed",
+               "replica_mean_in_system": "mean_in_system"}
+"""Dataset variable <- REPLICA field."""
 
 
 @nb.njit(**JIT)

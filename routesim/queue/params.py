@@ -4,7 +4,7 @@ config reads this, the grid builds runs from it and the Dataset copies units and
 into attrs. ``MODEL`` is the model as the pipeline sees it (routesim.schema)."""
 
 from ..schema import TRACE_LEAVES, TRACE_PARAMS, Param, ReplicaModel
-from .dtypes import EventKind, Policy
+from .dtypes import EVENT_NAMES, Policy
 
 PARAMS = (
     Param("dt_ms", "simulation", ("dt_ms",), 0.5, "ms", "time step; 0 = exact event-time mode", low=0),
@@ -60,8 +60,7 @@ POLICIES = tuple(p.name.lower() for p in Policy)
 MODEL = ReplicaModel(
     kind="queue", package=__package__, params=PARAMS + TRACE_PARAMS, section_keys=_SECTION_KEYS,
     leaves=_WORKLOAD_LEAVES, dims=STANDARD_DIMS, policies=POLICIES,
-    event_kinds={"rate_multiplier": EventKind.RATE, "slowdown": EventKind.SLOWDOWN,
-                 "fail": EventKind.FAIL, "recover": EventKind.RECOVER},
+    event_kinds={name: code for code, name in EVENT_NAMES.items()},
     min_max=_MIN_MAX, heterogeneity={"default": (8.0, 11.0, 16.0), "high": (6.0, 11.0, 22.0)},
     help_heterogeneity="mean service times (ms)", kv_blocks=False, trace_axes=False,
     typed_set_values=False)

@@ -9,9 +9,10 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT, JIT_PARALLEL
+from ..ranks import top_rank_nb
 from .dtypes import Status
 from .engine import advance_nb, end_time_nb, finish_nb, init_run_nb
-from .metrics import rank_nb, run_metrics_nb
+from .metrics import run_metrics_nb
 from .policies import outstanding_nb
 
 REPLICA_SAMPLE = np.dtype(
@@ -41,28 +42,6 @@ CLUSTER_SAMPLE = np.dtype(
     align=True,
 )
 """The cluster at one sampling time: arrays of shape ``(runs, samples)``."""
-
-
-@nb.njit(**JIT)
-def top_rank_nb(values, p, top):
-    """Nearest-rank percentile ``sorted(values)[ceil(p·m/100) - 1]`` (NaN when empty),
-    found as the k-th largest, k = m - rank + 1, by one scan that keeps the k largest
-    in ``top`` (descending). For p = 99 and m <= 250 values, k <= 3.
-    """
-    m = values.shape[0]
-    if m == 0:
-        return np.nan
-    k = m - rank_nb(p, m)  # the k-th largest is sorted[rank_nb]
-    for a in range(k):
-        top[a] = -np.inf
-    for v in values:
-        if v > top[k - 1]:
-            a = k - 1
-            while a > 0 and top[a - 1] < v:
-                top[a] = top[a - 1]
-                a -= 1
-            top[a] = v
-    return top[k - 1]
 
 
 @nb.njit(**JIT)

@@ -1,0 +1,106 @@
+"""Nearest-rank percentiles, the one definition every metric and timeline uses: the
+``p``-th percentile (``p`` a whole number) of ``n`` values is ``sorted[ceil(p·n/100) - 1]``,
+NaN when ``n = 0``. Besides the index, four ways to find it: in sorted values, by
+selection (several ranks of one unsorted array, each search starting where the last
+left off), by a scan that keeps the few largest (a high percentile of a short window),
+and in Python (timelines)."""
+
+import numba as nb
+import numpy as np
+
+from .conf import JIT
+
+
+@nb.njit(**JIT)
+def rank_nb(p, n):
+    """The 0-based index of the nearest-rank percentile ``p`` (an integer) of ``n``
+    sorted values, ``ceil(p·n/100) - 1``, computed exactly in integers (-1 when n = 0)."""
+    return (p * n + 99) // 100 - 1
+
+
+@nb.njit(**JIT)
+def of_sorted_nb(sorted_values, p):
+    """Nearest rank ``p`` of values sorted ascending (shape (n,)); NaN when empty."""
+    n = sorted_values.shape[0]
+    if n == 0:
+        return np.nan
+    return sorted_values[rank_nb(p, n)]
+
+
+@nb.njit(**JIT)
+def select_nb(a, lo, k):
+    """``sorted(a)[k]`` for ``k >= lo``, when ``a[lo:]`` already holds the largest
+    values: quickselect (median-of-three pivot) in place on ``a[lo:]``, leaving nothing
+    larger before ``a[k]`` and nothing smaller after it, so that the next, higher rank
+    can start its search at ``k``. O(n) on average (O(n²) at worst), where a sort is
+    O(n log n).
+    """
+    hi = a.shape[0] - 1
+    while hi > lo:
+        mid = (lo + hi) >> 1
+        if a[mid] < a[lo]:
+            a[mid], a[lo] = a[lo], a[mid]
+        if a[hi] < a[lo]:
+            a[hi], a[lo] = a[lo], a[hi]
+        if a[hi] < a[mid]:
+            a[hi], a[mid] = a[mid], a[hi]
+        pivot = a[mid]
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while pivot < a[j]:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            break
+    return a[k]
+
+
+@nb.njit(**JIT)
+def ranked_nb(values, p, lo):
+    """Nearest rank ``p`` (``sorted[ceil(p·n/100) - 1]``) by selection; NaN when empty.
+    ``values[lo:]`` must hold the largest values (see select_nb)."""
+    n = values.shape[0]
+    if n == 0:
+        return np.nan
+    return select_nb(values, lo, rank_nb(p, n))
+
+
+@nb.njit(**JIT)
+def top_rank_nb(values, p, top):
+    """Nearest-rank percentile ``sorted(values)[ceil(p·m/100) - 1]`` (NaN when empty),
+    found as the k-th largest, k = m - rank + 1, by one scan that keeps the k largest
+    in ``top`` (descending). For p = 99 and m <= 250 values, k <= 3.
+    """
+    m = values.shape[0]
+    if m == 0:
+        return np.nan
+    k = m - rank_nb(p, m)  # the k-th largest is sorted[rank_nb]
+    for a in range(k):
+        top[a] = -np.inf
+    for v in values:
+        if v > top[k - 1]:
+            a = k - 1
+            while a > 0 and top[a - 1] < v:
+                top[a] = top[a - 1]
+                a -= 1
+            top[a] = v
+    return top[k - 1]
+
+
+def nearest_rank(values: np.ndarray, p: int = 99) -> float:
+    """Nearest rank ``p`` of ``values`` (shape (m,), any order), by partition; NaN when
+    empty."""
+    m = values.shape[0]
+    if m == 0:
+        return np.nan
+    k = int(rank_nb(p, m))
+    return float(np.partition(values, k)[k])
