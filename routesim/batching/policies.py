@@ -162,6 +162,21 @@ def sample_nb(code, cand, ne, p, u, cursor, v):
 
 
 @nb.njit(**JIT)
+def weigh_nb(code, cand, ne, rw, ro, v):
+    """Before sampling: rate_weighted's weight of each candidate, 1 + the completions
+    router ``ro`` counted from it in the window (``rw`` (routers, replicas))."""
+    if code == Policy.RATE_WEIGHTED:
+        for k in range(ne):
+            v[cand[k]].weight = 1.0 + rw[ro, cand[k]]
+
+
+@nb.njit(**JIT)
+def scoreless_nb(code):
+    """Policies whose sampling alone picks the replica (no scores, no views)."""
+    return code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED
+
+
+@nb.njit(**JIT)
 def slow_start_nb(code):
     """Does the slow-start ramp apply to policy ``code``? (§5: not to prefix_affinity,
     nor to the random policies.)"""

@@ -17,8 +17,8 @@ from .. import ieee_math
 from ..conf import JIT
 from . import blocks as bk
 from . import timers as tm
-from .dtypes import Fate, Policy, Signals, State
-from .policies import choose_nb, sample_nb, slow_start_nb, uniforms_nb
+from .dtypes import Fate, Signals, State
+from .policies import choose_nb, sample_nb, scoreless_nb, slow_start_nb, uniforms_nb, weigh_nb
 from .replica import in_window_nb, push_back_nb
 
 
@@ -125,16 +125,14 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
     then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
     n = rep.shape[0]
     code = p.policy
-    if code == Policy.RATE_WEIGHTED:
-        for k in range(ne):
-            v[cand[k]].weight = 1.0 + rw[ro, cand[k]]
+    weigh_nb(code, cand, ne, rw, ro, v)
     draws = uniforms_nb(code, p.choices)
     nc = sample_nb(code, cand, ne, p, ru[ru_pos:ru_pos + draws], cursor, v)
     ru_pos += draws
     if nc == 0:
         return -1, ru_pos
-    if code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
-        return cand[0], ru_pos  # picked without scores
+    if scoreless_nb(code):
+        return cand[0], ru_pos  # picked by sampling alone
     prompt = wl_P[s]
     cap = (prompt - 1) // p.block_tokens
     ramped = p.slow_start_ms > 0 and slow_start_nb(code)
