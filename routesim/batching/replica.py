@@ -1,4 +1,7 @@
-"""One batching replica's iterations (token-model.md §2), compiled.
+"""One batching replica's iterations (token-model.md §2), compiled: admission, growth,
+preemption, completion and what a crash or a cancellation does. Its lists of waiting
+and running sequences are in :mod:`.lists`, the schedule of its decoding sequences in
+:mod:`.schedule`.
 
 A replica's running sequences are a list in admission order (``REQUEST.r_prev`` /
 ``r_next``), its prefilling ones also a short array (``prefill[i]``), and its decoding
@@ -26,6 +29,8 @@ import numpy as np
 from .. import ieee_math
 from ..conf import JIT
 from . import blocks as bk
+from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
+from .schedule import next_due_nb, start_decoding_nb
 from .dtypes import Due, Fate, State
 
 
@@ -52,208 +57,6 @@ def integrate_nb(r, t, p):
 def tau_of_nb(q, allowance):
     """A sequence's share of τ_i: P + max(A, g)."""
     return q.P + max(allowance, q.g)
-
-
-# --- lists -------------------------------------------------------------------------------
-
-@nb.njit(**JIT)
-def push_back_nb(rep, req, i, s):
-    """Append s to replica i's waiting FIFO."""
-    r = rep[i]
-    req[s].w_next = -1
-    req[s].w_prev = r.w_tail if r.n_wait > 0 else -1
-    if r.n_wait == 0:
-        r.w_head = s
-    else:
-        req[r.w_tail].w_next = s
-    r.w_tail = s
-    r.n_wait += 1
-    req[s].state = State.WAITING
-
-
-@nb.njit(**JIT)
-def _push_front_nb(rep, req, i, s):
-    r = rep[i]
-    req[s].w_next = r.w_head if r.n_wait > 0 else -1
-    req[s].w_prev = -1
-    if r.n_wait == 0:
-        r.w_tail = s
-    else:
-        req[r.w_head].w_prev = s
-    r.w_head = s
-    r.n_wait += 1
-    req[s].state = State.WAITING
-
-
-@nb.njit(**JIT)
-def _pop_front_nb(rep, req, i):
-    r = rep[i]
-    s = r.w_head
-    r.w_head = req[s].w_next
-    if r.w_head >= 0:
-        req[r.w_head].w_prev = -1
-    r.n_wait -= 1
-    return s
-
-
-@nb.njit(**JIT)
-def _wait_remove_nb(rep, req, i, s):
-    r = rep[i]
-    q = req[s]
-    if q.w_prev >= 0:
-        req[q.w_prev].w_next = q.w_next
-    else:
-        r.w_head = q.w_next
-    if q.w_next >= 0:
-        req[q.w_next].w_prev = q.w_prev
-    else:
-        r.w_tail = q.w_prev
-    r.n_wait -= 1
-
-
-@nb.njit(**JIT)
-def _run_append_nb(rep, req, i, s):
-    r = rep[i]
-    req[s].r_next = -1
-    req[s].r_prev = r.r_tail
-    if r.n_run == 0:
-        r.r_head = s
-    else:
-        req[r.r_tail].r_next = s
-    r.r_tail = s
-    r.n_run += 1
-
-
-@nb.njit(**JIT)
-def _run_remove_nb(rep, req, i, s):
-    r = rep[i]
-    q = req[s]
-    if q.r_prev >= 0:
-        req[q.r_prev].r_next = q.r_next
-    else:
-        r.r_head = q.r_next
-    if q.r_next >= 0:
-        req[q.r_next].r_prev = q.r_prev
-    else:
-        r.r_tail = q.r_prev
-    r.n_run -= 1
-
-
-# --- the schedule of decoding sequences -----------------------------------------------------
-
-@nb.njit(**JIT)
-def _due_less(d, a, b):
-    x = d[a]
-    y = d[b]
-    if x.j != y.j:
-        return x.j < y.j
-    if x.kind != y.kind:
-        return x.kind < y.kind
-    return x.adm < y.adm
-
-
-@nb.njit(**JIT)
-def _due_copy(dst, src):
-    dst.j = src.j
-    dst.adm = src.adm
-    dst.kind = src.kind
-    dst.req = src.req
-    dst.epoch = src.epoch
-
-
-@nb.njit(**JIT)
-def _due_down(d, k, n, tmp):
-    while True:
-        c = 2 * k + 1
-        if c >= n:
-            break
-        if c + 1 < n and _due_less(d, c + 1, c):
-            c += 1
-        if not _due_less(d, c, k):
-            break
-        _due_copy(tmp[0], d[k])
-        _due_copy(d[k], d[c])
-        _due_copy(d[c], tmp[0])
-        k = c
-
-
-@nb.njit(**JIT)
-def _due_live(req, i, e):
-    q = req[e.req]
-    return q.epoch == e.epoch and q.state == State.DECODE and q.replica == i
-
-
-@nb.njit(**JIT)
-def _schedule_nb(due, due_n, req, i, j, kind, s, dtmp):
-    d = due[i]
-    n = due_n[i]
-    if n == d.shape[0]:  # full: keep only live entries
-        m = 0
-        for k in range(n):
-            if _due_live(req, i, d[k]):
-                if m != k:
-                    _due_copy(d[m], d[k])
-                m += 1
-        for k in range(m // 2 - 1, -1, -1):
-            _due_down(d, k, m, dtmp)
-        n = m
-    e = d[n]
-    e.j = j
-    e.kind = kind
-    e.adm = req[s].adm
-    e.req = s
-    e.epoch = req[s].epoch
-    k = n
-    while k > 0:
-        parent = (k - 1) >> 1
-        if not _due_less(d, k, parent):
-            break
-        _due_copy(dtmp[0], d[k])
-        _due_copy(d[k], d[parent])
-        _due_copy(d[parent], dtmp[0])
-        k = parent
-    due_n[i] = n + 1
-
-
-@nb.njit(**JIT)
-def _next_due_nb(due, due_n, req, i, j, kind, dtmp):
-    """Pop and return the next live entry (iteration j, this kind) of replica i's
-    schedule, or -1 when there is none."""
-    d = due[i]
-    while due_n[i] > 0:
-        n = due_n[i]
-        e = d[0]
-        live = _due_live(req, i, e)
-        if live and (e.j != j or e.kind != kind):
-            return -1
-        s = e.req
-        _due_copy(d[0], d[n - 1])
-        due_n[i] = n - 1
-        _due_down(d, 0, n - 1, dtmp)
-        if live:
-            return s
-    return -1
-
-
-@nb.njit(**JIT)
-def _start_decoding_nb(rep, req, due, due_n, grow, i, s, j0, p, dtmp):
-    """Sequence s decodes from iteration j0 with its current kv and g: schedule it."""
-    q = req[s]
-    r = rep[i]
-    q.state = State.DECODE
-    q.epoch += 1
-    q.j0 = j0
-    q.over = False
-    r.n_dec += 1
-    r.kv_dec += q.kv
-    b = p.block_tokens
-    last = j0 + q.O - q.g - 1  # the iteration that emits its last token
-    q.res = (j0 + (b - q.kv % b) % b) % b  # its first block crossing, then every b iterations
-    grow[i, q.res] += 1
-    over = j0 + max(0, p.allowance - q.g)
-    if over <= last:
-        _schedule_nb(due, due_n, req, i, over, Due.OVER, s, dtmp)
-    _schedule_nb(due, due_n, req, i, last, Due.DONE, s, dtmp)
 
 
 # --- blocks of a sequence -----------------------------------------------------------------
@@ -367,8 +170,8 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
     q.c = 0
     q.u = 0
     q.x = 0
-    _run_remove_nb(rep, req, i, v)
-    _push_front_nb(rep, req, i, v)
+    run_remove_nb(rep, req, i, v)
+    push_front_nb(rep, req, i, v)
     if in_window_nb(t, p, True):
         mt.preemptions += 1
 
@@ -438,12 +241,12 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
                           cnt, btmp)
             if x == 0:
                 break
-            _pop_front_nb(rep, req, i)
+            pop_front_nb(rep, req, i)
             q = req[s]
             q.adm = cnt[1]
             cnt[1] += 1
             q.state = State.PREFILL
-            _run_append_nb(rep, req, i, s)
+            run_append_nb(rep, req, i, s)
             pre[r.n_pre] = s
             r.n_pre += 1
             q.x = x
@@ -495,7 +298,7 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     q = req[s]
     release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
     r.tau -= q.P + max(p.allowance, q.O)
-    _run_remove_nb(rep, req, i, s)
+    run_remove_nb(rep, req, i, s)
     q.state = State.NONE
     q.done_ms = t
     q.outcome = Fate.COMPLETED
@@ -519,14 +322,14 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
     window = in_window_nb(t, p, False)
     # decoding sequences: each emits one token; those reaching A now count in τ's growth
     while True:
-        s = _next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
+        s = next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
         if s < 0:
             break
         req[s].over = True
         r.n_over += 1
     emit_decoding_nb(r, p, mt, t)
     while True:
-        s = _next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
+        s = next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
         if s < 0:
             break
         q = req[s]
@@ -564,7 +367,7 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
                     n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt,
                                           done_log, n_done, btmp)
                 else:
-                    _start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p, dtmp)
+                    start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p, dtmp)
                 continue
         pre[keep] = s
         keep += 1
@@ -593,7 +396,7 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
         r.n_bh -= 1
         r.tau_bh -= q.P + p.allowance
     elif q.state == State.WAITING:
-        _wait_remove_nb(rep, req, i, s)
+        wait_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q, p.allowance)
         if q.kv > 0:  # cannot be: a waiting sequence holds no blocks
             release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
@@ -618,7 +421,7 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
             r.n_pre = keep
             q.x = 0
         release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
-        _run_remove_nb(rep, req, i, s)
+        run_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q, p.allowance)
     q.state = State.NONE
     q.replica = -1

@@ -19,7 +19,8 @@ from . import blocks as bk
 from . import timers as tm
 from .dtypes import Fate, Signals, State
 from .policies import choose_nb, sample_nb, scoreless_nb, slow_start_nb, uniforms_nb, weigh_nb
-from .replica import in_window_nb, push_back_nb
+from .lists import push_back_nb
+from .replica import in_window_nb
 
 
 @nb.njit(**JIT)
