@@ -1,6 +1,4 @@
-"""python -m routesim.figures results/<name>/ [--out figures/] [--load-curve DIR] [--incidents DIR] [--quiet]
-
-Regenerates the study's figures, as PNG and SVG, from its result Datasets (and from
+"""The serving validation's figures, as PNG and SVG, from its result Datasets (and from
 timelines traced from the sweep text those Datasets carry):
 
 - ``development-objective``: the selection objective against the exploration weight;
@@ -8,20 +6,13 @@ timelines traced from the sweep text those Datasets carry):
 - ``validation-p99``: median p99 and its min–max range across seeds;
 - ``timeline-<scenario>``: timelines of the straggler and failure scenarios;
 - ``load-curve``: the queueing hockey stick (from ``results/load-curve/``);
-- ``estimate-lag``: the straggler's ŝ against its true mean service, several α;
-- ``timeline-black-hole``: the batching model's black-hole incident (from
-  ``results/incidents/``, sweeps/incidents.toml), without and with containment.
-
-Given ``results/token-routing/``, it draws the least-outstanding-routing study's
-figures instead (``lor-*``, :mod:`routesim.least_outstanding`).
+- ``estimate-lag``: the straggler's ŝ against its true mean service, several α.
 
 Every figure uses :data:`PALETTE` (one colour per policy; adaptive in the accent
-colour). Output is byte-for-byte deterministic: fixed SVG hash salt, no dates or
-software versions in the files.
+colour), and is drawn and saved with :mod:`routesim.studies.plotting`'s style:
+byte-for-byte deterministic, fixed SVG hash salt, no dates or software versions in
+the files.
 """
-
-import sys
-from pathlib import Path
 
 import matplotlib
 
@@ -32,14 +23,12 @@ import xarray as xr  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from . import least_outstanding  # noqa: E402
-from .queue.dtypes import EventKind  # noqa: E402
-from .files import replace_atomically  # noqa: E402
-from .resultset import capacity_rps, lag_trace, load, mean_demand, parse_results, reach_time  # noqa: E402
-from .resultset import results_parser, scenario_in, selected_parameter, squeeze, stages, steady  # noqa: E402
+from ...queue.dtypes import EventKind  # noqa: E402
+from .. import plotting  # noqa: E402
+from ..folders import load  # noqa: E402
+from .resultset import capacity_rps, lag_trace, mean_demand, reach_time  # noqa: E402
+from .resultset import scenario_in, selected_parameter, squeeze, stages, steady  # noqa: E402
 from .resultset import straggler_event, timeline_scenarios, timeline_traces, trace_events_text  # noqa: E402
-from .resultset import BLACK_HOLE_ARMS, black_hole_event, black_hole_stage, black_hole_trace  # noqa: E402
-from .resultset import default_incidents  # noqa: E402
 
 PALETTE = {
     "round_robin": "#8c8c8c",    # grey
@@ -56,28 +45,6 @@ LABELS = {"round_robin": "Round Robin", "least_queue": "Least Queue", "latency_a
 ACCENT = "adaptive"
 _SPARE = ("#a0522d", "#6b8e23", "#708090", "#b8860b")
 
-STYLE = {
-    "svg.hashsalt": "routesim",
-    "svg.fonttype": "path",
-    "font.family": "DejaVu Sans",
-    "font.size": 9,
-    "axes.titlesize": 9.5,
-    "axes.labelsize": 9,
-    "legend.fontsize": 8,
-    "xtick.labelsize": 8,
-    "ytick.labelsize": 8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.color": "#e4e4e4",
-    "grid.linewidth": 0.6,
-    "axes.axisbelow": True,
-    "legend.frameon": False,
-    "path.simplify": True,
-}
-"""Matplotlib settings of every figure (applied with ``rc_context``)."""
-
-DPI = 150
 NAMES = {
     "development": "development-objective",
     "attainment": "validation-attainment",
@@ -86,7 +53,6 @@ NAMES = {
     "failure": "timeline-failure",
     "load_curve": "load-curve",
     "lag": "estimate-lag",
-    "black_hole": "timeline-black-hole",
 }
 """File stem of each figure (``figures/<stem>.png`` and ``.svg``)."""
 
@@ -117,8 +83,8 @@ def development_figure(dev: xr.Dataset) -> Figure:
     """Left: the objective (mean over conditions of the mean attainment over seeds)
     against c, the selected value marked. Right: each condition's attainment relative
     to its value at the first c, with the mean."""
-    from .study import objective
-    from .config import Selection
+    from ...study import objective
+    from ...config import Selection
     dev = squeeze(dev, keep=("exploration", "rate_rps", "heterogeneity", "scenario", "seed", "replica"))
     param = selected_parameter(dev)
     chosen = float(dev.attrs[f"selects_{param}"])
@@ -415,123 +381,11 @@ def estimate_lag_figure(tl: xr.Dataset) -> Figure:
     return fig
 
 
-BLACK_HOLE_COLOURS = {"hole": "#c0392b", "others": "#4f7cac", "ejected": "#d9d9d9", "incident": "#f2e3d5"}
-
-
-def _bins(t, per_interval, width_s):
-    """Per-interval counts summed into bins of ``width_s``: (bin end times, per second)."""
-    dt = float(t[1] - t[0])
-    k = max(1, int(round(width_s / dt)))
-    n = (per_interval.shape[-1] - 1) // k
-    x = per_interval[..., 1:1 + n * k].reshape(per_interval.shape[:-1] + (n, k)).sum(axis=-1)
-    return t[1:1 + n * k:k] + (k - 1) * dt, x / (k * dt)
-
-
-def _spans(t, flag):
-    """(start, end) of the runs of ``flag`` true."""
-    out, start = [], None
-    for x, f in zip(t, flag):
-        if f and start is None:
-            start = x
-        elif not f and start is not None:
-            out.append((start, x))
-            start = None
-    if start is not None:
-        out.append((start, float(t[-1])))
-    return out
-
-
-def black_hole_figure(tl: xr.Dataset) -> Figure:
-    """The black-hole incident on one seed: one row per arm (without containment; with
-    the breaker and retry_avoid_previous). Columns: attempts routed per second to the
-    black hole and to an average other replica; outstanding requests as the router
-    sees them; attempts failing per second. The black hole's interval is shaded, the
-    breaker's ejections of it drawn as grey bands."""
-    rep, start, end = black_hole_event(tl)
-    end_s = end if end is not None else float(tl.time.values[-1])
-    lo, hi = max(0.0, start - 4.0), min(float(tl.time.values[-1]), end_s + 4.0)
-    t = tl.time.values
-    win = (t >= lo) & (t <= hi)
-    c = BLACK_HOLE_COLOURS
-    fig = Figure(figsize=(7.6, 4.9), layout="constrained")
-    axes = fig.subplots(len(BLACK_HOLE_ARMS), 3, sharex=True)
-    titles = ("attempts routed to a replica\n(per s, 250 ms bins)",
-              "outstanding requests on a replica,\nas the router sees them",
-              "attempts failing, whole cluster\n(per s, 250 ms bins)")
-    tops = [0.0, 0.0, 0.0]
-    others = [r for r in tl.replica.values if int(r) != rep]
-    for row, arm in enumerate(BLACK_HOLE_ARMS):
-        one = tl.sel(arm).squeeze()
-        hole = one.sel(replica=rep)
-        ax = axes[row]
-        tb, a_hole = _bins(t, hole.assignments.values, 0.25)
-        _, a_rest = _bins(t, one.assignments.sel(replica=others).mean("replica").values, 0.25)
-        keep = (tb >= lo) & (tb <= hi)
-        ax[0].step(tb[keep], a_rest[keep], where="post", color=c["others"], lw=1.0, label="average other replica")
-        ax[0].step(tb[keep], a_hole[keep], where="post", color=c["hole"], lw=1.3, label=f"replica {rep} (black hole)")
-        ax[1].plot(t[win], one.view_requests.sel(replica=others).mean("replica").values[win], color=c["others"], lw=1.0)
-        ax[1].plot(t[win], hole.view_requests.values[win], color=c["hole"], lw=1.3)
-        _, fails = _bins(t, one.failures_interval.values, 0.25)
-        ax[2].step(tb[keep], fails[keep], where="post", color="black", lw=1.0)
-        tops = [max(tops[0], float(a_hole[keep].max()), float(a_rest[keep].max())),
-                max(tops[1], float(one.view_requests.sel(replica=others).mean("replica").values[win].max()),
-                    float(hole.view_requests.values[win].max())),
-                max(tops[2], float(fails[keep].max()))]
-        ejections = _spans(t, hole.ejected.values.astype(bool))
-        for a in ax:
-            a.axvspan(start, end_s, color=c["incident"], alpha=0.6, lw=0, zorder=0)
-            for e0, e1 in ejections:
-                a.axvspan(e0, e1, color=c["ejected"], alpha=0.9, lw=0, zorder=0.5)
-        n_ej = len(ejections)
-        failed = int(one.failed)
-        text = "no breaker, retries may return to it" if row == 0 else \
-            f"breaker ejects it {n_ej} time{'s' if n_ej != 1 else ''}; retries avoid it"
-        ax[0].set_ylabel(("without containment" if row == 0 else "with breaker (5 failures)\n+ retry_avoid_previous"),
-                         fontsize=8.5, fontweight="bold")
-        ax[2].text(0.98, 0.97, f"{text}\nattainment {100 * float(one.attainment):.1f} %, "
-                   f"{failed} request{'s' if failed != 1 else ''} failed",
-                   transform=ax[2].transAxes, ha="right", va="top", fontsize=7,
-                   bbox=dict(fc="white", ec="none", alpha=0.85, pad=1.5), zorder=5)
-    for row in range(len(BLACK_HOLE_ARMS)):
-        for k in range(3):
-            axes[row, k].set_ylim(0, (1.45 if k == 2 else 1.12) * max(tops[k], 1.0))
-            axes[row, k].set_xlim(lo, hi)
-    for k, title in enumerate(titles):
-        axes[0, k].set_title(title, fontsize=8.5)
-        axes[-1, k].set_xlabel("time (s)")
-    handles = [Line2D([], [], color=c["hole"], lw=1.3, label=f"replica {rep} (black hole)"),
-               Line2D([], [], color=c["others"], lw=1.0, label="average of the other replicas"),
-               Line2D([], [], color="black", lw=1.0, label="all replicas"),
-               matplotlib.patches.Patch(color=c["incident"], label=f"replica {rep} fails fast"),
-               matplotlib.patches.Patch(color=c["ejected"], label="ejected by the breaker")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5)
-    pol = str(np.atleast_1d(tl.policy.values)[0])
-    fig.suptitle(f"Black hole: replica {rep} answers every attempt with an error {tl.attrs.get('fail_fast_ms', 2):g} ms "
-                 f"later from {start:g} s to {end_s:g} s\n{pol}, {float(tl.rate_rps):g} req/s on "
-                 f"{tl.sizes['replica']} replicas, seed {int(tl.seed)}: looking emptiest, it draws the traffic",
-                 fontsize=9)
-    return fig
-
-
 # --------------------------------------------------------------------------------------
-# Writing
+# A results folder's figures
 # --------------------------------------------------------------------------------------
 
-def save(fig: Figure, out_dir, stem) -> list:
-    """Write ``stem.png`` and ``stem.svg`` deterministically; return the paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    with matplotlib.rc_context(STYLE):
-        for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
-            path = replace_atomically(out_dir / f"{stem}.{ext}",
-                                      lambda tmp: fig.savefig(tmp, format=ext, dpi=DPI, metadata=meta))
-            paths.append(path)
-            fig.set_layout_engine("none")  # laid out once (for the PNG): the SVG has the same layout
-    return paths
-
-
-def jobs(results_dir, load_curve_dir=None, incidents_dir=None):
+def jobs(results_dir, load_curve_dir=None):
     """[(stem, function returning a Figure)] for a results folder, in order."""
     results = load(results_dir)
     dev, val = stages(results)
@@ -556,56 +410,9 @@ def jobs(results_dir, load_curve_dir=None, incidents_dir=None):
             out.append((NAMES["load_curve"], lambda: load_curve_figure(lcv)))
     if val is not None and scenario_in(val, EventKind.SLOWDOWN) is not None:
         out.append((NAMES["lag"], lambda: estimate_lag_figure(lag_trace(val))))
-    if incidents_dir is not None:
-        bh = black_hole_stage(incidents_dir)
-        if bh is not None:
-            out.append((NAMES["black_hole"], lambda: black_hole_figure(black_hole_trace(bh))))
     return out
 
 
-def render(results_dir, out_dir="figures", load_curve_dir=None, show_progress=False,
-           incidents_dir=None) -> list:
+def render(results_dir, out_dir="figures", load_curve_dir=None, show_progress=False) -> list:
     """Render every figure of a results folder into ``out_dir``; return the written paths."""
-    todo = jobs(results_dir, load_curve_dir, incidents_dir)
-    paths = []
-    bar = None
-    if show_progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(todo), desc="figures", unit="fig", leave=False)
-    for stem, make in todo:
-        if bar is not None:
-            bar.set_postfix_str(stem)
-        with matplotlib.rc_context(STYLE):
-            fig = make()
-        paths += save(fig, out_dir, stem)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return paths
-
-
-def main(argv=None) -> int:
-    ap = results_parser("python -m routesim.figures", __doc__.split("\n\n")[1])
-    ap.add_argument("--out", type=Path, default=Path("figures"), help="output folder (default figures/)")
-    ap.add_argument("--incidents", type=Path, default=None, metavar="DIR",
-                    help="results of sweeps/incidents.toml (default: results/incidents/ beside RESULTS)")
-    args, ok, lc = parse_results(ap, argv, "no progress and no list of files", "skipping the load-curve figure")
-    if not ok:
-        return 2
-    if least_outstanding.is_study(args.results):
-        paths = least_outstanding.figures(args.results, args.out)
-    else:
-        inc = args.incidents or default_incidents(args.results)
-        if inc is None and not args.quiet:
-            print("note: no results/incidents/ (python -m routesim.sweep sweeps/incidents.toml): "
-                  "skipping the black-hole figure", file=sys.stderr)
-        paths = render(args.results, args.out, lc, show_progress=not args.quiet, incidents_dir=inc)
-    if not args.quiet:
-        for p in paths:
-            print(f"wrote {p}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return plotting.render(jobs(results_dir, load_curve_dir), out_dir, show_progress)

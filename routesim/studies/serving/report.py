@@ -1,30 +1,25 @@
-"""python -m routesim.report results/<name>/ [--out docs/serving-validation.md] [--figures figures/]
-[--load-curve DIR] [--quiet]
-
-Writes the validation document from a study's result Datasets alone: the protocol,
-the selection table, the per-policy and per-scenario validation tables, the figures
-(as written by ``python -m routesim.figures``) and a plain reading of who wins where.
-Every number comes from the Datasets, or from timelines the report traces itself
-from the sweep text the Datasets carry; regenerating it gives the same bytes.
-Given ``results/token-routing/``, it writes the least-outstanding-routing study's
-document instead (docs/least-outstanding-routing.md, :mod:`routesim.least_outstanding`).
+"""The serving validation's document (docs/serving-validation.md) from its result
+Datasets alone: the protocol, the selection table, the per-policy and per-scenario
+validation tables, the figures (as :mod:`.figures` writes them) and a plain reading of
+who wins where. Every number comes from the Datasets, or from timelines the report
+traces itself from the sweep text the Datasets carry; regenerating it gives the same
+bytes.
 """
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
+from ...results import sweep_of
+from ...tables import fmt, markdown_table
+from ...timeline import INTERVAL_MS, ROLLING_COMPLETIONS
+from ..folders import load
 from . import figures as F
-from . import least_outstanding
-from .files import write_text
-from .resultset import capacity_rps, condition, lag_trace, load, mean_demand, parse_results, reach_time
-from .resultset import results_parser, selected_parameter, squeeze, stages, steady, straggler_event
-from .resultset import straggler_share, sweep_event_text, sweep_of, timeline_scenarios
-from .tables import fmt, markdown_table
-from .timeline import INTERVAL_MS, ROLLING_COMPLETIONS
+from .resultset import capacity_rps, condition, lag_trace, mean_demand, reach_time
+from .resultset import selected_parameter, squeeze, stages, steady, straggler_event
+from .resultset import straggler_share, sweep_event_text, timeline_scenarios
 
 DEFAULT_OUT = Path("docs") / "serving-validation.md"
 CONDITION_DIMS = ("rate_rps", "heterogeneity", "scenario")
@@ -225,8 +220,8 @@ def protocol(dev, val, sweep) -> str:
 
 
 def selection(dev) -> str:
-    from .config import Selection
-    from .study import objective
+    from ...config import Selection
+    from ...study import objective
     param = selected_parameter(dev)
     chosen = dev.attrs[f"selects_{param}"]
     d = squeeze(dev, keep=(param,) + CONDITION_DIMS + ("seed", "replica"))
@@ -579,47 +574,3 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
     if bar is not None:
         bar.close()
     return "\n".join(parts).rstrip("\n") + "\n"
-
-
-def write(text: str, out_path) -> Path:
-    return write_text(out_path, text)
-
-
-def main(argv=None) -> int:
-    ap = results_parser("python -m routesim.report", __doc__.split("\n\n")[1])
-    ap.add_argument("--out", type=Path, default=None,
-                    help=f"output file (default {DEFAULT_OUT}; {least_outstanding.OUT} for results/token-routing/)")
-    ap.add_argument("--figures", type=Path, default=Path("figures"),
-                    help="folder of the figures the document links to (default figures/)")
-    args, ok, lc = parse_results(ap, argv, "no progress and no messages", "leaving out the hockey stick")
-    if not ok:
-        return 2
-    if least_outstanding.is_study(args.results):
-        args.out = args.out or least_outstanding.OUT
-        text = least_outstanding.document(args.results)
-        path = write(text, args.out)
-        if not args.quiet:
-            print(f"wrote {path}")
-        return 0
-    args.out = args.out or DEFAULT_OUT
-    try:
-        text = build(args.results, args.figures, args.out, lc, show_progress=not args.quiet)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    path = write(text, args.out)
-    if not args.quiet:
-        missing = sorted({m for m in _links(text) if not (path.parent / m).exists()})
-        for m in missing:
-            print(f"note: {m} does not exist yet (python -m routesim.figures)", file=sys.stderr)
-        print(f"wrote {path}")
-    return 0
-
-
-def _links(text):
-    import re
-    return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

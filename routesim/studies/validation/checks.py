@@ -57,9 +57,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import theory
-from .files import write_text
-from .tables import fmt, markdown_table, text_table
+from ... import theory
+from ...files import write_text
+from ...tables import fmt, markdown_table, text_table
 
 Z = 4.0
 """Standard errors allowed between a simulated estimate and its theory value."""
@@ -76,7 +76,7 @@ FIRST_SEED = {"mm1": 1, "mg1": 1001, "md1": 2001, "random": 3001, "round_robin":
 """First seed of each check: disjoint ranges, so that the checks are independent evidence
 (the discretization check uses the study's validation seeds)."""
 
-STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "exploration.toml"
+STUDY = Path(__file__).resolve().parents[3] / "sweeps" / "exploration.toml"
 """The study whose conditions the Little's-law and discretization checks run."""
 
 COMMAND = "python -m routesim.validation --check {name}"
@@ -345,7 +345,7 @@ def token_service_moments(values=None, speed=SERVICE_MS / REFERENCE_MS, jitter=T
     demand of model.md §2 (exact sums over the two token distributions), J the
     uniform jitter, independent of D. ``values`` overrides workload parameters
     ({config parameter name: value})."""
-    from .queue.params import PARAM
+    from ...queue.params import PARAM
     v = {p.name: p.default for p in PARAM.values()}
     v.update(values or {})
     d = theory.token_demand_moments(
@@ -746,7 +746,7 @@ CHECKS = {c.name: c for c in (MM1, MG1, MD1, RANDOM, ROUND_ROBIN, POWER_OF_TWO, 
 
 
 def _run(text: str) -> dict:
-    from . import parse_sweep, run
+    from ... import parse_sweep, run
     return run(parse_sweep(text, "<validation>"), show_progress=False)
 
 
@@ -812,7 +812,7 @@ def _anchor(title: str) -> str:
 def markdown(results: dict, quick: bool, seconds: float) -> str:
     """The report (docs/validation.md): per check its statement, command, comparisons
     and notes; the discretization table."""
-    from . import __version__
+    from ... import __version__
     flag = " --quick" if quick else ""
     rows = [r for res in results.values() for r in res.rows]
     judged = [r for r in rows if r.passed is not None]
