@@ -10,6 +10,7 @@ never asks which model it runs.
   model or tests a kind. The studies, each about one model's results, live apart under
   routesim/studies/; the command lines that run them (routesim/figures.py, report.py,
   least_outstanding.py, validation.py) are the pipeline's and name no model either.
+- The pipeline does not import the studies; only those command lines do.
 - Every model package provides the interface routesim.schema.ReplicaModel calls.
 """
 
@@ -24,6 +25,8 @@ from routesim import models
 PACKAGE = Path(__file__).resolve().parents[1] / "routesim"
 STUDIES = "studies"
 """The folder of the studies (each about one model's results), not of the pipeline."""
+COMMANDS = {"figures.py", "report.py", "least_outstanding.py", "validation.py"}
+"""The command lines of the studies: of the pipeline, and the only part of it that imports them."""
 INTERFACE = {
     "params": ("MODEL", "check_stage"),
     "grid": ("build", "estimate_bytes", "Outcome", "default_chunk_size", "simulate_range", "to_dataset"),
@@ -139,6 +142,21 @@ def test_the_pipeline_names_no_model():
             if any(p.search(code) for p in KIND_PATTERNS):
                 found.append(f"{path.relative_to(PACKAGE)}:{i}: {line.strip()}")
     assert found == []
+
+
+def test_only_the_commands_import_the_studies():
+    studies = f"routesim.{STUDIES}"
+    found = []
+    for path in pipeline_modules():
+        if path.relative_to(PACKAGE).as_posix() in COMMANDS:
+            continue
+        found += [f"{path.relative_to(PACKAGE)} imports {m}" for m in sorted(imports(path))
+                  if m == studies or m.startswith(studies + ".")]
+    assert found == []
+
+
+def test_the_commands_exist():
+    assert all((PACKAGE / name).is_file() for name in COMMANDS)
 
 
 def test_the_name_check_sees_a_kind_test():
