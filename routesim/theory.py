@@ -2,7 +2,7 @@
 
 Plain Python and NumPy (no SciPy): each function is a textbook formula, stated in
 its docstring, with times in any one unit (rates per that unit). The simulator's
-validation (:mod:`routesim.validation`) compares them with exact-mode runs.
+validation (:mod:`routesim.studies.validation`) compares them with exact-mode runs.
 
 Notation: λ arrival rate, μ service rate (1/μ the mean service time), ρ = λ/μ (or
 λ E[S]) the load, W the mean sojourn (waiting + service), W_q the mean wait.

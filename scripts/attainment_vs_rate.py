@@ -38,7 +38,7 @@ def main(argv=None):
         import matplotlib
         matplotlib.use("Agg")
         from matplotlib.figure import Figure
-        from routesim.figures import colour, label   # the project's one colour per policy
+        from routesim.studies.serving.figures import colour, label   # the project's one colour per policy
 
         fig = Figure(figsize=(4 * ds.sizes["heterogeneity"], 3), layout="constrained")
         axes = fig.subplots(1, ds.sizes["heterogeneity"], squeeze=False)[0]

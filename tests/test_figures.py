@@ -16,7 +16,9 @@ import pytest
 
 import routesim
 from conftest import HEAD, EXTRA_SCENARIOS
-from routesim import figures as F
+from routesim import figures as cli
+from routesim.studies import plotting
+from routesim.studies.serving import figures as F
 from routesim.queue.policies import NAMES
 from routesim.results import write_atomic
 
@@ -91,10 +93,7 @@ def test_regenerating_gives_identical_bytes(rendered, tmp_path, stem):
     out, _ = rendered
     root = tiny_results()
     make = dict(F.jobs(root / "tiny", root / "load-curve"))[stem]
-    import matplotlib
-    with matplotlib.rc_context(F.STYLE):
-        fig = make()
-    F.save(fig, tmp_path, stem)
+    plotting.render([(stem, make)], tmp_path)
     for ext in ("png", "svg"):
         assert (tmp_path / f"{stem}.{ext}").read_bytes() == (out / f"{stem}.{ext}").read_bytes(), ext
 
@@ -115,7 +114,7 @@ def test_one_colour_per_policy_and_the_accent():
     spare = [F.colour(q) for q in names]
     assert all(c in F._SPARE and c not in F.PALETTE.values() for c in spare)
     elsewhere = subprocess.run(
-        [sys.executable, "-c", f"import routesim.figures as F; print(*map(F.colour, {names!r}))"],
+        [sys.executable, "-c", f"import routesim.studies.serving.figures as F; print(*map(F.colour, {names!r}))"],
         env={**os.environ, "PYTHONHASHSEED": "12345"}, capture_output=True, text=True, check=True)
     assert elsewhere.stdout.split() == spare
 
@@ -131,12 +130,12 @@ def test_reach_time_of_a_step():
 
 def test_command_line(tmp_path, capsys):
     root = tiny_results()
-    assert F.main([str(tmp_path / "nothing"), "--out", str(tmp_path / "f")]) == 2
+    assert cli.main([str(tmp_path / "nothing"), "--out", str(tmp_path / "f")]) == 2
     assert "no result files" in capsys.readouterr().err
     assert not (tmp_path / "f").exists()
     # only the development stage: one figure, the rest left out without an error
     (tmp_path / "dev").mkdir()
     shutil.copy(root / "tiny" / "development.nc", tmp_path / "dev" / "development.nc")
-    assert F.main([str(tmp_path / "dev"), "--out", str(tmp_path / "f"), "--quiet"]) == 0
+    assert cli.main([str(tmp_path / "dev"), "--out", str(tmp_path / "f"), "--quiet"]) == 0
     assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["development-objective.png",
                                                                  "development-objective.svg"]

@@ -7,8 +7,10 @@ never asks which model it runs.
   routesim.models finds a model's package by name (``importlib``), which is the one
   seam a model is plugged in at.
 - Outside routesim/models.py and the model packages, no module of the pipeline names a
-  model or tests a kind. (The studies, which are about one model's results, are listed
-  apart below until they move out of the pipeline's folder.)
+  model or tests a kind. The studies, each about one model's results, live apart under
+  routesim/studies/; the command lines that run them (routesim/figures.py, report.py,
+  least_outstanding.py, validation.py) are the pipeline's and name no model either.
+- The pipeline does not import the studies; only those command lines do.
 - Every model package provides the interface routesim.schema.ReplicaModel calls.
 """
 
@@ -21,8 +23,10 @@ import pytest
 from routesim import models
 
 PACKAGE = Path(__file__).resolve().parents[1] / "routesim"
-STUDIES = {"figures.py", "report.py", "resultset.py", "validation.py", "least_outstanding"}
-"""Modules of studies (each about one model's results), not of the pipeline."""
+STUDIES = "studies"
+"""The folder of the studies (each about one model's results), not of the pipeline."""
+COMMANDS = {"figures.py", "report.py", "least_outstanding.py", "validation.py"}
+"""The command lines of the studies: of the pipeline, and the only part of it that imports them."""
 INTERFACE = {
     "params": ("MODEL", "check_stage"),
     "grid": ("build", "estimate_bytes", "Outcome", "default_chunk_size", "simulate_range", "to_dataset"),
@@ -115,7 +119,7 @@ def pipeline_modules():
     model_dirs = {models.PACKAGES[k].split(".")[-1] for k in models.KINDS}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] in model_dirs or rel.parts[0] in STUDIES or rel.name == "models.py":
+        if rel.parts[0] in model_dirs or rel.parts[0] == STUDIES or rel.name == "models.py":
             continue
         yield path
 
@@ -138,6 +142,21 @@ def test_the_pipeline_names_no_model():
             if any(p.search(code) for p in KIND_PATTERNS):
                 found.append(f"{path.relative_to(PACKAGE)}:{i}: {line.strip()}")
     assert found == []
+
+
+def test_only_the_commands_import_the_studies():
+    studies = f"routesim.{STUDIES}"
+    found = []
+    for path in pipeline_modules():
+        if path.relative_to(PACKAGE).as_posix() in COMMANDS:
+            continue
+        found += [f"{path.relative_to(PACKAGE)} imports {m}" for m in sorted(imports(path))
+                  if m == studies or m.startswith(studies + ".")]
+    assert found == []
+
+
+def test_the_commands_exist():
+    assert all((PACKAGE / name).is_file() for name in COMMANDS)
 
 
 def test_the_name_check_sees_a_kind_test():

@@ -1,15 +1,16 @@
-"""Claim 9 of the least-outstanding-routing study (routesim/least_outstanding/admission.py),
-recomputed from a reduced run of sweeps/token-routing-admission.toml: the threshold is
-read from the one-replica curve, the 8-replica arms are then run at that threshold (as
-the full study must be) for three loads (1, 1.25, 2 x capacity) and 4 seeds instead of 6
-and 8, and the direction the full study found is asserted; then the claim's row, section
-and figure from those runs written as the sweep writes them."""
+"""Claim 9 of the least-outstanding-routing study
+(routesim/studies/least_outstanding/admission.py), recomputed from a reduced run of
+sweeps/token-routing-admission.toml: the threshold is read from the one-replica curve,
+the 8-replica arms are then run at that threshold (as the full study must be) for three
+loads (1, 1.25, 2 x capacity) and 4 seeds instead of 6 and 8, and the direction the full
+study found is asserted; then the claim's row, section and figure from those runs
+written as the sweep writes them."""
 
 import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
-from routesim.least_outstanding import admission
-from routesim.least_outstanding.common import lead
+from routesim.studies.least_outstanding import admission
+from routesim.studies.least_outstanding.common import lead
 
 SWEEP = SWEEPS / "token-routing-admission.toml"
 

@@ -7,8 +7,8 @@ from the same run."""
 import pytest
 
 from conftest import ROOT, SWEEPS, assert_renders, run_reduced, write_results
-from routesim.least_outstanding import affinity
-from routesim.least_outstanding.common import lead, squeeze
+from routesim.studies.least_outstanding import affinity
+from routesim.studies.least_outstanding.common import lead, squeeze
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ the two-choice one (balls into bins: ln n / ln ln n against ln ln n / ln 2)."""
 import numpy as np
 
 from conftest import SWEEPS, run_reduced
-from routesim.least_outstanding import choices
-from routesim.least_outstanding.common import lead, squeeze
+from routesim.studies.least_outstanding import choices
+from routesim.studies.least_outstanding.common import lead, squeeze
 
 
 def pod(tmp_path, n):

@@ -8,8 +8,8 @@ import re
 import xarray as xr
 
 from conftest import SWEEPS, VERDICTS
-from routesim.least_outstanding import __main__ as cli
-from routesim.least_outstanding import counts
+from routesim.studies.least_outstanding import __main__ as cli
+from routesim.studies.least_outstanding import counts
 
 
 def reduced_counts(tmp_path):

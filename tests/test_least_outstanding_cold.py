@@ -7,8 +7,8 @@ control, cold_factor 1, too)."""
 import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
-from routesim.least_outstanding import cold_start
-from routesim.least_outstanding.common import lead, squeeze
+from routesim.studies.least_outstanding import cold_start
+from routesim.studies.least_outstanding.common import lead, squeeze
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
-from routesim.least_outstanding import counts, example
+from routesim.studies.least_outstanding import counts, example
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ claim's row, section and figure are drawn from the same run."""
 import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
-from routesim.least_outstanding import preemption
-from routesim.least_outstanding.common import lead, paired
+from routesim.studies.least_outstanding import preemption
+from routesim.studies.least_outstanding.common import lead, paired
 
 
 @pytest.fixture(scope="module")

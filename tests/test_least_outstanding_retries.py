@@ -8,8 +8,8 @@ the recovery stage's timeout axis, which a single value would drop)."""
 import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
-from routesim.least_outstanding import retries
-from routesim.least_outstanding.common import lead, squeeze
+from routesim.studies.least_outstanding import retries
+from routesim.studies.least_outstanding.common import lead, squeeze
 
 INF = float("inf")
 TIMEOUT = 10000.0

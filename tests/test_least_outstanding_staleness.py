@@ -6,7 +6,7 @@ import pytest
 import xarray as xr
 
 from conftest import SWEEPS, run_reduced
-from routesim.least_outstanding import staleness
+from routesim.studies.least_outstanding import staleness
 
 
 def test_herd_index_by_hand():

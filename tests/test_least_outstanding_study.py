@@ -6,8 +6,8 @@ Claims 2, 3 and 8's rows, sections and figures are drawn from the same runs."""
 import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
-from routesim.least_outstanding import choices, counts, learning, retries, staleness
-from routesim.least_outstanding.common import lead, paired, squeeze
+from routesim.studies.least_outstanding import choices, counts, learning, retries, staleness
+from routesim.studies.least_outstanding.common import lead, paired, squeeze
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from routesim import figures as F
-from routesim import report as R
+from routesim import report as cli
+from routesim.studies.serving import figures as F
+from routesim.studies.serving import report as R
 from test_figures import tiny_results
 
 
@@ -17,7 +18,7 @@ from test_figures import tiny_results
 def doc(tmp_path_factory):
     root = tiny_results()
     out = tmp_path_factory.mktemp("docs") / "docs" / "serving-validation.md"
-    assert R.main([str(root / "tiny"), "--out", str(out), "--figures", str(out.parent.parent / "figures"),
+    assert cli.main([str(root / "tiny"), "--out", str(out), "--figures", str(out.parent.parent / "figures"),
                    "--load-curve", str(root / "load-curve"), "--quiet"]) == 0
     return out, out.read_text(encoding="utf-8")
 
@@ -113,6 +114,6 @@ def test_seed_range_rule(lo, hi, inside, word):
 
 
 def test_command_line_refuses_a_folder_without_results(tmp_path, capsys):
-    assert R.main([str(tmp_path), "--out", str(tmp_path / "x.md")]) == 2
+    assert cli.main([str(tmp_path), "--out", str(tmp_path / "x.md")]) == 2
     assert "no result files" in capsys.readouterr().err
     assert not (tmp_path / "x.md").exists()

@@ -12,8 +12,8 @@ import pytest
 import xarray as xr
 
 import routesim
-from routesim.least_outstanding import staleness
-from routesim.least_outstanding.common import open_stage
+from routesim.studies.least_outstanding import staleness
+from routesim.studies.least_outstanding.common import open_stage
 from routesim.results import write_atomic
 from test_figures import tiny_results
 

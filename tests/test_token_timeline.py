@@ -219,11 +219,10 @@ def test_incidents_sweep_runs(tmp_path):
         for c in cols:
             assert c in r.stdout
     # the figure from these results, and the trace command on a batching sweep
-    from routesim import figures as F, resultset as R
+    from routesim.studies import plotting
+    from routesim.studies.incidents import figures as F, resultset as R
     tl = R.black_hole_trace(R.black_hole_stage(out))
-    import matplotlib
-    with matplotlib.rc_context(F.STYLE):
-        paths = F.save(F.black_hole_figure(tl), tmp_path / "figs", "timeline-black-hole")
+    paths = plotting.render([(F.NAME, lambda: F.black_hole_figure(tl))], tmp_path / "figs")
     assert all(p.stat().st_size > 10_000 for p in paths)
     r = subprocess.run([sys.executable, "-m", "routesim.trace", str(tmp_path / "incidents.toml"),
                         "--stage", "black-hole", "--seed", "1", "--set", "breaker_consecutive=0,5",

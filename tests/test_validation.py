@@ -1,8 +1,8 @@
-"""Simulation against queueing theory: the checks of routesim.validation.
+"""Simulation against queueing theory: the checks of routesim.studies.validation.
 
 Each comparison is judged by its own standard error (Z·SE plus a stated deterministic
-allowance, see routesim/validation.py); nothing here is tuned to the draws. The checks
-are simulated once per session and shared by the tests that read them.
+allowance, see routesim/studies/validation/checks.py); nothing here is tuned to the
+draws. The checks are simulated once per session and shared by the tests that read them.
 """
 
 import math
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import routesim
-from routesim import theory, validation as v
+from routesim import theory
+from routesim.studies.validation import checks as v
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
 

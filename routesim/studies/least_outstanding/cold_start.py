@@ -35,7 +35,7 @@ def load(root):
 # -- what the sweep says -------------------------------------------------------------
 
 def _sweep(ds):
-    from ..results import sweep_of
+    from ...results import sweep_of
     return sweep_of(ds)
 
 
@@ -254,7 +254,7 @@ def _window_s(ds):
 def timeline(data, seed=None):
     """The batching trace of stage cold at the largest cold factor, every arm, one seed
     (the first unless ``seed``), every 50 ms."""
-    from ..timeline import trace
+    from ...timeline import trace
     ds = data["cold"]
     ams = arms(ds)
     return trace(ds, seed=int(ds.seed.values[0]) if seed is None else seed, interval_ms=TIMELINE_INTERVAL_MS,

@@ -240,7 +240,7 @@ def figure(data, figures_dir=FIGURES):
 
 def describe(rec, scenario):
     """'replicas 3 and 6 crash, 20–40 s' (from the sweep's events) or 'no incident'."""
-    from ..results import sweep_of
+    from ...results import sweep_of
     events = sweep_of(rec).scenarios[scenario]
     if not events:
         return "no incident"
@@ -255,7 +255,7 @@ def describe(rec, scenario):
 
 def incident_span(rec):
     """(first event, last event) of the recovery stage's incidents, s."""
-    from ..results import sweep_of
+    from ...results import sweep_of
     sweep = sweep_of(rec)
     times = [e.at_s for s in ENDED for e in sweep.scenarios[s]]
     return min(times), max(times)

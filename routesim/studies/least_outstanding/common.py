@@ -1,6 +1,7 @@
 """What every claim of the least-outstanding-routing study shares: paired comparisons by
-seed, the per-seed range written in the document, loading a stage's Dataset, and saving
-a figure deterministically (PNG and SVG, fixed SVG hash salt, no dates)."""
+seed, the per-seed range written in the document, loading a stage's Dataset, and how
+its figures are saved (:mod:`routesim.studies.plotting`: PNG and SVG, fixed SVG hash
+salt, no dates)."""
 
 from pathlib import Path
 
@@ -11,8 +12,12 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
+from .. import plotting  # noqa: E402
+
 CAPACITY_RPS = 60.0     # 8 default replicas, sweeps/batching-capacity.toml
 FIGURES = Path("figures")
+DPI = 110
+"""Resolution of the study's PNGs."""
 
 
 def paired(ds, var, a, b):
@@ -59,29 +64,9 @@ def open_stage(path):
 
 
 def save(fig, stem, figures_dir):
-    """Write ``stem``.png and ``stem``.svg into figures_dir, each whole (a temporary file
-    renamed, as every file routesim writes); returns both paths. A figure with a layout
-    engine (``layout="constrained"``) is laid out once and its axes' positions rounded to
-    1e-6 of the figure first: that layout can differ in the last bits from one process
-    to the next, which changes the SVG's clip-path ids; frozen, the files are the same
-    bytes every time."""
-    import matplotlib as mpl
-    from matplotlib.layout_engine import PlaceHolderLayoutEngine
-
-    from ..files import replace_atomically
-    engine = fig.get_layout_engine()
-    if engine is not None and not isinstance(engine, PlaceHolderLayoutEngine):
-        fig.draw_without_rendering()
-        for ax in fig.axes:
-            ax.set_position([round(v, 6) for v in ax.get_position().bounds])
-        fig.set_layout_engine("none")
-    figures_dir = Path(figures_dir)
-    png = replace_atomically(figures_dir / f"{stem}.png",
-                             lambda tmp: fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None}))
-    with mpl.rc_context({"svg.hashsalt": "routesim"}):
-        svg = replace_atomically(figures_dir / f"{stem}.svg",
-                                 lambda tmp: fig.savefig(tmp, format="svg", metadata={"Date": None, "Creator": None}))
-    return [png, svg]
+    """Write ``stem``.png (at :data:`DPI`) and ``stem``.svg into figures_dir, their layout
+    frozen first (:func:`routesim.studies.plotting.save`); returns both paths."""
+    return plotting.save(fig, figures_dir, stem, DPI, freeze_layout=True)
 
 
 def scenario_events(ds, name):

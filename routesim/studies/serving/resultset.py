@@ -1,21 +1,20 @@
-"""A study's results as the figures and the report read them: one home for both.
+"""The serving validation's results as its figures and its report read them: one home
+for both.
 
-Loading a results folder, telling its stages apart, squeezing a Dataset to the
-dimensions a figure or table expects, the traced condition and scenarios, the
-timelines traced from the sweep text a Dataset carries, and the derived numbers
-(mean demand, capacity, how fast ŝ follows a straggler, the straggler's share of
-the routing decisions). :mod:`routesim.figures` only draws these and
-:mod:`routesim.report` only writes them.
+Telling a results folder's stages apart, squeezing a Dataset to the dimensions a
+figure or table expects, the traced condition and scenarios, the timelines traced
+from the sweep text a Dataset carries, and the derived numbers (mean demand,
+capacity, how fast ŝ follows a straggler, the straggler's share of the routing
+decisions). :mod:`.figures` only draws these and :mod:`.report` only writes them.
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from .queue.dtypes import EVENT_NAMES, EventKind
-from .results import sweep_of
+from ...queue.dtypes import EVENT_NAMES, EventKind
+from ...results import sweep_of
 
 LAG_ALPHAS = (0.05, 0.3, 0.6)
 """α values of the estimate-lag figure and table, besides the sweep's own."""
@@ -25,20 +24,8 @@ TIMELINE_KINDS = (("straggler", EventKind.SLOWDOWN), ("failure", EventKind.FAIL)
 
 
 # --------------------------------------------------------------------------------------
-# A results folder and its stages
+# A results folder's stages
 # --------------------------------------------------------------------------------------
-
-def load(results_dir) -> dict:
-    """{stage name: Dataset} of every ``*.nc`` stage file in a results folder."""
-    out = {}
-    for path in sorted(Path(results_dir).glob("*.nc")):
-        if path.name.startswith("trace"):
-            continue
-        with xr.open_dataset(path, engine="h5netcdf") as f:
-            ds = f.load()
-        out[ds.attrs.get("stage", path.stem)] = ds
-    return out
-
 
 def selected_parameter(ds: xr.Dataset):
     """The parameter a stage's Dataset selects (its ``selects_<name>`` attr), or None."""
@@ -150,7 +137,7 @@ def straggler_event(tl: xr.Dataset):
 
 def timeline_traces(val: xr.Dataset) -> dict:
     """{"straggler": trace, "failure": trace} of every policy at :func:`condition`."""
-    from .timeline import trace
+    from ...timeline import trace
     return {key: trace(val, scenario=name, **condition(val)) for key, name in timeline_scenarios(val).items()}
 
 
@@ -158,7 +145,7 @@ def lag_trace(val: xr.Dataset, seed=None):
     """The straggler scenario at :func:`condition` (or the given seeds) for the policies
     that route on ŝ, with α swept over the sweep's value and :data:`LAG_ALPHAS`; None
     without a straggler."""
-    from .timeline import trace
+    from ...timeline import trace
     name = scenario_in(val, EventKind.SLOWDOWN)
     if name is None:
         return None
@@ -190,7 +177,7 @@ def straggler_share(val):
     """Share of the assignments that went to the straggling replica before, during and
     after the slowdown, per rate, policy and seed, at the figures' heterogeneity setting
     (None, None without a straggler scenario)."""
-    from .timeline import trace
+    from ...timeline import trace
     name = scenario_in(val, EventKind.SLOWDOWN)
     if name is None:
         return None, None
@@ -221,8 +208,8 @@ def straggler_share(val):
 
 def mean_demand(ds: xr.Dataset) -> float:
     """E[demand × jitter] of a Dataset's workload parameters (its attrs)."""
-    from .queue.params import DEMAND_PARAMETERS
-    from .theory import mean_demand_ms
+    from ...queue.params import DEMAND_PARAMETERS
+    from ...theory import mean_demand_ms
     return mean_demand_ms({n: (ds.attrs[n],) for n in DEMAND_PARAMETERS if n in ds.attrs})
 
 
@@ -234,97 +221,10 @@ def capacity_rps(ds: xr.Dataset, heterogeneity, mean_demand_ms) -> float:
 
 
 # --------------------------------------------------------------------------------------
-# The command lines that read a results folder
+# The load curve's results, beside the study's
 # --------------------------------------------------------------------------------------
 
 def default_load_curve(results_dir):
     """``results/load-curve/`` beside ``results/<name>/``, when it exists."""
     cand = Path(results_dir).resolve().parent / "load-curve"
     return cand if cand.is_dir() and cand != Path(results_dir).resolve() and any(cand.glob("*.nc")) else None
-
-
-def results_parser(prog, description):
-    """The parser of a command that reads a sweep's results: its ``results`` folder
-    first; the command adds its own options, then calls :func:`parse_results`."""
-    import argparse
-    ap = argparse.ArgumentParser(prog=prog, description=description)
-    ap.add_argument("results", type=Path, help="results folder of a sweep (results/<name>/)")
-    return ap
-
-
-def parse_results(ap, argv, quiet_help, without_load_curve):
-    """Add ``--load-curve DIR`` and ``--quiet``, parse ``argv`` and check the folders:
-    (args, ok, load-curve folder or None), as :func:`check_inputs`."""
-    ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
-                    help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
-    ap.add_argument("--quiet", action="store_true", help=quiet_help)
-    args = ap.parse_args(argv)
-    return (args, *check_inputs(args, without_load_curve))
-
-
-def check_inputs(args, without_load_curve):
-    """(ok, load-curve folder or None) for ``args.results`` and ``args.load_curve``.
-
-    Not ok, after one error line on stderr, when the results folder holds no result
-    file; a missing load curve is a note (unless ``args.quiet``) saying what is left
-    out (``without_load_curve``).
-    """
-    if not args.results.is_dir() or not any(args.results.glob("*.nc")):
-        print(f"error: {args.results}: no result files (*.nc); run python -m routesim.sweep first", file=sys.stderr)
-        return False, None
-    from . import least_outstanding
-    if least_outstanding.is_study(args.results):
-        return True, None      # the least-outstanding study needs no load curve
-    lc = args.load_curve or default_load_curve(args.results)
-    if lc is None and not args.quiet:
-        print("note: no results/load-curve/ (python -m routesim.sweep sweeps/load-curve.toml): "
-              + without_load_curve, file=sys.stderr)
-    return True, lc
-
-
-# --------------------------------------------------------------------------------------
-# The batching model's incidents (sweeps/incidents.toml)
-# --------------------------------------------------------------------------------------
-
-BLACK_HOLE_ARMS = ({"retry_avoid_previous": False, "breaker_consecutive": 0},
-                   {"retry_avoid_previous": True, "breaker_consecutive": 5})
-"""The black-hole figure's arms: without containment, and with the breaker and
-retry_avoid_previous (the incident sweep's values)."""
-
-
-def default_incidents(results_dir):
-    """``results/incidents/`` beside ``results/<name>/``, when it holds the black-hole stage."""
-    cand = Path(results_dir).resolve().parent / "incidents"
-    return cand if cand != Path(results_dir).resolve() and (cand / "black-hole.nc").is_file() else None
-
-
-def black_hole_stage(incidents_dir):
-    """The black-hole stage's Dataset of an incidents results folder, or None."""
-    results = load(incidents_dir)
-    for ds in results.values():
-        if ds.attrs.get("replica_kind") == "batching" and "retry_avoid_previous" in ds.dims \
-                and "breaker_consecutive" in ds.dims:
-            return ds
-    return None
-
-
-def black_hole_trace(ds, seed=None):
-    """The black-hole incident traced for its first seed (or ``seed``), every arm, every
-    10 ms (None without a fail_fast event)."""
-    from .timeline import trace
-    sweep = sweep_of(ds)
-    scen = str(np.atleast_1d(ds.scenario.values)[0])
-    from .batching.dtypes import EventKind as TokenEvent
-    if not any(int(e.kind) == TokenEvent.FAIL_FAST for e in sweep.scenarios[scen]):
-        return None
-    return trace(ds, seed=int(ds.seed.values[0]) if seed is None else seed)
-
-
-def black_hole_event(tl):
-    """(replica 1-based, start s, end s or None) of a batching trace's first fail_fast."""
-    kinds = [str(k) for k in tl.event_kind.values]
-    k = kinds.index("fail_fast")
-    rep = int(tl.event_replica.values[k])
-    end = [float(tl.event_time.values[m]) for m in range(k + 1, len(kinds))
-           if kinds[m] == "recover" and int(tl.event_replica.values[m]) == rep]
-    return rep, float(tl.event_time.values[k]), (end[0] if end else None)

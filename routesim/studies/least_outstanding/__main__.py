@@ -8,9 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import sweep as sweep_cli
-from ..config import ConfigError, load_sweep
-from ..files import write_text
+from ... import sweep as sweep_cli
+from ...config import ConfigError, load_sweep
+from ...files import write_text
 from . import OUT, RESULTS, SWEEPS, document, figures
 
 

@@ -21,7 +21,7 @@ from .common import FIGURES, lead, open_stage, save, spread
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
 STAGES = ("zipf-tie", "zipf-affinity", "zipf-baselines",
           "mooncake-tie", "mooncake-affinity", "mooncake-baselines")
-TRACE = Path(__file__).resolve().parents[2] / "traces" / "mooncake-conv.jsonl"
+TRACE = Path(__file__).resolve().parents[3] / "traces" / "mooncake-conv.jsonl"
 CAPACITY = 52.0   # req/s: this workload's capacity (the sweep file's comment says how measured)
 WHERE = (("zipf", 26.0, "Zipf groups, 26 req/s (0.5 × capacity)"),
          ("zipf", 47.0, "Zipf groups, 47 req/s (0.9 × capacity)"),
