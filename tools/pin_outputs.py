@@ -11,6 +11,7 @@ reduced to a SHA-256. For a refactoring, not a test: the digests are of this cod
 own output, so they say "unchanged", never "right".
 """
 
+import fcntl
 import hashlib
 import json
 import shutil
@@ -57,6 +58,8 @@ def run(argv, cwd=ROOT) -> str:
 def outputs() -> dict:
     pins = {}
     tmp = Path(tempfile.gettempdir()) / "routesim-pins"   # a fixed folder: paths are printed
+    lock = open(tmp.with_suffix(".lock"), "w")             # one run at a time uses it
+    fcntl.flock(lock, fcntl.LOCK_EX)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         results = tmp / "results"
@@ -79,6 +82,7 @@ def outputs() -> dict:
         pins["docs/serving-validation.md"] = sha(doc.read_bytes())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        lock.close()
     return pins
 
 
