@@ -828,7 +828,7 @@ def markdown(results: dict, quick: bool, seconds: float) -> str:
         f"{len(judged) - len(failed)} of {len(judged)} judged comparisons pass"
         + (f", **{len(failed)} fail**." if failed else "."),
         "",
-        "Each check is a sweep written by `routesim/validation.py` (print it with "
+        "Each check is a sweep written by `routesim/studies/validation/checks.py` (print it with "
         "`python -m routesim.validation --sweep NAME`) and run in exact event-time mode "
         "(`dt_ms = 0`) unless the time step is its subject; the closed forms are in "
         "`routesim/theory.py`. An estimate is the mean over k independent seeds of a per-run "
