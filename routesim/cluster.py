@@ -144,10 +144,7 @@ def worker_stats() -> dict:
     """This process's grids built, chunks run, and kernel loads: how many times the batch
     kernel was loaded from Numba's disk cache or compiled (once, however many chunks)."""
     from . import models
-    loads = 0
-    for model in models.every():
-        st = model.batch_kernel().stats
-        loads += sum(st.cache_hits.values()) + sum(st.cache_misses.values())
+    loads = sum(model.kernel_loads() for model in models.every())
     return dict(STATS, pid=os.getpid(), kernel_loads=loads)
 
 

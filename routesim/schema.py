@@ -19,6 +19,7 @@ then, so that reading a sweep file compiles nothing):
 
 import importlib
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,8 +121,14 @@ class ReplicaModel:
     def simulate_range(self, grid, lo: int, hi: int):
         return self.part("grid").simulate_range(grid, lo, hi)
 
-    def batch_kernel(self):
-        return self.part("engine").run_batch_nb
+    def kernel_loads(self) -> int:
+        """How many times this process loaded its batch kernel from Numba's disk cache or
+        compiled it (0 when the model's engine was never imported here)."""
+        engine = sys.modules.get(f"{self.package}.engine")
+        if engine is None:
+            return 0
+        st = engine.run_batch_nb.stats
+        return sum(st.cache_hits.values()) + sum(st.cache_misses.values())
 
     # results
     def to_dataset(self, sweep, grid, outcome, selected):
