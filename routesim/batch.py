@@ -9,7 +9,6 @@ back in its place.
 from . import models
 
 SCRATCH_BUDGET = 256 * 2**20  # bytes of per-run scratch in one chunk
-
 MIN_CHUNKS = 16               # for a progress display that moves
 
 

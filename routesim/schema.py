@@ -85,7 +85,7 @@ class ReplicaModel:
     min_max: tuple                 # (min, max) parameter pairs
     heterogeneity: dict            # settings when the file gives none
     help_heterogeneity: str        # what a heterogeneity value is
-    kv_blocks: bool                # requests carry KV block ids (traces need them, lengths may be drawn)
+    block_ids: bool                # requests carry KV block ids: a trace row must fit a replica's pool
     trace_axes: bool               # trace keys may be lists (grid axes)
     typed_set_values: bool         # ``routesim.trace --set`` takes strings and booleans too
 

@@ -143,7 +143,7 @@ MODEL = ReplicaModel(
     section_keys=SECTION_KEYS, leaves={**LEAVES, **TRACE_LEAVES}, dims=DIMS, policies=tuple(NAMES),
     event_kinds={name: code for code, name in EVENT_NAMES.items()},
     min_max=MIN_MAX, heterogeneity=DEFAULT_HETEROGENEITY,
-    help_heterogeneity="time factors (1 = the reference replica)", kv_blocks=True, trace_axes=True,
+    help_heterogeneity="time factors (1 = the reference replica)", block_ids=True, trace_axes=True,
     typed_set_values=True)
 
 

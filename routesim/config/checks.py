@@ -79,7 +79,7 @@ def _check_traces(rd, stage, src, m):
         rd.fail(src(name), f"the {m.kind} model does not take a trace key as a grid axis yet: "
                            f"give one value (a list works with [replica] {others})")
     pool = None
-    if m.kv_blocks:  # every request's blocks must fit one replica's pool
+    if m.block_ids:  # every request's blocks must fit one replica's pool
         pool = {b: min(v["kv_blocks"]) * b for b in v["block_tokens"]}
     lengths = "lengths_trace" in m.param and v["lengths_trace"] != ("",)
     if v["source"][0] != "trace":
