@@ -27,6 +27,11 @@ class FlatOutcome:
         for name in self.FIELDS:
             getattr(self, name)[lo:hi] = getattr(part, name)
 
+    def put_at(self, runs, part: "FlatOutcome") -> None:
+        """Copy ``part`` (the results of the flat runs ``runs``, shape (k,)) into place."""
+        for name in self.FIELDS:
+            getattr(self, name)[runs] = getattr(part, name)
+
 
 def outcome_type(grid):
     """The class of a grid's raw results (its model's ``Outcome``)."""

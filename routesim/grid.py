@@ -4,6 +4,7 @@ resolved, and the machine's free memory; building a stage's grid is each model's
 (``routesim/<model>/grid.py``).
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -21,9 +22,18 @@ class FlatGrid:
     def shape(self):
         return tuple(len(v) for v in self.coords.values())
 
+    PER_RUN = ("params",)
+    """The fields that hold one row per flat run (the rest is shared by every run)."""
+
     @property
     def runs(self):
         return self.params.shape[0]
+
+    def take(self, runs: np.ndarray):
+        """A grid of only these flat runs (indices, shape (k,)), to simulate them alone:
+        its ``coords`` still describe the whole stage, and its outcome goes back in
+        place with ``FlatOutcome.put_at``."""
+        return dataclasses.replace(self, **{name: getattr(self, name)[runs] for name in self.PER_RUN})
 
 
 def run_index(stage: Stage, values: dict):

@@ -88,6 +88,7 @@ class ReplicaModel:
     block_ids: bool                # requests carry KV block ids: a trace row must fit a replica's pool
     trace_axes: bool               # trace keys may be lists (grid axes)
     typed_set_values: bool         # ``routesim.trace --set`` takes strings and booleans too
+    capacity_latency: tuple        # (variable, its SLO parameter): routesim.capacity's default criterion
 
     @property
     def param(self) -> dict:

@@ -75,6 +75,7 @@ class Grid(FlatGrid):
     ru: np.ndarray
     ru_off: np.ndarray
     kind = MODEL.kind
+    PER_RUN = ("params", "factors")
 
     @property
     def replicas(self):

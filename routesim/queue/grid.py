@@ -78,6 +78,7 @@ class Grid(FlatGrid):
     ru: np.ndarray
     ru_off: np.ndarray
     kind = MODEL.kind
+    PER_RUN = ("params", "base_speed")
 
     @property
     def replicas(self):
