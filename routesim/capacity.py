@@ -34,12 +34,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-STEADY_BACKLOG = 0.02
-"""Not steady when the median over seeds of ``backlog_growth`` exceeds this share of the
-cohort's arrivals (requests)."""
-STEADY_OCCUPANCY = 0.05
-"""Not steady when the median over seeds of ``kv_occupancy_last - kv_occupancy_first``
-exceeds this (fraction of the KV pool)."""
+from . import steady
 
 
 @dataclass(frozen=True)
@@ -246,7 +241,7 @@ def _units(sweep, criterion: Criterion) -> str:
 def steadiness(out: xr.Dataset, rows_dims: list) -> list[str]:
     """Rows whose runs at their capacity were visibly not steady (a Dataset with the
     steady-state variables; none otherwise): their labels and figures."""
-    if "backlog_growth" not in out:
+    if not steady.has_check(out):
         return []
     flagged = []
     for combo in itertools.product(*(out[d].values for d in rows_dims)):
@@ -255,9 +250,8 @@ def steadiness(out: xr.Dataset, rows_dims: list) -> list[str]:
         if math.isnan(c):
             continue
         at = out.sel(sel).sel(rate_rps=c)
-        growth = float(np.median(at.backlog_growth.values / np.maximum(at.arrivals.values, 1)))
-        rise = float(np.median(at.kv_occupancy_last.values - at.kv_occupancy_first.values))
-        if growth > STEADY_BACKLOG or rise > STEADY_OCCUPANCY:
+        growth, rise = steady.trend(at)
+        if not steady.is_steady(growth, rise):
             flagged.append(f"{_label(combo)} at {c:g} req/s: backlog grew by {100 * growth:.1f} % of arrivals, "
                            f"KV occupancy {100 * float(np.median(at.kv_occupancy_first)):.0f} % -> "
                            f"{100 * float(np.median(at.kv_occupancy_last)):.0f} % over the window")
@@ -274,11 +268,11 @@ def table(out: xr.Dataset, rows_dims: list) -> str:
     from .tables import fmt, text_table
     metric = out.attrs["capacity_metric"]
     percent = out[metric].attrs.get("units") == "1"
-    steady = "backlog_growth" in out
+    check = steady.has_check(out)
     shown = [k for k, d in enumerate(rows_dims) if d == "policy" or out.sizes[d] > 1]
     units = "%" if percent else out[metric].attrs.get("units", "")
     headers = [rows_dims[k] for k in shown] + ["capacity req/s", "seeds' range", f"{metric} at capacity ({units})"]
-    if steady:
+    if check:
         headers += ["backlog growth", "KV occ. first→last %"]
     body = []
     for combo in itertools.product(*(out[d].values for d in rows_dims)):
@@ -292,12 +286,12 @@ def table(out: xr.Dataset, rows_dims: list) -> str:
             rng = f"< {low:g}–{np.nanmax(seeds):g}"
         row = [_label([combo[k]]) for k in shown] + [cap_text, rng]
         if math.isnan(c):
-            row += ["—"] + (["—", "—"] if steady else [])
+            row += ["—"] + (["—", "—"] if check else [])
         else:
             at = out.sel(sel).sel(rate_rps=c)
             v = float(np.nanmedian(at[metric].values))
             row.append(fmt(100 * v, ".1f") if percent else fmt(v, ".0f"))
-            if steady:
+            if check:
                 row.append(fmt(float(np.median(at.backlog_growth.values)), ".0f"))
                 row.append(f"{100 * float(np.median(at.kv_occupancy_first)):.0f}→"
                            f"{100 * float(np.median(at.kv_occupancy_last)):.0f}")
@@ -417,9 +411,8 @@ def main(argv=None) -> int:
             print("\nwarning: not steady at capacity (lengthen warmup_s and run again):")
             for line in flagged:
                 print(f"  {line}")
-        elif "backlog_growth" in out:
-            print(f"\nsteady at capacity: every row's backlog grew by at most {100 * STEADY_BACKLOG:g} % of its "
-                  f"arrivals and its KV occupancy rose by at most {100 * STEADY_OCCUPANCY:g} points over the window")
+        elif steady.has_check(out):
+            print(f"\nsteady at capacity: no row shows {steady.rule()}")
         print(f"\nwrote {path}", flush=True)
     return 0
 

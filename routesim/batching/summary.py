@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import xarray as xr
 
+from .. import steady
 from ..tables import fmt, text_table
 
 TOKEN_LABELS = ("policy", "scenario", "heterogeneity")
@@ -30,10 +31,16 @@ def token_policy_rows(ds: xr.Dataset):
     hit rate: medians over runs; shed and failed: percent of cohort arrivals. When
     the Dataset has any: rejected (percent of cohort arrivals), attempts per cohort
     request (when any retry), wasted tokens (median over runs, thousands) and breaker
-    ejections (median over runs)."""
+    ejections (median over runs). Unfinished: percent of cohort arrivals still in the
+    system when the run stopped. When the Dataset has them: ITL p99 (median over runs)
+    and the steady-state check (``routesim.steady``): backlog growth and the rise of KV
+    occupancy over the window, medians over runs, and ``no`` in the steady column when
+    either is too large."""
     groups = [d for d in ("rate_rps", "scenario", "heterogeneity") if ds.sizes.get(d, 1) > 1]
     swept = [d for d in ds.attainment.dims if d not in TOKEN_STANDARD]
     has = {v: v in ds and float(ds[v].sum()) > 0 for v in ("rejected", "retries", "wasted_tokens", "breaker_ejections")}
+    itl = "itl_p99" in ds
+    check = steady.has_check(ds)
     order = groups[:1] + groups[1:] + ["policy"] + swept  # rate first, as before
     names = {"rate_rps": "req/s", "scenario": "scenario", "heterogeneity": "heterogeneity", "policy": "policy"}
     rows = []
@@ -47,10 +54,11 @@ def token_policy_rows(ds: xr.Dataset):
             fmt(100 * float(np.nanmean(sub.attainment.values)), ".2f"),
             fmt(float(np.nanmedian(sub.ttft_p99.values)), ".0f"),
             fmt(float(np.nanmedian(sub.tpot_p99.values)), ".1f"),
+            *([fmt(float(np.nanmedian(sub.itl_p99.values)), ".0f")] if itl else []),
             fmt(float(np.nanmedian(sub.e2e_p99.values)), ".0f"),
             fmt(float(np.nanmedian(sub.preemptions.values)), ".0f"),
             fmt(100 * float(np.nanmedian(sub.prefix_hit_rate.values)), ".1f"),
-            lost("shed"), lost("failed"),
+            lost("shed"), lost("failed"), lost("unfinished"),
         ]
         if has["rejected"]:
             row.append(lost("rejected"))
@@ -61,13 +69,19 @@ def token_policy_rows(ds: xr.Dataset):
         if has["breaker_ejections"]:
             row.append(fmt(float(np.nanmedian(sub.breaker_ejections.values)), ".0f"))
         row.append(fmt(float(np.nanmedian(sub.goodput.values)), ".1f"))
+        if check:
+            growth, rise = steady.trend(sub)
+            row += [fmt(float(np.nanmedian(sub.backlog_growth.values)), ".0f"), fmt(100 * rise, "+.1f"),
+                    "yes" if steady.is_steady(growth, rise) else "no"]
         rows.append(row)
     headers = [names.get(d, d) for d in order] + [
-        "runs", "attain %", "TTFT p99 ms", "TPOT p99 ms", "E2E p99 ms", "preempt",
-        "prefix hit %", "shed %", "failed %"]
+        "runs", "attain %", "TTFT p99 ms", "TPOT p99 ms", *(["ITL p99 ms"] if itl else []), "E2E p99 ms",
+        "preempt", "prefix hit %", "shed %", "failed %", "unfinished %"]
     headers += [h for h, on in (("rejected %", has["rejected"]), ("attempts/req", has["retries"]),
                                 ("wasted k tok", has["wasted_tokens"]), ("ejections", has["breaker_ejections"])) if on]
     headers.append("goodput/s")
+    if check:
+        headers += ["backlog Δ", "KV occ. Δ pts", "steady"]
     return headers, rows
 
 
@@ -77,6 +91,8 @@ def token_align(headers, rows) -> str:
     out = []
     for k, h in enumerate(headers):
         if h in TOKEN_LABELS:
+            out.append("l")
+        elif h == "steady":
             out.append("l")
         elif k < headers.index("runs") and h != "req/s":
             numeric = all(_is_number(r[k]) for r in rows)
@@ -97,4 +113,11 @@ def _is_number(text):
 def policy_table(ds: xr.Dataset) -> str:
     """The stage's policy table, as text."""
     headers, rows = token_policy_rows(ds)
-    return text_table(headers, rows, align=token_align(headers, rows))
+    text = text_table(headers, rows, align=token_align(headers, rows))
+    if "steady" in headers:
+        col = headers.index("steady")
+        unsteady = sum(r[col] == "no" for r in rows)
+        if unsteady:
+            text += (f"\n\nwarning: {unsteady} of {len(rows)} rows were not in a steady state over their window "
+                     f"({steady.rule()}): their numbers describe a filling transient; lengthen warmup_s")
+    return text
