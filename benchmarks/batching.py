@@ -44,8 +44,11 @@ def log(msg):
 # =====================================================================================
 
 def _values(**overrides):
-    """Every flat parameter at token-model.md's defaults (the reference's table), overridden."""
-    v = from_tests("token_reference").defaults()
+    """Every flat parameter at token-model.md's defaults (the reference's table, over the
+    engine's for any key the reference does not state), overridden."""
+    from routesim.batching.params import MODEL
+    v = {p.name: p.default for p in MODEL.params}
+    v.update(from_tests("token_reference").defaults())
     v.update(overrides)
     return v
 

@@ -3,7 +3,7 @@
 NaN when ``n = 0``. Besides the index, four ways to find it: in sorted values, by
 selection (several ranks of one unsorted array, each search starting where the last
 left off), by a scan that keeps the few largest (a high percentile of a short window),
-and in Python (timelines)."""
+of values with repeat counts, and in Python (timelines)."""
 
 import numba as nb
 import numpy as np
@@ -62,6 +62,25 @@ def select_nb(a, lo, k):
         else:
             break
     return a[k]
+
+
+@nb.njit(**JIT)
+def of_weighted_nb(sorted_values, counts, p):
+    """Nearest rank ``p`` of a multiset given as values sorted ascending (shape (m,)),
+    each repeated ``counts`` times (shape (m,), integers >= 1): the same exact integer
+    rank as :func:`rank_nb` over all ``Σ counts`` of them; NaN when empty."""
+    total = 0
+    for c in counts:
+        total += c
+    if total == 0:
+        return np.nan
+    k = rank_nb(p, total)
+    seen = 0
+    for j in range(sorted_values.shape[0]):
+        seen += counts[j]
+        if seen > k:
+            return sorted_values[j]
+    return sorted_values[-1]
 
 
 @nb.njit(**JIT)

@@ -40,6 +40,7 @@ class Param:
     high: float = math.inf
     options: tuple = ()     # the allowed values of a str parameter
     allow_inf: bool = False  # ``inf`` means unbounded
+    words: tuple = ()       # strings a number parameter also takes (allowance_tokens = "exact")
 
 
 TRACE_FORMATS = ("azure", "mooncake", "csv")

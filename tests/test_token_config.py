@@ -299,6 +299,82 @@ def test_bad_incident_keys(tmp_path, run_cli, text, key, fragment):
     assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
 
 
+DRAIN_TTFT_EXACT_BAD = [
+    # [simulation] drain_s: finite, >= 0
+    bad("drain-string", "simulation.drain_s", "expected a number, got a string",
+        ("measure_s = 3", 'measure_s = 3\ndrain_s = "long"')),
+    bad("drain-bool", "simulation.drain_s", "expected a number, got a boolean",
+        ("measure_s = 3", "measure_s = 3\ndrain_s = true")),
+    bad("drain-negative", "simulation.drain_s", "must be >= 0", ("measure_s = 3", "measure_s = 3\ndrain_s = -1")),
+    bad("drain-inf", "simulation.drain_s", "expected a finite number", ("measure_s = 3", "measure_s = 3\ndrain_s = inf")),
+    bad("drain-nan", "simulation.drain_s", "expected a finite number", ("measure_s = 3", "measure_s = 3\ndrain_s = nan")),
+    bad("drain-negative-in-stage-list", "stages[0].drain_s[1]", "must be >= 0", (STAGE, STAGE + "\ndrain_s = [0, -5]")),
+    # events may fall in the drain, not after it
+    bad("event-after-drain", "scenarios.slow.events[0].at_s", "outside the horizon plus the drain",
+        (SLOW_EVENT, "{ at_s = 4.5, replica = 1, slowdown = 2.0 }"), ("measure_s = 3", "measure_s = 3\ndrain_s = 0.5")),
+    bad("event-at-horizon-without-drain", "scenarios.slow.events[0].at_s", "(4 s)",
+        (SLOW_EVENT, "{ at_s = 4, replica = 1, slowdown = 2.0 }"), ("measure_s = 3", "measure_s = 3\ndrain_s = 0")),
+    # [client] ttft_timeout_ms: > 0 (inf: none)
+    bad("ttft-zero", "client.ttft_timeout_ms", "must be > 0", ("[signals]", "[client]\nttft_timeout_ms = 0\n\n[signals]")),
+    bad("ttft-negative", "client.ttft_timeout_ms", "must be > 0",
+        ("[signals]", "[client]\nttft_timeout_ms = -5\n\n[signals]")),
+    bad("ttft-string", "client.ttft_timeout_ms", "expected a number, got a string",
+        ("[signals]", '[client]\nttft_timeout_ms = "fast"\n\n[signals]')),
+    bad("ttft-zero-in-stage", "stages[0].ttft_timeout_ms[0]", "must be > 0", (STAGE, STAGE + "\nttft_timeout_ms = [0, 500]")),
+    bad("ttft-misspelt", "client.ttft_timeout", "did you mean 'ttft_timeout_ms'",
+        ("[signals]", "[client]\nttft_timeout = 500\n\n[signals]")),
+    # [policy] allowance_tokens: a whole number >= 0 or "exact"
+    bad("exact-misspelt", "policy.allowance_tokens", "did you mean 'exact'",
+        ('score = "tokens"', 'score = "tokens"\nallowance_tokens = "exactly"')),
+    bad("exact-other-word", "policy.allowance_tokens", "expected a number or 'exact', got 'oracle'",
+        ('score = "tokens"', 'score = "tokens"\nallowance_tokens = "oracle"')),
+    bad("allowance-negative", "policy.allowance_tokens", "must be >= 0",
+        ('score = "tokens"', 'score = "tokens"\nallowance_tokens = -1')),
+    bad("allowance-fraction", "policy.allowance_tokens", "whole number",
+        ('score = "tokens"', 'score = "tokens"\nallowance_tokens = 12.5')),
+    bad("allowance-bool", "policy.allowance_tokens", "expected a number, got a boolean",
+        ('score = "tokens"', 'score = "tokens"\nallowance_tokens = true')),
+    bad("exact-misspelt-in-stage", "stages[0].allowance_tokens[1]", "did you mean 'exact'",
+        (STAGE, STAGE + '\nallowance_tokens = [256, "exakt"]')),
+    # the queue model has none of them (batching keys), at the top or in a stage
+    bad("drain-in-queue", "simulation.drain_s", "unknown key",
+        ("[simulation]", "[simulation]\ndrain_s = 60"), text=STUDY),
+    bad("drain-in-queue-stage", "stages[0].drain_s", "unknown key",
+        ('policy = ["adaptive"]', 'policy = ["adaptive"]\ndrain_s = 0'), text=STUDY),
+    bad("ttft-in-queue", "client", "unknown key",
+        ("[simulation]", "[client]\nttft_timeout_ms = 500\n\n[simulation]"), text=STUDY),
+    bad("ttft-in-queue-stage", "stages[0].ttft_timeout_ms", "unknown key",
+        ('policy = ["adaptive"]', 'policy = ["adaptive"]\nttft_timeout_ms = 500'), text=STUDY),
+    bad("exact-in-queue", "policy.allowance_tokens", "unknown key",
+        ("alpha = 0.15", 'alpha = 0.15\nallowance_tokens = "exact"'), text=STUDY),
+]
+
+
+@pytest.mark.parametrize("text,key,fragment", DRAIN_TTFT_EXACT_BAD)
+def test_bad_drain_ttft_and_exact_keys(tmp_path, run_cli, text, key, fragment):
+    """Bad values of drain_s, ttft_timeout_ms and allowance_tokens (token-interface.md),
+    and the queue model refusing them: one line naming the file and key, exit 2."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
+
+
+@pytest.mark.parametrize("text", [
+    edit(("measure_s = 3", "measure_s = 3\ndrain_s = 0")),
+    edit(("measure_s = 3", "measure_s = 3\ndrain_s = 0.5"), (SLOW_EVENT, "{ at_s = 4.4, replica = 1, slowdown = 2.0 }")),
+    edit((SLOW_EVENT, "{ at_s = 60, replica = 1, slowdown = 2.0 }")),  # in the default drain of 600 s
+    edit(("[signals]", "[client]\nttft_timeout_ms = inf\n\n[signals]")),
+    edit(("[signals]", "[client]\nttft_timeout_ms = 0.5\n\n[signals]")),
+    edit(('score = "tokens"', 'score = "tokens"\nallowance_tokens = "exact"')),
+    edit(('score = "tokens"', 'score = "tokens"\nallowance_tokens = 0')),
+    edit((STAGE, STAGE + '\nallowance_tokens = [0, 256, "exact"]\ndrain_s = [0, 30]')),
+], ids=["drain-zero", "event-in-drain", "event-in-default-drain", "ttft-inf", "ttft-small", "exact",
+        "allowance-zero", "exact-and-drain-axes"])
+def test_drain_ttft_and_exact_values_are_accepted(text):
+    sweep = routesim.parse_sweep(text, "ok.toml")
+    assert sweep.stages[0].values["drain_s"]
+
+
 def test_incident_features_are_accepted_and_run(tmp_path, run_cli):
     """Every incident key at a non-default value, a recover before any failure (it does
     nothing: docs/model.md) and start_down: the sweep runs."""

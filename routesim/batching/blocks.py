@@ -7,9 +7,17 @@ prompt's run starts or ends — see :func:`routesim.batching.workload.segments`)
 sequence references or releases all its blocks at once, so the blocks of a resident
 segment share one refcount and one ``last_use``, and eviction (smallest ``last_use``,
 then largest position, then smallest id) takes a cached segment's blocks from its end:
-what is resident of a segment is always a prefix of it. So a segment is one record
+what is resident of a segment is a prefix of it. So a segment is one record
 (``SEG``: resident length ℓ, refcount, last_use, position of its first block), and the
 pools cost per segment, not per block or per token.
+
+**Computed blocks** (§2): a holder computes its prompt in order from its cached prefix,
+so what is computed of a segment is a prefix of it (``comp``), except that a capped hit
+(a prompt of whole blocks, all resident) computes the prompt's last block alone
+(``tail``). When its refcount drops to 0 the uncomputed blocks become free: the
+resident prefix shrinks to ``comp`` and a computed last block beyond the hole stays
+resident and cached (an *orphan*: no hit reaches it; eviction takes it first, by its
+position). While referenced, a segment is resident whole.
 
 Storage grows with what is resident, never with ``kv_blocks`` as such: one
 open-addressing table keyed by (replica, segment key) (``tab``, grown by
@@ -52,7 +60,7 @@ def find_nb(tab, replica, key):
 
 
 @nb.njit(**JIT)
-def _put_nb(tab, replica, key, length, ref, last, pos0, gen):
+def _put_nb(tab, replica, key, length, ref, last, pos0, gen, full, comp, tail):
     mask = tab.shape[0] - 1
     h = _home(tab.shape[0], replica, key)
     while tab[h].used:
@@ -66,6 +74,9 @@ def _put_nb(tab, replica, key, length, ref, last, pos0, gen):
     e.last = last
     e.pos0 = pos0
     e.gen = gen
+    e.full = full
+    e.comp = comp
+    e.tail = tail
     return h
 
 
@@ -95,6 +106,9 @@ def _delete_nb(tab, h):
         a.last = b.last
         a.pos0 = b.pos0
         a.gen = b.gen
+        a.full = b.full
+        a.comp = b.comp
+        a.tail = b.tail
         i = j
     tab[i].used = False
 
@@ -112,7 +126,7 @@ def reserve_nb(tab, used, extra):
     for h in range(tab.shape[0]):
         e = tab[h]
         if e.used:
-            _put_nb(out, e.replica, e.key, e.length, e.ref, e.last, e.pos0, e.gen)
+            _put_nb(out, e.replica, e.key, e.length, e.ref, e.last, e.pos0, e.gen, e.full, e.comp, e.tail)
     return out
 
 
@@ -178,11 +192,24 @@ def _valid(tab, replica, x):
 
 
 @nb.njit(**JIT)
+def orphan_nb(e):
+    """Is segment entry e's computed last block resident beyond a hole (cached only)?"""
+    return e.tail and e.length < e.full
+
+
+@nb.njit(**JIT)
+def resident_nb(e):
+    """Resident blocks of segment entry e: its prefix, and an orphan last block."""
+    return e.length + (1 if orphan_nb(e) else 0)
+
+
+@nb.njit(**JIT)
 def _set_entry(x, e):
-    """Heap entry x for table entry e: its last block is the next to go."""
+    """Heap entry x for table entry e: its last resident block is the next to go."""
+    last = e.full - 1 if orphan_nb(e) else e.length - 1
     x.last = e.last
-    x.negpos = -(e.pos0 + e.length - 1)
-    x.lastid = e.key + e.length - 1
+    x.negpos = -(e.pos0 + last)
+    x.lastid = e.key + last
     x.key = e.key
     x.gen = e.gen
     x.length = e.length
@@ -224,6 +251,20 @@ def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
             continue
         h = find_nb(tab, i, top.key)
         e = tab[h]
+        if orphan_nb(e):  # its orphan last block goes alone
+            e.tail = False
+            rep[i].cached -= 1
+            need -= 1
+            if e.length == 0:
+                _delete_nb(tab, h)
+                deleted += 1
+                _copy(hp[0], hp[n - 1])
+                heap_n[i] = n - 1
+                _sift_down(hp, 0, n - 1, tmp)
+            else:
+                _set_entry(hp[0], e)
+                _sift_down(hp, 0, n, tmp)
+            continue
         # blocks of this segment that go before every other entry: the runner-up is a child
         allowed = e.length
         for c in (1, 2):
@@ -237,6 +278,8 @@ def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
                     allowed = min(allowed, max(k, 1))
         take = min(need, allowed)
         e.length -= take
+        e.comp = e.length  # cached: every resident block is computed
+        e.tail = False
         rep[i].cached -= take
         need -= take
         if e.length == 0:
@@ -274,8 +317,8 @@ def ref_nb(tab, rep, i, h, t):
     """Reference the resident segment in slot h (cached -> referenced when unused)."""
     e = tab[h]
     if e.ref == 0:
-        rep[i].cached -= e.length
-        rep[i].idref += e.length
+        rep[i].cached -= resident_nb(e)
+        rep[i].idref += resident_nb(e)
     e.ref += 1
     e.last = t
 
@@ -283,31 +326,55 @@ def ref_nb(tab, rep, i, h, t):
 @nb.njit(**JIT)
 def add_nb(tab, rep, i, key, length, pos0, t):
     """Blocks just made free (``take_nb``) become the resident segment ``key`` of
-    ``length`` blocks, referenced once. Returns its slot."""
+    ``length`` blocks, referenced once, none computed yet. Returns its slot."""
     rep[i].idref += length
-    return _put_nb(tab, i, key, length, 1, t, pos0, 0)
+    return _put_nb(tab, i, key, length, 1, t, pos0, 0, length, 0, False)
 
 
 @nb.njit(**JIT)
-def extend_nb(tab, rep, i, h, full):
-    """A referenced, partly resident segment gets its missing blocks (already made free)."""
+def extend_nb(tab, rep, i, h):
+    """A referenced, partly resident segment gets its missing blocks (already made
+    free, uncomputed; an orphan last block is referenced as it is)."""
     e = tab[h]
-    rep[i].idref += full - e.length
-    e.length = full
+    rep[i].idref += e.full - resident_nb(e)
+    e.length = e.full
 
 
 @nb.njit(**JIT)
 def unref_nb(tab, heap, heap_n, rep, i, key, t, tmp):
-    """Release one reference of the resident segment ``key`` of replica i."""
+    """Release one reference of the resident segment ``key`` of replica i; at refcount 0
+    its computed blocks become cached and its uncomputed ones free (§2 "Computed
+    blocks"). Returns the table entries deleted (1 when nothing of it stays resident)."""
     h = find_nb(tab, i, key)
     e = tab[h]
     e.ref -= 1
     e.last = t
     if e.ref == 0:
         rep[i].idref -= e.length
-        rep[i].cached += e.length
+        if e.comp < e.full:  # some block is uncomputed: the resident prefix shrinks to the computed one
+            e.length = e.comp
+        res = resident_nb(e)
+        rep[i].cached += res
+        if res == 0:
+            _delete_nb(tab, h)
+            return 1
         e.gen += 1
         _push_cached_nb(tab, heap, heap_n, i, h, tmp)
+    return 0
+
+
+@nb.njit(**JIT)
+def computed_nb(tab, i, key, lo, hi):
+    """A holder of segment ``key`` on replica i has computed its blocks ``lo:hi``
+    (segment positions; ``lo`` where the holder's cached prefix ends, so ``lo`` is the
+    computed prefix's end or the segment's last block)."""
+    e = tab[find_nb(tab, i, key)]
+    if lo <= e.comp:
+        e.comp = max(e.comp, hi)
+    elif hi == e.full:
+        e.tail = True
+    if e.tail and e.comp == e.full - 1:
+        e.comp = e.full
 
 
 # --- views: published snapshots and a router's own additions (§3), same table layout -----
@@ -326,7 +393,7 @@ def set_len_nb(tab, owner, key, length):
     if h >= 0:
         tab[h].length = length
     else:
-        _put_nb(tab, owner, key, length, 0, 0.0, 0, 0)
+        _put_nb(tab, owner, key, length, 0, 0.0, 0, 0, length, 0, False)
 
 
 @nb.njit(**JIT)

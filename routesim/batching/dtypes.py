@@ -94,10 +94,13 @@ PARAMS = np.dtype(
         ("c_kv", np.float64),             # ms per KV token of decoding sequences
         ("warmup_ms", np.float64),
         ("horizon_ms", np.float64),
+        ("limit_ms", np.float64),         # horizon + drain: nothing after it is processed
+        ("quarter_ms", np.float64),       # q = measure_s · 250 (kv_occupancy_first/last)
         ("slo_ttft_ms", np.float64),
         ("slo_tpot_ms", np.float64),
         ("choices", np.int64),            # d
         ("allowance", np.int64),          # A, tokens
+        ("exact_output", np.bool_),       # allowance_tokens = "exact": A becomes each request's O
         ("tie_tolerance", np.float64),
         ("prefill_weight", np.float64),   # w of the cost score
         ("balance_abs", np.float64),
@@ -115,6 +118,7 @@ PARAMS = np.dtype(
         ("period_ms", np.float64),
         ("routers", np.int64),
         ("timeout_ms", np.float64),       # inf: none
+        ("ttft_timeout_ms", np.float64),  # first-token deadline from routing; inf: none
         ("max_attempts", np.int64),
         ("backoff_ms", np.float64),
         ("retry_avoid_previous", np.bool_),
@@ -166,6 +170,7 @@ REPLICA = np.dtype(
         ("tau_bh", np.int64),       # their share of τ_i
         ("busy", np.bool_),         # an iteration is in progress
         ("end_ms", np.float64),     # when it ends
+        ("begin_ms", np.float64),   # when it began (its decoding sequences' previous token)
         ("started", np.int64),      # iterations started (the one in progress is started - 1)
         ("n_run", np.int64),        # running sequences
         ("r_head", np.int64),       # running list, admission order: REQUEST.r_prev/r_next
@@ -182,7 +187,9 @@ REPLICA = np.dtype(
         ("cached", np.int64),       # resident id'd blocks with refcount 0
         ("tau", np.int64),          # τ_i: Σ P_s + max(A, g_s) over waiting and running
         ("area", np.float64),       # ∫ referenced blocks dt over [warm-up, horizon] so far
-        ("area_ms", np.float64),    # time up to which ``area`` is integrated
+        ("area_first", np.float64), # the same over the window's first quarter [warm-up, warm-up + q]
+        ("area_last", np.float64),  # ... and its last, [horizon − q, horizon]
+        ("area_ms", np.float64),    # time up to which the areas are integrated
         ("assigned", np.int64),     # attempts routed here in [warm-up, horizon)
         ("completed", np.int64),    # completions here in (warm-up, horizon]
         ("tokens", np.int64),       # tokens emitted here in (warm-up, horizon]
@@ -202,6 +209,8 @@ REQUEST = np.dtype(
     [
         ("P", np.int64),            # prompt tokens
         ("O", np.int64),            # output tokens
+        ("A", np.int64),            # its output allowance in τ: A, or O when allowance_tokens = "exact"
+        ("cohort", np.bool_),       # arrived in [warm-up, horizon)
         ("g", np.int64),            # tokens generated (while decoding: at iteration j0)
         ("kv", np.int64),           # tokens whose KV is in the cache (decoding: before iteration j0)
         ("j0", np.int64),           # decoding: its replica's first iteration of decoding
@@ -228,9 +237,12 @@ REQUEST = np.dtype(
         ("retries", np.int64),      # placements with attempt number ≥ 2
         ("router", np.int64),       # floor(h·R)
         ("deadline", np.float64),   # the current attempt's timeout
+        ("ft_deadline", np.float64),  # the current attempt's first-token deadline
+        ("last_ms", np.float64),    # preempted after emitting: its last token's time (an ITL gap's start)
         ("bh_ms", np.float64),      # black-holed: when it fails
         ("retry_ms", np.float64),   # in backoff: when its retry is due
         ("gw", np.int64),           # tokens the current attempt had emitted by the warm-up's end
+        ("gh", np.int64),           # ... by the horizon (set when the run goes past it)
         ("n_failed", np.int64),     # replicas it failed on (the first n of its row of ``failed``)
         ("f_next", np.int64),       # next in its router's front-door FIFO
     ],
@@ -251,10 +263,12 @@ SAMPLE = np.dtype(
 """One replica at a timeline sample (router 0's ejection and view); counts cumulative."""
 
 CLUSTER_SAMPLE = np.dtype(
-    [("retries", np.int64), ("failures", np.int64), ("shed", np.int64), ("rejected", np.int64)],
+    [("retries", np.int64), ("failures", np.int64), ("shed", np.int64), ("rejected", np.int64),
+     ("timeouts", np.int64), ("ttft_timeouts", np.int64)],
     align=True,
 )
-"""The cluster at a timeline sample: cumulative counts."""
+"""The cluster at a timeline sample: cumulative counts (failures: every attempt failure;
+timeouts and ttft_timeouts: those by the whole-attempt and by the first-token deadline)."""
 
 VIEW = np.dtype(
     [("o", np.int64), ("tau", np.int64), ("ref", np.int64), ("res", np.int64), ("hit", np.int64),
@@ -279,7 +293,11 @@ SEG = np.dtype(
         ("key", np.int64),          # id of the segment's first block
         ("replica", np.int64),
         ("used", np.bool_),
-        ("length", np.int64),       # resident blocks: a prefix of the segment
+        ("length", np.int64),       # resident blocks: a prefix of the segment (all of it while referenced)
+        ("full", np.int64),         # the segment's blocks
+        ("comp", np.int64),         # computed blocks: a prefix of the resident ones
+        ("tail", np.bool_),         # its last block is computed (a capped hit computed it alone);
+                                    # with length < full, that block is resident beyond a hole
         ("ref", np.int64),          # refcount (of every block of it)
         ("last", np.float64),       # last_use (ms)
         ("pos0", np.int64),         # position of its first block in the prompt that made it resident
@@ -314,18 +332,22 @@ METRICS = np.dtype(
         ("rejected", np.int64), ("shed", np.int64), ("unfinished", np.int64),
         ("ttft_p50", np.float64), ("ttft_p90", np.float64), ("ttft_p99", np.float64),
         ("tpot_p50", np.float64), ("tpot_p90", np.float64), ("tpot_p99", np.float64),
+        ("itl_p50", np.float64), ("itl_p90", np.float64), ("itl_p99", np.float64), ("itl_max", np.float64),
         ("e2e_p50", np.float64), ("e2e_p90", np.float64), ("e2e_p99", np.float64),
         ("e2e_mean", np.float64),
         ("attainment", np.float64), ("goodput", np.float64), ("throughput", np.float64),
         ("token_throughput", np.float64), ("wasted_tokens", np.int64),
         ("preemptions", np.int64), ("breaker_ejections", np.int64),
         ("prefix_hit_rate", np.float64), ("kv_occupancy", np.float64), ("batch_mean", np.float64),
+        ("backlog_growth", np.int64), ("kv_occupancy_first", np.float64), ("kv_occupancy_last", np.float64),
         ("attempts", np.int64), ("retries", np.int64), ("placement_occupancy", np.float64),
         # accumulators, finished into the rates above
         ("hit_tokens", np.float64), ("admit_tokens", np.float64),
         ("busy_ms", np.float64), ("batch_ms", np.float64),
         ("done_any", np.int64), ("tokens_window", np.int64),
         ("iterations", np.int64),  # iterations started over the whole run (for benchmarks)
+        ("entered", np.int64), ("entered_cohort", np.int64),  # arrivals so far (all, cohort)
+        ("left", np.int64), ("left_cohort", np.int64),        # final outcomes so far (all, cohort)
     ],
     align=True,
 )

@@ -6,8 +6,10 @@ run in exact event time: at each time T at which anything happens, in the order 
 failures (crashes, black holes, timeouts), observed in request order: breaker, then
 the retry decision; (4) breaker re-admissions; (5) signal publications; (6) routing:
 the front door's FIFOs, then retries and arrivals due at T, in request order; (7)
-iteration starts of idle replicas with work. Everything at a time ≤ horizon is
-processed, nothing after.
+iteration starts of idle replicas with work. Everything up to the stop is processed
+(§7 Drain): past the horizon the run goes on while a cohort request is in the system,
+to horizon + drain at most; counters of arrivals and final outcomes (``settle_nb``)
+say how many are in it, without a scan.
 
 Per-run scratch (requests, running lists, the block table and eviction heaps) is
 allocated inside the run, so memory in flight is (threads × one run), whatever the
@@ -28,7 +30,7 @@ from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TI
                      Fate, Signals, State)
 from .metrics import finish_metrics_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, empty_nb, finish_nb, g_now_nb,
-                      integrate_nb, start_nb)
+                      integrate_nb, settle_nb, start_nb)
 from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_nb, view_nb
 
 
@@ -52,6 +54,30 @@ def _sort_ints(a, n):
 
 
 @nb.njit(**JIT)
+def _gap_room_nb(gap_ms, gap_n, used, extra):
+    """The inter-token gap arrays, or twice as large copies, with room for ``extra`` more."""
+    if used + extra <= gap_ms.shape[0]:
+        return gap_ms, gap_n
+    cap = gap_ms.shape[0]
+    while used + extra > cap:
+        cap *= 2
+    ms = np.empty(cap)
+    n = np.empty(cap, np.int64)
+    ms[:used] = gap_ms[:used]
+    n[:used] = gap_n[:used]
+    return ms, n
+
+
+@nb.njit(**JIT)
+def _close_window_nb(rep, req):
+    """The run goes past the horizon: each attempt in flight keeps the tokens it had
+    emitted by then (``gh``: wasted tokens count only those of the window)."""
+    for s in range(req.shape[0]):
+        if tm.in_flight_nb(req[s]):
+            req[s].gh = g_now_nb(rep, req, s)
+
+
+@nb.njit(**JIT)
 def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, ru, mt,
                sample_t, samples, cluster, keep):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
@@ -71,6 +97,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q = req[k]
         q.P = wl_P[k]
         q.O = wl_O[k]
+        q.A = wl_O[k] if p.exact_output else p.allowance
+        q.cohort = wl_t[k] >= p.warmup_ms  # arrivals are all before the horizon
         q.g = 0
         q.kv = 0
         q.j0 = 0
@@ -97,12 +125,15 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.retries = 0
         q.router = min(int(math.floor(wl_key[k] * R)), R - 1)
         q.deadline = np.inf
+        q.ft_deadline = np.inf
+        q.last_ms = np.nan
         q.bh_ms = np.inf
         q.retry_ms = np.inf
         q.gw = 0
+        q.gh = 0
         q.n_failed = 0
         q.f_next = -1
-    cum = np.zeros(4, np.int64)  # retries, failures, sheds, rejections so far (timelines)
+    cum = np.zeros(6, np.int64)  # retries, failures, sheds, rejections, timeouts, first-token timeouts (timelines)
     si = 0
     for i in range(nrep):
         r = rep[i]
@@ -119,6 +150,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         r.idref = 0
         r.cached = 0
         r.area = 0.0
+        r.area_first = 0.0
+        r.area_last = 0.0
         r.area_ms = 0.0
         r.assigned = 0
         r.completed = 0
@@ -140,6 +173,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     due_n = np.zeros(nrep, np.int64)
     grow = np.zeros((nrep, p.block_tokens), np.int64)
     prefill = np.empty((nrep, p.max_batch), np.int64)
+    found = np.zeros(most, np.bool_)  # admission's scratch: which of a prompt's segments are resident
     btmp = np.zeros(1, CACHED)
     dtmp = np.zeros(1, DUE)
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
@@ -175,6 +209,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     fail_rep = np.full(n, -1, np.int64)  # by request: the replica it failed on, -1 front door
     fail_crash = np.zeros(n, np.bool_)
     n_fail = 0
+    gap_ms = np.empty(1024)             # inter-token gaps in the window: (ms, how many), ...
+    gap_n = np.empty(1024, np.int64)
+    n_gap = np.zeros(1, np.int64)
     due_req = np.empty(n, np.int64)      # retries due at one time
     done_log = np.empty((2, n), np.int64)   # replica and request of each completion, in time order
     done_ro = np.empty(n, np.int64)         # its router
@@ -186,7 +223,12 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     ev = 0
     n_ev = events.shape[0]
     horizon = p.horizon_ms
+    front_ms = min(p.timeout_ms, p.ttft_timeout_ms)  # a first attempt held at the front door fails then
+    front_ttft = p.ttft_timeout_ms < p.timeout_ms
     window_open = False
+    past = False                       # the run has gone past the horizon
+    seen_warmup = False                # requests in the system after time warm-up was processed: taken
+    backlog_w = 0
     prev_t = -np.inf
     ends = np.zeros(nrep + 1, TIMER)   # iteration ends: (end, replica, iteration), at most one live each
     ends_n = np.zeros(1, np.int64)
@@ -220,15 +262,23 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     t = min(t, ej_until[ro, i])
         if periodic:
             t = min(t, ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms)
-        if not np.isinf(p.timeout_ms):
+        if not np.isinf(front_ms):
             for ro in range(R):
                 if f_head[ro] >= 0:
-                    t = min(t, wl_t[f_head[ro]] + p.timeout_ms)
+                    t = min(t, wl_t[f_head[ro]] + front_ms)
         while si < sample_t.shape[0] and sample_t[si] < t and sample_t[si] <= horizon:
             _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
             si += 1
+        if not seen_warmup and t > p.warmup_ms:
+            seen_warmup = True
+            backlog_w = mt.entered - mt.left
         if t > horizon:
-            break
+            if not past:
+                past = True
+                mt.backlog_growth = (mt.entered - mt.left) - backlog_w
+                _close_window_nb(rep, req)
+            if mt.entered_cohort == mt.left_cohort or t > p.limit_ms:
+                break
         prev_t = t
         if not window_open and t > p.warmup_ms:
             # tokens emitted by the warm-up's end: wasted tokens count only later ones
@@ -249,11 +299,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     n_dirty += 1
                 integrate_nb(rep[i], t, p)
                 before = n_done
+                gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], 1 + r.n_pre)
                 if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
-                    emit_decoding_nb(r, p, mt, t)  # nothing due: decoding tokens only
+                    emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
                 else:
                     n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
-                                       seg_key, seg_off, mt, done_log, n_done, btmp, dtmp)
+                                       seg_key, seg_len, seg_off, mt, done_log, n_done, cnt, gap_ms, gap_n,
+                                       n_gap, btmp, dtmp)
                 for c in range(before, n_done):
                     s = done_log[1, c]
                     ro = req[s].router
@@ -301,7 +353,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             s = timers[tm.BLACK_HOLES][0].req
             tm.pop_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES)
             i = req[s].replica
-            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp)
+            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
             fail_req[n_fail] = s
             fail_rep[s] = i
             fail_crash[s] = False
@@ -309,9 +361,18 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         while tn[0] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
             s = timers[tm.DEADLINES][0].req
             tm.pop_nb(timers[tm.DEADLINES], tn, tm.DEADLINES)
-            i = req[s].replica
+            q = req[s]
+            if q.ft_deadline < q.deadline and t == q.ft_deadline:  # its first-token deadline
+                if not math.isnan(q.first_ms):  # it has its first token: only the whole deadline is left
+                    if not np.isinf(q.deadline):
+                        tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, q.deadline, s, q.tries)
+                    continue
+                cum[5] += 1
+            else:
+                cum[4] += 1
+            i = q.replica
             integrate_nb(rep[i], t, p)
-            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp)
+            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
             fail_req[n_fail] = s
             fail_rep[s] = i
             fail_crash[s] = False
@@ -323,9 +384,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 ain[ro] -= 1
                 if req[s].tries >= 2:
                     rin[ro] -= 1
-        if not np.isinf(p.timeout_ms):
-            for ro in range(R):  # first attempts still held at the front door at a_r + timeout
-                while f_head[ro] >= 0 and wl_t[f_head[ro]] + p.timeout_ms == t:
+        if not np.isinf(front_ms):
+            for ro in range(R):  # first attempts still held at the front door at a_r + either deadline
+                while f_head[ro] >= 0 and wl_t[f_head[ro]] + front_ms == t:
                     s = f_head[ro]
                     f_head[ro] = req[s].f_next
                     if f_head[ro] < 0:
@@ -333,6 +394,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     req[s].tries += 1
                     req[s].g = 0
                     req[s].gw = 0
+                    req[s].gh = 0
+                    cum[5 if front_ttft else 4] += 1
                     fail_req[n_fail] = s
                     fail_rep[s] = -1
                     fail_crash[s] = False
@@ -343,8 +406,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             for f in range(n_fail):
                 s = fail_req[f]
                 q = req[s]
-                if window_open:
-                    mt.wasted_tokens += q.g - q.gw
+                if window_open:  # its tokens of the window: after the warm-up, up to the horizon
+                    mt.wasted_tokens += (q.gh if past else q.g) - q.gw
                 observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
                                     times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
             n_fail = 0
@@ -403,7 +466,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             f_head[best] = req[s].f_next
             if f_head[best] < 0:
                 f_tail[best] = -1
-            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum)
+            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum, mt)
             if i >= 0 and not marked[i]:
                 marked[i] = True
                 dirty[n_dirty] = i
@@ -428,6 +491,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             else:
                 s = k
                 k += 1
+                mt.entered += 1
+                if req[s].cohort:
+                    mt.entered_cohort += 1
             i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
                                  seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
             if i == -2:
@@ -441,12 +507,12 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         req[f_tail[ro]].f_next = s
                     f_tail[ro] = s
                 else:
-                    req[s].outcome = Fate.REJECTED
+                    settle_nb(req[s], Fate.REJECTED, mt)
                     cum[3] += 1
                 continue
             if i < 0 and retry:
                 rin[req[s].router] -= 1
-            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum)
+            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum, mt)
             if i >= 0 and not marked[i]:
                 marked[i] = True
                 dirty[n_dirty] = i
@@ -470,12 +536,19 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, 0, 0.0, 0)
                 else:
                     tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
-                                   seg_len, seg_off, mt, cnt, btmp, dtmp)
+                                   seg_len, seg_off, mt, cnt, found, btmp, dtmp)
                 tm.push_nb(ends, ends_n, 0, r.end_ms, i, r.started)
         n_dirty = 0
+        if t >= horizon and mt.entered_cohort == mt.left_cohort:
+            break  # the stop: nothing of the cohort is left in the system
+    while si < sample_t.shape[0] and sample_t[si] <= horizon:  # stopped just after the horizon
+        _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
+        si += 1
+    if not past:
+        mt.backlog_growth = (mt.entered - mt.left) - backlog_w
     for i in range(nrep):
         integrate_nb(rep[i], horizon, p)
-    finish_metrics_nb(p, rep, req, wl_t, mt)
+    finish_metrics_nb(p, rep, req, wl_t, mt, gap_ms[:n_gap[0]], gap_n[:n_gap[0]])
     if keep.shape[0] == n:
         for s in range(n):
             keep[s].first_ms = req[s].first_ms
@@ -510,6 +583,8 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
     clu.failures = cum[1]
     clu.shed = cum[2]
     clu.rejected = cum[3]
+    clu.timeouts = cum[4]
+    clu.ttft_timeouts = cum[5]
 
 
 @nb.njit(**JIT)

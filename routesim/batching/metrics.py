@@ -2,7 +2,9 @@
 meaning, and their compiled computation from a run's request records.
 
 Cohort: requests arriving in ``[warm-up, horizon)``; each is exactly one of completed,
-failed, rejected, shed or unfinished. Percentiles are nearest rank
+failed, rejected, shed or unfinished (still in the system at the stop: the horizon, or
+later while the drain lasts). Metrics of a window keep their window, which ends at the
+horizon. Percentiles are nearest rank
 (routesim.ranks: ``sorted[ceil(p·n/100) − 1]``), NaN when their set is empty.
 """
 
@@ -10,23 +12,28 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
-from ..ranks import of_sorted_nb
+from ..ranks import of_sorted_nb, of_weighted_nb
 from .dtypes import Fate
 
 VARIABLES = {
     # name: (units, description)
     "arrivals": ("requests", "cohort requests: arrivals in [warm-up, horizon)"),
-    "completed": ("requests", "cohort requests completed by the horizon"),
+    "completed": ("requests", "cohort requests completed by the stop (the horizon, or later during the drain)"),
     "failed": ("requests", "cohort requests that failed for good (out of attempts or of retry budget)"),
     "rejected": ("requests", "cohort requests turned away at the front door"),
     "shed": ("requests", "cohort requests shed: no eligible replica at a routing decision"),
-    "unfinished": ("requests", "cohort requests still in flight at the horizon"),
+    "unfinished": ("requests", "cohort requests still in the system at the stop (horizon + drain_s at most)"),
     "ttft_p50": ("ms", "median time to first token of completed cohort requests (nearest rank)"),
     "ttft_p90": ("ms", "90th percentile time to first token of completed cohort requests"),
     "ttft_p99": ("ms", "99th percentile time to first token of completed cohort requests"),
     "tpot_p50": ("ms", "median time per output token after the first, completed cohort requests with O >= 2"),
     "tpot_p90": ("ms", "90th percentile time per output token after the first"),
     "tpot_p99": ("ms", "99th percentile time per output token after the first"),
+    "itl_p50": ("ms", "median inter-token gap: consecutive tokens of any attempt, the later one emitted in "
+                "(warm-up, horizon] (nearest rank, one sample a gap)"),
+    "itl_p90": ("ms", "90th percentile inter-token gap"),
+    "itl_p99": ("ms", "99th percentile inter-token gap"),
+    "itl_max": ("ms", "largest inter-token gap"),
     "e2e_p50": ("ms", "median end-to-end latency of completed cohort requests"),
     "e2e_p90": ("ms", "90th percentile end-to-end latency of completed cohort requests"),
     "e2e_p99": ("ms", "99th percentile end-to-end latency of completed cohort requests"),
@@ -35,11 +42,15 @@ VARIABLES = {
     "goodput": ("requests/s", "cohort requests completed within both SLOs, per second of measurement"),
     "throughput": ("requests/s", "completions of any request in (warm-up, horizon], per second"),
     "token_throughput": ("tokens/s", "output tokens emitted in (warm-up, horizon], per second"),
-    "wasted_tokens": ("tokens", "tokens emitted in the window by attempts later cancelled or failed"),
+    "wasted_tokens": ("tokens", "tokens emitted in (warm-up, horizon] by attempts cancelled or failed by the stop"),
     "preemptions": ("count", "preemptions at times in [warm-up, horizon)"),
     "breaker_ejections": ("count", "breaker ejections at times in [warm-up, horizon)"),
     "prefix_hit_rate": ("1", "cached prefix tokens over prompt (and regenerated) tokens of admissions in the window"),
     "kv_occupancy": ("1", "time-average referenced KV blocks over the pool, mean over replicas"),
+    "backlog_growth": ("requests", "requests in the system (any request) after time horizon minus after time "
+                       "warm-up: near 0 in a steady state"),
+    "kv_occupancy_first": ("1", "kv_occupancy over the window's first quarter [warm-up, warm-up + measure_s/4]"),
+    "kv_occupancy_last": ("1", "kv_occupancy over the window's last quarter [horizon - measure_s/4, horizon]"),
     "batch_mean": ("sequences", "duration-weighted mean sequences per iteration started in the window"),
     "attempts": ("attempts", "attempts routed for cohort requests"),
     "retries": ("attempts", "attempts for cohort requests beyond each one's first"),
@@ -61,7 +72,7 @@ PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replic
 """Dataset variable <- REPLICA field."""
 
 ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window",
-                "iterations")
+                "iterations", "entered", "entered_cohort", "left", "left_cohort")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
 
 
@@ -89,8 +100,9 @@ def _per_replica_ttft(rep, ttft, where):
 
 
 @nb.njit(**JIT)
-def finish_metrics_nb(p, rep, req, t_arr, mt):
-    """§7 from the per-request records and the run's accumulators."""
+def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
+    """§7 from the per-request records and the run's accumulators; ``gap_ms`` (k,)
+    inter-token gaps of the window, each ``gap_n`` (k,) times."""
     n = req.shape[0]
     measure_s = (p.horizon_ms - p.warmup_ms) / 1000.0
     ttft = np.empty(n)
@@ -148,6 +160,13 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
     mt.e2e_p90 = of_sorted_nb(a, 90)
     mt.e2e_p99 = of_sorted_nb(a, 99)
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
+    order = np.argsort(gap_ms)
+    ms = gap_ms[order]
+    cnt = gap_n[order]
+    mt.itl_p50 = of_weighted_nb(ms, cnt, 50)
+    mt.itl_p90 = of_weighted_nb(ms, cnt, 90)
+    mt.itl_p99 = of_weighted_nb(ms, cnt, 99)
+    mt.itl_max = ms[-1] if ms.shape[0] > 0 else np.nan
     mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan
     mt.goodput = good / measure_s
     mt.throughput = mt.done_any / measure_s
@@ -155,11 +174,17 @@ def finish_metrics_nb(p, rep, req, t_arr, mt):
     mt.prefix_hit_rate = mt.hit_tokens / mt.admit_tokens if mt.admit_tokens > 0 else np.nan
     mt.batch_mean = mt.batch_ms / mt.busy_ms if mt.busy_ms > 0 else np.nan
     area = 0.0
+    first = 0.0
+    last = 0.0
     occ = 0.0
     placed = 0
     for i in range(rep.shape[0]):
         area += rep[i].area
+        first += rep[i].area_first
+        last += rep[i].area_last
         occ += rep[i].occ_sum
         placed += rep[i].assigned
     mt.placement_occupancy = occ / placed if placed > 0 else np.nan
     mt.kv_occupancy = area / p.kv_blocks / rep.shape[0] / (p.horizon_ms - p.warmup_ms)
+    mt.kv_occupancy_first = first / p.kv_blocks / rep.shape[0] / p.quarter_ms
+    mt.kv_occupancy_last = last / p.kv_blocks / rep.shape[0] / p.quarter_ms

@@ -61,6 +61,7 @@ TOKEN_PARAMS = (
     Param("dt_ms", "simulation", ("dt_ms",), 0.0, "ms", "the batching model runs in exact event time only (0)", low=0),
     Param("warmup_s", "simulation", ("warmup_s",), 10.0, "s", "warm-up before the measured cohort", low=0, low_open=True),
     Param("measure_s", "simulation", ("measure_s",), 50.0, "s", "measurement window after warm-up", low=0, low_open=True),
+    Param("drain_s", "simulation", ("drain_s",), 600.0, "s", "time past the horizon the cohort may take to leave (0: stop at the horizon)", low=0),
     Param("slo_ttft_ms", "simulation", ("slo_ttft_ms",), 1000.0, "ms", "time-to-first-token objective", low=0, low_open=True),
     Param("slo_tpot_ms", "simulation", ("slo_tpot_ms",), 50.0, "ms", "time-per-output-token objective", low=0, low_open=True),
     # [workload] (§1)
@@ -74,7 +75,7 @@ TOKEN_PARAMS = (
     # [policy] (§5)
     Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_d samples (d)", kind=int, low=1),
     Param("score", "policy", ("score",), "tokens", "", "what power_of_d compares: requests, tokens, kv or cost", kind=str, options=("requests", "tokens", "kv", "cost")),
-    Param("allowance_tokens", "policy", ("allowance_tokens",), 256, "tokens", "output allowance A of the outstanding-token signal", kind=int, low=0),
+    Param("allowance_tokens", "policy", ("allowance_tokens",), 256, "tokens", "output allowance A of the outstanding-token signal (\"exact\": each request's own output length, a clairvoyant router)", kind=int, low=0, words=("exact",)),
     Param("tie_tolerance", "policy", ("tie_tolerance",), 0.0, "1", "scores within this fraction of the best are tied", low=0),
     Param("prefill_weight", "policy", ("prefill_weight",), 1.0, "1", "weight w of new prefill blocks in the cost score", low=0),
     Param("balance_abs", "policy", ("balance_abs",), 64.0, "requests", "prefix_affinity: absolute imbalance that switches to least_requests", low=0),
@@ -90,6 +91,7 @@ TOKEN_PARAMS = (
     Param("routers", "signals", ("routers",), 1, "routers", "independent routers, each with its own view", kind=int, low=1),
     # [client] (§6)
     Param("timeout_ms", "client", ("timeout_ms",), INF, "ms", "per-attempt timeout (inf: none)", low=0, low_open=True, allow_inf=True),
+    Param("ttft_timeout_ms", "client", ("ttft_timeout_ms",), INF, "ms", "per-attempt deadline of the first token, from routing (inf: none)", low=0, low_open=True, allow_inf=True),
     Param("max_attempts", "client", ("max_attempts",), 1, "attempts", "attempts per request (1: no retries)", kind=int, low=1),
     Param("backoff_ms", "client", ("backoff_ms",), 20.0, "ms", "first retry's backoff, doubled per attempt", low=0, low_open=True),
     Param("retry_avoid_previous", "client", ("retry_avoid_previous",), True, "", "a retry avoids the replicas the request failed on", kind=bool),
@@ -108,14 +110,14 @@ SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
                 "chunked_prefill", "step_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
                 "fail_fast_ms"),
-    "simulation": ("dt_ms", "warmup_s", "measure_s", "slo_ttft_ms", "slo_tpot_ms"),
+    "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
     "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths"),
     "policy": ("choices", "score", "allowance_tokens", "tie_tolerance", "prefill_weight",
                "balance_abs", "balance_rel", "cache_threshold", "window_ms", "slow_start_ms",
                "slow_start_aggression", "slow_start_min_weight"),
     "signals": ("mode", "period_ms", "routers"),
-    "client": ("timeout_ms", "max_attempts", "backoff_ms", "retry_avoid_previous"),
+    "client": ("timeout_ms", "ttft_timeout_ms", "max_attempts", "backoff_ms", "retry_avoid_previous"),
     "router": ("retry_budget", "min_retry_concurrency", "breaker", "admission"),
 }
 """Keys each top-level table of a batching sweep may hold."""

@@ -30,14 +30,15 @@ def tie_hash_nb(h, i):
 
 
 @nb.njit(**JIT)
-def score_nb(kind, p, o, tau, ref, hit, prompt, ramp):
+def score_nb(kind, p, o, tau, ref, hit, prompt, allowance, ramp):
     """The lower-is-better score ``kind`` (a Score code) of a replica seen with o_i,
-    τ_i, referenced blocks and the request's hit, through the slow-start ramp when
+    τ_i, referenced blocks and the request's hit (``prompt`` P_r, ``allowance`` its A:
+    O_r when allowance_tokens = "exact"), through the slow-start ramp when
     ``ramp > 0``: (score + 1) / ramp. (Scalars: no array crosses the call.)"""
     if kind == Score.REQUESTS:
         s = float(o)
     elif kind == Score.TOKENS:
-        s = float(tau + prompt + p.allowance)
+        s = float(tau + prompt + allowance)
     elif kind == Score.KV:
         s = ref / p.kv_blocks
     else:  # cost: w·(ceil(P/b) − hit) + referenced
@@ -48,13 +49,13 @@ def score_nb(kind, p, o, tau, ref, hit, prompt, ramp):
 
 
 @nb.njit(**JIT)
-def argmin_tied_nb(kind, cand, nc, p, v, prompt, h):
+def argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h):
     """argmin of the score over cand[:nc]; ties (≤ best·(1 + tie_tolerance)) go to the
     largest hit, then the smallest tie hash."""
     best = math.inf
     for k in range(nc):
         x = v[cand[k]]
-        s = score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, x.ramp)
+        s = score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp)
         if s < best:
             best = s
     bound = best * (1.0 + p.tie_tolerance)
@@ -62,7 +63,7 @@ def argmin_tied_nb(kind, cand, nc, p, v, prompt, h):
     for k in range(nc):
         i = cand[k]
         x = v[i]
-        if score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, x.ramp) > bound:
+        if score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp) > bound:
             continue
         if pick < 0 or x.hit > v[pick].hit or (
                 x.hit == v[pick].hit and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):
@@ -91,7 +92,7 @@ def _best_cache_nb(v, cand, nc, h, by_hit):
 
 
 @nb.njit(**JIT)
-def prefix_affinity_nb(cand, nc, p, v, prompt, h):
+def prefix_affinity_nb(cand, nc, p, v, prompt, allowance, h):
     """SGLang's cache-aware rule: least_requests when the load is imbalanced; else the
     largest cached prefix if it exceeds cache_threshold·P; else the smallest tree."""
     lo = v[cand[0]].o
@@ -103,7 +104,7 @@ def prefix_affinity_nb(cand, nc, p, v, prompt, h):
         hi = max(hi, x.o)
         best_hit = max(best_hit, x.hit)
     if hi - lo > p.balance_abs and hi > p.balance_rel * lo:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, h)
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, allowance, h)
     if p.block_tokens * best_hit > p.cache_threshold * prompt:
         return _best_cache_nb(v, cand, nc, h, True)
     return _best_cache_nb(v, cand, nc, h, False)
@@ -185,19 +186,19 @@ def slow_start_nb(code):
 
 
 @nb.njit(**JIT)
-def choose_nb(code, cand, nc, p, v, prompt, h):
+def choose_nb(code, cand, nc, p, v, prompt, allowance, h):
     """The replica a policy picks among cand[:nc] (nc ≥ 1), from the candidates' views
     ``v`` (replicas,) VIEW (``ramp``: a slow-starting replica's weight, 0: none)."""
     if code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
         return cand[0]
     if code == Policy.LEAST_REQUESTS:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, h)
+        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, allowance, h)
     if code == Policy.LEAST_TOKENS:
-        return argmin_tied_nb(Score.TOKENS, cand, nc, p, v, prompt, h)
+        return argmin_tied_nb(Score.TOKENS, cand, nc, p, v, prompt, allowance, h)
     if code == Policy.LEAST_KV:
-        return argmin_tied_nb(Score.KV, cand, nc, p, v, prompt, h)
+        return argmin_tied_nb(Score.KV, cand, nc, p, v, prompt, allowance, h)
     if code == Policy.LEAST_COST:
-        return argmin_tied_nb(Score.COST, cand, nc, p, v, prompt, h)
+        return argmin_tied_nb(Score.COST, cand, nc, p, v, prompt, allowance, h)
     if code == Policy.POWER_OF_D:
-        return argmin_tied_nb(p.score, cand, nc, p, v, prompt, h)
-    return prefix_affinity_nb(cand, nc, p, v, prompt, h)
+        return argmin_tied_nb(p.score, cand, nc, p, v, prompt, allowance, h)
+    return prefix_affinity_nb(cand, nc, p, v, prompt, allowance, h)

@@ -44,32 +44,79 @@ def in_window_nb(t, p, closed_left):
 
 @nb.njit(**JIT)
 def integrate_nb(r, t, p):
-    """Advance replica record r's ∫ referenced blocks dt over [warm-up, horizon] to time t
-    (a record, not the array: no reference counting on the hot path)."""
+    """Advance replica record r's ∫ referenced blocks dt over [warm-up, horizon], and
+    over its first and last quarters, to time t (a record, not the array: no reference
+    counting on the hot path)."""
     a = max(r.area_ms, p.warmup_ms)
     b = min(t, p.horizon_ms)
     if b > a:
-        r.area += (r.anon + r.idref) * (b - a)
+        ref = r.anon + r.idref
+        r.area += ref * (b - a)
+        b1 = min(b, p.warmup_ms + p.quarter_ms)
+        if b1 > a:
+            r.area_first += ref * (b1 - a)
+        a2 = max(a, p.horizon_ms - p.quarter_ms)
+        if b > a2:
+            r.area_last += ref * (b - a2)
     r.area_ms = t
 
 
 @nb.njit(**JIT)
-def tau_of_nb(q, allowance):
-    """A sequence's share of τ_i: P + max(A, g)."""
-    return q.P + max(allowance, q.g)
+def tau_of_nb(q):
+    """A sequence's share of τ_i: P + max(A, g) (its A: O when allowance_tokens = "exact")."""
+    return q.P + max(q.A, q.g)
+
+
+@nb.njit(**JIT)
+def settle_nb(q, fate, mt):
+    """Request record q's final outcome: it leaves the system (§7 Drain's count)."""
+    q.outcome = fate
+    mt.left += 1
+    if q.cohort:
+        mt.left_cohort += 1
+
+
+@nb.njit(**JIT)
+def gap_nb(gap_ms, gap_n, n_gap, ms, count):
+    """``count`` inter-token gaps of ``ms`` each (room reserved by the engine)."""
+    k = n_gap[0]
+    gap_ms[k] = ms
+    gap_n[k] = count
+    n_gap[0] = k + 1
 
 
 # --- blocks of a sequence -----------------------------------------------------------------
 
 @nb.njit(**JIT)
-def release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp):
-    """Sequence s on replica i releases every block it holds (kv tokens' worth)."""
+def release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp):
+    """Sequence s on replica i releases every block it holds (kv tokens' worth);
+    ``cnt[0]`` (table entries in use) loses the segments nothing of which stays resident."""
     b = p.block_tokens
     q = req[s]
     for k in range(seg_off[s], seg_off[s + 1]):
-        bk.unref_nb(tab, heap, heap_n, rep, i, seg_key[k], t, btmp)
+        cnt[0] -= bk.unref_nb(tab, heap, heap_n, rep, i, seg_key[k], t, btmp)
     rep[i].anon -= (q.kv + b - 1) // b - q.P // b
     q.kv = 0
+
+
+@nb.njit(**JIT)
+def mark_computed_nb(tab, i, s, q, c0, b, seg_key, seg_len, seg_off):
+    """Sequence s (record q) on replica i has just computed its tokens ``m + c0 … m + c``:
+    the id'd blocks whose tokens it has now all computed, outside its cached prefix,
+    become computed (§2 "Computed blocks")."""
+    hit = q.m // b
+    hi = min(q.P // b, (q.m + q.c) // b)
+    lo = max(hit, (q.m + c0) // b)
+    if hi <= lo:
+        return
+    pos = 0
+    for k in range(seg_off[s], seg_off[s + 1]):
+        if pos >= hi:
+            break
+        n = seg_len[k]
+        if pos + n > lo:
+            bk.computed_nb(tab, i, seg_key[k], max(hit - pos, 0), min(n, hi - pos))
+        pos += n
 
 
 @nb.njit(**JIT)
@@ -89,9 +136,10 @@ def leading_nb(tab, i, s, seg_key, seg_len, seg_off):
 
 @nb.njit(**JIT)
 def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first, cnt,
-              btmp):
+              found, btmp):
     """Try to admit the head s of replica i's waiting queue (§2 step 2b). Returns the
-    chunk it computes (> 0), or 0 when it cannot be admitted (admission stops)."""
+    chunk it computes (> 0), or 0 when it cannot be admitted (admission stops).
+    ``found`` is scratch, one flag per segment of a prompt."""
     b = p.block_tokens
     q = req[s]
     total = q.P + q.g
@@ -104,41 +152,38 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
             return 0
     elif not (u <= budget or first):
         return 0
-    cached_lead = 0
-    seen = 0
+    # every resident block of its prompt is referenced, not taken: the leading ones, and
+    # any resident beyond a hole that freed uncomputed blocks left (see blocks.py)
+    resident = 0
+    cached_res = 0
     for k in range(seg_off[s], seg_off[s + 1]):
-        if seen == lead:
-            break
         h = bk.find_nb(tab, i, seg_key[k])
-        if tab[h].ref == 0:
-            cached_lead += tab[h].length
-        seen += tab[h].length
-    need = (total + b - 1) // b - lead
-    if need > bk.free_nb(rep[i], p.kv_blocks) + rep[i].cached - cached_lead:
+        found[k - seg_off[s]] = h >= 0
+        if h >= 0:
+            x = bk.resident_nb(tab[h])
+            resident += x
+            if tab[h].ref == 0:
+                cached_res += x
+    need = (total + b - 1) // b - resident
+    if need > bk.free_nb(rep[i], p.kv_blocks) + rep[i].cached - cached_res:
         return 0
     # reference what is resident, then take the rest (evicting never touches the referenced)
-    seen = 0
-    partial = -1
-    k = seg_off[s]
-    while k < seg_off[s + 1] and seen < lead:
+    for k in range(seg_off[s], seg_off[s + 1]):
         h = bk.find_nb(tab, i, seg_key[k])
-        bk.ref_nb(tab, rep, i, h, t)
-        seen += tab[h].length
-        if tab[h].length < seg_len[k]:
-            partial = k
-        k += 1
+        if h >= 0:
+            bk.ref_nb(tab, rep, i, h, t)
     cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp)
-    pos = seen
-    if partial >= 0:
-        bk.extend_nb(tab, rep, i, bk.find_nb(tab, i, seg_key[partial]), seg_len[partial])
-        pos = 0
-        for kk in range(seg_off[s], partial + 1):
-            pos += seg_len[kk]
-    while k < seg_off[s + 1]:
-        bk.add_nb(tab, rep, i, seg_key[k], seg_len[k], pos, t)
-        cnt[0] += 1
+    pos = 0
+    for k in range(seg_off[s], seg_off[s + 1]):
+        h = bk.find_nb(tab, i, seg_key[k])
+        if h < 0:
+            bk.add_nb(tab, rep, i, seg_key[k], seg_len[k], pos, t)
+            cnt[0] += 1
+        elif not found[k - seg_off[s]]:  # an id twice in the prompt, added just now: one block, two references
+            bk.ref_nb(tab, rep, i, h, t)
+        elif tab[h].length < seg_len[k]:
+            bk.extend_nb(tab, rep, i, h)
         pos += seg_len[k]
-        k += 1
     rep[i].anon += (total + b - 1) // b - q.P // b
     q.kv = total
     q.m = m
@@ -148,13 +193,14 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
 
 
 @nb.njit(**JIT)
-def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, btmp):
+def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, cnt, btmp):
     """Preempt v (the most recently admitted running sequence of replica i) at the
     start of iteration j: it releases its blocks, loses its prefill progress, keeps g,
     and goes to the front of the waiting queue."""
     r = rep[i]
     q = req[v]
     if q.state == State.DECODE:
+        q.last_ms = t  # it emitted a token at the end of the last iteration, which is now
         q.kv = q.kv + (j - q.j0)
         q.g = q.g + (j - q.j0)
         r.n_dec -= 1
@@ -166,7 +212,7 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
         q.epoch += 1
     else:  # prefilling: the last of the prefill list, which is in admission order too
         r.n_pre -= 1
-    release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, btmp)
+    release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, cnt, btmp)
     q.c = 0
     q.u = 0
     q.x = 0
@@ -178,7 +224,7 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
 
 @nb.njit(**JIT)
 def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off,
-             mt, cnt, btmp, dtmp):
+             mt, cnt, found, btmp, dtmp):
     """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. Returns
     the block table (a larger one when admissions filled it)."""
     r = rep[i]
@@ -206,7 +252,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
                         break
                     v = r.r_tail
                     _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off,
-                                mt, btmp)
+                                mt, cnt, btmp)
                     preempted = True
                     if v == s:
                         nxt = -1  # s and everything after it are preempted
@@ -238,7 +284,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             s = r.w_head
             tab = bk.reserve_nb(tab, cnt[0], seg_off[s + 1] - seg_off[s])
             x = _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first,
-                          cnt, btmp)
+                          cnt, found, btmp)
             if x == 0:
                 break
             pop_front_nb(rep, req, i)
@@ -276,32 +322,38 @@ def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks):
     r.started += 1
     mt.iterations += 1
     r.busy = True
+    r.begin_ms = t
     r.end_ms = t + d
 
 
 @nb.njit(**JIT)
-def emit_decoding_nb(r, p, mt, t):
+def emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap):
     """Every decoding sequence of the iteration ending at t emits a token; τ grows by
-    those past the allowance (``n_over``)."""
+    those past the allowance (``n_over``). Each emitted its previous token when this
+    iteration began (iterations follow one another while anything runs): ``n_dec``
+    inter-token gaps of the iteration's duration."""
     r.busy = False
     r.tau += r.n_over
     r.tokens_all += r.n_dec
     if in_window_nb(t, p, False):
         mt.tokens_window += r.n_dec
         r.tokens += r.n_dec
+        if r.n_dec > 0:
+            gap_nb(gap_ms, gap_n, n_gap, t - r.begin_ms, r.n_dec)
 
 
 @nb.njit(**JIT)
-def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log, n_done, btmp):
+def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log, n_done, cnt,
+                 btmp):
     """Sequence s finishes at t: it leaves the replica with its blocks."""
     r = rep[i]
     q = req[s]
-    release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
-    r.tau -= q.P + max(p.allowance, q.O)
+    release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp)
+    r.tau -= q.P + max(q.A, q.O)
     run_remove_nb(rep, req, i, s)
     q.state = State.NONE
     q.done_ms = t
-    q.outcome = Fate.COMPLETED
+    settle_nb(q, Fate.COMPLETED, mt)
     q.replica = -1
     q.done_rep = i
     done_log[0, n_done] = i
@@ -314,9 +366,11 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
 
 
 @nb.njit(**JIT)
-def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_off, mt,
-              done_log, n_done, btmp, dtmp):
-    """End replica i's iteration at t (§2 step 4). Returns the new length of done_log."""
+def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off, mt,
+              done_log, n_done, cnt, gap_ms, gap_n, n_gap, btmp, dtmp):
+    """End replica i's iteration at t (§2 step 4): the chunks are computed, tokens
+    emitted (inter-token gaps recorded), sequences complete. Returns the new length of
+    done_log."""
     r = rep[i]
     j = r.started - 1
     window = in_window_nb(t, p, False)
@@ -327,7 +381,7 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             break
         req[s].over = True
         r.n_over += 1
-    emit_decoding_nb(r, p, mt, t)
+    emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)
     while True:
         s = next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
         if s < 0:
@@ -343,7 +397,7 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             q.over = False
         q.epoch += 1
         n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log,
-                              n_done, btmp)
+                              n_done, cnt, btmp)
     # prefilling sequences that computed a chunk
     pre = prefill[i]
     keep = 0
@@ -351,21 +405,25 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
         s = pre[k]
         q = req[s]
         if q.x > 0:
+            c0 = q.c
             q.c += q.x
             q.x = 0
+            mark_computed_nb(tab, i, s, q, c0, p.block_tokens, seg_key, seg_len, seg_off)
             if q.c >= q.u:
-                if q.g >= p.allowance:
+                if q.g >= q.A:
                     r.tau += 1
-                q.g += 1
-                r.tokens_all += 1
                 if window:
                     mt.tokens_window += 1
                     r.tokens += 1
+                    if q.g > 0:  # re-admitted after a preemption: the gap from its last token
+                        gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, 1)
+                q.g += 1
+                r.tokens_all += 1
                 if math.isnan(q.first_ms):
                     q.first_ms = t
                 if q.g == q.O:
                     n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt,
-                                          done_log, n_done, btmp)
+                                          done_log, n_done, cnt, btmp)
                 else:
                     start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p, dtmp)
                 continue
@@ -386,7 +444,7 @@ def g_now_nb(rep, req, s):
 
 
 @nb.njit(**JIT)
-def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, btmp):
+def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp):
     """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
     out of the waiting queue, the running list or the black hole, its blocks released;
     it emits nothing more (the iteration in progress keeps its duration)."""
@@ -394,12 +452,12 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
     q = req[s]
     if q.state == State.BLACKHOLE:
         r.n_bh -= 1
-        r.tau_bh -= q.P + p.allowance
+        r.tau_bh -= q.P + q.A
     elif q.state == State.WAITING:
         wait_remove_nb(rep, req, i, s)
-        r.tau -= tau_of_nb(q, p.allowance)
+        r.tau -= tau_of_nb(q)
         if q.kv > 0:  # cannot be: a waiting sequence holds no blocks
-            release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
+            release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp)
     else:
         if q.state == State.DECODE:
             q.g = g_now_nb(rep, req, s)
@@ -420,9 +478,9 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
                     keep += 1
             r.n_pre = keep
             q.x = 0
-        release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, btmp)
+        release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp)
         run_remove_nb(rep, req, i, s)
-        r.tau -= tau_of_nb(q, p.allowance)
+        r.tau -= tau_of_nb(q)
     q.state = State.NONE
     q.replica = -1
 

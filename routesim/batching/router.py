@@ -20,7 +20,7 @@ from . import timers as tm
 from .dtypes import Fate, Signals, State
 from .policies import choose_nb, sample_nb, scoreless_nb, slow_start_nb, uniforms_nb, weigh_nb
 from .lists import push_back_nb
-from .replica import in_window_nb
+from .replica import in_window_nb, settle_nb
 
 
 @nb.njit(**JIT)
@@ -121,7 +121,7 @@ def front_door_nb(rep, p, ro, cand, ne, pub, locc):
 
 @nb.njit(**JIT)
 def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off,
-              ru, ru_pos, cursor, rw, ro, v):
+              ru, ru_pos, cursor, rw, ro, v, allowance):
     """The replica policy ``p.policy`` picks for request s among cand[:ne] (ne may be 0:
     then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
     n = rep.shape[0]
@@ -146,7 +146,7 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
             x.ramp = max(p.slow_start_min_weight,
                          ieee_math.power((t - rep[i].t_e) / p.slow_start_ms, 1.0 / p.slow_start_aggression))
     seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, v)
-    return choose_nb(code, cand, nc, p, v, prompt, wl_key[s]), ru_pos
+    return choose_nb(code, cand, nc, p, v, prompt, allowance, wl_key[s]), ru_pos
 
 
 @nb.njit(**JIT)
@@ -159,7 +159,7 @@ def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl
     if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, pub, locc):
         return -2, ru_pos
     return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
-                     seg_off, ru, ru_pos, cursor[ro], rw, ro, v)
+                     seg_off, ru, ru_pos, cursor[ro], rw, ro, v, req[s].A)
 
 
 @nb.njit(**JIT)
@@ -169,7 +169,7 @@ def add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
     Returns the view entries added."""
     ro = req[s].router
     locc[ro, i, 0] += 1
-    locc[ro, i, 1] += req[s].P + p.allowance
+    locc[ro, i, 1] += req[s].P + req[s].A
     owner = ro * nrep + i
     added = 0
     for k in range(seg_off[s], seg_off[s + 1]):
@@ -182,11 +182,12 @@ def add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
 
 
 @nb.njit(**JIT)
-def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum):
-    """Request s routed at t to replica i (-1: shed): a new attempt, from nothing."""
+def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum, mt):
+    """Request s routed at t to replica i (-1: shed): a new attempt, from nothing, with
+    its deadlines (one timer, the earlier; see the engine's phase 3)."""
     q = req[s]
     if i < 0:
-        q.outcome = Fate.SHED
+        settle_nb(q, Fate.SHED, mt)
         q.state = State.NONE
         cum[2] += 1
         return
@@ -199,12 +200,16 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
     q.replica = i
     q.g = 0
     q.gw = 0
+    q.gh = 0
     q.kv = 0
     q.first_ms = np.nan
     # a first attempt's routing time is its arrival (decision (c)), a retry's its routing
-    q.deadline = (wl_t[s] if q.tries == 1 else t) + p.timeout_ms
-    if not np.isinf(q.deadline):
-        tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, q.deadline, s, q.tries)
+    routed = wl_t[s] if q.tries == 1 else t
+    q.deadline = routed + p.timeout_ms
+    q.ft_deadline = routed + p.ttft_timeout_ms
+    first = min(q.deadline, q.ft_deadline)
+    if not np.isinf(first):
+        tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, first, s, q.tries)
     ain[ro] += 1
     cursor[ro] += 1
     r = rep[i]
@@ -218,10 +223,10 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
         q.bh_ms = t + p.fail_fast_ms
         tm.push_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES, q.bh_ms, s, q.tries)
         r.n_bh += 1
-        r.tau_bh += q.P + p.allowance
+        r.tau_bh += q.P + q.A
     else:
         push_back_nb(rep, req, i, s)
-        r.tau += q.P + p.allowance
+        r.tau += q.P + q.A
     if window:
         r.max_out = max(r.max_out, r.n_wait + r.n_run + r.n_bh)
 
@@ -257,4 +262,4 @@ def observe_failure_nb(p, s, i, crash, t, req, failed, brk, ej_until, times_ej, 
             rin[ro] += 1
             return
     q.state = State.NONE
-    q.outcome = Fate.FAILED
+    settle_nb(q, Fate.FAILED, mt)

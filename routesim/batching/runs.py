@@ -30,6 +30,7 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
         p[name] = v[name]
     for name in ("slow_start_ms", "slow_start_aggression", "slow_start_min_weight", "cold_factor",
                  "cold_tau_ms", "ready_delay_ms", "fail_fast_ms", "period_ms", "routers", "timeout_ms",
+                 "ttft_timeout_ms",
                  "max_attempts", "backoff_ms", "retry_budget", "min_retry_concurrency",
                  "breaker_consecutive", "breaker_eject_ms", "breaker_max_ejected_fraction",
                  "admission_max_tokens"):
@@ -47,9 +48,12 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["c_kv"] = v["step_ms_per_kv_token"]
     p["warmup_ms"] = v["warmup_s"] * 1000.0
     p["horizon_ms"] = (v["warmup_s"] + v["measure_s"]) * 1000.0
+    p["limit_ms"] = p["horizon_ms"] + v["drain_s"] * 1000.0
+    p["quarter_ms"] = v["measure_s"] * 250.0
     p["slo_ttft_ms"] = v["slo_ttft_ms"]
     p["slo_tpot_ms"] = v["slo_tpot_ms"]
-    p["allowance"] = v["allowance_tokens"]
+    p["exact_output"] = v["allowance_tokens"] == "exact"
+    p["allowance"] = 0 if p["exact_output"] else v["allowance_tokens"]
     p["event_start"] = event_start
     p["event_count"] = event_count
     p["workload"] = workload

@@ -118,7 +118,7 @@ def start_decoding_nb(rep, req, due, due_n, grow, i, s, j0, p, dtmp):
     last = j0 + q.O - q.g - 1  # the iteration that emits its last token
     q.res = (j0 + (b - q.kv % b) % b) % b  # its first block crossing, then every b iterations
     grow[i, q.res] += 1
-    over = j0 + max(0, p.allowance - q.g)
+    over = j0 + max(0, q.A - q.g)  # never, when A is O ("exact")
     if over <= last:
         schedule_nb(due, due_n, req, i, over, Due.OVER, s, dtmp)
     schedule_nb(due, due_n, req, i, last, Due.DONE, s, dtmp)

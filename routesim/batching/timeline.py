@@ -18,12 +18,15 @@ in seconds and ``replica``):
 - cluster-wide: TTFT and TPOT rolling p99 over the last :data:`ROLLING_COMPLETIONS`
   completions (from each request's record and arrival time), token throughput over a
   trailing :data:`THROUGHPUT_WINDOW_MS`, and per interval the attempts, retries,
-  failures, sheds, rejections and completions;
+  failures (and among them the timeouts and first-token timeouts), sheds, rejections
+  and completions;
 - per request (``request``, in arrival order, NaN-padded when runs differ in length):
   arrival time, TTFT, TPOT and output tokens, for distributions (CDFs);
 - per run (no ``time``): the grid's result variables (token-interface.md).
 
-Per-interval counts at sample ``j`` count what happened in ``(s_{j-1}, s_j]``.
+Per-interval counts at sample ``j`` count what happened in ``(s_{j-1}, s_j]``. Samples
+end at the horizon; a run that drains past it (token-model.md §7) goes on after the
+last sample, and its per-request and per-run variables include the drain.
 """
 
 import numpy as np
@@ -61,7 +64,12 @@ VARIABLES = {
                                  "(whole intervals), per second"),
     "attempts_interval": ("attempts", "attempts placed on any replica in the interval ending at this time"),
     "retries_interval": ("attempts", "placements with attempt number >= 2 in the interval ending at this time"),
-    "failures_interval": ("attempts", "attempts that failed (crash, black hole, timeout) in the interval ending at this time"),
+    "failures_interval": ("attempts", "attempts that failed (crash, black hole, timeout, first-token timeout) in the "
+                          "interval ending at this time"),
+    "timeouts_interval": ("attempts", "attempts that failed by their whole-attempt deadline (timeout_ms) in the "
+                          "interval ending at this time"),
+    "ttft_timeouts_interval": ("attempts", "attempts that failed by their first-token deadline (ttft_timeout_ms) in "
+                               "the interval ending at this time"),
     "sheds_interval": ("requests", "routing decisions that found no eligible replica in the interval ending at this time"),
     "rejected_interval": ("requests", "requests turned away at the front door in the interval ending at this time"),
     "completions_interval": ("requests", "completions (any request) in the interval ending at this time"),
@@ -198,6 +206,8 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
         "attempts_interval": var("attempts_interval", _interval(per("placed").sum(axis=-1)), ["time"]),
         "retries_interval": var("retries_interval", _interval(clu["retries"]), ["time"]),
         "failures_interval": var("failures_interval", _interval(clu["failures"]), ["time"]),
+        "timeouts_interval": var("timeouts_interval", _interval(clu["timeouts"]), ["time"]),
+        "ttft_timeouts_interval": var("ttft_timeouts_interval", _interval(clu["ttft_timeouts"]), ["time"]),
         "sheds_interval": var("sheds_interval", _interval(clu["shed"]), ["time"]),
         "rejected_interval": var("rejected_interval", _interval(clu["rejected"]), ["time"]),
         "completions_interval": var("completions_interval", done, ["time"]),

@@ -28,11 +28,13 @@ def check_stage(rd, stage, het, scenarios, where, m):
                 "settings with different replica counts cannot share one grid: "
                 + ", ".join(f"{h} has {len(het[h])}" for h in v["heterogeneity"]))
     n_rep = counts.pop()
-    horizon_s = min(v["warmup_s"]) + min(v["measure_s"])
+    # the batching model's runs go on past the horizon for up to drain_s (token-model.md §7)
+    horizon_s = min(v["warmup_s"]) + min(v["measure_s"]) + min(v.get("drain_s", (0.0,)))
     for s in v["scenario"]:
         for ev in scenarios[s]:
             if ev.at_s >= horizon_s:
-                rd.fail(_join(ev.key, "at_s"), f"an event at {ev.at_s:g} s is outside the horizon of stage "
+                what = "the horizon plus the drain" if "drain_s" in v else "the horizon"
+                rd.fail(_join(ev.key, "at_s"), f"an event at {ev.at_s:g} s is outside {what} of stage "
                               f"{stage.name!r} ({horizon_s:g} s)")
             if ev.replica >= n_rep:
                 rd.fail(_join(ev.key, "replica"), f"replica {ev.replica + 1} does not exist in stage {stage.name!r} "

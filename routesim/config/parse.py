@@ -137,6 +137,11 @@ def param_value(rd, p, value, key):
         return v
     if p.allow_inf and isinstance(value, float) and value == math.inf:
         return math.inf
+    if p.words and isinstance(value, str):
+        if value not in p.words:
+            rd.fail(key, f"expected a number or {' or '.join(map(repr, p.words))}, got {value!r}"
+                    + _suggest(value, p.words, "known"))
+        return value
     v = rd.number(value, key, p.kind)
     lower_ok = v > p.low if p.low_open else v >= p.low
     if not lower_ok or v > p.high:
