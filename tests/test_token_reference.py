@@ -572,7 +572,7 @@ def test_black_hole_attracts_and_breaker_ejects_and_readmits():
     takes 59..64 (o = 0..2 against dozens) and its 5th failure at 65 ejects it for
     2 x 50 ms, until 165 (re-admitted then, before the 200 ms horizon)."""
     rows = long_rows([float(t) for t in range(1, 71)], h=0.9, P=16, O=2000)
-    p = params(kv_blocks=200, measure_s=0.2, breaker_consecutive=5, breaker_eject_ms=50)
+    p = params(kv_blocks=200, measure_s=0.2, breaker_consecutive=5, breaker_eject_ms=50, drain_s=0)
     out = tr.simulate(make(rows), p, [1.0] * 3, [(0.0, "fail_fast", 1, 0.0)], "least_requests", 1,
                       check=True, _return_sim=True)
     rt = routes(out)
@@ -585,7 +585,13 @@ def test_black_hole_attracts_and_breaker_ejects_and_readmits():
     assert to_hole == [1.0, 3.0, 5.0, 6.0, 7.0, 8.0, 59.0, 60.0, 61.0, 62.0, 63.0, 64.0]
     assert out["breaker_ejections"] == 2
     assert out["assigned"][1] == 12 and sum(out["assigned"]) == 70
+    # drain_s = 0: the 58 others (O = 2000) are unfinished at the horizon; with the default
+    # drain (600 s) they finish after it (the window counts stay)
     assert (out["failed"], out["completed"], out["unfinished"], out["attempts"]) == (12, 0, 58, 70)
+    out = tr.simulate(make(rows), dict(p, drain_s=600), [1.0] * 3, [(0.0, "fail_fast", 1, 0.0)],
+                      "least_requests", 1)
+    assert (out["failed"], out["completed"], out["unfinished"], out["attempts"]) == (12, 58, 0, 70)
+    assert out["breaker_ejections"] == 2 and out["assigned"][1] == 12 and out["throughput"] == 0.0
 
 
 def test_breaker_max_ejected_fraction():
@@ -740,7 +746,7 @@ def test_slow_start_ramp():
     at 1100 goes to replica 1."""
     rows = long_rows([100.0, 200.0, 300.0, 1100.0, 1800.0], h=0.5, P=100, O=2000)
     ev = [(1000.0, "recover", 1, 0.0)]
-    p = params(kv_blocks=200, start_down=[1], slow_start_ms=1000.0, measure_s=2)
+    p = params(kv_blocks=200, start_down=[1], slow_start_ms=1000.0, measure_s=2, drain_s=0)
     out = tr.simulate(make(rows), p, [1.0, 1.0], ev, "least_requests", 1, check=True, _return_sim=True)
     assert [x[2] for x in routes(out)] == [0, 0, 0, 0, 1]
     p["slow_start_ms"] = 0.0
