@@ -1249,3 +1249,43 @@ def test_new_keys_refuse_bad_values(key, value):
     with pytest.raises(ValueError):
         tr.simulate(make([(0.0, 100, 2, 0.5)]), params(kv_blocks=64, **{key: value}), [1.0], [],
                     "round_robin", 1)
+
+
+def test_a_hit_on_uncomputed_blocks_whose_reserver_fails():
+    """§2 "Computed blocks", read literally at a completion (decision D26 of the reference).
+    X (P 100, O 1) at 0 keeps the replica busy for dX = step(U=100, Q=100 50); A (P 1600:
+    group 0's 96 ids + 4 own) at 1 and B (P 1700: the 96 + 10 own, and one anonymous
+    block) at 2 are admitted together at dX: A takes all its blocks (hit 0, u 1600), B
+    references A's 96 group blocks, still uncomputed, as its hit (m = 1536, u = 164):
+    d2 = step(U=1764, Q=1600 (0 + 0 + 800) + 164 (1536 + 0 + 82)).  ttft_timeout_ms =
+    dX + d2 - 1.5: A's deadline (1 + that) falls inside iteration 2: A fails, its 4 own
+    blocks (uncomputed) become free, the 96 stay (B holds them).  B's chunk ends at
+    t2 = dX + d2 (before its deadline, 2 + that): its own 10 id'd blocks are computed
+    (1536 <= 16 j, 1700 >= 16 (j + 1)), the 96 are not (B counted them in m).  B completes
+    at t2 + step(n=1, K=1701): the 96 drop to refcount 0 uncomputed: free, not cached.
+    C (group 0, P 1600) at 1000 then has no hit: u = 1600."""
+    wl = make([(0.0, 100, 1, 0.5), (1.0, 1600, 5, 0.5, group_ids(0, 1600, 1)),
+               (2.0, 1700, 2, 0.5, group_ids(0, 1700, 2)), (1000.0, 1600, 1, 0.5, group_ids(0, 1600, 3))])
+    dX = step(U=100, Q=100 * 50)
+    d2 = step(U=1764, Q=1600 * (0 + 0 + 800) + 164 * (1536 + 0 + 82))
+    t2 = dX + d2
+    ttft = t2 - 1.5
+    a_deadline, b_deadline = 1.0 + ttft, 2.0 + ttft
+    assert dX < a_deadline < t2 < b_deadline
+    dC = step(U=1600, Q=1600 * 800)
+    assert dC < ttft
+    out = tr.simulate(wl, params(kv_blocks=400, ttft_timeout_ms=ttft), [1.0], [], "round_robin", 1,
+                      check=True, _return_sim=True)
+    trace = out["_sim"].trace
+    assert [(e[3], e[4], e[5]) for e in events_of(trace, "admit")] == [(0, 0, 100), (1, 0, 1600), (2, 96, 164),
+                                                                      (3, 0, 1600)]
+    assert fails_of(out) == [(a_deadline, "ttft_timeout", 1, 1)]
+    t3 = t2 + step(n=1, K=1701)
+    freed = [(e[0], e[4]) for e in events_of(trace, "free_uncomputed")]
+    assert freed == [(a_deadline, j) for j in range(96, 100)] + [(t3, j) for j in range(96)]
+    rec = out["records"]
+    assert [r["outcome"] for r in rec] == ["completed", "failed", "completed", "completed"]
+    assert rec[2]["completion"] == t3 and rec[3]["completion"] == 1000.0 + dC
+    assert out["prefix_hit_rate"] == pytest.approx(1536 / (100 + 1600 + 1700 + 1600), rel=1e-12)
+    resident = out["_sim"].replicas[0].resident
+    assert all(bid in resident for bid in group_ids(0, 1700, 2)[96:])   # B's own, computed, cached
