@@ -822,13 +822,15 @@ if given is not None:
            timeout=st.sampled_from([math.inf, 60.0, 150.0]), consecutive=st.integers(0, 2),
            budget=st.sampled_from([math.inf, 0.0, 0.5]), front=st.sampled_from([math.inf, 400.0]),
            front_mode=st.sampled_from(["reject", "queue"]),
-           events=st.lists(st.tuples(st.floats(0, 400), st.sampled_from(["fail", "fail_fast", "recover",
+           events=st.lists(st.tuples(st.floats(0, 900), st.sampled_from(["fail", "fail_fast", "recover",
                                                                           "slowdown"]),
                                      st.integers(0, 2), st.sampled_from([0.5, 2.0])), max_size=5),
-           start_down=st.booleans())
+           start_down=st.booleans(), drain=st.sampled_from([0.0, 0.2, 600.0]),
+           ttft=st.sampled_from([math.inf, 30.0, 90.0]), allowance=st.sampled_from([256, "exact"]))
     def test_property_invariants_with_failures(seed, n_rep, b, chunked, max_batch, cap, policy, mode,
                                                routers, max_attempts, timeout, consecutive, budget,
-                                               front, front_mode, events, start_down):
+                                               front, front_mode, events, start_down, drain, ttft,
+                                               allowance):
         p = tr.defaults()
         p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_median=30, chat_prompt_min=1,
                  chat_prompt_max=200, chat_output_median=20, chat_output_max=30, prefix_tokens=32,
@@ -838,13 +840,20 @@ if given is not None:
                  breaker_consecutive=consecutive, breaker_eject_ms=30.0, retry_budget=budget,
                  min_retry_concurrency=1, admission_max_tokens=front, admission_mode=front_mode,
                  cold_factor=2.0, ready_delay_ms=10.0, slow_start_ms=50.0,
-                 start_down=[0] if start_down else [])
+                 start_down=[0] if start_down else [], drain_s=drain, ttft_timeout_ms=ttft,
+                 allowance_tokens=allowance)
         p["kv_blocks"] = -(-(32 + 200 + 30) // b) + 3
+        # events up to 400 ms after the horizon (500 ms): in the drain too
         evs = sorted([(float(t), k, i % n_rep, v) for t, k, i, v in events], key=lambda e: e[0])
         wl = tr.generate_workload(seed, 80.0, p, evs)
         out = tr.simulate(wl, p, [1.0 + 0.5 * i for i in range(n_rep)], evs, policy, seed, check=True)
         assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed",
                                                        "unfinished"))
+        H = 500.0   # warm-up 0.1 s, measurement 0.4 s
+        assert H <= out["stop"] <= H + drain * 1000.0
+        assert (out["unfinished"] == 0) or out["stop"] == H + drain * 1000.0
+        assert math.isnan(out["itl_max"]) or out["itl_max"] >= out["itl_p99"] >= out["itl_p50"] > 0
+        assert 0 <= out["kv_occupancy_first"] <= 1 and 0 <= out["kv_occupancy_last"] <= 1
 
 
 def test_front_door_queue_and_timeouts_from_arrival():
