@@ -5,6 +5,11 @@ by element. The cases cover every policy × loads (light; one that fills waiting
 queues; one whose small KV pool preempts) × prefix sharing on and off × two
 heterogeneity settings × seeds, chunked and unchunked prefill, a slowdown, and a
 small waiting cap that sheds. Short horizons keep the naive reference affordable.
+Every case runs with the drain (token-model.md §7: the page's 600 s unless the case
+cuts it short with a smaller drain_s; "light-no-drain" keeps drain_s = 0), and the
+issue-19 cases add scenario events and retries in the drain, first-token timeouts
+(with retries, the front door and a breaker; during chunked prefills of shared
+prefixes, so that uncomputed blocks are freed) and allowance_tokens = "exact".
 """
 
 import math
@@ -19,10 +24,11 @@ from routesim.batching.workload import generate
 POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost",
             "power_of_d", "prefix_affinity", "rate_weighted")
 COUNTS = ("arrivals", "completed", "failed", "rejected", "shed", "unfinished", "preemptions",
-          "attempts", "retries", "wasted_tokens", "breaker_ejections")
+          "attempts", "retries", "wasted_tokens", "breaker_ejections", "backlog_growth")
 FLOATS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "e2e_p50",
           "e2e_p90", "e2e_p99", "e2e_mean", "attainment", "goodput", "throughput",
-          "token_throughput", "prefix_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy")
+          "token_throughput", "prefix_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy",
+          "itl_p50", "itl_p90", "itl_p99", "itl_max", "kv_occupancy_first", "kv_occupancy_last")
 VECTORS = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens",
            "replica_max_outstanding": "max_out"}
 FLOAT_VECTORS = {"replica_ttft_p50": "ttft_p50", "replica_ttft_p99": "ttft_p99"}
@@ -35,12 +41,18 @@ CASES = {
                         [(0.0, "slowdown", 1, 2.0), (2500.0, "slowdown", 1, 1.0)]),
     "queues-fill": (dict(SHORT, waiting_cap=3, max_batch=4, max_batched_tokens=2048), 25.0,
                     [1.0, 1.0], []),
-    "preempting": (dict(SHORT, kv_blocks=600, max_batched_tokens=4096, p_long=0.1), 8.0,
+    # (its long prompts never fit the pool: they stall their replica's queue, so the 600 s
+    # drain would idle to its end; a 3 s drain is cut with work still in the system)
+    "preempting": (dict(SHORT, kv_blocks=600, max_batched_tokens=4096, p_long=0.1, drain_s=3.0), 8.0,
                    [1.0, 1.3], []),
     "no-prefix-unchunked": (dict(SHORT, prefix_probability=0.0, chunked_prefill=False,
                                  max_batched_tokens=4096), 10.0, [1.0, 1.0, 2.0], []),
     "prefix-heavy": (dict(SHORT, prefix_probability=0.95, prefix_groups=3, tie_tolerance=0.1,
                           kv_blocks=1500), 12.0, [1.0, 1.0, 1.0, 1.0], []),
+    # the drain (token-model.md §7): none (the run stops at the horizon), and one cut short
+    # while long requests still run
+    "light-no-drain": (dict(SHORT, drain_s=0.0), 6.0, [1.0, 1.0, 1.0], []),
+    "drain-cut": (dict(SHORT, p_long=0.2, drain_s=1.0), 6.0, [1.0, 1.0, 1.0], []),
 }
 
 
@@ -79,6 +91,25 @@ FAULT_CASES = {
     "local-250-routers-crash": (dict(INCIDENT, signal_mode="periodic_local", period_ms=250.0, routers=3,
                                      max_attempts=2), 16.0, [1.0, 1.0, 1.0],
                                 [(2000.0, "fail", 2, 0.0), (3000.0, "recover", 2, 0.0)]),
+    # issue 19: scenario events after the horizon (H = 5000): a black hole and a crash whose
+    # attempts are retried in the drain, recoveries (cold) and a slowdown
+    "drain-events": (dict(INCIDENT, max_attempts=3, cold_factor=2.0), 12.0, [1.0, 1.0, 1.0],
+                     [(5400.0, "fail_fast", 2, 0.0), (5500.0, "fail", 1, 0.0), (6000.0, "recover", 2, 0.0),
+                      (6500.0, "recover", 1, 0.0), (8000.0, "slowdown", 0, 2.0)]),
+    # first-token timeouts (§6) with retries
+    "ttft-retries": (dict(INCIDENT, ttft_timeout_ms=600.0, max_attempts=3, max_batch=6,
+                          max_batched_tokens=2048), 14.0, [1.0, 1.4], []),
+    # ... beside whole-attempt timeouts, at the front door (queue) and with a breaker
+    "ttft-front-door-breaker": (dict(INCIDENT, ttft_timeout_ms=600.0, timeout_ms=3000.0, max_attempts=2,
+                                     admission_max_tokens=9000.0, admission_mode="queue", max_batch=6,
+                                     breaker_consecutive=3, breaker_eject_ms=300.0), 20.0, [1.0, 1.0], []),
+    # ... during chunked prefills of one long shared prefix: uncomputed blocks are freed (§2)
+    "ttft-computed-blocks": (dict(INCIDENT, p_long=0.0, prefix_groups=1, prefix_probability=0.9,
+                                  prefix_tokens=6144, max_batched_tokens=1024, ttft_timeout_ms=400.0,
+                                  max_attempts=2), 14.0, [1.0, 1.0], []),
+    # a clairvoyant tokens score (§3), in periodic_local views and at the front door
+    "exact-allowance": (dict(INCIDENT, allowance_tokens="exact", signal_mode="periodic_local", period_ms=50.0,
+                             admission_max_tokens=12000.0, admission_mode="queue"), 16.0, [1.0, 1.0, 1.0], []),
 }
 
 
@@ -112,12 +143,26 @@ def _close(a, b):
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
 
 
-def _compare(case, policy, seed):
+def _case(case, seed, **extra):
     overrides, rate, factors, events = {**CASES, **FAULT_CASES}[case]
     values = _values(overrides)
+    values.update(extra)
     horizon = (values["warmup_s"] + values["measure_s"]) * 1000.0
     rate_events = tuple((t, v) for t, k, _, v in events if k == "rate_multiplier")
     wl = generate(seed, rate, rate_events, horizon, br.workload_params(values))
+    return wl, values, factors, events
+
+
+def _reference(case, policy, seed, **extra):
+    """The reference alone (with its decision trace), for the claims below."""
+    wl, values, factors, events = _case(case, seed, **extra)
+    out = ref.simulate(_reference_workload(wl), values, factors, events, policy, seed, _return_sim=True)
+    sim = out.pop("_sim")
+    return out, sim
+
+
+def _compare(case, policy, seed):
+    wl, values, factors, events = _case(case, seed)
     got, rep = _engine(wl, values, factors, events, policy, seed)
     want = ref.simulate(_reference_workload(wl), values, factors, events, policy, seed, check=False)
     bad = []
@@ -150,20 +195,59 @@ def test_engine_matches_reference_under_faults(case, policy):
     _compare(case, policy, 1)
 
 
+def _fails(sim, kind):
+    return [e for e in sim.trace if e[1] == "fail" and e[2] == kind]
+
+
+def _books(case, got):
+    assert got["arrivals"] == (got["completed"] + got["failed"] + got["rejected"] + got["shed"]
+                               + got["unfinished"]), case
+
+
 def test_the_fault_cases_exercise_what_they_claim():
-    """From the reference's own results: crashes fail attempts that are retried, the
-    black hole trips the breaker, timeouts fail and the budget refuses retries, the
-    front door rejects or queues."""
-    seen = {case: _compare(case, "least_requests", 1) for case in FAULT_CASES}
-    assert seen["crash-retry-cold"]["retries"] > 0
-    assert seen["black-hole-breaker"]["breaker_ejections"] > 0
-    assert seen["black-hole-breaker"]["retries"] > 0  # each black-hole failure is retried elsewhere
-    assert seen["timeouts-budget"]["failed"] > 0 and seen["timeouts-budget"]["retries"] > 0
-    assert seen["front-door-reject"]["rejected"] > 0
-    assert seen["routers-black-hole"]["breaker_ejections"] > 0
-    for case, got in seen.items():
-        assert got["arrivals"] == (got["completed"] + got["failed"] + got["rejected"] + got["shed"]
-                                   + got["unfinished"]), case
+    """From the reference's own results (the engine is compared in the tests above):
+    crashes fail attempts that are retried, the black hole trips the breaker, timeouts
+    fail and the budget refuses retries, the front door rejects or queues; the issue-19
+    cases: events, fast failures and retries after the horizon; first-token timeouts
+    that fire (also at the front door, beside whole-attempt timeouts); uncomputed
+    blocks freed; an exact allowance that changes decisions."""
+    seen = {case: _reference(case, "least_requests", 1) for case in FAULT_CASES}
+    got = {case: out for case, (out, _sim) in seen.items()}
+    assert got["crash-retry-cold"]["retries"] > 0
+    assert got["black-hole-breaker"]["breaker_ejections"] > 0
+    assert got["black-hole-breaker"]["retries"] > 0  # each black-hole failure is retried elsewhere
+    assert got["timeouts-budget"]["failed"] > 0 and got["timeouts-budget"]["retries"] > 0
+    assert got["front-door-reject"]["rejected"] > 0
+    assert got["routers-black-hole"]["breaker_ejections"] > 0
+    for case, out in got.items():
+        _books(case, out)
+    # events, fast failures and retries in the drain; every cohort request finishes
+    out, sim = seen["drain-events"]
+    H = sim.H
+    assert sum(1 for e in sim.trace if e[1] == "event" and e[0] > H) == 5
+    assert any(e[0] > H for e in _fails(sim, "fast")) and any(e[0] > H for e in _fails(sim, "crash"))
+    assert any(e[0] > H and e[4] >= 2 for e in sim.trace if e[1] == "route")   # a retry placed after H
+    assert out["unfinished"] == 0 and H < out["stop"] < sim.limit
+    # first-token timeouts fire, are retried, and some requests still complete
+    out, sim = seen["ttft-retries"]
+    assert len(_fails(sim, "ttft_timeout")) > 0 and out["retries"] > 0 and out["completed"] > 0
+    assert not _fails(sim, "timeout")
+    out, sim = seen["ttft-front-door-breaker"]
+    for kind in ("ttft_timeout", "front_door_ttft_timeout", "timeout"):
+        assert _fails(sim, kind), kind
+    assert out["retries"] > 0
+    # first-token timeouts during chunked prefills of the shared prefix free uncomputed blocks
+    out, sim = seen["ttft-computed-blocks"]
+    assert _fails(sim, "ttft_timeout")
+    assert any(e[1] == "free_uncomputed" for e in sim.trace)
+    assert out["prefix_hit_rate"] > 0.3
+    # the exact allowance: the front door queues, and least_tokens decides otherwise than
+    # with the default allowance of 256
+    out, sim = seen["exact-allowance"]
+    assert any(e[1] == "fifo" for e in sim.trace)
+    exact, _ = _reference("exact-allowance", "least_tokens", 1)
+    fixed, _ = _reference("exact-allowance", "least_tokens", 1, allowance_tokens=256)
+    assert exact["assigned"] != fixed["assigned"]
 
 
 def test_generators_agree():
@@ -180,12 +264,32 @@ def test_generators_agree():
 
 
 def test_the_cases_exercise_what_they_claim():
-    """From the reference's own results: the preempting case preempts, the small queues
-    shed, prefix sharing hits, and the slowdown case's replicas differ."""
-    seen = {case: _compare(case, "least_requests", 1) for case in ("preempting", "queues-fill",
-                                                                     "prefix-heavy")}
-    assert seen["preempting"]["preemptions"] > 0
-    assert seen["queues-fill"]["shed"] > 0
-    assert seen["prefix-heavy"]["prefix_hit_rate"] > 0.3
-    rr = _compare("queues-fill", "round_robin", 2)
+    """From the reference's own results (the engine is compared in the tests above): the
+    preempting case preempts, the small queues shed, prefix sharing hits, and the
+    slowdown case's replicas differ; the drain finishes cohort requests after the
+    horizon (and stops before its limit), drain_s = 0 stops at the horizon with requests
+    unfinished, and a drain cut short by drain_s stops at its limit with requests
+    unfinished after others finished in it."""
+    seen = {case: _reference(case, "least_requests", 1) for case in CASES}
+    got = {case: out for case, (out, _sim) in seen.items()}
+    assert got["preempting"]["preemptions"] > 0
+    assert got["queues-fill"]["shed"] > 0
+    assert got["prefix-heavy"]["prefix_hit_rate"] > 0.3
+    rr, _ = _reference("queues-fill", "round_robin", 2)
     assert rr["shed"] > 0 and rr["unfinished"] + rr["completed"] > 0
+    for case, (out, sim) in seen.items():
+        _books(case, out)
+        after = [r for r in out["records"] if sim.W <= r["arrival"] < sim.H and r["outcome"] == "completed"
+                 and r["completion"] > sim.H]
+        if case == "light-no-drain":
+            assert out["stop"] == sim.H and out["unfinished"] > 0 and not after, case
+        elif case in ("drain-cut", "preempting"):
+            assert out["stop"] == sim.limit < sim.H + 600_000 and out["unfinished"] > 0 and after, case
+        else:   # the page's 600 s drain: every cohort request finishes, some after the horizon
+            assert out["unfinished"] == 0 and after and sim.H < out["stop"] < sim.limit, case
+    # the drain changes the cohort's outcomes, never a window metric
+    light, no_drain = got["light"], got["light-no-drain"]
+    for name in ("throughput", "token_throughput", "kv_occupancy", "kv_occupancy_first", "kv_occupancy_last",
+                 "itl_p50", "itl_max", "backlog_growth", "preemptions", "assigned", "replica_tokens"):
+        assert light[name] == no_drain[name], name
+    assert light["completed"] > no_drain["completed"]

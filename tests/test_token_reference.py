@@ -572,7 +572,7 @@ def test_black_hole_attracts_and_breaker_ejects_and_readmits():
     takes 59..64 (o = 0..2 against dozens) and its 5th failure at 65 ejects it for
     2 x 50 ms, until 165 (re-admitted then, before the 200 ms horizon)."""
     rows = long_rows([float(t) for t in range(1, 71)], h=0.9, P=16, O=2000)
-    p = params(kv_blocks=200, measure_s=0.2, breaker_consecutive=5, breaker_eject_ms=50)
+    p = params(kv_blocks=200, measure_s=0.2, breaker_consecutive=5, breaker_eject_ms=50, drain_s=0)
     out = tr.simulate(make(rows), p, [1.0] * 3, [(0.0, "fail_fast", 1, 0.0)], "least_requests", 1,
                       check=True, _return_sim=True)
     rt = routes(out)
@@ -585,7 +585,13 @@ def test_black_hole_attracts_and_breaker_ejects_and_readmits():
     assert to_hole == [1.0, 3.0, 5.0, 6.0, 7.0, 8.0, 59.0, 60.0, 61.0, 62.0, 63.0, 64.0]
     assert out["breaker_ejections"] == 2
     assert out["assigned"][1] == 12 and sum(out["assigned"]) == 70
+    # drain_s = 0: the 58 others (O = 2000) are unfinished at the horizon; with the default
+    # drain (600 s) they finish after it (the window counts stay)
     assert (out["failed"], out["completed"], out["unfinished"], out["attempts"]) == (12, 0, 58, 70)
+    out = tr.simulate(make(rows), dict(p, drain_s=600), [1.0] * 3, [(0.0, "fail_fast", 1, 0.0)],
+                      "least_requests", 1)
+    assert (out["failed"], out["completed"], out["unfinished"], out["attempts"]) == (12, 58, 0, 70)
+    assert out["breaker_ejections"] == 2 and out["assigned"][1] == 12 and out["throughput"] == 0.0
 
 
 def test_breaker_max_ejected_fraction():
@@ -740,7 +746,7 @@ def test_slow_start_ramp():
     at 1100 goes to replica 1."""
     rows = long_rows([100.0, 200.0, 300.0, 1100.0, 1800.0], h=0.5, P=100, O=2000)
     ev = [(1000.0, "recover", 1, 0.0)]
-    p = params(kv_blocks=200, start_down=[1], slow_start_ms=1000.0, measure_s=2)
+    p = params(kv_blocks=200, start_down=[1], slow_start_ms=1000.0, measure_s=2, drain_s=0)
     out = tr.simulate(make(rows), p, [1.0, 1.0], ev, "least_requests", 1, check=True, _return_sim=True)
     assert [x[2] for x in routes(out)] == [0, 0, 0, 0, 1]
     p["slow_start_ms"] = 0.0
@@ -816,13 +822,15 @@ if given is not None:
            timeout=st.sampled_from([math.inf, 60.0, 150.0]), consecutive=st.integers(0, 2),
            budget=st.sampled_from([math.inf, 0.0, 0.5]), front=st.sampled_from([math.inf, 400.0]),
            front_mode=st.sampled_from(["reject", "queue"]),
-           events=st.lists(st.tuples(st.floats(0, 400), st.sampled_from(["fail", "fail_fast", "recover",
+           events=st.lists(st.tuples(st.floats(0, 900), st.sampled_from(["fail", "fail_fast", "recover",
                                                                           "slowdown"]),
                                      st.integers(0, 2), st.sampled_from([0.5, 2.0])), max_size=5),
-           start_down=st.booleans())
+           start_down=st.booleans(), drain=st.sampled_from([0.0, 0.2, 600.0]),
+           ttft=st.sampled_from([math.inf, 30.0, 90.0]), allowance=st.sampled_from([256, "exact"]))
     def test_property_invariants_with_failures(seed, n_rep, b, chunked, max_batch, cap, policy, mode,
                                                routers, max_attempts, timeout, consecutive, budget,
-                                               front, front_mode, events, start_down):
+                                               front, front_mode, events, start_down, drain, ttft,
+                                               allowance):
         p = tr.defaults()
         p.update(warmup_s=0.1, measure_s=0.4, p_long=0.0, chat_prompt_median=30, chat_prompt_min=1,
                  chat_prompt_max=200, chat_output_median=20, chat_output_max=30, prefix_tokens=32,
@@ -832,13 +840,20 @@ if given is not None:
                  breaker_consecutive=consecutive, breaker_eject_ms=30.0, retry_budget=budget,
                  min_retry_concurrency=1, admission_max_tokens=front, admission_mode=front_mode,
                  cold_factor=2.0, ready_delay_ms=10.0, slow_start_ms=50.0,
-                 start_down=[0] if start_down else [])
+                 start_down=[0] if start_down else [], drain_s=drain, ttft_timeout_ms=ttft,
+                 allowance_tokens=allowance)
         p["kv_blocks"] = -(-(32 + 200 + 30) // b) + 3
+        # events up to 400 ms after the horizon (500 ms): in the drain too
         evs = sorted([(float(t), k, i % n_rep, v) for t, k, i, v in events], key=lambda e: e[0])
         wl = tr.generate_workload(seed, 80.0, p, evs)
         out = tr.simulate(wl, p, [1.0 + 0.5 * i for i in range(n_rep)], evs, policy, seed, check=True)
         assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed",
                                                        "unfinished"))
+        H = 500.0   # warm-up 0.1 s, measurement 0.4 s
+        assert H <= out["stop"] <= H + drain * 1000.0
+        assert (out["unfinished"] == 0) or out["stop"] == H + drain * 1000.0
+        assert math.isnan(out["itl_max"]) or out["itl_max"] >= out["itl_p99"] >= out["itl_p50"] > 0
+        assert 0 <= out["kv_occupancy_first"] <= 1 and 0 <= out["kv_occupancy_last"] <= 1
 
 
 def test_front_door_queue_and_timeouts_from_arrival():
@@ -900,3 +915,386 @@ def test_metric_windows():
     assert out["kv_occupancy"] == pytest.approx(area / 100.0 / 64, rel=1e-9)
     assert out["batch_mean"] == pytest.approx(1.0)
     assert out["records"][0]["outcome"] == "unfinished"
+
+
+# ====================================================================================
+# Issue 19: the drain, first-token timeouts, computed blocks, allowance "exact", ITL,
+# steady state (token-model.md §2 "Computed blocks", §3, §6, §7; /work/spec19.md)
+# ====================================================================================
+
+def lone_times(t0, P, O, f=1.0):
+    """Token times of a request alone on an idle replica with room (P <= 8192: one prefill
+    chunk, §2.3 d = f (c_0 + c_pf U + c_attn Q + ...), Q = P (0 + 0 + P/2)), then O - 1
+    decode iterations, the g-th with n = 1 and K = P + g (its KV after growth)."""
+    t = t0 + step(U=P, Q=P * (P / 2), f=f)
+    times = [t]
+    for g in range(1, O):
+        t = t + step(n=1, K=P + g, f=f)
+        times.append(t)
+    return times
+
+
+def lone_area(t0, P, O, lo, hi, f=1.0):
+    """Referenced blocks x time of that lone request over [lo, hi]: ceil(P/16) blocks during
+    the prefill, ceil((P + g)/16) during the g-th decode iteration."""
+    times = lone_times(t0, P, O, f)
+    starts = [t0] + times[:-1]
+    blocks = [-(-P // 16)] + [-(-(P + g) // 16) for g in range(1, O)]
+    return sum(bk * max(0.0, min(e, hi) - max(s, lo)) for s, e, bk in zip(starts, times, blocks))
+
+
+def rank(values, p):
+    """Nearest rank as the page writes it: sorted[ceil((p/100) n) - 1]."""
+    s = sorted(values)
+    return s[math.ceil((p / 100) * len(s)) - 1]
+
+
+def fails_of(out):
+    return [(e[0], e[2], e[4], e[5]) for e in events_of(out["_sim"].trace, "fail")]
+
+
+def test_lone_request_finishes_in_the_drain():
+    """W = 0, H = 10000.  r0 at 9950 (P 100, O 50): its first token at 9950 + d_pre, then
+    49 decode steps, the last after the horizon.  With the default drain (600 s) it
+    completes and the run stops at its completion; with drain_s = 0 it is unfinished.
+    Window metrics are the same either way (tokens by (W, H], blocks over [W, H])."""
+    wl = make([(9950.0, 100, 50, 0.5)])
+    times = lone_times(9950.0, 100, 50)
+    t_first, t_done = times[0], times[-1]
+    H = 10000.0
+    assert t_first < H < t_done
+    in_window = [t for t in times if t <= H]
+    gaps = [times[j] - times[j - 1] for j in range(1, 50) if times[j] <= H]
+    for j, gap in enumerate(gaps, start=1):        # each gap is the j-th decode step
+        assert gap == pytest.approx(step(n=1, K=100 + j), rel=1e-9)
+    area = lone_area(9950.0, 100, 50, 0.0, H)
+    tpot = (t_done - t_first) / 49
+    out = tr.simulate(wl, params(kv_blocks=64), [1.0], [], "round_robin", 1, check=True)
+    cut = tr.simulate(wl, params(kv_blocks=64, drain_s=0), [1.0], [], "round_robin", 1, check=True)
+    assert (out["completed"], out["unfinished"]) == (1, 0)
+    assert (cut["completed"], cut["unfinished"]) == (0, 1)
+    assert out["stop"] == t_done and cut["stop"] == H
+    assert out["ttft_p50"] == pytest.approx(t_first - 9950.0, rel=1e-12)
+    assert out["e2e_mean"] == pytest.approx(t_done - 9950.0, rel=1e-12)
+    assert out["tpot_p50"] == pytest.approx(tpot, rel=1e-12)
+    assert t_first - 9950.0 <= 1000 and tpot <= 50
+    assert out["attainment"] == 1.0 and out["goodput"] == pytest.approx(1 / 10)
+    assert math.isnan(cut["ttft_p50"]) and math.isnan(cut["e2e_mean"]) and cut["goodput"] == 0.0
+    for o in (out, cut):
+        assert o["throughput"] == 0.0 and o["replica_completed"] == [0]   # completion after H
+        assert o["replica_tokens"] == [len(in_window)]
+        assert o["token_throughput"] == pytest.approx(len(in_window) / 10.0)
+        assert o["kv_occupancy"] == pytest.approx(area / 10000.0 / 64, rel=1e-9)
+        assert o["kv_occupancy_first"] == 0.0
+        assert o["kv_occupancy_last"] == pytest.approx(area / 2500.0 / 64, rel=1e-9)  # q = 2500
+        assert o["itl_max"] == pytest.approx(max(gaps), rel=1e-12)
+        assert o["itl_p50"] == pytest.approx(rank(gaps, 50), rel=1e-12)
+        assert o["backlog_growth"] == 1 - 0      # in the system at H, none at W = 0
+        assert o["wasted_tokens"] == 0 and o["batch_mean"] == pytest.approx(1.0)
+
+
+def test_drain_cut_by_drain_s():
+    """Two replicas, round robin: r0 -> 1, r1 -> 2, both at 9990 alone on their replica,
+    O = 20 and O = 50.  drain_s = 0.2: limit 10200; r0 completes before it, r1 after:
+    unfinished, and stop = 10200.  drain_s = 0.4: both complete, stop = r1's completion."""
+    wl = make([(9990.0, 100, 20, 0.5), (9990.0, 100, 50, 0.5)])
+    t0, t1 = lone_times(9990.0, 100, 20), lone_times(9990.0, 100, 50)
+    assert t0[-1] < 10200.0 < t1[-1] < 10400.0
+    out = tr.simulate(wl, params(kv_blocks=64, drain_s=0.2), [1.0, 1.0], [], "round_robin", 1, check=True)
+    assert out["assigned"] == [1, 1]
+    assert (out["completed"], out["unfinished"], out["stop"]) == (1, 1, 10200.0)
+    assert out["e2e_p99"] == pytest.approx(t0[-1] - 9990.0, rel=1e-12)
+    out = tr.simulate(wl, params(kv_blocks=64, drain_s=0.4), [1.0, 1.0], [], "round_robin", 1, check=True)
+    assert (out["completed"], out["unfinished"]) == (2, 0) and out["stop"] == t1[-1]
+    assert out["e2e_p99"] == pytest.approx(t1[-1] - 9990.0, rel=1e-12)
+
+
+def test_crash_and_retry_in_the_drain():
+    """r0 at 9950 (P 100, O 50) on replica 1 of 2 (round robin), max_attempts 2.  Replica
+    1 crashes at 10100, after the horizon: the attempt fails there (the tokens it emitted
+    in (W, H] are wasted; those after H are not counted), is retried at 10100 + 20 on
+    replica 2, slowed down by 2 from 10110: f = 2 in every step of the retry.  ttft and
+    e2e from the arrival.  With drain_s = 0 the crash is never processed: unfinished,
+    nothing wasted (an attempt still running at the stop is not wasted)."""
+    wl = make([(9950.0, 100, 50, 0.5)])
+    ev = [(10100.0, "fail", 0, 0.0), (10110.0, "slowdown", 1, 2.0)]
+    first = lone_times(9950.0, 100, 50)
+    retry = lone_times(10120.0, 100, 50, f=2.0)
+    assert first[-1] > 10100.0
+    emitted_in_window = sum(1 for t in first if t <= 10000.0)
+    emitted_by_crash = sum(1 for t in first if t <= 10100.0)
+    assert emitted_by_crash > emitted_in_window > 0
+    p = params(kv_blocks=64, max_attempts=2)
+    out = tr.simulate(wl, p, [1.0, 1.0], ev, "round_robin", 1, check=True, _return_sim=True)
+    assert [(x[0], x[2], x[3]) for x in routes(out)] == [(9950.0, 0, 1), (10120.0, 1, 2)]
+    assert fails_of(out) == [(10100.0, "crash", 0, 1)]
+    rec = out["records"][0]
+    assert rec["outcome"] == "completed" and rec["attempts"] == 2
+    assert out["ttft_p50"] == pytest.approx(retry[0] - 9950.0, rel=1e-12)
+    assert out["e2e_mean"] == pytest.approx(retry[-1] - 9950.0, rel=1e-12)
+    assert out["stop"] == retry[-1]
+    assert (out["attempts"], out["retries"], out["completed"]) == (2, 1, 1)
+    assert out["wasted_tokens"] == emitted_in_window
+    assert out["assigned"] == [1, 0] and out["replica_tokens"] == [emitted_in_window, 0]
+    # no gap of the retry is in the window: the largest is attempt 1's last decode step in it
+    gaps = [first[j] - first[j - 1] for j in range(1, 50) if first[j] <= 10000.0]
+    assert out["itl_max"] == pytest.approx(max(gaps), rel=1e-12)
+    cut = tr.simulate(wl, dict(p, drain_s=0), [1.0, 1.0], ev, "round_robin", 1, check=True)
+    assert (cut["unfinished"], cut["wasted_tokens"], cut["attempts"]) == (1, 0, 1)
+
+
+P_LONG = 20000     # 3 chunks of at most 8192: 8192, 8192, 3616; 1250 id'd blocks, no anonymous
+D1 = step(U=8192, Q=8192 * (0 + 0 + 8192 / 2))
+D2 = step(U=8192, Q=8192 * (0 + 8192 + 8192 / 2))
+D3 = step(U=3616, Q=3616 * (0 + 16384 + 3616 / 2))
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_first_token_timeout_in_a_chunked_prefill_and_computed_blocks(both):
+    """r0 at 100 (P 20000, O 3), ttft_timeout_ms = 500: deadline 600, after the end of chunk
+    2 (100 + d1 + d2) and before chunk 3 ends: the attempt fails at 600 (a first-token
+    timeout; with timeout_ms = 500 too, one failure, a timeout).  Chunks 1 and 2 made
+    blocks 0..1023 computed ((j+1) 16 <= 16384): cached at the cancellation; blocks
+    1024..1249 were never computed: free.  The retry (due 620) waits for the replica's
+    iteration in progress (its d unchanged) and is admitted at 100 + d1 + d2 + d3 with
+    hit = 1024 (not 1249 = floor(19999/16), the cap a hit on the uncomputed ones would
+    give), m = 16384, u = 3616: one chunk
+    d4 = step(U=3616, Q=3616 (16384 + 0 + 3616/2)), then 2 decode steps.
+    prefix_hit_rate = (0 + 16384) / (20000 + 20000)."""
+    kw = dict(kv_blocks=1300, ttft_timeout_ms=500.0, max_attempts=2)
+    if both:
+        kw["timeout_ms"] = 500.0
+    out = tr.simulate(make([(100.0, P_LONG, 3, 0.5)]), params(**kw), [1.0], [], "round_robin", 1,
+                      check=True, _return_sim=True)
+    assert (100.0 + D1) + D2 < 600.0 < ((100.0 + D1) + D2) + D3
+    assert fails_of(out) == [(600.0, "timeout" if both else "ttft_timeout", 0, 1)]
+    trace = out["_sim"].trace
+    freed = events_of(trace, "free_uncomputed")
+    assert [e[4] for e in freed] == list(range(1024, 1250)) and {e[0] for e in freed} == {600.0}
+    t3 = ((100.0 + D1) + D2) + D3
+    admits = events_of(trace, "admit")
+    assert [(e[0], e[4], e[5]) for e in admits] == [(100.0, 0, 20000), (t3, 1024, 3616)]
+    t4 = t3 + step(U=3616, Q=3616 * (16384 + 0 + 3616 / 2))
+    t6 = (t4 + step(n=1, K=20001)) + step(n=1, K=20002)
+    assert t4 < 620.0 + 500.0       # the retry's own deadlines are not reached
+    assert (out["completed"], out["failed"], out["attempts"], out["retries"]) == (1, 0, 2, 1)
+    assert out["wasted_tokens"] == 0          # it emitted none
+    assert out["ttft_p50"] == pytest.approx(t4 - 100.0, rel=1e-12)
+    assert out["e2e_mean"] == pytest.approx(t6 - 100.0, rel=1e-12)
+    assert out["prefix_hit_rate"] == pytest.approx(16384 / 40000, rel=1e-12)
+
+
+def test_first_token_exactly_at_the_deadline_wins():
+    """r0 at 0 (P 20000, O 3): its first token at ((0 + d1) + d2) + d3.  ttft_timeout_ms
+    equal to it: the token (phase 1) comes before the deadline (phase 3), and the
+    deadline no longer applies: it completes.  One ulp less: it fails there."""
+    t_first = ((0.0 + D1) + D2) + D3
+    t_done = (t_first + step(n=1, K=20001)) + step(n=1, K=20002)
+    wl = make([(0.0, P_LONG, 3, 0.5)])
+    out = tr.simulate(wl, params(kv_blocks=1300, ttft_timeout_ms=t_first), [1.0], [], "round_robin", 1,
+                      check=True, _return_sim=True)
+    assert (out["completed"], out["failed"]) == (1, 0) and fails_of(out) == []
+    assert out["ttft_p50"] == pytest.approx(t_first, rel=1e-12)
+    assert out["e2e_mean"] == pytest.approx(t_done, rel=1e-12)
+    early = math.nextafter(t_first, 0.0)
+    out = tr.simulate(wl, params(kv_blocks=1300, ttft_timeout_ms=early), [1.0], [], "round_robin", 1,
+                      check=True, _return_sim=True)
+    assert (out["completed"], out["failed"]) == (0, 1)
+    assert fails_of(out) == [(early, "ttft_timeout", 0, 1)]
+
+
+def test_first_token_timeout_at_the_front_door():
+    """As test_front_door_queue_and_timeouts_from_arrival (b), with timeout_ms = inf and
+    ttft_timeout_ms = 30: r1 (at 0) is still at the front door at 0 + 30: it fails there
+    as attempt 1, a first-token timeout; r0 (placed at 0, first token at d_pre = 12.4 ms,
+    before 30) is no longer subject to it and completes."""
+    p = params(kv_blocks=64, admission_max_tokens=500.0, admission_mode="queue", ttft_timeout_ms=30.0,
+               max_attempts=1, measure_s=1)
+    out = tr.simulate(make([(0.0, 300, 50, 0.5), (0.0, 300, 50, 0.5)]), p, [1.0], [], "least_tokens", 1,
+                      check=True, _return_sim=True)
+    assert step(U=300, Q=300 * 150) < 30.0
+    assert fails_of(out) == [(30.0, "front_door_ttft_timeout", 1, 1)]
+    assert [r["outcome"] for r in out["records"]] == ["completed", "failed"]
+    assert out["attempts"] == 1
+
+
+def test_itl_of_a_lone_request():
+    """r0 at 0 (P 100, O 5): tokens at t1 = d_pre, t_(g+1) = t_g + step(n=1, K=100+g); the
+    4 gaps are the decode steps, increasing with K; nearest rank of 4: p50 = sorted[1],
+    p90 = p99 = sorted[3] = itl_max."""
+    out = tr.simulate(make([(0.0, 100, 5, 0.5)]), params(kv_blocks=64), [1.0], [], "round_robin", 1,
+                      check=True)
+    times = lone_times(0.0, 100, 5)
+    gaps = [times[j] - times[j - 1] for j in range(1, 5)]
+    assert gaps == pytest.approx([step(n=1, K=100 + g) for g in range(1, 5)], rel=1e-9)
+    assert out["itl_p50"] == gaps[1]
+    assert out["itl_p90"] == out["itl_p99"] == out["itl_max"] == gaps[3]
+    out = tr.simulate(make([(0.0, 100, 1, 0.5)]), params(kv_blocks=64), [1.0], [], "round_robin", 1)
+    assert math.isnan(out["itl_p50"]) and math.isnan(out["itl_max"])     # O = 1: no gap
+
+
+def test_itl_of_a_retry_has_no_gap_across_attempts():
+    """Two replicas; r0 at 0 (P 100, O 20) on replica 1, which crashes at 50 (after its
+    first tokens); retried at 70 on replica 2, where it completes before the horizon.
+    The gaps are those within each attempt (no gap from attempt 1's last token to the
+    retry's first, ~28 ms, larger than any step)."""
+    p = params(kv_blocks=64, max_attempts=2)
+    out = tr.simulate(make([(0.0, 100, 20, 0.5)]), p, [1.0, 1.0], [(50.0, "fail", 0, 0.0)], "round_robin",
+                      1, check=True)
+    a1 = [t for t in lone_times(0.0, 100, 20) if t <= 50.0]
+    a2 = lone_times(70.0, 100, 20)
+    gaps = [a1[j] - a1[j - 1] for j in range(1, len(a1))] + [a2[j] - a2[j - 1] for j in range(1, 20)]
+    assert len(a1) >= 2 and a2[0] - a1[-1] > max(gaps)
+    assert out["itl_max"] == max(gaps)
+    assert out["itl_p50"] == rank(gaps, 50) and out["itl_p90"] == rank(gaps, 90)
+
+
+def test_itl_across_a_preemption_and_first_token_deadline_after_the_first_token():
+    """The preemption case of test_preemption_victim_is_most_recent_and_goes_to_the_front
+    (b = 4, kv_blocks 6, max_batch 2; A, B (P 8, O 9), C (P 4, O 2) at 0), with
+    ttft_timeout_ms = 50.  B emits its first token at the end of iteration 1, is
+    preempted at the start of iteration 6 (t5 < 50) with g = 5, and is re-admitted when
+    A completes (t9 > 50): its first-token deadline 50 no longer applies (it emitted a
+    token).  C, waiting and without a token, fails at 50 (first-token timeout).  So
+    iteration 10 admits B alone: hit 2 (m 8), u 5: d10 = step(U=5, Q=5 (8 + 0 + 5/2));
+    B's 6th token at t9 + d10: the gap from its 5th (t5) is t9 + d10 - t5, the largest.
+    Then B decodes with kv 14, 15, 16 to g = 9."""
+    wl = make([(0.0, 8, 9, 0.5), (0.0, 8, 9, 0.5), (0.0, 4, 2, 0.5)], b=4)
+    p = params(block_tokens=4, kv_blocks=6, max_batch=2, ttft_timeout_ms=50.0)
+    out = tr.simulate(wl, p, [1.0], [], "round_robin", 1, check=True, _return_sim=True)
+    d = [step(U=16, Q=8 * 4 + 8 * 4)]
+    d += [step(n=2, K=2 * (7 + j)) for j in range(2, 6)]      # iterations 2..5: A and B
+    d += [step(n=1, K=7 + j) for j in range(6, 10)]           # iterations 6..9: A alone
+    ends = []
+    t = 0.0
+    for x in d:
+        t = t + x
+        ends.append(t)
+    t5, t9 = ends[4], ends[8]
+    assert t5 < 50.0 < t9
+    assert fails_of(out) == [(50.0, "ttft_timeout", 2, 1)]     # request C, attempt 1
+    assert [r["outcome"] for r in out["records"]] == ["completed", "completed", "failed"]
+    t10 = t9 + step(U=5, Q=5 * (8 + 0 + 5 / 2))
+    b_times = ends[:5] + [t10]
+    for K in (14, 15, 16):
+        b_times.append(b_times[-1] + step(n=1, K=K))
+    assert out["records"][1]["completion"] == b_times[-1]
+    a_times = ends                                              # A: a token at every end 1..9
+    gaps = [a_times[j] - a_times[j - 1] for j in range(1, 9)]
+    gaps += [b_times[j] - b_times[j - 1] for j in range(1, 9)]
+    assert out["itl_max"] == t10 - t5 == max(gaps)
+    assert out["itl_p50"] == rank(gaps, 50)
+    assert out["wasted_tokens"] == 0 and out["preemptions"] == 1
+
+
+def test_backlog_growth_in_an_overload():
+    """One replica, max_batch 1: a request (P 100, O 10) is served in
+    S = d_pre + sum_g step(n=1, K=100+g), g = 1..9, about 68 ms, back to back (the next
+    is admitted at each completion).  Arrivals every 10 ms from 0 to 290; W = 100,
+    H = 300.  After time W (the arrival at 100 included): 11 arrived, 1 completed (at
+    S); after H: 30 arrived, 4 completed (4 S < 300 < 5 S).  backlog_growth = 26 - 10 =
+    16.  The blocks: 7 referenced at all times from 0 until the queue empties
+    (ceil(109/16) = 7): kv_occupancy_first = _last = 7/64 (the pool holds 64)."""
+    rows = [(10.0 * k, 100, 10, 0.5) for k in range(30)]
+    p = params(kv_blocks=64, max_batch=1, warmup_s=0.1, measure_s=0.2)
+    out = tr.simulate(make(rows), p, [1.0], [], "round_robin", 1, check=True)
+    S = step(U=100, Q=100 * 50)
+    for g in range(1, 10):
+        S = S + step(n=1, K=100 + g)
+    assert 1 * S < 100.0 < 2 * S and 4 * S < 300.0 < 5 * S
+    assert out["backlog_growth"] == (30 - 4) - (11 - 1) == 16
+    assert out["kv_occupancy_first"] == pytest.approx(7 / 64, rel=1e-12)
+    assert out["kv_occupancy_last"] == pytest.approx(7 / 64, rel=1e-12)
+    # with the drain all 20 of the cohort (arrivals 100..290) complete, one at a time
+    assert (out["arrivals"], out["completed"]) == (20, 20)
+
+
+def test_kv_occupancy_quarters():
+    """W = 0, H = 10000, q = 2500.  A (P 100, O 10) at 100 lies in the first quarter; B
+    (P 200, O 10) at 9950 runs past the horizon (clipped there): its blocks are
+    ceil(200/16) = 13, 14 from its 9th decode step (kv 209).  By hand from lone_area."""
+    wl = make([(100.0, 100, 10, 0.5), (9950.0, 200, 10, 0.5)])
+    out = tr.simulate(wl, params(kv_blocks=64), [1.0], [], "round_robin", 1, check=True)
+    a = lone_area(100.0, 100, 10, 0.0, 2500.0)
+    b = lone_area(9950.0, 200, 10, 7500.0, 10000.0)
+    assert lone_times(9950.0, 200, 10)[-1] > 10000.0
+    assert out["kv_occupancy_first"] == pytest.approx(a / 2500.0 / 64, rel=1e-9)
+    assert out["kv_occupancy_last"] == pytest.approx(b / 2500.0 / 64, rel=1e-9)
+    assert out["kv_occupancy"] == pytest.approx((a + b) / 10000.0 / 64, rel=1e-9)
+    assert out["backlog_growth"] == 1 - 0
+
+
+def test_allowance_exact_changes_least_tokens():
+    """Two replicas, h = 0.5 (ties to replica 1: frac(0.5 + 0.618) < frac(0.5 + 1.236)).
+    (a) fresh: r0 (P 300, O 10) at 0 -> replica 1 (tie); r1 (P 100, O 2000) at 1 ->
+    replica 2 (tau 300 + 256 = 556 against 0, or 300 + 10 = 310 against 0).  r2 (P 100,
+    O 5) at 2 (no token yet, g = 0): A = 256: tau = (556, 100 + 256 = 356) -> replica 2;
+    exact: tau = (310, 100 + 2000 = 2100) -> replica 1.
+    (b) periodic_local, period 1000 (no publication before 500): r0 (P 100, O 2000) at 1
+    -> 1 (tie); r1 (P 1000, O 10) at 2 -> 2; r2 (P 100, O 5) at 3 sees the router's own
+    additions P_r + A or P_r + O_r: A: (356, 1256) -> 1; exact: (2100, 1010) -> 2."""
+    wl = make([(0.0, 300, 10, 0.5), (1.0, 100, 2000, 0.5), (2.0, 100, 5, 0.5)])
+    assert step(U=300, Q=300 * 150) > 2.0
+    for allowance, third, taus in ((256, 1, (556, 356)), ("exact", 0, (310, 2100))):
+        out = tr.simulate(wl, params(kv_blocks=300, allowance_tokens=allowance), [1.0, 1.0], [],
+                          "least_tokens", 1, check=True, _return_sim=True)
+        assert [x[2] for x in routes(out)] == [0, 1, third], allowance
+        views = [e[3] for e in events_of(out["_sim"].trace, "view")]
+        assert (views[2][0][1], views[2][1][1]) == taus
+    wl = make([(1.0, 100, 2000, 0.5), (2.0, 1000, 10, 0.5), (3.0, 100, 5, 0.5)])
+    for allowance, third, taus in ((256, 0, (356, 1256)), ("exact", 1, (2100, 1010))):
+        p = params(kv_blocks=300, allowance_tokens=allowance, signal_mode="periodic_local",
+                   period_ms=1000.0)
+        out = tr.simulate(wl, p, [1.0, 1.0], [], "least_tokens", 1, check=True, _return_sim=True)
+        assert [x[2] for x in routes(out)] == [0, 1, third], allowance
+        views = [e[3] for e in events_of(out["_sim"].trace, "view")]
+        assert (views[2][0][1], views[2][1][1]) == taus
+
+
+@pytest.mark.parametrize("key, value", [("allowance_tokens", "max"), ("allowance_tokens", -1),
+                                        ("allowance_tokens", 2.5), ("drain_s", -1.0),
+                                        ("drain_s", math.inf), ("ttft_timeout_ms", 0.0)])
+def test_new_keys_refuse_bad_values(key, value):
+    with pytest.raises(ValueError):
+        tr.simulate(make([(0.0, 100, 2, 0.5)]), params(kv_blocks=64, **{key: value}), [1.0], [],
+                    "round_robin", 1)
+
+
+def test_a_hit_on_uncomputed_blocks_whose_reserver_fails():
+    """§2 "Computed blocks", read literally at a completion (decision D26 of the reference).
+    X (P 100, O 1) at 0 keeps the replica busy for dX = step(U=100, Q=100 50); A (P 1600:
+    group 0's 96 ids + 4 own) at 1 and B (P 1700: the 96 + 10 own, and one anonymous
+    block) at 2 are admitted together at dX: A takes all its blocks (hit 0, u 1600), B
+    references A's 96 group blocks, still uncomputed, as its hit (m = 1536, u = 164):
+    d2 = step(U=1764, Q=1600 (0 + 0 + 800) + 164 (1536 + 0 + 82)).  ttft_timeout_ms =
+    dX + d2 - 1.5: A's deadline (1 + that) falls inside iteration 2: A fails, its 4 own
+    blocks (uncomputed) become free, the 96 stay (B holds them).  B's chunk ends at
+    t2 = dX + d2 (before its deadline, 2 + that): its own 10 id'd blocks are computed
+    (1536 <= 16 j, 1700 >= 16 (j + 1)), the 96 are not (B counted them in m).  B completes
+    at t2 + step(n=1, K=1701): the 96 drop to refcount 0 uncomputed: free, not cached.
+    C (group 0, P 1600) at 1000 then has no hit: u = 1600."""
+    wl = make([(0.0, 100, 1, 0.5), (1.0, 1600, 5, 0.5, group_ids(0, 1600, 1)),
+               (2.0, 1700, 2, 0.5, group_ids(0, 1700, 2)), (1000.0, 1600, 1, 0.5, group_ids(0, 1600, 3))])
+    dX = step(U=100, Q=100 * 50)
+    d2 = step(U=1764, Q=1600 * (0 + 0 + 800) + 164 * (1536 + 0 + 82))
+    t2 = dX + d2
+    ttft = t2 - 1.5
+    a_deadline, b_deadline = 1.0 + ttft, 2.0 + ttft
+    assert dX < a_deadline < t2 < b_deadline
+    dC = step(U=1600, Q=1600 * 800)
+    assert dC < ttft
+    out = tr.simulate(wl, params(kv_blocks=400, ttft_timeout_ms=ttft), [1.0], [], "round_robin", 1,
+                      check=True, _return_sim=True)
+    trace = out["_sim"].trace
+    assert [(e[3], e[4], e[5]) for e in events_of(trace, "admit")] == [(0, 0, 100), (1, 0, 1600), (2, 96, 164),
+                                                                      (3, 0, 1600)]
+    assert fails_of(out) == [(a_deadline, "ttft_timeout", 1, 1)]
+    t3 = t2 + step(n=1, K=1701)
+    freed = [(e[0], e[4]) for e in events_of(trace, "free_uncomputed")]
+    assert freed == [(a_deadline, j) for j in range(96, 100)] + [(t3, j) for j in range(96)]
+    rec = out["records"]
+    assert [r["outcome"] for r in rec] == ["completed", "failed", "completed", "completed"]
+    assert rec[2]["completion"] == t3 and rec[3]["completion"] == 1000.0 + dC
+    assert out["prefix_hit_rate"] == pytest.approx(1536 / (100 + 1600 + 1700 + 1600), rel=1e-12)
+    resident = out["_sim"].replicas[0].resident
+    assert all(bid in resident for bid in group_ids(0, 1700, 2)[96:])   # B's own, computed, cached

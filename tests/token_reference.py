@@ -27,8 +27,13 @@ Given by the lead:
      timeout deadline is a_r + timeout_ms even when the front door held it (see D19b).
  (d) fail sets a replica unhealthy; recover on an up replica that is not failing fast
      does nothing.
- (e) An iteration whose end is after the horizon is not processed (only times <= H are).
- (f) Requests not finished by the horizon are unfinished.
+ (e) (issue 19, replaces "only times <= H are processed") The run goes on past the horizon
+     up to its stop (§7 "Drain", /work/spec19.md 1): limit = H + drain_s*1000; every time
+     T <= limit is processed as in §4; after processing a time T >= H with no cohort request
+     in the system, stop = T; when the next time to process is > H and no cohort request
+     is in the system, stop = H (nothing after H is processed); else the run ends at the
+     limit (stop = limit; also when nothing more ever happens).  drain_s = 0 is the old run.
+ (f) Cohort requests still in the system at the stop are unfinished.
 Workload
  D1. Uniforms are drawn as rng.random((1024, 8)) blocks; row k is the same for any block
      size.  Generation stops at the first t_k >= horizon.  Rate profile as model.md:
@@ -109,6 +114,41 @@ Metrics (§7)
  D23. kv_occupancy integrates, between consecutive times at which anything happens, the
      state left after all phases at the earlier time.
  D24. Percentile rank r = ceil((p/100)*n), value sorted[r-1].
+Issue 19 (token-model.md §2 "Computed blocks", §3 "exact", §6 ttft_timeout_ms, §7 "Drain",
+"Steady state", itl_*; decisions of /work/spec19.md, and where both are silent:)
+ D25. "In the system" = arrived with no final outcome (front door, backoff, waiting,
+     running, pending a fast failure).  Window metrics keep windows ending at H;
+     replica_max_outstanding keeps its placements in [W, H) (as assigned); replica_ttft_*
+     are cohort metrics (completions up to the stop).  wasted_tokens adds, at each failure
+     processed (so at times <= stop), the tokens the attempt emitted in (W, H].
+ D26. Computed flags: a block taken (at admission or growth) starts uncomputed; a block
+     referenced at admission keeps its flag.  At an iteration end, right after c_s += x_s
+     and before any token is emitted, each sequence that computed a chunk marks its id'd
+     block j computed when m_s <= j*b and m_s + c_s >= (j+1)*b (check=True verifies the
+     rule on every running sequence).  Every release (preemption, cancellation, fast
+     failure and COMPLETION alike) applies one rule to an id'd block whose refcount drops
+     to 0: computed -> cached, uncomputed -> free (no longer resident).  A completing
+     sequence has computed every block it did not count as a hit, but a block it HIT while
+     uncomputed (its reserver still computing it, or cancelled before) may still be
+     uncomputed at its completion: at refcount 0 it becomes free, not cached.  A crash
+     clears every flag.  The prefix-closure invariant is checked only on replicas that have
+     not freed an uncomputed block since their last crash (§2 says closure may break).
+ D27. First-token deadline = routing time + ttft_timeout_ms (a first attempt: a_r), only
+     while the attempt's first_token is unset (kept across preemption).  At one T, one
+     failure per attempt: fast failure, else whole-attempt timeout, else first-token
+     timeout.  A first attempt at the front door fails there at a_r + min(timeout_ms,
+     ttft_timeout_ms) (as a timeout when timeout_ms <= ttft_timeout_ms).
+ D28. allowance_tokens = "exact": tau_i uses P_s + O_s per outstanding attempt (waiting,
+     running, pending a fast failure); the tokens score and periodic_local's additions
+     use P_r + O_r; everything else (front door) reads tau_i as seen.
+ D29. ITL: every attempt placed on a replica keeps the times of the tokens it emitted (a
+     list kept across preemption; a retry is a new attempt, a new list); a gap
+     t_j - t_{j-1} (j >= 2) is a sample when W < t_j <= H.  itl_max = the largest.
+ D30. backlog_growth = the in-system count (every request) after processing H minus the
+     same after processing W (each: after every phase at that time, or, when nothing
+     happens exactly then, the state left by the last time before it).  kv_occupancy_first/_last
+     integrate like kv_occupancy (D23) over [W, W + q] and [H - q, H], q = measure_s*250,
+     each / q / kv_blocks, mean over replicas.
 """
 
 from __future__ import annotations
@@ -138,7 +178,7 @@ def defaults() -> dict:
         step_ms_per_decode_sequence=0.10, step_ms_per_kv_token=5.4e-5,
         cold_factor=1.0, cold_tau_ms=2000.0, ready_delay_ms=0.0, fail_fast_ms=2.0,
         # simulation (§7)
-        warmup_s=10.0, measure_s=50.0, slo_ttft_ms=1000.0, slo_tpot_ms=50.0,
+        warmup_s=10.0, measure_s=50.0, drain_s=600.0, slo_ttft_ms=1000.0, slo_tpot_ms=50.0,
         # workload (§1.1)
         p_long=0.02,
         chat_prompt_median=1000, chat_prompt_sigma=0.9, chat_prompt_min=16, chat_prompt_max=16384,
@@ -148,13 +188,14 @@ def defaults() -> dict:
         prefix_probability=0.6, prefix_groups=32, prefix_zipf=1.1, prefix_tokens=1536,
         context_limit=32768,
         # policy (§5)
-        choices=2, score="tokens", allowance_tokens=256, tie_tolerance=0.0, prefill_weight=1.0,
+        choices=2, score="tokens", allowance_tokens=256,   # an int >= 0 or "exact"
+        tie_tolerance=0.0, prefill_weight=1.0,
         balance_abs=64, balance_rel=1.5, cache_threshold=0.3, window_ms=1000.0,
         slow_start_ms=0.0, slow_start_aggression=1.0, slow_start_min_weight=0.1,
         # signals (§3)
         signal_mode="fresh", period_ms=50.0, routers=1,
         # client and router containment (§6)
-        timeout_ms=INF, max_attempts=1, backoff_ms=20.0, retry_avoid_previous=True,
+        timeout_ms=INF, ttft_timeout_ms=INF, max_attempts=1, backoff_ms=20.0, retry_avoid_previous=True,
         retry_budget=INF, min_retry_concurrency=3,
         breaker_consecutive=0, breaker_eject_ms=1000.0, breaker_max_ejected_fraction=0.1,
         admission_max_tokens=INF, admission_mode="reject",
@@ -317,22 +358,24 @@ class Block:
         self.prev_id = None         # beta_{j-1} of that prompt (for the prefix-closure check)
         self.last_use = 0.0
         self.epoch = 0              # times it became cached (validates cached_heap entries)
+        self.computed = False       # §2 "Computed blocks": its tokens' KV has been computed
 
     def __repr__(self):
         return (f"Block({self.index},{self.state},rc={self.refcount},id={self.id},"
-                f"j={self.position},lu={self.last_use})")
+                f"j={self.position},lu={self.last_use},computed={self.computed})")
 
 
 class Attempt:
     """One routing of a request to a replica; on a working replica it is a sequence."""
 
-    def __init__(self, req, number, replica, router, T, deadline):
+    def __init__(self, req, number, replica, router, T, deadline, ttft_deadline=INF):
         self.req = req
         self.number = number        # 1-based attempt number a
         self.replica = replica      # None: a first attempt that timed out at the front door
         self.router = router
         self.routed_at = T
-        self.deadline = deadline
+        self.deadline = deadline            # whole-attempt timeout (timeout_ms)
+        self.ttft_deadline = ttft_deadline  # first-token timeout (ttft_timeout_ms)
         self.ff_time = None         # time of its fast failure (black hole), else None
         self.where = "waiting"      # waiting | running | ff | done
         # sequence state (§2)
@@ -348,6 +391,7 @@ class Attempt:
         self.first_token = None
         self.admit_order = -1
         self.window_tokens = 0      # tokens emitted in (W, H]
+        self.token_times: list[float] = []   # the time of every token it emitted, in order (ITL)
 
     def decoding(self) -> bool:
         return self.c >= self.u
@@ -374,6 +418,10 @@ class Replica:
         self.resident: dict[int, Block] = {}    # id -> block (referenced or cached)
         self.iteration = None       # the iteration in progress (dict) or None
         self.admissions = 0
+        # an uncomputed id'd block was freed since the last crash: the resident ids may
+        # no longer be prefix-closed (token-model.md §2, "Computed blocks"), so the
+        # prefix-closure invariant is not checked on this replica
+        self.freed_uncomputed = False
 
     def set_state(self, blk: Block, state: str):
         """Every change of a block's state goes through here (keeps the tally and the
@@ -463,7 +511,24 @@ class _Sim:
         self.b = int(p["block_tokens"])
         self.N = len(factors)
         self.kv_blocks = int(p["kv_blocks"])
-        self.A = p["allowance_tokens"]
+        A = p["allowance_tokens"]
+        if A == "exact":
+            self.exact = True      # §3: every max(A, g_s) becomes O_s, P_r + A becomes P_r + O_r
+            self.A = None
+        else:
+            if isinstance(A, bool) or not isinstance(A, (int, np.integer)) or A < 0:
+                raise ValueError(f"allowance_tokens must be an integer >= 0 or 'exact', not {A!r}")
+            self.exact = False
+            self.A = int(A)
+        drain_s = p["drain_s"]
+        if not (math.isfinite(drain_s) and drain_s >= 0):
+            raise ValueError(f"drain_s must be finite and >= 0, not {drain_s!r}")
+        if not p["ttft_timeout_ms"] > 0:
+            raise ValueError(f"ttft_timeout_ms must be > 0, not {p['ttft_timeout_ms']!r}")
+        if not p["measure_s"] > 0:
+            raise ValueError("measure_s must be > 0")
+        self.limit = self.H + drain_s * 1000.0   # the drain's last time (§7 "Drain")
+        self.stop = None
         self.mode = p["signal_mode"]
         if self.mode in ("periodic", "periodic_local") and p["period_ms"] == 0:
             self.mode = "fresh"   # decision (a)
@@ -511,6 +576,14 @@ class _Sim:
         self.batch_num = 0.0
         self.batch_den = 0.0
         self.kv_area = [0.0] * self.N
+        self.q = p["measure_s"] * 250.0           # a quarter of the window (§7 "Steady state")
+        self.kv_area_first = [0.0] * self.N      # over [W, W + q]
+        self.kv_area_last = [0.0] * self.N       # over [H - q, H]
+        self.in_system_at_W = None               # requests in the system after time W
+        self.in_system_at_H = None               # ... after time H
+        self.all_attempts: list[Attempt] = []     # every attempt placed on a replica (ITL)
+        self.cohort = [r for r in self.requests if self.W <= r.t < self.H]
+        self.cohort_cursor = 0                   # cohort[:cursor] have left the system for good
         self.trace: list = []      # (T, what, ...) log of decisions, for tests
 
     # ---------------------------------------------------------------- helpers
@@ -556,6 +629,7 @@ class _Sim:
             rep.set_state(victim, FREE)
         blk = rep.blocks[rep.free_stack.pop()]
         assert blk.state == FREE
+        blk.computed = False        # a block taken starts uncomputed (§2 "Computed blocks")
         return blk
 
     def reference(self, rep: Replica, blk: Block, T: float):
@@ -571,9 +645,28 @@ class _Sim:
                 if blk.id is None:
                     blk.position = -1
                     rep.set_state(blk, FREE)
-                else:
+                elif blk.computed:
                     rep.set_state(blk, CACHED)
+                else:
+                    # §2 "Computed blocks": an id'd block whose refcount drops to 0 while it
+                    # is still uncomputed becomes free, not cached (it stops being resident)
+                    del rep.resident[blk.id]
+                    self.trace.append((T, "free_uncomputed", rep.index, blk.id, blk.position))
+                    blk.id = None
+                    blk.position = -1
+                    blk.prev_id = None
+                    rep.freed_uncomputed = True
+                    rep.set_state(blk, FREE)
         a.blocks = []
+
+    def mark_computed(self, s: Attempt):
+        """§2 "Computed blocks", at an iteration end after the chunks are computed: the
+        id'd block s holds at position j becomes computed when s does not count it in its
+        cached prefix (m_s <= j b) and has computed all of its tokens (m_s + c_s >= (j+1) b)."""
+        b = self.b
+        for j in range(len(s.ids)):
+            if s.m <= j * b and s.m + s.c >= (j + 1) * b:
+                s.blocks[j].computed = True
 
     def hit(self, ids, P, g, resident) -> int:
         """Leading ids resident, capped at floor((P + g - 1)/b)."""
@@ -741,16 +834,23 @@ class _Sim:
         it = rep.iteration
         rep.iteration = None
         prefilled = set()
+        computed_now = []
         for s, x, _m, _c in it["chunks"]:
             if s.where == "running" and s.replica == rep.index:
                 s.c += x
+                computed_now.append(s)
                 if s.c == s.u:
                     prefilled.add(id(s))
+        # only a sequence that computed a chunk can newly satisfy the rule (check=True
+        # verifies it on every running sequence, see check_invariants)
+        for s in computed_now:
+            self.mark_computed(s)
         decoding = {id(s) for s in it["decoding"]}
         for s in list(rep.running):
             if id(s) not in decoding and id(s) not in prefilled:
                 continue
             s.g += 1
+            s.token_times.append(T)
             if self.in_window_closed(T):
                 self.replica_tokens[rep.index] += 1
                 self.tokens_window += 1
@@ -758,6 +858,13 @@ class _Sim:
             if s.first_token is None:
                 s.first_token = T
             if s.g == s.O:
+                # it computed every block it did not count as a hit; a block it hit while
+                # still uncomputed (its reserver still computing it, or cancelled) may be
+                # uncomputed yet: released like any other (refcount 0 and uncomputed: free)
+                assert all(blk.computed or s.m > j * self.b
+                           for j, blk in enumerate(s.blocks[:len(s.ids)])), "completing with uncomputed KV"
+                if any(not blk.computed for blk in s.blocks[:len(s.ids)]):
+                    self.trace.append((T, "complete_with_uncomputed_hit", rep.index, s.req.index))
                 self.release_all(rep, s, T)
                 rep.running.remove(s)
                 self.complete(s, T)
@@ -807,7 +914,9 @@ class _Sim:
                 blk.position = -1
                 blk.prev_id = None
                 blk.last_use = T
+                blk.computed = False
             rep.resident = {}
+            rep.freed_uncomputed = False
         elif kind == "fail_fast":
             if rep.down:
                 return
@@ -841,22 +950,36 @@ class _Sim:
         for a in list(self.in_flight):
             if a.where == "done":
                 continue
-            if (a.ff_time is not None and a.ff_time == T) or a.deadline == T:
+            # the first-token deadline applies only while the attempt has emitted no token
+            # (a token emitted at T came first: phase 1 precedes this phase)
+            ttft_due = a.first_token is None and a.ttft_deadline == T
+            if (a.ff_time is not None and a.ff_time == T) or a.deadline == T or ttft_due:
                 self.cancel(a, T)
-                failures.append((a, "fast" if a.ff_time == T else "timeout"))
+                # one failure: a fast failure first, then a whole-attempt timeout
+                if a.ff_time == T:
+                    kind = "fast"
+                elif a.deadline == T:
+                    kind = "timeout"
+                else:
+                    kind = "ttft_timeout"
+                failures.append((a, kind))
         for a, _kind in failures:         # all leave "in flight" first
             self.in_flight.remove(a)
             a.req.current = None
-        # a first attempt still held at the front door at its deadline a_r + timeout_ms
+        # a first attempt still held at the front door at its deadline
+        # a_r + min(timeout_ms, ttft_timeout_ms) (it has emitted no token)
         for router in self.routers:
             for r in list(router.fifo):
-                if r.t + self.p["timeout_ms"] == T:
+                if self.front_door_deadline(r) == T:
                     router.fifo.remove(r)
                     r.in_fifo = False
                     r.tries += 1
-                    a = Attempt(r, r.tries, None, r.router, r.t, T)
+                    a = Attempt(r, r.tries, None, r.router, r.t, r.t + self.p["timeout_ms"],
+                                r.t + self.p["ttft_timeout_ms"])
                     a.where = "done"
-                    failures.append((a, "front_door_timeout"))
+                    kind = ("front_door_timeout" if self.p["timeout_ms"] <= self.p["ttft_timeout_ms"]
+                            else "front_door_ttft_timeout")
+                    failures.append((a, kind))
         failures.sort(key=lambda item: item[0].req.index)
         p = self.p
         for a, kind in failures:
@@ -897,6 +1020,9 @@ class _Sim:
             else:
                 r.outcome = "failed"
 
+    def front_door_deadline(self, r: Request) -> float:
+        return r.t + min(self.p["timeout_ms"], self.p["ttft_timeout_ms"])
+
     def phase_readmissions(self, T: float):
         for i in range(self.N):
             for ri, router in enumerate(self.routers):
@@ -911,7 +1037,7 @@ class _Sim:
         o = len(rep.waiting) + len(rep.running) + len(rep.pending_ff)
         tau = 0
         for a in rep.waiting + rep.running + rep.pending_ff:
-            tau += a.P + max(A, a.g)
+            tau += a.P + (a.O if self.exact else max(A, a.g))
         referenced = rep.count(REFERENCED)
         return dict(o=o, tau=tau, referenced=referenced, ids=rep.resident)
 
@@ -958,13 +1084,17 @@ class _Sim:
         if name == "requests":
             return v["o"]
         if name == "tokens":
-            return v["tau"] + r.P + self.A
+            return v["tau"] + r.P + self.own_allowance(r)
         if name == "kv":
             return v["referenced"] / self.kv_blocks
         if name == "cost":
             hit = self.hit(r.ids, r.P, 0, v["ids"])
             return self.p["prefill_weight"] * (-(-r.P // self.b) - hit) + v["referenced"]
         raise ValueError(f"unknown score {name!r}")
+
+    def own_allowance(self, r: Request) -> int:
+        """The request's own output allowance in P_r + A: A, or O_r when exact."""
+        return r.O if self.exact else self.A
 
     def slow_start(self, s: float, i: int, T: float) -> float:
         p = self.p
@@ -1079,9 +1209,10 @@ class _Sim:
         r.tries += 1
         if r.tries >= 2:
             r.retries_placed += 1
-        # decision (c): the first attempt's routing time is the arrival time
-        deadline = (r.t if r.tries == 1 else T) + p["timeout_ms"]
-        a = Attempt(r, r.tries, i, r.router, T, deadline)
+        # decision (c): the first attempt's routing time is the arrival time (both deadlines)
+        base = r.t if r.tries == 1 else T
+        a = Attempt(r, r.tries, i, r.router, T, base + p["timeout_ms"], base + p["ttft_timeout_ms"])
+        self.all_attempts.append(a)
         r.current = a
         r.retry_due = None
         self.in_flight.append(a)
@@ -1102,7 +1233,7 @@ class _Sim:
         router.cursor += 1
         if self.mode == "periodic_local":
             router.local_o[i] += 1
-            router.local_tau[i] += r.P + self.A
+            router.local_tau[i] += r.P + self.own_allowance(r)
             router.local_ids[i] |= set(r.ids)
         self.trace.append((T, "route", r.index, i, a.number))
 
@@ -1162,6 +1293,8 @@ class _Sim:
                 c.append(a.ff_time)
             if a.deadline != INF:
                 c.append(a.deadline)
+            if a.first_token is None and a.ttft_deadline != INF:
+                c.append(a.ttft_deadline)
         for router in self.routers:
             for x in router.ejected_until:
                 if x is not None:
@@ -1175,23 +1308,59 @@ class _Sim:
             c.append(r.retry_due)
         for router in self.routers:
             for r in router.fifo:
-                c.append(r.t + self.p["timeout_ms"])
+                c.append(self.front_door_deadline(r))
         c.extend(self.readiness_times)
         c = [x for x in c if x > after]
         return min(c) if c else None
 
     def integrate(self, t0: float, t1: float):
-        lo, hi = max(t0, self.W), min(t1, self.H)
-        if hi > lo:
-            for i, rep in enumerate(self.replicas):
-                self.kv_area[i] += rep.count(REFERENCED) * (hi - lo)
+        """Referenced blocks held constant over [t0, t1], into the three windows:
+        [W, H] (kv_occupancy), [W, W + q] (_first), [H - q, H] (_last)."""
+        for areas, a, b in ((self.kv_area, self.W, self.H),
+                            (self.kv_area_first, self.W, self.W + self.q),
+                            (self.kv_area_last, self.H - self.q, self.H)):
+            lo, hi = max(t0, a), min(t1, b)
+            if hi > lo:
+                for i, rep in enumerate(self.replicas):
+                    areas[i] += rep.count(REFERENCED) * (hi - lo)
+
+    def requests_in_system(self) -> int:
+        """Every request (cohort or not) arrived and not yet completed, failed for good,
+        rejected or shed: at the front door, in a backoff, waiting or running on a
+        replica, or pending a fast failure (a direct scan)."""
+        return sum(1 for r in self.requests[:self.next_arrival] if r.outcome is None)
+
+    def cohort_in_system(self) -> bool:
+        """Is any cohort request still in the system?  (Cohort requests all arrive before
+        the horizon, and this is asked at times >= H only; an outcome is final, so the
+        scan resumes where it last stopped.)"""
+        while self.cohort_cursor < len(self.cohort) and self.cohort[self.cohort_cursor].outcome is not None:
+            self.cohort_cursor += 1
+        return self.cohort_cursor < len(self.cohort)
+
+    def snapshot_before(self, T_next: float):
+        """backlog_growth: the state at W (or H) as it stands when the next time to
+        process is after it (nothing happened exactly then)."""
+        if self.in_system_at_W is None and T_next > self.W:
+            self.in_system_at_W = self.requests_in_system()
+        if self.in_system_at_H is None and T_next > self.H:
+            self.in_system_at_H = self.requests_in_system()
 
     def run(self):
+        """§4 at every time, up to the stop of §7 "Drain": the first time T >= H after
+        whose processing no cohort request is in the system (H itself when none is left
+        by then), else the limit H + drain_s 1000."""
         prev = -INF
         last_t = 0.0
         while True:
             T = self.next_time(prev)
-            if T is None or T > self.H:
+            T_next = INF if T is None else T
+            self.snapshot_before(T_next)
+            if T_next > self.H and not self.cohort_in_system():
+                self.stop = self.H          # nothing after the horizon is processed
+                break
+            if T_next > self.limit:
+                self.stop = self.limit       # the drain ran out (drain_s = 0: the horizon)
                 break
             self.integrate(last_t, T)
             last_t = T
@@ -1218,6 +1387,14 @@ class _Sim:
                     self.start_iteration(rep, T)
             if self.check:
                 self.check_invariants(T)
+            if T == self.W:
+                self.in_system_at_W = self.requests_in_system()
+            if T == self.H:
+                self.in_system_at_H = self.requests_in_system()
+            if T >= self.H and not self.cohort_in_system():
+                self.stop = T
+                break
+        self.snapshot_before(INF)
         self.integrate(last_t, self.H)
         return self.results()
 
@@ -1259,15 +1436,27 @@ class _Sim:
                 if blk.id is not None:
                     assert rep.resident.get(blk.id) is blk
             assert len(rep.resident) == sum(1 for blk in rep.blocks if blk.id is not None)
-            # prefix closure: the predecessor in the prompt that made a block resident is resident
-            for bid, blk in rep.resident.items():
-                if blk.position > 0:
-                    assert blk.prev_id in rep.resident, (bid, blk)
-            for a in rep.running + rep.waiting:
-                k = 0
-                while k < len(a.ids) and a.ids[k] in rep.resident:
-                    k += 1
-                assert all(x not in rep.resident for x in a.ids[k:])
+            # prefix closure: the predecessor in the prompt that made a block resident is
+            # resident -- until an uncomputed block is freed (§2 "Computed blocks": blocks
+            # computed after a hit on uncomputed ones may stay cached after those go)
+            if not rep.freed_uncomputed:
+                for bid, blk in rep.resident.items():
+                    if blk.position > 0:
+                        assert blk.prev_id in rep.resident, (bid, blk)
+                for a in rep.running + rep.waiting:
+                    k = 0
+                    while k < len(a.ids) and a.ids[k] in rep.resident:
+                        k += 1
+                    assert all(x not in rep.resident for x in a.ids[k:])
+            # computed blocks: every cached block is computed; the rule of §2 holds for every
+            # running sequence (not only for those that computed a chunk in the last iteration)
+            for blk in rep.blocks:
+                if blk.state == CACHED:
+                    assert blk.computed, blk
+            for a in rep.running:
+                for j in range(len(a.ids)):
+                    if a.m <= j * b and a.m + a.c >= (j + 1) * b:
+                        assert a.blocks[j].computed, (a.req.index, j, a.blocks[j])
             assert len(rep.running) <= p["max_batch"]
             fresh_waiting = sum(1 for a in rep.waiting if a.g == 0 and a.admit_order < 0)
             assert fresh_waiting <= p["waiting_cap"]
@@ -1328,6 +1517,20 @@ class _Sim:
         span = H - W
         out["kv_occupancy"] = (sum(area / span / self.kv_blocks for area in self.kv_area) / self.N
                                if span > 0 else math.nan)
+        q = self.q
+        out["kv_occupancy_first"] = sum(area / q / self.kv_blocks for area in self.kv_area_first) / self.N
+        out["kv_occupancy_last"] = sum(area / q / self.kv_blocks for area in self.kv_area_last) / self.N
+        out["backlog_growth"] = self.in_system_at_H - self.in_system_at_W
+        # ITL: every gap between consecutive tokens of one attempt, by its later token's time
+        gaps = []
+        for a in self.all_attempts:
+            for j in range(1, len(a.token_times)):
+                if self.in_window_closed(a.token_times[j]):
+                    gaps.append(a.token_times[j] - a.token_times[j - 1])
+        for qq in (50, 90, 99):
+            out[f"itl_p{qq}"] = nearest_rank(gaps, qq)
+        out["itl_max"] = max(gaps) if gaps else math.nan
+        out["stop"] = self.stop             # not a contract metric: for tests
         out["batch_mean"] = self.batch_num / self.batch_den if self.batch_den else math.nan
         out["attempts"] = attempts
         out["retries"] = retries
