@@ -116,8 +116,9 @@ def _grid_of(sweep, stage, selected, rates):
     return grid_mod.build(sweep, replace(stage, values=values), selected)
 
 
-def _simulate_round(sweep, stage, selected, rows: _Rows, wanted: dict, show):
-    """Run, as one grid, the rates each row wants (``wanted``: row -> set of rates).
+def _simulate_round(sweep, stage, selected, rows: _Rows, wanted: dict, label):
+    """Run, as one grid, the rates each row wants (``wanted``: row -> set of rates),
+    with a progress bar over its runs labelled ``label`` (None: none).
     Returns the round's Dataset over the union of those rates (NaN where a row did not
     run a rate) and the number of runs simulated."""
     from . import batch
@@ -134,7 +135,13 @@ def _simulate_round(sweep, stage, selected, rows: _Rows, wanted: dict, show):
         for x in rs:
             want[r, rates.index(x)] = True
     runs = np.flatnonzero(want[row, rate_pos])
-    part = batch.simulate(g.take(runs), progress=show)
+    sub = g.take(runs)
+    if label is None:
+        part = batch.simulate(sub)
+    else:
+        from tqdm.auto import tqdm
+        with tqdm(total=sub.runs, desc=label, unit="run", leave=False) as bar:
+            part = batch.simulate(sub, progress=bar.update)
     outcome = batch.outcome_type(g).empty(g)
     outcome.put_at(runs, part)
     ds = to_dataset(sweep, g, outcome, selected)
@@ -148,7 +155,7 @@ def _simulate_round(sweep, stage, selected, rows: _Rows, wanted: dict, show):
 
 
 def find(sweep, stage, criterion: Criterion, search: Search, selected: dict | None = None,
-         report=None) -> xr.Dataset:
+         report=None, show_progress: bool = False) -> xr.Dataset:
     """The capacity of every row of ``stage`` (a Dataset; see the module docstring).
     ``report(round, rates, runs, seconds)`` is told after each round."""
     selected = selected or {}
@@ -163,7 +170,8 @@ def find(sweep, stage, criterion: Criterion, search: Search, selected: dict | No
         if not wanted:
             break
         t0 = time.perf_counter()
-        ds, n = _simulate_round(sweep, stage, selected, rows, wanted, None)
+        ds, n = _simulate_round(sweep, stage, selected, rows, wanted,
+                                f"{stage.name} round {rnd}" if show_progress else None)
         parts.append(ds)
         for r, rs in wanted.items():
             done[r] |= rs
@@ -395,7 +403,7 @@ def main(argv=None) -> int:
                 print(f"{stage.name}: round {rnd}: {n:,} runs at {len(rates)} rate{'s' if len(rates) > 1 else ''} "
                       f"({shown}) in {seconds:.1f} s",
                       flush=True)
-        out = find(sweep, stage, criterion, search, selected, report)
+        out = find(sweep, stage, criterion, search, selected, report, show_progress=not args.quiet)
         rows_dims = [d for d in stage.dims if d not in ("rate_rps", "seed")]
         path = out_dir / f"{stage.name}-capacity.nc"
         write_atomic(out, path)

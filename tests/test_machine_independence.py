@@ -43,7 +43,9 @@ for seed in (1, 2, 3):
 queue = (root / "sweeps" / "exploration.toml").read_text()
 queue = queue[:queue.index('name = "validation"')].rsplit("[[stages]]", 1)[0]
 batching = (root / "sweeps" / "batching.toml").read_text()
-batching = batching.replace("count = 16", "count = 2").replace("measure_s = 50", "measure_s = 20")
+batching = batching.replace("count = 16", "count = 2").replace("warmup_s = 1200", "warmup_s = 10")
+batching = batching.replace("measure_s = 60", "measure_s = 20")
+assert "warmup_s = 10" in batching and "measure_s = 20" in batching, "sweeps/batching.toml changed its window"
 for name, text in (("queue", queue), ("batching", batching)):
     for stage, ds in routesim.run(routesim.parse_sweep(text, name + ".toml"),
                                   show_progress=False).items():

@@ -14,7 +14,7 @@ import xarray as xr  # noqa: E402
 
 from .. import plotting  # noqa: E402
 
-CAPACITY_RPS = 60.0     # 8 default replicas, sweeps/batching-capacity.toml
+CAPACITY_RPS = 60.0     # 8 default replicas, 10 s + 50 s windows without drain (the former sweeps/batching-capacity.toml; issue 23 re-measures it with python -m routesim.capacity)
 FIGURES = Path("figures")
 DPI = 110
 """Resolution of the study's PNGs."""
