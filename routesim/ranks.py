@@ -65,22 +65,52 @@ def select_nb(a, lo, k):
 
 
 @nb.njit(**JIT)
-def of_weighted_nb(sorted_values, counts, p):
-    """Nearest rank ``p`` of a multiset given as values sorted ascending (shape (m,)),
-    each repeated ``counts`` times (shape (m,), integers >= 1): the same exact integer
-    rank as :func:`rank_nb` over all ``Σ counts`` of them; NaN when empty."""
+def of_weighted_nb(values, counts, p):
+    """Nearest rank ``p`` of a multiset given as ``values`` (shape (m,), any order), each
+    repeated ``counts`` times (shape (m,), integers >= 1): the same exact integer rank as
+    :func:`rank_nb` over all ``Σ counts`` of them, by selection (a weighted quickselect
+    with a three-way partition, on copies; O(m) on average); NaN when empty."""
     total = 0
     for c in counts:
         total += c
     if total == 0:
         return np.nan
-    k = rank_nb(p, total)
-    seen = 0
-    for j in range(sorted_values.shape[0]):
-        seen += counts[j]
-        if seen > k:
-            return sorted_values[j]
-    return sorted_values[-1]
+    v = values.copy()
+    w = counts.copy()
+    k = rank_nb(p, total)  # 0-based, counted from v[lo]
+    lo = 0
+    hi = v.shape[0] - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        a, b, c = v[lo], v[mid], v[hi]
+        pivot = max(min(a, b), min(max(a, b), c))  # the median of three, one of the values
+        lt, i, gt = lo, lo, hi
+        while i <= gt:
+            if v[i] < pivot:
+                v[lt], v[i] = v[i], v[lt]
+                w[lt], w[i] = w[i], w[lt]
+                lt += 1
+                i += 1
+            elif v[i] > pivot:
+                v[gt], v[i] = v[i], v[gt]
+                w[gt], w[i] = w[i], w[gt]
+                gt -= 1
+            else:
+                i += 1
+        below = 0
+        for j in range(lo, lt):
+            below += w[j]
+        equal = 0
+        for j in range(lt, gt + 1):
+            equal += w[j]
+        if k < below:
+            hi = lt - 1
+        elif k < below + equal:
+            return pivot
+        else:
+            k -= below + equal
+            lo = gt + 1
+    return v[lo]
 
 
 @nb.njit(**JIT)

@@ -321,3 +321,19 @@ def test_a_capped_hit_leaves_a_computed_last_block_beyond_a_hole(tmp_path):
     assert (at("kv_referenced", 1.25), at("kv_cached", 1.25)) == (0, 37)  # 36 + the orphan
     assert (at("kv_referenced", 1.3), at("kv_cached", 1.3)) == (40, 0)   # r2 references it
     assert (at("kv_referenced", 1.4), at("kv_cached", 1.4)) == (0, 40)   # r2 computed the hole
+
+
+def test_weighted_nearest_rank_is_the_rank_of_the_repeated_values():
+    """routesim.ranks.of_weighted_nb (how ITL ranks (value, count) pairs) against the
+    nearest rank of the values written out, on random multisets with many ties."""
+    from routesim.ranks import of_weighted_nb, rank_nb
+
+    rng = np.random.default_rng(0)
+    for trial in range(2000):
+        m = int(rng.integers(1, 40))
+        v = rng.integers(0, 8, m).astype(float) if trial % 2 else rng.random(m)
+        c = rng.integers(1, 5, m)
+        full = np.sort(np.repeat(v, c))
+        for p in (1, 50, 90, 99, 100):
+            assert of_weighted_nb(v, c, p) == full[rank_nb(p, full.size)], (v, c, p)
+    assert math.isnan(of_weighted_nb(np.zeros(0), np.zeros(0, np.int64), 50))

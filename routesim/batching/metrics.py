@@ -160,13 +160,10 @@ def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
     mt.e2e_p90 = of_sorted_nb(a, 90)
     mt.e2e_p99 = of_sorted_nb(a, 99)
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
-    order = np.argsort(gap_ms)
-    ms = gap_ms[order]
-    cnt = gap_n[order]
-    mt.itl_p50 = of_weighted_nb(ms, cnt, 50)
-    mt.itl_p90 = of_weighted_nb(ms, cnt, 90)
-    mt.itl_p99 = of_weighted_nb(ms, cnt, 99)
-    mt.itl_max = ms[-1] if ms.shape[0] > 0 else np.nan
+    mt.itl_p50 = of_weighted_nb(gap_ms, gap_n, 50)
+    mt.itl_p90 = of_weighted_nb(gap_ms, gap_n, 90)
+    mt.itl_p99 = of_weighted_nb(gap_ms, gap_n, 99)
+    mt.itl_max = gap_ms.max() if gap_ms.shape[0] > 0 else np.nan
     mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan
     mt.goodput = good / measure_s
     mt.throughput = mt.done_any / measure_s
