@@ -70,6 +70,7 @@ scenario = ["steady", "surge"]
 [[stages]]
 name = "policies"
 policy = ["round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost", "power_of_d", "prefix_affinity", "rate_weighted"]
+drain_s = 0          # stop at the horizon: the surge leaves requests unfinished (the "batch" stage drains)
 seeds = { first = 1, count = 2 }
 
 [[stages]]
@@ -138,10 +139,12 @@ def assert_token_invariants(ds, max_batch):
     # shed ones is one attempt, routed in [warm-up, horizon), so assigned counts it too
     assert (ds.attempts == ds.arrivals - ds.shed).all()
     assert (ds.assigned.sum("replica") == ds.attempts).all()
-    # a cohort completion is a completion in (warm-up, horizon], which throughput counts
+    # without a drain a cohort completion is a completion in (warm-up, horizon], which
+    # throughput counts (with one, cohort requests may complete after the horizon)
     measure = ds.attrs["measure_s"]
     done = ds.throughput * measure
-    assert (ds.completed <= done + 1e-9 * done).all()
+    if ds.attrs.get("drain_s", 600.0) == 0:
+        assert (ds.completed <= done + 1e-9 * done).all()
     assert (ds.replica_completed.sum("replica") == done.round()).all()
     assert np.allclose(done, done.round(), rtol=1e-12, atol=0)
     tokens = ds.token_throughput * measure
@@ -452,7 +455,11 @@ def test_random_small_clusters_keep_the_books_and_match_the_reference(case):
     got, rep = got[0], rep[0]
     # the books, on the engine's run
     assert got["arrivals"] == sum(int(got[k]) for k in ("completed", "failed", "rejected", "shed", "unfinished"))
-    assert got["attempts"] == got["arrivals"] - got["shed"] == rep["assigned"].sum()
+    if values["max_attempts"] == 1:  # one attempt per routed request, routed at its arrival
+        assert got["attempts"] == got["arrivals"] - got["shed"] == rep["assigned"].sum()
+    else:  # first attempts: every request but the rejected, less those shed on their first
+        first = got["attempts"] - got["retries"]
+        assert got["arrivals"] - got["shed"] - got["rejected"] <= first <= got["arrivals"] - got["rejected"]
     assert 0 <= got["kv_occupancy"] <= 1
     # (a ratio of float sums: exactly max_batch when every iteration is full, up to rounding)
     assert math.isnan(got["batch_mean"]) or 0 <= got["batch_mean"] <= values["max_batch"] * (1 + 1e-12)

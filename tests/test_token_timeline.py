@@ -201,7 +201,13 @@ def test_summary_shows_arms_and_incident_columns(grid_ds):
     head = text.splitlines()[2]
     for col in ("scenario", "policy", "breaker_consecutive", "failed %", "attempts/req", "wasted k tok"):
         assert col in head
-    assert len(text.splitlines()) == 3 + 2 * 2 * 2 + 1  # title, blank, header, rule, rows
+    lines = text.splitlines()
+    table = lines[:lines.index("", 2)] if "" in lines[2:] else lines
+    assert len(table) == 3 + 2 * 2 * 2 + 1  # title, blank, header, rule, rows
+    steady = [row.split()[-1] for row in table[4:]]
+    assert set(steady) <= {"yes", "no"}
+    # a warning line under the table exactly when some row was not steady
+    assert ("warning:" in text) == ("no" in steady)
 
 
 def test_incidents_sweep_runs(tmp_path):
