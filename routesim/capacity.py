@@ -85,27 +85,27 @@ def capacity_of(rates: np.ndarray, ok: np.ndarray) -> float:
     return float(rates[last]) if last >= 0 else math.nan
 
 
+def _on_lattice(x: float, step: float) -> float:
+    """``x`` rounded to a multiple of ``step`` (printed to 10 significant digits, so
+    that 0.1 · 3 is 0.3)."""
+    return float(f"{round(x / step) * step:.10g}")
+
+
 def candidates(lo: float, hi: float, search: Search) -> list[float]:
     """Up to ``points`` new rates strictly inside (lo, hi), evenly spread and rounded to
     multiples of the resolution."""
-    step = search.resolution
-    out = set()
-    for j in range(1, search.points + 1):
-        x = round((lo + (hi - lo) * j / (search.points + 1)) / step) * step
-        x = float(f"{x:.10g}")
-        if lo < x < hi:
-            out.add(x)
-    return sorted(out)
+    inner = (_on_lattice(lo + (hi - lo) * j / (search.points + 1), search.resolution)
+             for j in range(1, search.points + 1))
+    return sorted({x for x in inner if lo < x < hi})
 
 
 class _Rows:
     """The stage's rows: every combination of its dimensions other than ``rate_rps``
     and ``seed`` (policy, conditions, swept keys), in dimension order."""
 
-    def __init__(self, dims: list, coords: dict):
-        self.dims = [d for d in dims if d not in ("rate_rps", "seed")]
-        self.shape = tuple(len(coords[d]) for d in self.dims)
-        self.coords = {d: coords[d] for d in self.dims}
+    def __init__(self, stage):
+        self.dims = [d for d in stage.dims if d not in ("rate_rps", "seed")]
+        self.shape = tuple(len(stage.values[d]) for d in self.dims)
         self.count = int(np.prod(self.shape)) if self.shape else 1
 
 
@@ -159,12 +159,9 @@ def find(sweep, stage, criterion: Criterion, search: Search, selected: dict | No
     """The capacity of every row of ``stage`` (a Dataset; see the module docstring).
     ``report(round, rates, runs, seconds)`` is told after each round."""
     selected = selected or {}
-    dims = list(stage.dims)
-    coords = {d: tuple(stage.values[d]) for d in dims if d != "rate_rps"}
-    coords["rate_rps"] = ()
-    rows = _Rows(dims, coords)
+    rows = _Rows(stage)
     wanted = {r: set(candidates_first(search)) for r in range(rows.count)}
-    parts, done = [], {r: set() for r in range(rows.count)}
+    runs, done = None, {r: set() for r in range(rows.count)}
     for rnd in range(1, search.rounds + 1):
         wanted = {r: rs - done[r] for r, rs in wanted.items() if rs - done[r]}
         if not wanted:
@@ -172,13 +169,12 @@ def find(sweep, stage, criterion: Criterion, search: Search, selected: dict | No
         t0 = time.perf_counter()
         ds, n = _simulate_round(sweep, stage, selected, rows, wanted,
                                 f"{stage.name} round {rnd}" if show_progress else None)
-        parts.append(ds)
+        runs = ds if runs is None else runs.combine_first(ds).sortby("rate_rps")
         for r, rs in wanted.items():
             done[r] |= rs
         if report is not None:
             report(rnd, sorted(set().union(*wanted.values())), n, time.perf_counter() - t0)
-        runs = _merge(parts)
-        cap, _ = _capacities(runs, rows, criterion)
+        cap, seed_cap = _capacities(runs, rows, criterion)
         wanted = {}
         for r in range(rows.count):
             evaluated = np.array(sorted(done[r]))
@@ -188,8 +184,6 @@ def find(sweep, stage, criterion: Criterion, search: Search, selected: dict | No
             above = evaluated[evaluated > c]
             if above.size and above[0] - c > search.resolution * (1 + 1e-9):
                 wanted[r] = set(candidates(c, float(above[0]), search))
-    runs = _merge(parts)
-    cap, seed_cap = _capacities(runs, rows, criterion)
     out = runs.copy()
     out["evaluated"] = runs["arrivals"].notnull()
     out["evaluated"].attrs = {"description": "the search ran this rate for this row"}
@@ -208,19 +202,9 @@ def find(sweep, stage, criterion: Criterion, search: Search, selected: dict | No
 def candidates_first(search: Search) -> list[float]:
     """Round 1's rates: ``points`` evenly spread over [low, high], both ends included,
     the inner ones rounded to multiples of the resolution."""
-    inner = [search.low + (search.high - search.low) * j / (search.points - 1) for j in range(1, search.points - 1)]
-    step = search.resolution
-    rounded = {float(f"{round(x / step) * step:.10g}") for x in inner}
-    return sorted({search.low, search.high} | {x for x in rounded if search.low < x < search.high})
-
-
-def _merge(parts: list) -> xr.Dataset:
-    """The rounds' Datasets as one, along ``rate_rps`` (each rate is run in one round
-    for a given row; values from different rounds never overlap)."""
-    merged = parts[0]
-    for ds in parts[1:]:
-        merged = merged.combine_first(ds)
-    return merged.sortby("rate_rps")
+    inner = (_on_lattice(search.low + (search.high - search.low) * j / (search.points - 1), search.resolution)
+             for j in range(1, search.points - 1))
+    return sorted({search.low, search.high} | {x for x in inner if search.low < x < search.high})
 
 
 def _capacities(runs: xr.Dataset, rows: _Rows, criterion: Criterion):
