@@ -9,7 +9,6 @@ the criterion is monotone over the whole lattice, equal the brute-force capacity
 """
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
