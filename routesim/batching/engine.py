@@ -299,7 +299,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     n_dirty += 1
                 integrate_nb(rep[i], t, p)
                 before = n_done
-                gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], 1 + r.n_pre)
+                if n_gap[0] + 1 + r.n_pre > gap_ms.shape[0]:
+                    gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], 1 + r.n_pre)
                 if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
                     emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
                 else:
