@@ -72,7 +72,7 @@ PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replic
 """Dataset variable <- REPLICA field."""
 
 ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window",
-                "iterations", "entered", "entered_cohort", "left", "left_cohort")
+                "iterations", "entered", "entered_cohort", "left", "left_cohort", "preempted_emitting")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
 
 ITL_RANKS = np.array([50, 90, 99, 100], np.int64)
