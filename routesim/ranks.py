@@ -65,52 +65,65 @@ def select_nb(a, lo, k):
 
 
 @nb.njit(**JIT)
-def of_weighted_nb(values, counts, p):
-    """Nearest rank ``p`` of a multiset given as ``values`` (shape (m,), any order), each
-    repeated ``counts`` times (shape (m,), integers >= 1): the same exact integer rank as
-    :func:`rank_nb` over all ``Σ counts`` of them, by selection (a weighted quickselect
-    with a three-way partition, on copies; O(m) on average); NaN when empty."""
+def of_weighted_nb(values, counts, ps):
+    """Nearest ranks ``ps`` (ascending integers) of a multiset given as ``values``
+    (shape (m,), any order), each repeated ``counts`` times (shape (m,), integers >= 1):
+    the same exact integer ranks as :func:`rank_nb` over all ``Σ counts`` of them; NaN
+    when empty. By selection on copies (a weighted quickselect with a three-way
+    partition, each rank's search starting where the last one's value began), O(m) on
+    average, where a sort is O(m log m). Returns shape (len(ps),)."""
+    out = np.full(ps.shape[0], np.nan)
     total = 0
     for c in counts:
         total += c
     if total == 0:
-        return np.nan
+        return out
     v = values.copy()
     w = counts.copy()
-    k = rank_nb(p, total)  # 0-based, counted from v[lo]
-    lo = 0
-    hi = v.shape[0] - 1
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        a, b, c = v[lo], v[mid], v[hi]
-        pivot = max(min(a, b), min(max(a, b), c))  # the median of three, one of the values
-        lt, i, gt = lo, lo, hi
-        while i <= gt:
-            if v[i] < pivot:
-                v[lt], v[i] = v[i], v[lt]
-                w[lt], w[i] = w[i], w[lt]
-                lt += 1
-                i += 1
-            elif v[i] > pivot:
-                v[gt], v[i] = v[i], v[gt]
-                w[gt], w[i] = w[i], w[gt]
-                gt -= 1
+    lo = 0       # v[:lo] hold values no larger than any after them ...
+    base = 0     # ... and this many counts
+    for j in range(ps.shape[0]):
+        k = rank_nb(ps[j], total) - base  # 0-based, counted from v[lo]
+        left = lo
+        before = base
+        hi = v.shape[0] - 1
+        while True:
+            if left == hi:
+                out[j] = v[left]
+                lo, base = left, before
+                break
+            mid = (left + hi) >> 1
+            a, b, c = v[left], v[mid], v[hi]
+            pivot = max(min(a, b), min(max(a, b), c))  # the median of three, one of the values
+            lt, i, gt = left, left, hi
+            below = 0
+            equal = 0
+            while i <= gt:
+                x = v[i]
+                if x < pivot:
+                    below += w[i]
+                    v[lt], v[i] = x, v[lt]
+                    w[lt], w[i] = w[i], w[lt]
+                    lt += 1
+                    i += 1
+                elif x > pivot:
+                    v[gt], v[i] = x, v[gt]
+                    w[gt], w[i] = w[i], w[gt]
+                    gt -= 1
+                else:
+                    equal += w[i]
+                    i += 1
+            if k < below:
+                hi = lt - 1
+            elif k < below + equal:
+                out[j] = pivot
+                lo, base = lt, before + below
+                break
             else:
-                i += 1
-        below = 0
-        for j in range(lo, lt):
-            below += w[j]
-        equal = 0
-        for j in range(lt, gt + 1):
-            equal += w[j]
-        if k < below:
-            hi = lt - 1
-        elif k < below + equal:
-            return pivot
-        else:
-            k -= below + equal
-            lo = gt + 1
-    return v[lo]
+                k -= below + equal
+                before += below + equal
+                left = gt + 1
+    return out
 
 
 @nb.njit(**JIT)

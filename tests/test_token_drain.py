@@ -334,6 +334,7 @@ def test_weighted_nearest_rank_is_the_rank_of_the_repeated_values():
         v = rng.integers(0, 8, m).astype(float) if trial % 2 else rng.random(m)
         c = rng.integers(1, 5, m)
         full = np.sort(np.repeat(v, c))
-        for p in (1, 50, 90, 99, 100):
-            assert of_weighted_nb(v, c, p) == full[rank_nb(p, full.size)], (v, c, p)
-    assert math.isnan(of_weighted_nb(np.zeros(0), np.zeros(0, np.int64), 50))
+        ps = np.array([1, 50, 50, 90, 99, 100])
+        want = [full[rank_nb(p, full.size)] for p in ps]
+        assert list(of_weighted_nb(v, c, ps)) == want, (v, c)
+    assert np.isnan(of_weighted_nb(np.zeros(0), np.zeros(0, np.int64), ps)).all()

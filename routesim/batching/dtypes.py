@@ -348,6 +348,7 @@ METRICS = np.dtype(
         ("iterations", np.int64),  # iterations started over the whole run (for benchmarks)
         ("entered", np.int64), ("entered_cohort", np.int64),  # arrivals so far (all, cohort)
         ("left", np.int64), ("left_cohort", np.int64),        # final outcomes so far (all, cohort)
+        ("preempted_emitting", np.int64),  # preemptions of sequences that had emitted (each may add an ITL gap)
     ],
     align=True,
 )

@@ -55,7 +55,9 @@ def _sort_ints(a, n):
 
 @nb.njit(**JIT)
 def _gap_room_nb(gap_ms, gap_n, used, extra):
-    """The inter-token gap arrays, or twice as large copies, with room for ``extra`` more."""
+    """The inter-token gap arrays, or twice as large copies, with room for ``extra`` more.
+    (Called between times, outside the event loop proper: an array variable reassigned
+    inside that loop costs Numba reference counting at every pass.)"""
     if used + extra <= gap_ms.shape[0]:
         return gap_ms, gap_n
     cap = gap_ms.shape[0]
@@ -237,310 +239,318 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     n_dirty = 0
     ready_pending = False              # a recovered replica is not yet ready
     next_pub = 0                       # the replica publishing next (they take turns)
-    while True:
-        t = np.inf
-        if k < n:
-            t = wl_t[k]
-        if ev < n_ev and events[ev].t_ms < t:
-            t = events[ev].t_ms
-        while ends_n[0] > 0 and not _end_live(ends[0], rep[ends[0].req]):
-            tm.pop_nb(ends, ends_n, 0)
-        if ends_n[0] > 0:
-            t = min(t, ends[0].t)
-        if ready_pending:
-            ready_pending = False
-            for i in range(nrep):
-                if rep[i].ready_ms > prev_t:
-                    ready_pending = True
-                    t = min(t, rep[i].ready_ms)
-        for w in range(3):
-            if tn[w] > 0:
-                t = min(t, tm.top_nb(timers, tn, w, req))
-        if n_ej.sum() > 0:
-            for ro in range(R):
-                for i in range(nrep):
-                    t = min(t, ej_until[ro, i])
-        if periodic:
-            t = min(t, ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms)
-        if not np.isinf(front_ms):
-            for ro in range(R):
-                if f_head[ro] >= 0:
-                    t = min(t, wl_t[f_head[ro]] + front_ms)
-        while si < sample_t.shape[0] and sample_t[si] < t and sample_t[si] <= horizon:
-            _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
-            si += 1
-        if not seen_warmup and t > p.warmup_ms:
-            seen_warmup = True
-            backlog_w = mt.entered - mt.left
-        if t > horizon:
-            if not past:
-                past = True
-                mt.backlog_growth = (mt.entered - mt.left) - backlog_w
-                _close_window_nb(rep, req)
-            if mt.entered_cohort == mt.left_cohort or t > p.limit_ms:
+    stopped = False
+    while not stopped:  # the event loop, left only to make room for more inter-token gaps
+        while True:
+            # room for the gaps one time can add: a row per replica, one per re-admitted sequence
+            if n_gap[0] + nrep + mt.preempted_emitting > gap_ms.shape[0]:
                 break
-        prev_t = t
-        if not window_open and t > p.warmup_ms:
-            # tokens emitted by the warm-up's end: wasted tokens count only later ones
-            window_open = True
-            for s in range(n):
-                if tm.in_flight_nb(req[s]):
-                    req[s].gw = g_now_nb(rep, req, s)
-        # (1) iteration ends, replicas in id order
-        while ends_n[0] > 0 and ends[0].t == t:
-            live = _end_live(ends[0], rep[ends[0].req])
-            i = ends[0].req
-            tm.pop_nb(ends, ends_n, 0)
-            if live:
-                r = rep[i]
-                if not marked[i]:
-                    marked[i] = True
-                    dirty[n_dirty] = i
-                    n_dirty += 1
-                integrate_nb(rep[i], t, p)
-                before = n_done
-                gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], 1 + r.n_pre)
-                if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
-                    emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
+            t = np.inf
+            if k < n:
+                t = wl_t[k]
+            if ev < n_ev and events[ev].t_ms < t:
+                t = events[ev].t_ms
+            while ends_n[0] > 0 and not _end_live(ends[0], rep[ends[0].req]):
+                tm.pop_nb(ends, ends_n, 0)
+            if ends_n[0] > 0:
+                t = min(t, ends[0].t)
+            if ready_pending:
+                ready_pending = False
+                for i in range(nrep):
+                    if rep[i].ready_ms > prev_t:
+                        ready_pending = True
+                        t = min(t, rep[i].ready_ms)
+            for w in range(3):
+                if tn[w] > 0:
+                    t = min(t, tm.top_nb(timers, tn, w, req))
+            if n_ej.sum() > 0:
+                for ro in range(R):
+                    for i in range(nrep):
+                        t = min(t, ej_until[ro, i])
+            if periodic:
+                t = min(t, ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms)
+            if not np.isinf(front_ms):
+                for ro in range(R):
+                    if f_head[ro] >= 0:
+                        t = min(t, wl_t[f_head[ro]] + front_ms)
+            while si < sample_t.shape[0] and sample_t[si] < t and sample_t[si] <= horizon:
+                _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
+                si += 1
+            if not seen_warmup and t > p.warmup_ms:
+                seen_warmup = True
+                backlog_w = mt.entered - mt.left
+            if t > horizon:
+                if not past:
+                    past = True
+                    mt.backlog_growth = (mt.entered - mt.left) - backlog_w
+                    _close_window_nb(rep, req)
+                if mt.entered_cohort == mt.left_cohort or t > p.limit_ms:
+                    stopped = True
+                    break
+            prev_t = t
+            if not window_open and t > p.warmup_ms:
+                # tokens emitted by the warm-up's end: wasted tokens count only later ones
+                window_open = True
+                for s in range(n):
+                    if tm.in_flight_nb(req[s]):
+                        req[s].gw = g_now_nb(rep, req, s)
+            # (1) iteration ends, replicas in id order
+            while ends_n[0] > 0 and ends[0].t == t:
+                live = _end_live(ends[0], rep[ends[0].req])
+                i = ends[0].req
+                tm.pop_nb(ends, ends_n, 0)
+                if live:
+                    r = rep[i]
+                    if not marked[i]:
+                        marked[i] = True
+                        dirty[n_dirty] = i
+                        n_dirty += 1
+                    integrate_nb(rep[i], t, p)
+                    before = n_done
+                    if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
+                        emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
+                    else:
+                        n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
+                                           seg_key, seg_len, seg_off, mt, done_log, n_done, cnt, gap_ms, gap_n,
+                                           n_gap, btmp, dtmp)
+                    for c in range(before, n_done):
+                        s = done_log[1, c]
+                        ro = req[s].router
+                        done_ro[c] = ro
+                        done_t[c] = t
+                        rw[ro, i] += 1
+                        brk[ro, i] = 0  # a completion resets the breaker's count
+                        ain[ro] -= 1
+                        if req[s].tries >= 2:
+                            rin[ro] -= 1
+            # (2) scenario events at t, in order
+            while ev < n_ev and events[ev].t_ms == t:
+                e = events[ev]
+                i = e.replica
+                if e.kind == EventKind.SLOWDOWN:
+                    rep[i].slowdown = e.value
+                elif e.kind == EventKind.FAIL:
+                    if rep[i].healthy:
+                        integrate_nb(rep[i], t, p)
+                        nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
+                        cnt[0] -= gone
+                        for v in range(nv):
+                            fail_req[n_fail] = due_req[v]
+                            fail_rep[due_req[v]] = i
+                            fail_crash[due_req[v]] = True
+                            n_fail += 1
+                elif e.kind == EventKind.FAIL_FAST:
+                    if rep[i].healthy:
+                        rep[i].fail_fast = True
+                elif e.kind == EventKind.RECOVER:
+                    r = rep[i]
+                    if not r.healthy:
+                        r.healthy = True
+                        r.fail_fast = False
+                        r.cold = True
+                        r.t_up = t
+                        r.ready_ms = t + p.ready_delay_ms
+                        r.t_e = r.ready_ms
+                        ready_pending = True
+                    elif r.fail_fast:
+                        r.fail_fast = False
+                ev += 1
+            # (3) attempt failures observed at t: black holes, timeouts, front-door timeouts
+            while tn[1] > 0 and tm.top_nb(timers, tn, tm.BLACK_HOLES, req) == t:
+                s = timers[tm.BLACK_HOLES][0].req
+                tm.pop_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES)
+                i = req[s].replica
+                cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
+                fail_req[n_fail] = s
+                fail_rep[s] = i
+                fail_crash[s] = False
+                n_fail += 1
+            while tn[0] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
+                s = timers[tm.DEADLINES][0].req
+                tm.pop_nb(timers[tm.DEADLINES], tn, tm.DEADLINES)
+                q = req[s]
+                if q.ft_deadline < q.deadline and t == q.ft_deadline:  # its first-token deadline
+                    if not math.isnan(q.first_ms):  # it has its first token: only the whole deadline is left
+                        if not np.isinf(q.deadline):
+                            tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, q.deadline, s, q.tries)
+                        continue
+                    cum[5] += 1
                 else:
-                    n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
-                                       seg_key, seg_len, seg_off, mt, done_log, n_done, cnt, gap_ms, gap_n,
-                                       n_gap, btmp, dtmp)
-                for c in range(before, n_done):
-                    s = done_log[1, c]
+                    cum[4] += 1
+                i = q.replica
+                integrate_nb(rep[i], t, p)
+                cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
+                fail_req[n_fail] = s
+                fail_rep[s] = i
+                fail_crash[s] = False
+                n_fail += 1
+            if n_fail > 0:
+                for f in range(n_fail):  # they all leave "in flight" first
+                    s = fail_req[f]
                     ro = req[s].router
-                    done_ro[c] = ro
-                    done_t[c] = t
-                    rw[ro, i] += 1
-                    brk[ro, i] = 0  # a completion resets the breaker's count
                     ain[ro] -= 1
                     if req[s].tries >= 2:
                         rin[ro] -= 1
-        # (2) scenario events at t, in order
-        while ev < n_ev and events[ev].t_ms == t:
-            e = events[ev]
-            i = e.replica
-            if e.kind == EventKind.SLOWDOWN:
-                rep[i].slowdown = e.value
-            elif e.kind == EventKind.FAIL:
-                if rep[i].healthy:
-                    integrate_nb(rep[i], t, p)
-                    nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
-                    cnt[0] -= gone
-                    for v in range(nv):
-                        fail_req[n_fail] = due_req[v]
-                        fail_rep[due_req[v]] = i
-                        fail_crash[due_req[v]] = True
+            if not np.isinf(front_ms):
+                for ro in range(R):  # first attempts still held at the front door at a_r + either deadline
+                    while f_head[ro] >= 0 and wl_t[f_head[ro]] + front_ms == t:
+                        s = f_head[ro]
+                        f_head[ro] = req[s].f_next
+                        if f_head[ro] < 0:
+                            f_tail[ro] = -1
+                        req[s].tries += 1
+                        req[s].g = 0
+                        req[s].gw = 0
+                        req[s].gh = 0
+                        cum[5 if front_ttft else 4] += 1
+                        fail_req[n_fail] = s
+                        fail_rep[s] = -1
+                        fail_crash[s] = False
                         n_fail += 1
-            elif e.kind == EventKind.FAIL_FAST:
-                if rep[i].healthy:
-                    rep[i].fail_fast = True
-            elif e.kind == EventKind.RECOVER:
-                r = rep[i]
-                if not r.healthy:
-                    r.healthy = True
-                    r.fail_fast = False
-                    r.cold = True
-                    r.t_up = t
-                    r.ready_ms = t + p.ready_delay_ms
-                    r.t_e = r.ready_ms
-                    ready_pending = True
-                elif r.fail_fast:
-                    r.fail_fast = False
-            ev += 1
-        # (3) attempt failures observed at t: black holes, timeouts, front-door timeouts
-        while tn[1] > 0 and tm.top_nb(timers, tn, tm.BLACK_HOLES, req) == t:
-            s = timers[tm.BLACK_HOLES][0].req
-            tm.pop_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES)
-            i = req[s].replica
-            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
-            fail_req[n_fail] = s
-            fail_rep[s] = i
-            fail_crash[s] = False
-            n_fail += 1
-        while tn[0] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
-            s = timers[tm.DEADLINES][0].req
-            tm.pop_nb(timers[tm.DEADLINES], tn, tm.DEADLINES)
-            q = req[s]
-            if q.ft_deadline < q.deadline and t == q.ft_deadline:  # its first-token deadline
-                if not math.isnan(q.first_ms):  # it has its first token: only the whole deadline is left
-                    if not np.isinf(q.deadline):
-                        tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, q.deadline, s, q.tries)
+            if n_fail > 0:
+                cum[1] += n_fail
+                _sort_ints(fail_req, n_fail)
+                for f in range(n_fail):
+                    s = fail_req[f]
+                    q = req[s]
+                    if window_open:  # its tokens of the window: after the warm-up, up to the horizon
+                        mt.wasted_tokens += (q.gh if past else q.g) - q.gw
+                    observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
+                                        times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
+                n_fail = 0
+            # (4) breaker re-admissions
+            if n_ej.sum() > 0:
+                for i in range(nrep):
+                    for ro in range(R):
+                        if ej_until[ro, i] <= t:
+                            ej_until[ro, i] = np.inf
+                            brk[ro, i] = 0
+                            n_ej[ro] -= 1
+            # (5) signal publications, in replica order
+            while periodic and ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
+                i = next_pub  # replicas publish in turn: (i+1)·period/N + k·period
+                next_pub = (next_pub + 1) % nrep
+                pub_k[i] += 1
+                snap_n -= bk.drop_nb(snap, i, nrep)
+                if rep[i].healthy:  # a replica that is down publishes its empty state
+                    truth_nb(rep, i, pub[i])
+                    count = 0
+                    for h in range(tab.shape[0]):
+                        if tab[h].used and tab[h].replica == i:
+                            count += 1
+                    snap = bk.reserve_nb(snap, snap_n, count)
+                    for h in range(tab.shape[0]):
+                        if tab[h].used and tab[h].replica == i:
+                            bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
+                    snap_n += count
+                else:
+                    for c in range(4):
+                        pub[i, c] = 0
+                if local:
+                    loc_n -= bk.drop_nb(loc, i, nrep)
+                    for ro in range(R):
+                        for c in range(3):
+                            locc[ro, i, c] = 0
+            # rate_weighted's window: completions in (t - window, t]
+            while rw_head < n_done and done_t[rw_head] <= t - p.window_ms:
+                rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
+                rw_head += 1
+            # (6) routing: the front door's FIFOs first, in request order of their heads ...
+            blocked = 0
+            while True:
+                best = -1
+                for ro in range(R):
+                    if f_head[ro] >= 0 and (blocked >> ro) & 1 == 0 and (best < 0 or f_head[ro] < f_head[best]):
+                        best = ro
+                if best < 0:
+                    break
+                s = f_head[best]
+                i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, False, wl_t, wl_P, wl_key,
+                                     seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
+                if i == -2:
+                    blocked |= 1 << best
                     continue
-                cum[5] += 1
-            else:
-                cum[4] += 1
-            i = q.replica
-            integrate_nb(rep[i], t, p)
-            cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
-            fail_req[n_fail] = s
-            fail_rep[s] = i
-            fail_crash[s] = False
-            n_fail += 1
-        if n_fail > 0:
-            for f in range(n_fail):  # they all leave "in flight" first
-                s = fail_req[f]
-                ro = req[s].router
-                ain[ro] -= 1
-                if req[s].tries >= 2:
-                    rin[ro] -= 1
-        if not np.isinf(front_ms):
-            for ro in range(R):  # first attempts still held at the front door at a_r + either deadline
-                while f_head[ro] >= 0 and wl_t[f_head[ro]] + front_ms == t:
-                    s = f_head[ro]
-                    f_head[ro] = req[s].f_next
-                    if f_head[ro] < 0:
-                        f_tail[ro] = -1
-                    req[s].tries += 1
-                    req[s].g = 0
-                    req[s].gw = 0
-                    req[s].gh = 0
-                    cum[5 if front_ttft else 4] += 1
-                    fail_req[n_fail] = s
-                    fail_rep[s] = -1
-                    fail_crash[s] = False
-                    n_fail += 1
-        if n_fail > 0:
-            cum[1] += n_fail
-            _sort_ints(fail_req, n_fail)
-            for f in range(n_fail):
-                s = fail_req[f]
-                q = req[s]
-                if window_open:  # its tokens of the window: after the warm-up, up to the horizon
-                    mt.wasted_tokens += (q.gh if past else q.g) - q.gw
-                observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
-                                    times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
-            n_fail = 0
-        # (4) breaker re-admissions
-        if n_ej.sum() > 0:
-            for i in range(nrep):
-                for ro in range(R):
-                    if ej_until[ro, i] <= t:
-                        ej_until[ro, i] = np.inf
-                        brk[ro, i] = 0
-                        n_ej[ro] -= 1
-        # (5) signal publications, in replica order
-        while periodic and ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
-            i = next_pub  # replicas publish in turn: (i+1)·period/N + k·period
-            next_pub = (next_pub + 1) % nrep
-            pub_k[i] += 1
-            snap_n -= bk.drop_nb(snap, i, nrep)
-            if rep[i].healthy:  # a replica that is down publishes its empty state
-                truth_nb(rep, i, pub[i])
-                count = 0
-                for h in range(tab.shape[0]):
-                    if tab[h].used and tab[h].replica == i:
-                        count += 1
-                snap = bk.reserve_nb(snap, snap_n, count)
-                for h in range(tab.shape[0]):
-                    if tab[h].used and tab[h].replica == i:
-                        bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
-                snap_n += count
-            else:
-                for c in range(4):
-                    pub[i, c] = 0
-            if local:
-                loc_n -= bk.drop_nb(loc, i, nrep)
-                for ro in range(R):
-                    for c in range(3):
-                        locc[ro, i, c] = 0
-        # rate_weighted's window: completions in (t - window, t]
-        while rw_head < n_done and done_t[rw_head] <= t - p.window_ms:
-            rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
-            rw_head += 1
-        # (6) routing: the front door's FIFOs first, in request order of their heads ...
-        blocked = 0
-        while True:
-            best = -1
-            for ro in range(R):
-                if f_head[ro] >= 0 and (blocked >> ro) & 1 == 0 and (best < 0 or f_head[ro] < f_head[best]):
-                    best = ro
-            if best < 0:
-                break
-            s = f_head[best]
-            i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, False, wl_t, wl_P, wl_key,
-                                 seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
-            if i == -2:
-                blocked |= 1 << best
-                continue
-            f_head[best] = req[s].f_next
-            if f_head[best] < 0:
-                f_tail[best] = -1
-            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum, mt)
-            if i >= 0 and not marked[i]:
-                marked[i] = True
-                dirty[n_dirty] = i
-                n_dirty += 1
-            if local and i >= 0:
-                loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
-                loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
-        # ... then retries and arrivals due at t, in request order
-        n_due = 0
-        while tn[2] > 0 and tm.top_nb(timers, tn, tm.RETRIES, req) == t:
-            due_req[n_due] = timers[tm.RETRIES][0].req
-            tm.pop_nb(timers[tm.RETRIES], tn, tm.RETRIES)
-            n_due += 1
-        _sort_ints(due_req, n_due)
-        d = 0
-        while (k < n and wl_t[k] == t) or d < n_due:
-            retry = d < n_due and (not (k < n and wl_t[k] == t) or due_req[d] < k)
-            if retry:
-                s = due_req[d]
-                d += 1
-                req[s].state = State.NONE
-            else:
-                s = k
-                k += 1
-                mt.entered += 1
-                if req[s].cohort:
-                    mt.entered_cohort += 1
-            i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
-                                 seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
-            if i == -2:
-                if p.admission_mode == Admission.QUEUE:
-                    ro = req[s].router
-                    req[s].state = State.FRONT
-                    req[s].f_next = -1
-                    if f_head[ro] < 0:
-                        f_head[ro] = s
+                f_head[best] = req[s].f_next
+                if f_head[best] < 0:
+                    f_tail[best] = -1
+                place_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum, mt)
+                if i >= 0 and not marked[i]:
+                    marked[i] = True
+                    dirty[n_dirty] = i
+                    n_dirty += 1
+                if local and i >= 0:
+                    loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
+                    loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+            # ... then retries and arrivals due at t, in request order
+            n_due = 0
+            while tn[2] > 0 and tm.top_nb(timers, tn, tm.RETRIES, req) == t:
+                due_req[n_due] = timers[tm.RETRIES][0].req
+                tm.pop_nb(timers[tm.RETRIES], tn, tm.RETRIES)
+                n_due += 1
+            _sort_ints(due_req, n_due)
+            d = 0
+            while (k < n and wl_t[k] == t) or d < n_due:
+                retry = d < n_due and (not (k < n and wl_t[k] == t) or due_req[d] < k)
+                if retry:
+                    s = due_req[d]
+                    d += 1
+                    req[s].state = State.NONE
+                else:
+                    s = k
+                    k += 1
+                    mt.entered += 1
+                    if req[s].cohort:
+                        mt.entered_cohort += 1
+                i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
+                                     seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
+                if i == -2:
+                    if p.admission_mode == Admission.QUEUE:
+                        ro = req[s].router
+                        req[s].state = State.FRONT
+                        req[s].f_next = -1
+                        if f_head[ro] < 0:
+                            f_head[ro] = s
+                        else:
+                            req[f_tail[ro]].f_next = s
+                        f_tail[ro] = s
                     else:
-                        req[f_tail[ro]].f_next = s
-                    f_tail[ro] = s
-                else:
-                    settle_nb(req[s], Fate.REJECTED, mt)
-                    cum[3] += 1
-                continue
-            if i < 0 and retry:
-                rin[req[s].router] -= 1
-            place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum, mt)
-            if i >= 0 and not marked[i]:
-                marked[i] = True
-                dirty[n_dirty] = i
-                n_dirty += 1
-            if local and i >= 0:
-                loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
-                loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
-        # (7) iteration starts of idle replicas with work, in replica order: only those whose
-        # iteration ended or that were given work at t can be idle with work now
-        _sort_ints(dirty, n_dirty)
-        for c in range(n_dirty):
-            i = dirty[c]
-            marked[i] = False
-            r = rep[i]
-            if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
-                integrate_nb(rep[i], t, p)
-                need = grow[i, r.started % p.block_tokens]
-                if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
-                    r.anon += need  # decoding only, new blocks free: no call into the pool
-                    r.kv_dec += r.n_dec
-                    begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, 0, 0.0, 0)
-                else:
-                    tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
-                                   seg_len, seg_off, mt, cnt, found, btmp, dtmp)
-                tm.push_nb(ends, ends_n, 0, r.end_ms, i, r.started)
-        n_dirty = 0
-        if t >= horizon and mt.entered_cohort == mt.left_cohort:
-            break  # the stop: nothing of the cohort is left in the system
+                        settle_nb(req[s], Fate.REJECTED, mt)
+                        cum[3] += 1
+                    continue
+                if i < 0 and retry:
+                    rin[req[s].router] -= 1
+                place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum, mt)
+                if i >= 0 and not marked[i]:
+                    marked[i] = True
+                    dirty[n_dirty] = i
+                    n_dirty += 1
+                if local and i >= 0:
+                    loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
+                    loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+            # (7) iteration starts of idle replicas with work, in replica order: only those whose
+            # iteration ended or that were given work at t can be idle with work now
+            _sort_ints(dirty, n_dirty)
+            for c in range(n_dirty):
+                i = dirty[c]
+                marked[i] = False
+                r = rep[i]
+                if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
+                    integrate_nb(rep[i], t, p)
+                    need = grow[i, r.started % p.block_tokens]
+                    if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
+                        r.anon += need  # decoding only, new blocks free: no call into the pool
+                        r.kv_dec += r.n_dec
+                        begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, 0, 0.0, 0)
+                    else:
+                        tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
+                                       seg_len, seg_off, mt, cnt, found, btmp, dtmp)
+                    tm.push_nb(ends, ends_n, 0, r.end_ms, i, r.started)
+            n_dirty = 0
+            if t >= horizon and mt.entered_cohort == mt.left_cohort:
+                stopped = True
+                break  # the stop: nothing of the cohort is left in the system
+        if not stopped:
+            gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], nrep + mt.preempted_emitting)
     while si < sample_t.shape[0] and sample_t[si] <= horizon:  # stopped just after the horizon
         _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
         si += 1

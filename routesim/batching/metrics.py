@@ -72,8 +72,11 @@ PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replic
 """Dataset variable <- REPLICA field."""
 
 ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window",
-                "iterations", "entered", "entered_cohort", "left", "left_cohort")
+                "iterations", "entered", "entered_cohort", "left", "left_cohort", "preempted_emitting")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
+
+ITL_RANKS = np.array([50, 90, 99, 100], np.int64)
+"""The nearest ranks of ``itl_p50``, ``itl_p90``, ``itl_p99`` and ``itl_max`` (rank 100: the largest)."""
 
 
 @nb.njit(**JIT)
@@ -160,10 +163,8 @@ def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
     mt.e2e_p90 = of_sorted_nb(a, 90)
     mt.e2e_p99 = of_sorted_nb(a, 99)
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
-    mt.itl_p50 = of_weighted_nb(gap_ms, gap_n, 50)
-    mt.itl_p90 = of_weighted_nb(gap_ms, gap_n, 90)
-    mt.itl_p99 = of_weighted_nb(gap_ms, gap_n, 99)
-    mt.itl_max = gap_ms.max() if gap_ms.shape[0] > 0 else np.nan
+    itl = of_weighted_nb(gap_ms, gap_n, ITL_RANKS)
+    mt.itl_p50, mt.itl_p90, mt.itl_p99, mt.itl_max = itl[0], itl[1], itl[2], itl[3]
     mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan
     mt.goodput = good / measure_s
     mt.throughput = mt.done_any / measure_s

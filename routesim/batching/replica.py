@@ -218,6 +218,8 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
     q.x = 0
     run_remove_nb(rep, req, i, v)
     push_front_nb(rep, req, i, v)
+    if q.g > 0:
+        mt.preempted_emitting += 1
     if in_window_nb(t, p, True):
         mt.preemptions += 1
 
