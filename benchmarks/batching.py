@@ -143,6 +143,35 @@ def realtime(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=POLI
               peak_rss=rss_now()[1]))
 
 
+def drain(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least_tokens", "round_robin"),
+          seeds=(1, 2), repeats=5):
+    """What the drain costs (token-model.md's ``drain_s``): the same 60 s runs with
+    ``drain_s = 0`` (stop at the horizon) and at the default (the cohort finishes),
+    simulated alternately, one thread, best of ``repeats`` each."""
+    rows = []
+    for policy in policies:
+        for seed in seeds:
+            runs = {0.0: _Run(_values(warmup_s=warmup_s, measure_s=measure_s, drain_s=0.0), policy,
+                              replicas, rate, seed),
+                    None: _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)}
+            best = {d: float("inf") for d in runs}
+            out = {}
+            for r in runs.values():
+                r.simulate()
+            for _ in range(repeats):
+                for d, r in runs.items():
+                    _, cpu, m = r.best(r.simulate, 1)
+                    best[d] = min(best[d], cpu)
+                    out[d] = m
+            rows.append(dict(policy=policy, seed=seed, drain_s=runs[None].values["drain_s"],
+                             off_cpu_s=best[0.0], on_cpu_s=best[None],
+                             off_iterations=int(out[0.0]["iterations"]),
+                             on_iterations=int(out[None]["iterations"]),
+                             off_unfinished=int(out[0.0]["unfinished"]),
+                             on_unfinished=int(out[None]["unfinished"])))
+    emit(dict(runs=rows, replicas=replicas, rate=rate, horizon_s=warmup_s + measure_s))
+
+
 CURVES = {
     # kind: (values, about)
     "replicas": ([8, 32, 128, 512, 1024],
@@ -319,6 +348,26 @@ def section(suite):
                       f"{rt['horizon_s'] / (s / len(rs)):,.0f}x"])
     suite.note_load()
 
+    log("batching: what the drain costs, 1 thread")
+    dr = _task("drain", one, **({"policies": ["least_tokens"], "seeds": [1]} if q else {})).result
+    drr = dr["runs"]
+    off = sum(r["off_cpu_s"] for r in drr)
+    on = sum(r["on_cpu_s"] for r in drr)
+    off_it = sum(r["off_iterations"] for r in drr)
+    on_it = sum(r["on_iterations"] for r in drr)
+    fig.update({"batching.drain_ratio": on / off, "batching.drain_iter_ratio": on_it / off_it,
+                "batching.drain_off_ns_iter": off / off_it * 1e9, "batching.drain_on_ns_iter": on / on_it * 1e9})
+    drow = [["policy", "seed", "CPU ms per run, drain_s = 0", f"drained (drain_s = {drr[0]['drain_s']:g})",
+             "ratio", "iterations (0 / drained)", "ns per iteration (0 / drained)", "unfinished (0 / drained)"]]
+    for r in drr:
+        drow.append([f"`{r['policy']}`", str(r["seed"]), report.fmt(r["off_cpu_s"] * 1e3),
+                     report.fmt(r["on_cpu_s"] * 1e3), f"{r['on_cpu_s'] / r['off_cpu_s']:.2f}x",
+                     f"{r['off_iterations']:,} / {r['on_iterations']:,}",
+                     f"{report.fmt(r['off_cpu_s'] / r['off_iterations'] * 1e9)} / "
+                     f"{report.fmt(r['on_cpu_s'] / r['on_iterations'] * 1e9)}",
+                     f"{r['off_unfinished']:,} / {r['on_unfinished']:,}"])
+    suite.note_load()
+
     curves = {}
     for kind, (values, about) in CURVES.items():
         vals = values[::2] if q else values
@@ -363,6 +412,19 @@ def section(suite):
         "simulation time only.",
         "",
         report.md_table(rtrow),
+        "",
+        "### What the drain costs",
+        "",
+        f"The same {dr['horizon_s']:g} s runs ({dr['replicas']} replicas, {dr['rate']:g} req/s) "
+        "stopped at the horizon (`drain_s = 0`) and drained (the default: the cohort of "
+        "requests that arrived before the horizon runs on until it has finished), simulated "
+        "alternately in one process, best of 5 each, one thread. A drained run simulates the "
+        "cohort's tail as well, so it costs more iterations; the cost per iteration is the "
+        f"figure to compare: {report.fmt(fig['batching.drain_off_ns_iter'])} ns undrained, "
+        f"{report.fmt(fig['batching.drain_on_ns_iter'])} ns drained; a drained run costs "
+        f"{fig['batching.drain_ratio']:.2f}x for {fig['batching.drain_iter_ratio']:.2f}x the iterations.",
+        "",
+        report.md_table(drow),
         "",
         "### Scaling (time per iteration should stay flat)",
         "",
