@@ -138,7 +138,19 @@ def make_scheduler(rep, max_len):
         fn = get_hash_fn_by_name(HASH_ALGO)
         init_none_hash(fn)
         hasher = get_request_block_hasher(b, fn)
-    return s, hasher
+    # Observe (not change) evictions: count the calls of the pool's own eviction
+    # that removed a cached hash.
+    pool = s.kv_cache_manager.block_pool
+    evict = pool._maybe_evict_cached_block
+    counter = [0]
+
+    def counted(block):
+        hit = evict(block)
+        counter[0] += bool(hit)
+        return hit
+
+    pool._maybe_evict_cached_block = counted
+    return s, hasher, counter
 
 
 def block_counts(s):
@@ -176,7 +188,7 @@ def run_case(case):
     if not rep["chunked_prefill"] and max_len > int(rep["max_num_batched_tokens"]):
         raise CaseError("unchunked: a request longer than max_num_batched_tokens "
                         "(vLLM refuses max_model_len > max_num_batched_tokens)")
-    s, hasher = make_scheduler(rep, max_len)
+    s, hasher, evicted = make_scheduler(rep, max_len)
 
     objs = {}
     first = [None] * n_req
@@ -207,6 +219,7 @@ def run_case(case):
         before = {rid: (o.status, o.num_tokens) for rid, o in objs.items()
                   if not o.is_finished()}
         running_before = [o.request_id for o in s.running]
+        evicted[0] = 0
         out = s.schedule()
         sched = list(out.num_scheduled_tokens.items())
         preempted = [rid for rid in reversed(running_before)
@@ -254,7 +267,7 @@ def run_case(case):
             "preempted": [int(r) for r in preempted],
             "admitted": admitted,
             "U": U, "Q": Q, "n": n, "K": K,
-            "free": free, "cached": cached, "referenced": ref,
+            "evicted": evicted[0], "free": free, "cached": cached, "referenced": ref,
         })
         if not sched and not preempted:
             raise CaseError(f"stall at T={T}: nothing scheduled, nothing preempted")
