@@ -18,7 +18,7 @@ list of cases; each is one replica and a request list:
 and Mooncake's chained hash ids are. ``to_trace_csv`` and ``to_sweep_toml`` write a
 case as a routesim one-replica trace replay (VLLM-SCHEDULER.md §5.2).
 
-    python -m conformance.cases [--seed 1] [--count 240] [--out cases.json]
+    python -m conformance.cases [--seed 1] [--count 400] [--out cases.json]
 """
 
 import argparse
@@ -32,7 +32,7 @@ GROUP_STRIDE = 1 << 20         # shared-prefix ids: g·2^20 + j
 STEP_MS = {"base": 6.5, "per_prefill_token": 0.0198, "per_prefill_token_pair": 8.4e-7,
            "per_decode_sequence": 0.10, "per_kv_token": 5.4e-5}
 DEFAULT_SEED = 1
-DEFAULT_COUNT = 240
+DEFAULT_COUNT = 400
 
 
 def _lognormal_int(rng, median, sigma, lo, hi):
@@ -154,7 +154,7 @@ chunked_prefill = {str(rep['chunked_prefill']).lower()}
 step_ms = {{ base = {c['base']!r}, per_prefill_token = {c['per_prefill_token']!r}, per_prefill_token_pair = {c['per_prefill_token_pair']!r}, per_decode_sequence = {c['per_decode_sequence']!r}, per_kv_token = {c['per_kv_token']!r} }}
 
 [simulation]
-warmup_s = 0
+warmup_s = 0.001                  # must be > 0; the cohort then leaves out arrivals at 0 (the simulation is the same)
 measure_s = {measure_s}
 drain_s = 100000
 
