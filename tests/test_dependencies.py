@@ -45,9 +45,10 @@ def declared(extras):
 
 
 def local_modules():
-    """Top-level names that are the project's own: its packages and the modules that
-    tests/, scripts/ and benchmarks/ import from their own folder."""
-    names = {"routesim", "benchmarks", "tests", "scripts"}
+    """Top-level names that are the project's own: its packages (conformance/ is the
+    vLLM conformance suite's, imported by its tests) and the modules that tests/,
+    scripts/ and benchmarks/ import from their own folder."""
+    names = {"routesim", "benchmarks", "tests", "scripts", "conformance"}
     for folder in ("tests", "scripts", "benchmarks"):
         names |= {p.stem for p in (ROOT / folder).glob("*.py")}
     return names

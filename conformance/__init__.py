@@ -1,0 +1,1 @@
+"""The conformance suite against vLLM itself (issue 22): see VLLM-SCHEDULER.md."""

@@ -1,0 +1,120 @@
+"""Record vLLM's own schedules of the conformance cases, in one command (issue 22).
+
+    tools/vllm-env                      # once: the vLLM environment (.vllm-venv)
+    python -m conformance.record        # generate the cases, run vLLM, write the file
+
+Runs under any Python 3 (routesim's venv is fine; no vLLM import here): it generates
+the cases with conformance/cases.py, runs conformance/vllm_driver.py under the vLLM
+environment's python as a subprocess, and writes ``conformance/recorded/vllm-0.30.0.json.gz``
+(deterministic gzip): a header (the vLLM and torch versions, the exact command, the
+environment recipe and its requirements' sha256, the generator's seed and count), the
+cases, and vLLM's results case by case (VLLM-SCHEDULER.md §5).
+"""
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from conformance import cases as case_gen  # noqa: E402
+
+DRIVER = HERE / "vllm_driver.py"
+REQUIREMENTS = HERE / "vllm-requirements.txt"
+RECORDED = HERE / "recorded" / "vllm-0.30.0.json.gz"
+ENV_RECIPE = ("tools/vllm-env [VENV_DIR] (default .vllm-venv): a venv of its own with "
+              "conformance/vllm-requirements.txt installed by `pip install --no-deps -r`")
+
+
+def default_venv():
+    return Path(os.environ.get("VLLM_VENV", REPO / ".vllm-venv"))
+
+
+def venv_python(venv=None):
+    return Path(venv or default_venv()) / "bin" / "python"
+
+
+def requirements_sha256():
+    return hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+
+
+def run_driver(cases, venv=None):
+    """vLLM's results for ``cases`` (a list), from the driver run in the vLLM venv."""
+    py = venv_python(venv)
+    if not py.exists():
+        raise FileNotFoundError(f"{py}: no vLLM environment (run tools/vllm-env)")
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "cases.json"
+        dst = Path(d) / "out.json"
+        src.write_text(json.dumps(cases))
+        proc = subprocess.run([str(py), str(DRIVER), str(src), str(dst)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"vllm_driver.py failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        return json.loads(dst.read_text())
+
+
+def load(path=RECORDED):
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def write(doc, path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = json.dumps(doc, separators=(",", ":")).encode()
+    with open(path, "wb") as f:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0, compresslevel=9) as z:
+            z.write(raw)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=case_gen.DEFAULT_SEED)
+    ap.add_argument("--count", type=int, default=case_gen.DEFAULT_COUNT)
+    ap.add_argument("--venv", default=None, help="the vLLM environment (default .vllm-venv or $VLLM_VENV)")
+    ap.add_argument("--out", default=str(RECORDED))
+    a = ap.parse_args(argv)
+    start = time.time()
+    cases = case_gen.generate(a.seed, a.count)
+    out = run_driver(cases, a.venv)
+    results = out["results"]
+    command = "python -m conformance.record"
+    if a.seed != case_gen.DEFAULT_SEED or a.count != case_gen.DEFAULT_COUNT:
+        command += f" --seed {a.seed} --count {a.count}"
+    doc = {
+        "header": {
+            "vllm_version": out["vllm_version"],
+            "torch_version": out["torch_version"],
+            "command": command,
+            "environment": ENV_RECIPE,
+            "requirements_sha256": requirements_sha256(),
+            "generator": {"module": "conformance/cases.py", "seed": a.seed, "count": a.count},
+            "driver": "conformance/vllm_driver.py",
+            "platform": f"{platform.system()} {platform.machine()}",
+            "cases": len(cases),
+            "steps": sum(len(r["steps"]) for r in results),
+        },
+        "cases": cases,
+        "results": results,
+    }
+    path = Path(a.out)
+    write(doc, path)
+    h = doc["header"]
+    print(f"record: {h['cases']} cases, {h['steps']} steps of vLLM {h['vllm_version']} "
+          f"in {time.time() - start:.0f} s -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

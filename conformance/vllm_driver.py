@@ -1,0 +1,304 @@
+"""Run vLLM's real V1 scheduler on conformance cases, on routesim's clock (issue 22).
+
+Runs under the vLLM environment's python (tools/vllm-env), never routesim's:
+
+    .vllm-venv/bin/python conformance/vllm_driver.py CASES.json OUT.json
+
+``CASES.json`` holds one case or a list of cases (the format of conformance/cases.py and
+conformance/VLLM-SCHEDULER.md §5); ``OUT.json`` gets one result per case, in order.
+Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`` and
+``KVCacheManager`` and plays the model runner's part.
+
+- The replica: ``VllmConfig`` with ``DeviceConfig("cpu")``, the Llama-3.1-8B-shaped
+  ``conformance/llama-3.1-8b/config.json`` (no weights, ``skip_tokenizer_init``),
+  FCFS, synchronous scheduling, ``KVCacheConfig`` with one ``FullAttentionSpec`` group
+  of ``num_blocks + 1`` blocks (vLLM keeps block 0 as its null block, so the case's
+  ``num_blocks`` are the usable ones, as routesim's ``kv_blocks``).
+- Token ids made from routesim's block ids: the ``b`` tokens of prompt block ``j`` with
+  id ``β`` are ``β``'s base-2^16 digits (least significant first, padded with 0), so
+  vLLM's chained block hashes are equal exactly where routesim's prefix model says the
+  prefixes are equal; the prompt's tail (past its last full block) and every generated
+  token are ``TOKEN_UNIQUE + request index``, unique to the request.
+- A fake executor: each ``schedule()`` is answered with one sampled token for every
+  request whose computed tokens reach its current length, then ``update_from_output``.
+- The clock: a request is added when the clock reaches its arrival (``arrival <= T``);
+  a step that starts at ``T`` lasts routesim's step-cost formula on its ``U, Q, n, K``
+  (VLLM-SCHEDULER.md §4), evaluated left to right then multiplied by 1.0; an idle
+  scheduler jumps to the next arrival; a step that schedules nothing (all running
+  requests preempted) lasts 0 ms.
+"""
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+warnings.simplefilter("ignore")
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+)
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+MODEL_DIR = Path(__file__).resolve().parent / "llama-3.1-8b"
+TOKEN_UNIQUE = 70000          # tail and generated tokens: TOKEN_UNIQUE + request index
+MAX_REQUESTS = 128256 - TOKEN_UNIQUE - 1000   # stay inside the vocabulary, below the EOS ids
+DIGIT = 1 << 16               # an id's tokens are its base-2^16 digits
+HASH_ALGO = "sha256"          # vLLM's default prefix_caching_hash_algo
+
+
+class CaseError(ValueError):
+    pass
+
+
+def block_tokens(block_id, b):
+    """The ``b`` token ids of a prompt block with routesim id ``block_id``."""
+    if block_id < 0:
+        raise CaseError(f"block id {block_id} < 0")
+    digits = []
+    v = block_id
+    while v:
+        digits.append(v % DIGIT)
+        v //= DIGIT
+    if len(digits) > b:
+        raise CaseError(f"block id {block_id} does not fit in {b} tokens of 16 bits")
+    return digits + [0] * (b - len(digits))
+
+
+def prompt_tokens(index, P, ids, b):
+    if len(ids) != P // b:
+        raise CaseError(f"request {index}: {len(ids)} block ids for {P} prompt tokens "
+                        f"(floor(P/b) = {P // b} expected)")
+    toks = []
+    for bid in ids:
+        toks.extend(block_tokens(int(bid), b))
+    toks.extend([TOKEN_UNIQUE + index] * (P - len(toks)))
+    return toks
+
+
+def step_ms(c, U, Q, n, K, f=1.0):
+    """routesim's step cost (token-model.md §2 step 3), evaluated as the engine does."""
+    return f * (c["base"] + c["per_prefill_token"] * U + c["per_prefill_token_pair"] * Q
+                + c["per_decode_sequence"] * n + c["per_kv_token"] * K)
+
+
+def make_scheduler(rep, max_len):
+    b = int(rep["block_size"])
+    chunked = bool(rep["chunked_prefill"])
+    caching = bool(rep["prefix_caching"])
+    budget = int(rep["max_num_batched_tokens"])
+    # vLLM refuses an unchunked replica whose budget is below max_model_len
+    # (SchedulerConfig.verify_max_model_len): unchunked, max_model_len is the budget.
+    max_model_len = budget if not chunked else max_len
+    model = ModelConfig(model=str(MODEL_DIR), skip_tokenizer_init=True,
+                        max_model_len=max_model_len, dtype="bfloat16", seed=0)
+    sched = SchedulerConfig(max_num_seqs=int(rep["max_num_seqs"]),
+                            max_num_batched_tokens=budget,
+                            enable_chunked_prefill=chunked,
+                            max_model_len=max_model_len, is_encoder_decoder=False,
+                            async_scheduling=False, policy="fcfs")
+    cache = CacheConfig(block_size=b, enable_prefix_caching=caching,
+                        prefix_caching_hash_algo=HASH_ALGO)
+    num_blocks = int(rep["num_blocks"]) + 1     # + vLLM's null block
+    cache.num_gpu_blocks = num_blocks
+    vc = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched,
+                    device_config=DeviceConfig(device="cpu"))
+    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["model.layers.0.self_attn.attn"],
+                         FullAttentionSpec(block_size=b, num_kv_heads=8, head_size=128,
+                                           dtype=torch.bfloat16))])
+    s = Scheduler(vllm_config=vc, kv_cache_config=kv,
+                  structured_output_manager=StructuredOutputManager(vc),
+                  block_size=b, log_stats=False)
+    hasher = None
+    if caching:
+        fn = get_hash_fn_by_name(HASH_ALGO)
+        init_none_hash(fn)
+        hasher = get_request_block_hasher(b, fn)
+    # Observe (not change) evictions: count the calls of the pool's own eviction
+    # that removed a cached hash.
+    pool = s.kv_cache_manager.block_pool
+    evict = pool._maybe_evict_cached_block
+    counter = [0]
+
+    def counted(block):
+        hit = evict(block)
+        counter[0] += bool(hit)
+        return hit
+
+    pool._maybe_evict_cached_block = counted
+    return s, hasher, counter
+
+
+def block_counts(s):
+    """(free, cached, referenced) blocks of the pool, the null block left out: free =
+    ref 0 without a hash, cached = ref 0 with a hash (evictable), referenced = ref > 0."""
+    free = cached = ref = 0
+    for blk in s.kv_cache_manager.block_pool.blocks:
+        if blk.is_null:
+            continue
+        if blk.ref_cnt > 0:
+            ref += 1
+        elif blk.block_hash is not None:
+            cached += 1
+        else:
+            free += 1
+    return free, cached, ref
+
+
+def run_case(case):
+    rep = case["replica"]
+    b = int(rep["block_size"])
+    costs = rep["step_ms"]
+    reqs = case["requests"]
+    n_req = len(reqs)
+    if n_req > MAX_REQUESTS:
+        raise CaseError(f"{n_req} requests: at most {MAX_REQUESTS}")
+    for k, r in enumerate(reqs):
+        if int(r["id"]) != k:
+            raise CaseError(f"request ids must be 0, 1, ... in arrival order (row {k})")
+        if k and r["arrival_ms"] < reqs[k - 1]["arrival_ms"]:
+            raise CaseError(f"arrivals decrease at request {k}")
+        if r["prompt_tokens"] + r["output_tokens"] > int(rep["num_blocks"]) * b:
+            raise CaseError(f"request {k} larger than the KV pool")
+    max_len = max(r["prompt_tokens"] + r["output_tokens"] for r in reqs)
+    if not rep["chunked_prefill"] and max_len > int(rep["max_num_batched_tokens"]):
+        raise CaseError("unchunked: a request longer than max_num_batched_tokens "
+                        "(vLLM refuses max_model_len > max_num_batched_tokens)")
+    s, hasher, evicted = make_scheduler(rep, max_len)
+
+    objs = {}
+    first = [None] * n_req
+    done = [None] * n_req
+    admissions = [[] for _ in range(n_req)]
+    l_admit = {}        # request id -> num_tokens at its current admission
+    steps = []
+    T = 0.0
+    nxt = 0
+    while True:
+        while nxt < n_req and reqs[nxt]["arrival_ms"] <= T:
+            r = reqs[nxt]
+            rid = str(nxt)
+            sp = SamplingParams(max_tokens=int(r["output_tokens"]), ignore_eos=True,
+                                temperature=0.0)
+            obj = Request(rid, prompt_tokens(nxt, int(r["prompt_tokens"]),
+                                             r.get("block_ids", []), b),
+                          sp, None, arrival_time=float(r["arrival_ms"]) / 1000.0,
+                          block_hasher=hasher)
+            objs[rid] = obj
+            s.add_request(obj)
+            nxt += 1
+        if not s.has_unfinished_requests():
+            if nxt >= n_req:
+                break
+            T = max(T, float(reqs[nxt]["arrival_ms"]))
+            continue
+        before = {rid: (o.status, o.num_tokens) for rid, o in objs.items()
+                  if not o.is_finished()}
+        running_before = [o.request_id for o in s.running]
+        evicted[0] = 0
+        out = s.schedule()
+        sched = list(out.num_scheduled_tokens.items())
+        preempted = [rid for rid in reversed(running_before)
+                     if objs[rid].status == RequestStatus.PREEMPTED]
+        U = 0
+        Q = 0.0
+        n = 0
+        K = 0
+        admitted = []
+        sampled = {}
+        for rid, x in sched:
+            o = objs[rid]
+            c = o.num_computed_tokens - x          # computed before this chunk
+            st, L = before[rid]
+            if st in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                l_admit[rid] = L
+                admitted.append([int(rid), c])
+                admissions[int(rid)].append(c)
+            if c < l_admit[rid]:                   # prefilling (recompute included)
+                U += x
+                Q += x * (c + x / 2.0)
+            else:                                  # decoding: one token
+                assert x == 1, (rid, x, c, l_admit[rid])
+                n += 1
+                K += c + x
+            if o.num_computed_tokens >= o.num_tokens:
+                sampled[rid] = TOKEN_UNIQUE + int(rid)
+        d = step_ms(costs, U, Q, n, K) if sched else 0.0
+        ids = [rid for rid, _ in sched]
+        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                sampled_token_ids=[[sampled[r]] if r in sampled else []
+                                                   for r in ids])
+        s.update_from_output(out, mro)
+        end = T + d
+        for rid in sampled:
+            k = int(rid)
+            if first[k] is None:
+                first[k] = end
+            if objs[rid].is_finished():
+                done[k] = end
+        free, cached, ref = block_counts(s)
+        steps.append({
+            "T": T, "d": d,
+            "sched": [[int(r), x] for r, x in sched],
+            "preempted": [int(r) for r in preempted],
+            "admitted": admitted,
+            "U": U, "Q": Q, "n": n, "K": K,
+            "evicted": evicted[0], "free": free, "cached": cached, "referenced": ref,
+        })
+        if not sched and not preempted:
+            raise CaseError(f"stall at T={T}: nothing scheduled, nothing preempted")
+        T = end
+    per_req = []
+    for k in range(n_req):
+        o = objs[str(k)]
+        if done[k] is None or o.num_output_tokens != reqs[k]["output_tokens"]:
+            raise CaseError(f"request {k} did not complete")
+        per_req.append({"id": k, "first_token_ms": first[k], "completion_ms": done[k],
+                        "preemptions": o.num_preemptions, "hits": admissions[k]})
+    return {"name": case.get("name"), "steps": steps, "requests": per_req}
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__.splitlines()[0], file=sys.stderr)
+        print("usage: vllm_driver.py CASES.json OUT.json", file=sys.stderr)
+        return 2
+    cases = json.loads(Path(argv[1]).read_text())
+    single = isinstance(cases, dict)
+    if single:
+        cases = [cases]
+    results = []
+    for case in cases:
+        results.append(run_case(case))
+    doc = {"vllm_version": vllm.__version__, "torch_version": torch.__version__,
+           "results": results[0] if single else results}
+    Path(argv[2]).write_text(json.dumps(doc, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
