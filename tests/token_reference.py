@@ -155,6 +155,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -177,6 +178,9 @@ def defaults() -> dict:
         step_ms_base=6.5, step_ms_per_prefill_token=0.0198, step_ms_per_prefill_token_pair=8.4e-7,
         step_ms_per_decode_sequence=0.10, step_ms_per_kv_token=5.4e-5,
         cold_factor=1.0, cold_tau_ms=2000.0, ready_delay_ms=0.0, fail_fast_ms=2.0,
+        # issue 22: "reserve" = token-model.md §2 (the page); "vllm" = vLLM V1 0.30.0's
+        # scheduler and KV-cache manager (conformance/VLLM-SCHEDULER.md, /work/spec22b.md)
+        scheduler="reserve", prefix_caching=True,
         # simulation (§7)
         warmup_s=10.0, measure_s=50.0, drain_s=600.0, slo_ttft_ms=1000.0, slo_tpot_ms=50.0,
         # workload (§1.1)
@@ -365,6 +369,21 @@ class Block:
                 f"j={self.position},lu={self.last_use},computed={self.computed})")
 
 
+class VBlock:
+    """One physical KV block of a replica with scheduler = "vllm" (vLLM's KVCacheBlock):
+    its reference count and its hash (a key, see _Sim.v_intern), None when it has none."""
+
+    __slots__ = ("index", "ref", "hash")
+
+    def __init__(self, index: int):
+        self.index = index
+        self.ref = 0
+        self.hash = None
+
+    def __repr__(self):
+        return f"VBlock({self.index},ref={self.ref},hash={self.hash})"
+
+
 class Attempt:
     """One routing of a request to a replica; on a working replica it is a sequence."""
 
@@ -392,6 +411,12 @@ class Attempt:
         self.admit_order = -1
         self.window_tokens = 0      # tokens emitted in (W, H]
         self.token_times: list[float] = []   # the time of every token it emitted, in order (ITL)
+        # scheduler = "vllm": vLLM's Request state
+        self.computed = 0           # num_computed_tokens
+        self.ncached = 0            # num_cached_block: leading blocks that have their hash
+        self.l_adm = 0              # num_tokens at its current admission (P + g)
+        self.hits = []              # hit tokens of each admission
+        self.preemptions = 0        # num_preemptions
 
     def decoding(self) -> bool:
         return self.c >= self.u
@@ -422,6 +447,18 @@ class Replica:
         # no longer be prefix-closed (token-model.md §2, "Computed blocks"), so the
         # prefix-closure invariant is not checked on this replica
         self.freed_uncomputed = False
+
+    def init_vllm(self, kv_blocks):
+        """scheduler = "vllm": vLLM's BlockPool (BP:143-202) with kv_blocks usable blocks
+        (the null block is vLLM's own, not routesim's): every block free, the free queue in
+        block order; ``resident`` is cached_block_hash_to_block (hash -> {index: block},
+        in insertion order), so the router's "resident ids" are the cached hashes."""
+        self.vblocks = [VBlock(x) for x in range(kv_blocks)]
+        self.fq = OrderedDict((x, None) for x in range(kv_blocks))   # head first
+        self.resident = {}
+        self.tally = {FREE: kv_blocks, REFERENCED: 0, CACHED: 0}
+        self.deferred: list = []    # attempts cancelled during the step in progress
+        self.evictions = 0
 
     def set_state(self, blk: Block, state: str):
         """Every change of a block's state goes through here (keeps the tally and the
@@ -468,6 +505,8 @@ class Request:
         self.first_token = None
         self.in_fifo = False
         self.arrived = False
+        self.gen_keys = []          # scheduler = "vllm": keys of its blocks past the prompt's ids
+        self.last_attempt = None
 
 
 class Router:
@@ -497,7 +536,8 @@ def nearest_rank(values: list[float], p: float) -> float:
 # =====================================================================================
 
 class _Sim:
-    def __init__(self, workload: Workload, params: dict, factors, events, policy, seed, check):
+    def __init__(self, workload: Workload, params: dict, factors, events, policy, seed, check,
+                 log_steps=False):
         p = dict(defaults())
         p.update(params)
         self.p = p
@@ -544,6 +584,38 @@ class _Sim:
         self.uniforms_drawn = 0
 
         self.replicas = [Replica(i, f, self.kv_blocks) for i, f in enumerate(factors)]
+        # issue 22: the replica's scheduler and prefix caching (spec22b V1, V2)
+        sched = p["scheduler"]
+        if sched not in ("reserve", "vllm"):
+            raise ValueError(f"scheduler must be 'reserve' or 'vllm', not {sched!r}")
+        if not isinstance(p["prefix_caching"], bool):
+            raise ValueError(f"prefix_caching must be true or false, not {p['prefix_caching']!r}")
+        if sched == "reserve" and not p["prefix_caching"]:
+            raise ValueError("prefix_caching = false needs scheduler = 'vllm' "
+                             "(the page's replica always caches)")
+        self.vllm = sched == "vllm"
+        self.caching = bool(p["prefix_caching"])
+        self.step_log = None
+        if log_steps:
+            if self.N != 1 or not self.vllm:
+                raise ValueError("log_steps needs one replica and scheduler = 'vllm'")
+            self.step_log = []
+        self.chain = {}                 # (parent key, content) -> key (v_intern)
+        self.chain_taken = set()
+        if self.vllm:
+            if int(p["max_batched_tokens"]) < int(p["max_batch"]):
+                raise ValueError("scheduler = 'vllm' needs max_batched_tokens >= max_batch "
+                                 "(vLLM refuses max_num_batched_tokens < max_num_seqs)")
+            if not p["chunked_prefill"]:
+                for k in range(len(workload.t)):
+                    if workload.prompt[k] + workload.output[k] > int(p["max_batched_tokens"]):
+                        raise ValueError(
+                            f"scheduler = 'vllm' without chunked prefill: request {k} has "
+                            f"P + O = {workload.prompt[k] + workload.output[k]} > "
+                            f"max_batched_tokens (vLLM refuses max_model_len > "
+                            f"max_num_batched_tokens)")
+            for rep in self.replicas:
+                rep.init_vllm(self.kv_blocks)
         for i in p["start_down"]:
             self.replicas[i].down = True
         self.routers = [Router(self.N) for _ in range(self.R)]
@@ -551,6 +623,9 @@ class _Sim:
                                  workload.key[k], list(workload.blocks[k]),
                                  int(math.floor(workload.key[k] * self.R)))
                          for k in range(len(workload.t))]
+        if self.vllm:
+            for r in self.requests:         # the prompt blocks' keys (= ids when prefix-closed)
+                r.ids = self.v_prompt_keys(r.ids)
         self.next_arrival = 0
         self.in_flight: list[Attempt] = []
         self.readiness_times: list[float] = []
@@ -690,6 +765,8 @@ class _Sim:
         self.trace.append((T, "preempt", rep.index, v.req.index))
 
     def start_iteration(self, rep: Replica, T: float):
+        if self.vllm:
+            return self.v_start_iteration(rep, T)
         p = self.p
         b = self.b
         # 1. Growth
@@ -831,6 +908,8 @@ class _Sim:
         self.trace.append((T, "iteration", rep.index, T + d, n, U, members))
 
     def end_iteration(self, rep: Replica, T: float):
+        if self.vllm:
+            return self.v_end_iteration(rep, T)
         it = rep.iteration
         rep.iteration = None
         prefilled = set()
@@ -887,6 +966,375 @@ class _Sim:
         router.completions[a.replica].append(T)
         self.trace.append((T, "complete", a.replica, r.index))
 
+    # =================================================================================
+    # scheduler = "vllm" (issue 22): vLLM V1 0.30.0's scheduler and KV-cache manager,
+    # read from conformance/VLLM-SCHEDULER.md (S = v1/core/sched/scheduler.py, M =
+    # kv_cache_manager.py, T = single_type_kv_cache_manager.py, BP = block_pool.py);
+    # every choice where vLLM has no counterpart is numbered in /work/spec22b.md (V1..).
+    # =================================================================================
+    def v_intern(self, parent, content):
+        """The key of a block whose parent block has key ``parent`` and whose tokens are
+        ``content`` (a prompt block id, or ("gen", r) for a block of request r's prompt
+        tail and generated tokens): vLLM's chained block hash (KU:638-667) as a routesim
+        value.  A prompt block's key is its id the first time that id is met (so with
+        prefix-closed ids every key IS the id); an id met again under another parent, and
+        every generated block, gets a fresh key ("k", n) (spec22b V3)."""
+        k = (parent, content)
+        key = self.chain.get(k)
+        if key is None:
+            if isinstance(content, (int, np.integer)) and not isinstance(content, bool) \
+                    and content not in self.chain_taken:
+                key = content
+            else:
+                key = ("k", len(self.chain))
+            self.chain_taken.add(key)
+            self.chain[k] = key
+        return key
+
+    def v_prompt_keys(self, ids):
+        keys = []
+        parent = None                      # vLLM's NONE_HASH
+        for bid in ids:
+            parent = self.v_intern(parent, bid)
+            keys.append(parent)
+        return keys
+
+    def v_key(self, a: Attempt, j: int):
+        """The key (hash) of block j of the attempt's token sequence (prompt, then generated
+        tokens): the prompt block's key, else one unique to the request (D6, D7)."""
+        ids = a.ids
+        if j < len(ids):
+            return ids[j]
+        r = a.req
+        while len(ids) + len(r.gen_keys) <= j:
+            k = len(ids) + len(r.gen_keys)
+            if k == 0:
+                parent = None
+            elif k - 1 < len(ids):
+                parent = ids[k - 1]
+            else:
+                parent = r.gen_keys[k - 1 - len(ids)]
+            r.gen_keys.append(self.v_intern(parent, ("gen", r.index)))
+        return r.gen_keys[j - len(ids)]
+
+    def v_touch(self, rep: Replica, blk: VBlock):
+        """BlockPool.touch (BP:749-764): a hit block with ref 0 leaves the free queue."""
+        if blk.ref == 0:
+            del rep.fq[blk.index]
+            rep.tally[CACHED if blk.hash is not None else FREE] -= 1
+            rep.tally[REFERENCED] += 1
+        blk.ref += 1
+
+    def v_new_blocks(self, rep: Replica, n: int, T: float) -> list:
+        """BlockPool.get_new_blocks (BP:664-697): n blocks popped from the head of the free
+        queue; a popped block that has a hash is evicted (its hash leaves the map)."""
+        out = []
+        for _ in range(n):
+            idx, _ = rep.fq.popitem(last=False)
+            blk = rep.vblocks[idx]
+            assert blk.ref == 0
+            if blk.hash is not None:
+                holders = rep.resident[blk.hash]
+                del holders[idx]
+                if not holders:
+                    del rep.resident[blk.hash]
+                self.trace.append((T, "evict", rep.index, blk.hash))
+                blk.hash = None
+                rep.evictions += 1
+                rep.tally[CACHED] -= 1
+            else:
+                rep.tally[FREE] -= 1
+            blk.ref = 1
+            rep.tally[REFERENCED] += 1
+            out.append(blk)
+        return out
+
+    def v_free(self, rep: Replica, a: Attempt):
+        """KVCacheManager.free -> BlockPool.free_blocks (T:573-581, BP:770-800): the blocks
+        are released tail first; of those that reach ref 0, the unhashed go to the FRONT of
+        the free queue (in that order), the hashed to its BACK."""
+        front, back = [], []
+        for blk in reversed(a.blocks):
+            blk.ref -= 1
+            if blk.ref == 0:
+                rep.tally[REFERENCED] -= 1
+                if blk.hash is None:
+                    front.append(blk)
+                else:
+                    back.append(blk)
+        for blk in reversed(front):
+            rep.fq[blk.index] = None
+            rep.fq.move_to_end(blk.index, last=False)
+        for blk in back:
+            rep.fq[blk.index] = None
+        rep.tally[FREE] += len(front)
+        rep.tally[CACHED] += len(back)
+        a.blocks = []
+        a.ncached = 0
+
+    def v_computed_blocks(self, rep: Replica, h: Attempt) -> list:
+        """KVCacheManager.get_computed_blocks (M:265-321, T:741-836): the longest run of
+        leading full blocks whose hashes are cached, at most floor((num_tokens - 1)/b)
+        blocks; for a hash held by several blocks, the first inserted (get_one_block)."""
+        if not self.caching:
+            return []
+        out = []
+        for j in range((h.P + h.g - 1) // self.b):
+            holders = rep.resident.get(self.v_key(h, j))
+            if not holders:
+                break
+            out.append(next(iter(holders.values())))
+        return out
+
+    def v_allocate(self, rep: Replica, s: Attempt, x: int, T: float, hit=(), admission=False) -> bool:
+        """KVCacheManager.allocate_slots (M:370-601) for x new tokens (and the hit blocks of
+        an admission): False (vLLM's None) when the free queue is too short."""
+        b = self.b
+        htok = len(hit) * b
+        total_computed = s.computed + htok
+        held = len(s.blocks)
+        evictable = sum(1 for blk in hit if blk.ref == 0)
+
+        def needed(ntok):
+            return max(-(-ntok // b) - (len(hit) + held), 0) + evictable
+
+        # the admission gate: the whole current sequence must fit (M:508-524, D2)
+        if admission and needed(s.P + s.g) > len(rep.fq):
+            return False
+        need_slot = total_computed + x
+        if needed(need_slot) > len(rep.fq):
+            return False
+        for blk in hit:
+            self.v_touch(rep, blk)
+        s.blocks.extend(hit)
+        if admission:
+            s.ncached = len(s.blocks)
+        n_new = -(-need_slot // b) - len(s.blocks)
+        if n_new > 0:
+            s.blocks.extend(self.v_new_blocks(rep, n_new, T))
+        if self.caching:
+            # cache_blocks (M:595-599, T:470-526, BP:231-348): every block full after this
+            # chunk gets its hash now, when the chunk is scheduled (D4); a capped hit's block
+            # is recomputed into a new block that gets the same hash (D5)
+            full = min(total_computed + x, s.P + s.g) // b
+            for j in range(s.ncached, full):
+                blk = s.blocks[j]
+                assert blk.hash is None
+                key = self.v_key(s, j)
+                blk.hash = key
+                rep.resident.setdefault(key, {})[blk.index] = blk
+            s.ncached = max(s.ncached, full)
+        return True
+
+    def v_preempt(self, rep: Replica, v: Attempt, T: float):
+        """Scheduler._preempt_request (S:1477-1518); the caller popped v from running."""
+        self.v_free(rep, v)
+        v.computed = 0
+        v.preemptions += 1
+        v.where = "waiting"
+        rep.waiting.insert(0, v)
+        if self.in_window_open(T):
+            self.preemptions += 1
+        self.trace.append((T, "preempt", rep.index, v.req.index))
+
+    def v_counts(self, rep: Replica) -> dict:
+        return dict(free=rep.tally[FREE], cached=rep.tally[CACHED], referenced=rep.tally[REFERENCED])
+
+    def v_start_iteration(self, rep: Replica, T: float):
+        """Scheduler.schedule() (S:561-1456), repeated at once while a step schedules
+        nothing (every running request preempted: spec22b V5)."""
+        while not self.v_schedule(rep, T):
+            pass
+
+    def v_schedule(self, rep: Replica, T: float) -> bool:
+        p = self.p
+        b = self.b
+        budget = int(p["max_batched_tokens"])
+        chunked = bool(p["chunked_prefill"])
+        evictions_before = rep.evictions
+        sched = []            # (attempt, tokens, computed before the step) in vLLM's order
+        preempted = []
+        admitted = []
+        # 1. running requests, in running order (S:610-852)
+        i = 0
+        while i < len(rep.running) and budget > 0:
+            s = rep.running[i]
+            x = min(s.P + s.g - s.computed, budget)
+            assert x > 0
+            while True:
+                ok = self.v_allocate(rep, s, x, T)
+                if ok:
+                    break
+                v = rep.running.pop()          # the most recently admitted (S:753)
+                self.v_preempt(rep, v, T)
+                preempted.append(v)
+                if v is s:
+                    break
+            if not ok:
+                break                          # the running loop stops (S:797-799)
+            sched.append((s, x, s.computed))
+            budget -= x
+            i += 1
+        # 2. waiting requests, only if no request was preempted (S:855)
+        if not preempted:
+            while rep.waiting and budget > 0 and len(rep.running) < int(p["max_batch"]):
+                h = rep.waiting[0]
+                hit = self.v_computed_blocks(rep, h)
+                htok = len(hit) * b
+                L = h.P + h.g
+                x = L - htok
+                if not chunked and x > budget:
+                    break                      # S:1072-1078 (D10)
+                x = min(x, budget)
+                if not self.v_allocate(rep, h, x, T, hit, admission=True):
+                    break                      # S:1173-1180: no skipping
+                rep.waiting.pop(0)
+                rep.running.append(h)
+                h.where = "running"
+                h.computed = htok
+                h.l_adm = L
+                h.hits.append(htok)
+                h.admit_order = rep.admissions
+                rep.admissions += 1
+                if self.in_window_open(T):
+                    self.hit_num += htok
+                    self.hit_den += L
+                sched.append((h, x, htok))
+                admitted.append((h, htok))
+                budget -= x
+                self.trace.append((T, "admit", rep.index, h.req.index, len(hit), L - htok))
+        # 3. _update_after_schedule (S:1520-1568)
+        for s, x, _c in sched:
+            s.computed += x
+        entry = None
+        if self.step_log is not None:
+            entry = dict(T=T, d=0.0, sched=[[s.req.index, x] for s, x, _c in sched],
+                         preempted=[v.req.index for v in preempted],
+                         admitted=[[h.req.index, m] for h, m in admitted],
+                         U=0, Q=0.0, n=0, K=0, evicted=rep.evictions - evictions_before)
+            self.step_log.append(entry)
+        if not sched:
+            if not preempted:
+                raise RuntimeError(f"replica {rep.index} stalls at T={T}: nothing scheduled, "
+                                   "nothing preempted")
+            # spec22b V5: a step that schedules nothing runs no model: 0 ms, no iteration
+            self.trace.append((T, "empty_step", rep.index))
+            if entry is not None:
+                entry.update(self.v_counts(rep))
+            return False
+        # the step-cost terms (VLLM-SCHEDULER.md §4)
+        U = 0
+        Q = 0.0
+        n = 0
+        K = 0
+        for s, x, c in sched:
+            if c < s.l_adm:                    # prefilling (first prefill or recompute)
+                U += x
+                Q += x * (c + x / 2.0)
+            else:                              # decoding
+                n += 1
+                K += c + x
+        cold = 1.0
+        if rep.t_up is not None:
+            cold = 1.0 + (p["cold_factor"] - 1.0) * math.exp(-(T - rep.t_up) / p["cold_tau_ms"])
+        f = (rep.factor * rep.slowdown) * cold
+        d = f * ((((p["step_ms_base"] + p["step_ms_per_prefill_token"] * U)
+                   + p["step_ms_per_prefill_token_pair"] * Q)
+                  + p["step_ms_per_decode_sequence"] * n)
+                 + p["step_ms_per_kv_token"] * K)
+        if entry is not None:
+            entry.update(d=d, U=U, Q=Q, n=n, K=K)
+        members = len(sched)
+        if self.in_window_open(T):
+            self.batch_num += members * d
+            self.batch_den += d
+        rep.iteration = dict(start=T, end=T + d, d=d, sched=sched, log=entry)
+        self.trace.append((T, "iteration", rep.index, T + d, n, U, members))
+        return True
+
+    def v_end_iteration(self, rep: Replica, T: float):
+        """Scheduler.update_from_output (S:1874-2290): in scheduled order, a request whose
+        computed tokens reach its length samples a token; one that reaches O finishes and
+        is freed at once.  Then the attempts cancelled during the step are freed, in the
+        order they were cancelled (aborts processed between steps: spec22b V9)."""
+        it = rep.iteration
+        rep.iteration = None
+        for s, _x, _c in it["sched"]:
+            if s.where != "running" or s.replica != rep.index:
+                continue                       # cancelled during the step: emits nothing
+            if s.computed < s.P + s.g:
+                continue                       # a partial chunk samples nothing
+            s.g += 1
+            s.token_times.append(T)
+            if self.in_window_closed(T):
+                self.replica_tokens[rep.index] += 1
+                self.tokens_window += 1
+                s.window_tokens += 1
+            if s.first_token is None:
+                s.first_token = T
+            if s.g == s.O:
+                self.v_free(rep, s)
+                rep.running.remove(s)
+                self.complete(s, T)
+        for a in rep.deferred:
+            self.v_free(rep, a)
+        rep.deferred = []
+        if it["log"] is not None:
+            it["log"].update(self.v_counts(rep))
+
+    def v_cancel(self, rep: Replica, a: Attempt):
+        if a.where == "waiting":
+            rep.waiting.remove(a)              # a waiting attempt holds no block
+        elif a.where == "running":
+            rep.running.remove(a)
+            if rep.iteration is not None:
+                rep.deferred.append(a)         # freed when the step ends (spec22b V9)
+            else:
+                self.v_free(rep, a)
+        elif a.where == "ff":
+            rep.pending_ff.remove(a)
+        a.where = "done"
+
+    def v_check(self, rep: Replica):
+        b = self.b
+        fq = list(rep.fq)
+        assert len(set(fq)) == len(fq)
+        assert set(fq) == {blk.index for blk in rep.vblocks if blk.ref == 0}
+        assert len(fq) + rep.tally[REFERENCED] == self.kv_blocks
+        assert rep.tally[REFERENCED] == sum(1 for blk in rep.vblocks if blk.ref > 0)
+        assert rep.tally[CACHED] == sum(1 for i in fq if rep.vblocks[i].hash is not None)
+        assert rep.tally[FREE] == sum(1 for i in fq if rep.vblocks[i].hash is None)
+        # every unhashed block of the queue precedes every hashed one (§1.8)
+        seen_hashed = False
+        for i in fq:
+            if rep.vblocks[i].hash is not None:
+                seen_hashed = True
+            else:
+                assert not seen_hashed, "an unhashed block behind a hashed one in the free queue"
+        holders = {}
+        for a in rep.running + rep.deferred:
+            for blk in a.blocks:
+                holders[blk.index] = holders.get(blk.index, 0) + 1
+        for blk in rep.vblocks:
+            assert blk.ref == holders.get(blk.index, 0), (blk.index, blk.ref)
+            if blk.hash is not None:
+                assert self.caching
+                assert rep.resident[blk.hash][blk.index] is blk
+        assert sum(len(v) for v in rep.resident.values()) == sum(1 for blk in rep.vblocks if blk.hash is not None)
+        for a in rep.running:
+            assert a.where == "running" and a.replica == rep.index
+            assert len(a.blocks) == -(-a.computed // b), (len(a.blocks), a.computed)
+            assert 0 < a.computed <= a.P + a.g and a.g < a.O
+            if self.caching:
+                for j in range(a.ncached):
+                    assert a.blocks[j].hash == self.v_key(a, j)
+                assert a.ncached == min(a.computed, a.P + a.g) // b or a.ncached >= a.computed // b
+        for a in rep.waiting:
+            assert a.where == "waiting" and not a.blocks and a.computed == 0
+        assert len(rep.running) <= self.p["max_batch"]
+        if rep.down:
+            assert not rep.running and not rep.waiting and rep.tally[FREE] == self.kv_blocks
+
     # ---------------------------------------------------------------- §6 events
     def apply_event(self, ev, T: float):
         _at, kind, i, value = ev
@@ -907,6 +1355,11 @@ class _Sim:
                 a.where = "done"
                 self.crash_failures.append(a)
             rep.waiting, rep.running, rep.pending_ff = [], [], []
+            if self.vllm:                 # spec22b V10: a restarted vLLM, every block free
+                for a in rep.deferred:
+                    a.blocks = []
+                rep.init_vllm(self.kv_blocks)
+                return
             for blk in rep.blocks:        # the KV cache is emptied
                 rep.set_state(blk, FREE)
                 blk.refcount = 0
@@ -935,6 +1388,8 @@ class _Sim:
     def cancel(self, a: Attempt, T: float):
         """Remove an attempt from its replica (timeout), releasing its blocks."""
         rep = self.replicas[a.replica]
+        if self.vllm:
+            return self.v_cancel(rep, a)
         if a.where == "waiting":
             rep.waiting.remove(a)
         elif a.where == "running":
@@ -1214,6 +1669,7 @@ class _Sim:
         a = Attempt(r, r.tries, i, r.router, T, base + p["timeout_ms"], base + p["ttft_timeout_ms"])
         self.all_attempts.append(a)
         r.current = a
+        r.last_attempt = a
         r.retry_due = None
         self.in_flight.append(a)
         window = self.in_window_open(T)
@@ -1403,6 +1859,9 @@ class _Sim:
         p = self.p
         b = self.b
         for rep in self.replicas:
+            if self.vllm:
+                self.v_check(rep)
+                continue
             free, ref, cached = rep.scan_count(FREE), rep.scan_count(REFERENCED), rep.scan_count(CACHED)
             assert free + ref + cached == self.kv_blocks
             assert (free, ref, cached) == (rep.count(FREE), rep.count(REFERENCED), rep.count(CACHED))
@@ -1550,10 +2009,17 @@ class _Sim:
 
 
 def simulate(workload: Workload, params: dict, factors: list[float], events: list, policy: str,
-             seed: int, check: bool = False, _return_sim: bool = False) -> dict:
+             seed: int, check: bool = False, _return_sim: bool = False,
+             log_steps: bool = False) -> dict:
     """One run of the batching model (token-model.md §2-§7); see the module docstring."""
-    sim = _Sim(workload, params, factors, events, policy, seed, check)
+    sim = _Sim(workload, params, factors, events, policy, seed, check, log_steps)
     out = sim.run()
+    if log_steps:
+        out["step_log"] = dict(steps=sim.step_log, requests=[
+            dict(id=r.index, first_token_ms=r.first_token, completion_ms=r.completion,
+                 preemptions=r.last_attempt.preemptions if r.last_attempt else 0,
+                 hits=list(r.last_attempt.hits) if r.last_attempt else [])
+            for r in sim.requests])
     if _return_sim:
         out["_sim"] = sim
     return out
