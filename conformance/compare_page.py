@@ -1,6 +1,11 @@
 """How far today's page semantics are from vLLM on the recorded cases (issue 22).
 
-    python -m conformance.compare_page
+    python -m conformance.compare_page [--scheduler reserve|vllm|both]   (default both)
+
+``--scheduler reserve`` is the page (token-model.md §2); ``vllm`` the reference's
+``scheduler = "vllm"`` mode, compared on every one of the 400 cases (prefix caching off
+too) and, besides the per-request times, step by step (``vllm_steps``); ``both`` prints
+the two, so the difference the mode makes is shown.
 
 Replays every recorded case with prefix caching on (routesim has no switch for it) in
 the plain-Python reference of token-model.md (tests/token_reference.py: one replica,
@@ -54,8 +59,101 @@ def page_requests(case):
     return out["_sim"].requests
 
 
-def main():
+STEP_KEYS = ("T", "d", "sched", "preempted", "admitted", "U", "Q", "n", "K", "evicted",
+             "free", "cached", "referenced")
+REQUEST_KEYS = ("first_token_ms", "completion_ms", "preemptions", "hits")
+
+
+def case_workload(case):
+    reqs = case["requests"]
+    return ref.Workload(t=[q["arrival_ms"] for q in reqs], prompt=[q["prompt_tokens"] for q in reqs],
+                        output=[q["output_tokens"] for q in reqs],
+                        key=[(k * KEY_STEP) % 1.0 for k in range(len(reqs))],
+                        blocks=[list(q["block_ids"]) for q in reqs])
+
+
+def vllm_params(case):
+    """The case as a one-replica run of the reference in scheduler = "vllm" mode: the
+    page's parameters, the case's prefix caching, and a warm-up of 0 (every request is in
+    the cohort, so the drain runs until every one has completed)."""
+    p = page_params(case)
+    p.update(scheduler="vllm", prefix_caching=bool(case["replica"]["prefix_caching"]), warmup_s=0.0)
+    return p
+
+
+def vllm_log(case, check=False):
+    """The reference's per-step and per-request log of the case in scheduler = "vllm"
+    mode (the recording's fields, VLLM-SCHEDULER.md §3)."""
+    out = ref.simulate(case_workload(case), vllm_params(case), [1.0], [], "round_robin", 1,
+                       check=check, log_steps=True)
+    return out["step_log"]
+
+
+def vllm_differences(case, result, log):
+    """Every difference between the reference's log and vLLM's recording of one case,
+    exact equality (floats bit for bit), as (where, field, reference, vLLM) tuples."""
+    diffs = []
+    mine, theirs = log["steps"], result["steps"]
+    if len(mine) != len(theirs):
+        diffs.append(("steps", "count", len(mine), len(theirs)))
+    for i, (a, v) in enumerate(zip(mine, theirs)):
+        for k in STEP_KEYS:
+            if a[k] != v[k] or type(a[k]) is not type(v[k]) and not (
+                    isinstance(a[k], (int, float)) and isinstance(v[k], (int, float))):
+                diffs.append((f"step {i}", k, a[k], v[k]))
+    if len(log["requests"]) != len(result["requests"]):
+        diffs.append(("requests", "count", len(log["requests"]), len(result["requests"])))
+    for a, v in zip(log["requests"], result["requests"]):
+        for k in REQUEST_KEYS:
+            if a[k] != v[k]:
+                diffs.append((f"request {v['id']}", k, a[k], v[k]))
+    return diffs
+
+
+def main_vllm(doc):
+    n_cases = n_same = n_steps = n_steps_same = n_req = n_req_same = 0
+    split = collections.Counter()
+    total = collections.Counter()
+    for case, res in zip(doc["cases"], doc["results"]):
+        log = vllm_log(case)
+        diffs = vllm_differences(case, res, log)
+        bad_steps = {w for w, *_ in diffs if w.startswith("step ")}
+        bad_reqs = {w for w, *_ in diffs if w.startswith("request ")}
+        n_cases += 1
+        n_same += not diffs
+        n_steps += len(res["steps"])
+        n_steps_same += len(res["steps"]) - len(bad_steps) if len(log["steps"]) == len(res["steps"]) else 0
+        n_req += len(res["requests"])
+        n_req_same += len(res["requests"]) - len(bad_reqs)
+        pre = any(s["preempted"] for s in res["steps"])
+        ev = any(s["evicted"] for s in res["steps"])
+        key = (("preempts" if pre else "no preemption") + ", " + ("evicts" if ev else "no eviction")
+               + ", " + ("chunked" if case["replica"]["chunked_prefill"] else "unchunked")
+               + ("" if case["replica"]["prefix_caching"] else ", caching off"))
+        total[key] += 1
+        split[key] += not diffs
+    print(f"scheduler = \"vllm\" vs vLLM {doc['header']['vllm_version']}: {n_same} of {n_cases} "
+          f"cases identical on every step and request; {n_steps_same} of {n_steps} steps, "
+          f"{n_req_same} of {n_req} requests")
+    for key in sorted(total):
+        print(f"  {key:54s} {split[key]:4d} / {total[key]:4d} identical")
+    return 0
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scheduler", choices=("reserve", "vllm", "both"), default="both")
+    a = ap.parse_args(argv)
     doc = record.load()
+    if a.scheduler in ("reserve", "both"):
+        main_reserve(doc)
+    if a.scheduler in ("vllm", "both"):
+        main_vllm(doc)
+    return 0
+
+
+def main_reserve(doc):
     split = collections.Counter()
     total = collections.Counter()
     ratios = []
@@ -79,7 +177,7 @@ def main():
                + ", " + ("chunked" if case["replica"]["chunked_prefill"] else "unchunked"))
         total[key] += 1
         split[key] += same
-    print(f"today's page vs vLLM {doc['header']['vllm_version']}: {n_same} of {n_cases} cases "
+    print(f"scheduler = \"reserve\" (today's page) vs vLLM {doc['header']['vllm_version']}: {n_same} of {n_cases} cases "
           f"identical on every request's first-token and completion time; "
           f"{n_req_same} of {n_req} requests")
     for key in sorted(total):
@@ -89,7 +187,6 @@ def main():
     print(f"  per-request TTFT, page / vLLM: p1 {ratios[int(0.01 * k)]:.3f}, "
           f"p50 {ratios[k // 2]:.3f}, p99 {ratios[min(k - 1, int(0.99 * k))]:.3f}, "
           f"min {ratios[0]:.3f}, max {ratios[-1]:.3f}")
-    return 0
 
 
 if __name__ == "__main__":
