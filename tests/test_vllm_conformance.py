@@ -263,3 +263,15 @@ if given is not None:
         assert H <= out["stop"] <= H + drain * 1000.0
         assert (out["unfinished"] == 0) or out["stop"] == H + drain * 1000.0
         assert 0 <= out["kv_occupancy"] <= 1
+
+
+@pytest.mark.skipif(not record.venv_python().exists(),
+                    reason="no vLLM environment (tools/vllm-env, or VLLM_VENV) to run vLLM live")
+def test_live_vllm_agrees_with_the_reference():
+    """When vLLM itself is here, run it live on fresh cases (another seed than the
+    recording's) and hold the reference to them too."""
+    from conformance import cases as case_gen
+    fresh = [case_gen.make_case(7, i) for i in range(16)]
+    results = record.run_driver(fresh)["results"]
+    for case, res in zip(fresh, results):
+        assert not compare_page.vllm_differences(case, res, compare_page.vllm_log(case)), case["name"]
