@@ -9,7 +9,7 @@ tokens in vLLM's order, preemptions, admission hits, U, Q, n, K, evictions, free
 / referenced blocks) and request by request (first-token and completion times,
 preemptions, hits) -- floats bit for bit.  The other tests check the multi-replica
 features in the mode (invariants with check=True) and hand-worked consequences of the
-decisions of /work/spec22b.md.
+decisions of conformance/VLLM-MODE.md.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def step(U=0, Q=0.0, n=0, K=0):
 
 
 def test_cancellation_mid_step_frees_at_the_step_end():
-    """spec22b V9: a timeout during a step fails the attempt at its deadline, but its blocks
+    """VLLM-MODE.md 18: a timeout during a step fails the attempt at its deadline, but its blocks
     stay referenced until the step ends, then go back as vLLM frees them (tail first: the
     unhashed block to the front of the queue, the hashed ones to the back)."""
     d1 = step(U=32, Q=32 * (0 + 16))                 # prefill of 32 tokens: 2 blocks

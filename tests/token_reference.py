@@ -21,7 +21,7 @@ order); kind in rate_multiplier / slowdown / fail / fail_fast / recover; replica
 scheduler = "vllm" (issue 22): params ``scheduler`` ("reserve", the default: the page,
 unchanged) or "vllm" (vLLM V1 0.30.0's scheduler and KV-cache manager, the ``_Sim.v_*``
 methods, from conformance/VLLM-SCHEDULER.md and vLLM's source), and ``prefix_caching``
-(default True; False only with "vllm").  Its decisions are /work/spec22b.md 1-24 and
+(default True; False only with "vllm").  Its decisions are conformance/VLLM-MODE.md 1-24 and
 docs/model.md "scheduler = \"vllm\"".  ``simulate(..., log_steps=True)`` (one replica,
 vllm mode) adds ``step_log``: vLLM's recorded fields per step and per request, which
 tests/test_vllm_conformance.py compares with vLLM's recordings exactly.
@@ -187,7 +187,7 @@ def defaults() -> dict:
         step_ms_per_decode_sequence=0.10, step_ms_per_kv_token=5.4e-5,
         cold_factor=1.0, cold_tau_ms=2000.0, ready_delay_ms=0.0, fail_fast_ms=2.0,
         # issue 22: "reserve" = token-model.md §2 (the page); "vllm" = vLLM V1 0.30.0's
-        # scheduler and KV-cache manager (conformance/VLLM-SCHEDULER.md, /work/spec22b.md)
+        # scheduler and KV-cache manager (conformance/VLLM-SCHEDULER.md, conformance/VLLM-MODE.md)
         scheduler="reserve", prefix_caching=True,
         # simulation (§7)
         warmup_s=10.0, measure_s=50.0, drain_s=600.0, slo_ttft_ms=1000.0, slo_tpot_ms=50.0,
@@ -592,7 +592,7 @@ class _Sim:
         self.uniforms_drawn = 0
 
         self.replicas = [Replica(i, f, self.kv_blocks) for i, f in enumerate(factors)]
-        # issue 22: the replica's scheduler and prefix caching (spec22b 1-3)
+        # issue 22: the replica's scheduler and prefix caching (VLLM-MODE.md 1-3)
         sched = p["scheduler"]
         if sched not in ("reserve", "vllm"):
             raise ValueError(f"scheduler must be 'reserve' or 'vllm', not {sched!r}")
@@ -978,7 +978,7 @@ class _Sim:
     # scheduler = "vllm" (issue 22): vLLM V1 0.30.0's scheduler and KV-cache manager,
     # read from conformance/VLLM-SCHEDULER.md (S = v1/core/sched/scheduler.py, M =
     # kv_cache_manager.py, T = single_type_kv_cache_manager.py, BP = block_pool.py);
-    # every choice where vLLM has no counterpart is numbered in /work/spec22b.md (numbered 1-24).
+    # every choice where vLLM has no counterpart is numbered in conformance/VLLM-MODE.md (numbered 1-24).
     # =================================================================================
     def v_intern(self, parent, content):
         """The key of a block whose parent block has key ``parent`` and whose tokens are
@@ -986,7 +986,7 @@ class _Sim:
         tail and generated tokens): vLLM's chained block hash (KU:638-667) as a routesim
         value.  A prompt block's key is its id the first time that id is met (so with
         prefix-closed ids every key IS the id); an id met again under another parent, and
-        every generated block, gets a fresh key ("k", n) (spec22b 5)."""
+        every generated block, gets a fresh key ("k", n) (VLLM-MODE.md 5)."""
         k = (parent, content)
         key = self.chain.get(k)
         if key is None:
@@ -1150,7 +1150,7 @@ class _Sim:
 
     def v_start_iteration(self, rep: Replica, T: float):
         """Scheduler.schedule() (S:561-1456), repeated at once while a step schedules
-        nothing (every running request preempted: spec22b 16)."""
+        nothing (every running request preempted: VLLM-MODE.md 16)."""
         while not self.v_schedule(rep, T):
             pass
 
@@ -1225,7 +1225,7 @@ class _Sim:
             if not preempted:
                 raise RuntimeError(f"replica {rep.index} stalls at T={T}: nothing scheduled, "
                                    "nothing preempted")
-            # spec22b 16: a step that schedules nothing runs no model: 0 ms, no iteration
+            # VLLM-MODE.md 16: a step that schedules nothing runs no model: 0 ms, no iteration
             self.trace.append((T, "empty_step", rep.index))
             if entry is not None:
                 entry.update(self.v_counts(rep))
@@ -1264,7 +1264,7 @@ class _Sim:
         """Scheduler.update_from_output (S:1874-2290): in scheduled order, a request whose
         computed tokens reach its length samples a token; one that reaches O finishes and
         is freed at once.  Then the attempts cancelled during the step are freed, in the
-        order they were cancelled (aborts processed between steps: spec22b 18)."""
+        order they were cancelled (aborts processed between steps: VLLM-MODE.md 18)."""
         it = rep.iteration
         rep.iteration = None
         for s, _x, _c in it["sched"]:
@@ -1296,7 +1296,7 @@ class _Sim:
         elif a.where == "running":
             rep.running.remove(a)
             if rep.iteration is not None:
-                rep.deferred.append(a)         # freed when the step ends (spec22b 18)
+                rep.deferred.append(a)         # freed when the step ends (VLLM-MODE.md 18)
             else:
                 self.v_free(rep, a)
         elif a.where == "ff":
@@ -1363,7 +1363,7 @@ class _Sim:
                 a.where = "done"
                 self.crash_failures.append(a)
             rep.waiting, rep.running, rep.pending_ff = [], [], []
-            if self.vllm:                 # spec22b 19: a restarted vLLM, every block free
+            if self.vllm:                 # VLLM-MODE.md 19: a restarted vLLM, every block free
                 for a in rep.deferred:
                     a.blocks = []
                 rep.init_vllm(self.kv_blocks)
