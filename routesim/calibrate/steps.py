@@ -16,9 +16,10 @@ to jitter. The reconstruction (docs/calibration.md §2), for a low-load log:
    ``u = P - cached`` tokens (no prefix hits unless the log gives ``cached_tokens``)
    in chunks under the budget ``max_batched_tokens``: each step offers ``budget - n_k``
    minus what earlier prefills took, every chunk but the last is a whole offer, and
-   the last ends in burst ``f``. The chunks go back from ``f`` over steps that began
-   after the request was sent; if they run out, the prefill went through steps no
-   token shows, and every step it touched is marked unusable. ``U_k = Σ x``,
+   the last ends in burst ``f``. The admission step is the one consistent with these
+   offers among the steps that began after the send (``place``); when several are (the
+   log has the send time, not the engine's arrival) or the prefill may have begun in
+   a step no token shows, every step it may have touched is marked unusable. ``U_k = Σ x``,
    ``Q_k = Σ x (m + c + x/2)`` (token-model.md §2.3).
 4. **Durations.** A step with a decoder started when the previous burst ended (the
    decoder emitted there, and a busy engine starts its next step at once): ``d_k =
@@ -112,13 +113,12 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
     for i in sorted(range(len(recs)), key=lambda i: (first[i], recs[i].send_ms, i)):
         r, f = recs[i], first[i]
         u = r.prompt_tokens - r.cached_tokens
-        offers = place(u, f, r.send_ms, used, chained, start, max_batched_tokens)
-        if offers is None:
-            bad[f] = True                                 # chunks in steps no token shows
+        chunks, lo = place(u, f, r.send_ms, used, chained, start, max_batched_tokens)
+        if chunks is None:
+            bad[lo:f + 1] = True                          # where its chunks went is not known
             continue
-        chunks = offers[:-1] + [u - sum(offers[:-1])]      # whole offers, then the rest
         done = r.cached_tokens
-        for k, x in zip(range(f - len(chunks) + 1, f + 1), chunks):
+        for k, x in zip(range(lo, f + 1), chunks):
             U[k] += x
             Q[k] += x * (done + x / 2.0)
             used[k] += x
@@ -129,22 +129,36 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
 
 
 def place(u, f, send_ms, used, chained, start, budget):
-    """The budget offers (oldest first) of the steps that computed a prefill of ``u``
-    tokens ending in step ``f``, or None when they cannot be seen.
+    """(chunks oldest first, or None; the earliest step the prefill may have touched) for
+    a prefill of ``u`` tokens whose first token ends step ``f``.
 
-    Going back from ``f``: a chained step began when the previous burst ended (no
-    invisible step between them) and can hold a chunk if it began after the send; a
-    step that is not chained began at an unseen time, so nothing before it is seen."""
-    offers, k = [], f
+    A request admitted at step ``a`` gets every step's whole offer (budget left after the
+    decoders and earlier prefills) until the rest fits, so ``a`` is consistent iff the
+    offers of ``a .. f-1`` fall short of ``u`` and those of ``a .. f`` do not. Candidates
+    go back from ``f`` over steps that began after the send; a step that is not chained
+    began at an unseen time, so the request may also have been admitted in a step no
+    token shows (such a step has no decoder, so it offers the whole budget). Placed only when exactly one admission is consistent (the send time is
+    not the engine's arrival time, so an earlier step cannot be ruled in)."""
+    offers, k, unseen = [], f, False
     while True:
-        if chained[k] and start[k] < send_ms:         # began before the request was sent
-            return None
+        if chained[k] and start[k] < send_ms:          # began before the request was sent
+            k += 1
+            break
         offers.append(max(0.0, budget - used[k]))
-        if sum(offers) >= u:
-            return offers[::-1]
         if not chained[k] or k == 0:                   # what came before is not seen
-            return None
+            unseen = True
+            break
         k -= 1
+    lo = f - len(offers) + 1
+    total = np.cumsum(offers)                          # offers of f, f-1 .. down to a
+    consistent = [i for i in range(len(offers)) if total[i] - offers[0] < u <= total[i]]
+    if unseen and u > budget + total[-1] - offers[0]:   # unseen steps offer the whole budget
+        consistent.append(None)
+    if len(consistent) != 1 or consistent[0] is None:
+        return None, int(np.searchsorted(start, send_ms))   # every step begun after the send
+    m = consistent[0] + 1
+    chunks = offers[:m][::-1]
+    return chunks[:-1] + [u - sum(chunks[:-1])], f - m + 1
 
 
 def isolated(recs, steps: Steps) -> np.ndarray:
