@@ -8,8 +8,9 @@ shipped examples/serving-log.csv, byte for byte) and at higher held-out loads; f
 the fitting log with ``python -m routesim.calibrate``'s code; predicts every held-out
 run by running the same scheduler on the same arrivals with the *fitted linear* step
 cost plus the fitted front-end overhead; and writes docs/calibration.md with
-figures/calibration-steps.png and figures/calibration-heldout.png. About four minutes
-on two cores.
+figures/calibration-steps.png and figures/calibration-heldout.png. ``--quick`` (held-out
+2, 10, 20 req/s; what docs/calibration.md shows) took about 13 minutes on two shared
+cores, mostly vLLM's scheduler at 20 req/s; the full list did not finish in 15.
 """
 
 import argparse
