@@ -26,10 +26,17 @@ Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`
   (VLLM-SCHEDULER.md §4), evaluated left to right then multiplied by 1.0; an idle
   scheduler jumps to the next arrival; a step that schedules nothing (all running
   requests preempted) lasts 0 ms.
+- A hidden step cost (issue 25, opt-in): a case whose ``replica`` holds ``hidden_cost``
+  (conformance/serving_log.py writes such cases) has its steps timed by
+  ``hidden_step_ms`` (a roofline, max(memory time, compute time) + overhead, times
+  log-normal noise from ``random.Random(seed)``) instead, and its results carry every
+  request's ``token_ms`` (the end of each step that sampled one of its tokens). Cases
+  without the key (every committed recording) run exactly as before.
 """
 
 import json
 import os
+import random
 import sys
 import warnings
 from pathlib import Path
@@ -105,6 +112,24 @@ def step_ms(c, U, Q, n, K, f=1.0):
                 + c["per_decode_sequence"] * n + c["per_kv_token"] * K)
 
 
+def hidden_step_ms(h, U, Q, n, K, R, rng):
+    """The hidden roofline cost of one step, in ms (issue 25).
+
+    ``h``: ``overhead_ms``, ``weight_bytes``, ``kv_bytes_per_token``, ``bandwidth_Bps``
+    (effective, efficiency included), ``flops_per_token`` (2 x parameters),
+    ``attn_flops_per_pair`` (4 x layers x hidden), ``peak_flops`` (effective),
+    ``noise_sigma``. ``R`` = the KV tokens the prefill chunks attend to (sum of c + x).
+    Memory time: the weights once plus the KV read (decoders' K and prefills' R);
+    compute time: linear FLOPs of the U + n tokens plus attention FLOPs of the Q prefill
+    pairs and the K decode pairs. d = overhead + max(memory, compute), times
+    exp(sigma * N(0, 1)).
+    """
+    mem = (h["weight_bytes"] + h["kv_bytes_per_token"] * (K + R)) / h["bandwidth_Bps"]
+    comp = (h["flops_per_token"] * (U + n) + h["attn_flops_per_pair"] * (Q + K)) / h["peak_flops"]
+    d = h["overhead_ms"] + 1000.0 * max(mem, comp)
+    return d * rng.lognormvariate(0.0, h["noise_sigma"])
+
+
 def make_scheduler(rep, max_len):
     b = int(rep["block_size"])
     chunked = bool(rep["chunked_prefill"])
@@ -173,6 +198,8 @@ def run_case(case):
     rep = case["replica"]
     b = int(rep["block_size"])
     costs = rep["step_ms"]
+    hidden = rep.get("hidden_cost")
+    rng = random.Random(hidden["seed"]) if hidden else None
     reqs = case["requests"]
     n_req = len(reqs)
     if n_req > MAX_REQUESTS:
@@ -194,6 +221,7 @@ def run_case(case):
     first = [None] * n_req
     done = [None] * n_req
     admissions = [[] for _ in range(n_req)]
+    token_ms = [[] for _ in range(n_req)]
     l_admit = {}        # request id -> num_tokens at its current admission
     steps = []
     T = 0.0
@@ -228,6 +256,7 @@ def run_case(case):
         Q = 0.0
         n = 0
         K = 0
+        R = 0
         admitted = []
         sampled = {}
         for rid, x in sched:
@@ -241,13 +270,19 @@ def run_case(case):
             if c < l_admit[rid]:                   # prefilling (recompute included)
                 U += x
                 Q += x * (c + x / 2.0)
+                R += c + x
             else:                                  # decoding: one token
                 assert x == 1, (rid, x, c, l_admit[rid])
                 n += 1
                 K += c + x
             if o.num_computed_tokens >= o.num_tokens:
                 sampled[rid] = TOKEN_UNIQUE + int(rid)
-        d = step_ms(costs, U, Q, n, K) if sched else 0.0
+        if not sched:
+            d = 0.0
+        elif hidden:
+            d = hidden_step_ms(hidden, U, Q, n, K, R, rng)
+        else:
+            d = step_ms(costs, U, Q, n, K)
         ids = [rid for rid, _ in sched]
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                 sampled_token_ids=[[sampled[r]] if r in sampled else []
@@ -258,6 +293,8 @@ def run_case(case):
             k = int(rid)
             if first[k] is None:
                 first[k] = end
+            if hidden:
+                token_ms[k].append(end)
             if objs[rid].is_finished():
                 done[k] = end
         free, cached, ref = block_counts(s)
@@ -277,8 +314,11 @@ def run_case(case):
         o = objs[str(k)]
         if done[k] is None or o.num_output_tokens != reqs[k]["output_tokens"]:
             raise CaseError(f"request {k} did not complete")
-        per_req.append({"id": k, "first_token_ms": first[k], "completion_ms": done[k],
-                        "preemptions": o.num_preemptions, "hits": admissions[k]})
+        rec = {"id": k, "first_token_ms": first[k], "completion_ms": done[k],
+               "preemptions": o.num_preemptions, "hits": admissions[k]}
+        if hidden:
+            rec["token_ms"] = token_ms[k]
+        per_req.append(rec)
     return {"name": case.get("name"), "steps": steps, "requests": per_req}
 
 

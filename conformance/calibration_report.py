@@ -1,0 +1,221 @@
+"""docs/calibration.md: routesim.calibrate against a truth it cannot see (issue 25).
+
+    VLLM_VENV=DIR python -m conformance.calibration_report [--venv DIR] [--quick]
+
+Runs vLLM's real scheduler (conformance/vllm_driver.py) under the hidden roofline step
+cost of conformance/serving_log.py at the fitting load (1 req/s, 150 requests: the
+shipped examples/serving-log.csv, byte for byte) and at higher held-out loads; fits
+the fitting log with ``python -m routesim.calibrate``'s code; predicts every held-out
+run by running the same scheduler on the same arrivals with the *fitted linear* step
+cost plus the fitted front-end overhead; and writes docs/calibration.md with
+figures/calibration-steps.png and figures/calibration-heldout.png. ``--quick`` (held-out
+2, 10, 20 req/s; what docs/calibration.md shows) took about 13 minutes on two shared
+cores, mostly vLLM's scheduler at 20 req/s; the full list did not finish in 15.
+"""
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from conformance import serving_log as sl  # noqa: E402
+from routesim.calibrate import STEP_KEYS, figure, logs  # noqa: E402
+from routesim.calibrate.__main__ import calibrate, render, step_ms_line  # noqa: E402
+from routesim.files import write_text  # noqa: E402
+
+FIT = (1.0, 150, 1)                       # rate, count, seed: examples/serving-log.csv
+HELD_OUT = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0)
+COUNT = 300
+MODEL = REPO / "examples" / "llama-3.1-8b-h100.toml"
+METRICS = ("ttft_p50", "ttft_p99", "e2e_p50", "itl_mean")
+
+
+def measured_and_predicted(rates, step_ms, overhead_ms, venv, seed=2):
+    """{rate: (measured summary, predicted summary, mean running sequences, preemptions)}."""
+    cases = [sl.case(r, COUNT, seed + i) for i, r in enumerate(rates)]
+    lin = [sl.linear_case(c, step_ms) for c in cases]
+    res = sl.run(cases + lin, venv)
+    out = {}
+    for i, r in enumerate(rates):
+        true, pred = res[i], res[len(rates) + i]
+        meas = logs.summary([record(x) for x in sl.log_rows(cases[i], true, seed + i)])
+        pred_rows = predicted_rows(cases[i], pred, overhead_ms)
+        busy = [s for s in true["steps"] if s["sched"]]
+        mean_n = float(np.mean([len(s["sched"]) for s in busy]))
+        pre = sum(len(s["preempted"]) for s in true["steps"])
+        out[r] = (meas, logs.summary(pred_rows), mean_n, pre)
+    return out
+
+
+def record(row):
+    rid, send, P, O, toks = row
+    return logs.Record(str(rid), send, P, O, np.asarray(toks), np.ones(O, dtype=np.int64))
+
+
+def predicted_rows(case, result, overhead_ms):
+    """The linear prediction's client view: first token at the step end + overhead (all
+    of it counted on the way back, which leaves TTFT and E2E unchanged), gaps as the
+    linear steps make them. Token times come from the steps: every scheduled request
+    whose prefill is done samples a token."""
+    P = [r["prompt_tokens"] for r in case["requests"]]
+    O = [r["output_tokens"] for r in case["requests"]]
+    got = [[] for _ in P]
+    done = [0] * len(P)
+    for s in result["steps"]:
+        end = s["T"] + s["d"]
+        for rid, x in s["sched"]:
+            done[rid] += x
+            if done[rid] >= P[rid] + len(got[rid]) and len(got[rid]) < O[rid]:
+                got[rid].append(end)
+        for rid in s["preempted"]:
+            done[rid] = 0
+    return [logs.Record(str(k), r["arrival_ms"], P[k], O[k], np.asarray(got[k]) + overhead_ms,
+                        np.ones(O[k], dtype=np.int64)) for k, r in enumerate(case["requests"])]
+
+
+def pct(a, b):
+    return 100.0 * (a - b) / b
+
+
+def heldout_figure(table, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from routesim.files import replace_atomically
+
+    rates = sorted(table)
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.4), layout="constrained")
+    names = {"ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "e2e_p50": "E2E p50", "itl_mean": "mean inter-token"}
+    for ax, m in zip(axes, METRICS):
+        ax.plot(rates, [table[r][0][m] for r in rates], "o-", color="k", label="measured (hidden cost)")
+        ax.plot(rates, [table[r][1][m] for r in rates], "s--", color="#d95f02", label="predicted (fitted linear)")
+        ax.set(xlabel="arrival rate (req/s)", ylabel="ms", title=names[m], yscale="log")
+    axes[0].legend(fontsize=7)
+    replace_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None}))
+    plt.close(fig)
+
+
+def step_check(f, h):
+    """Noise-free hidden cost against the fitted line at a few steps (U, Q, n, K, R)."""
+    def hidden(U, Q, n, K, R):
+        mem = (h["weight_bytes"] + h["kv_bytes_per_token"] * (K + R)) / h["bandwidth_Bps"]
+        comp = (h["flops_per_token"] * (U + n) + h["attn_flops_per_pair"] * (Q + K)) / h["peak_flops"]
+        return h["overhead_ms"] + 1000.0 * max(mem, comp)
+    rows = []
+    for label, U, Q, n, K, R in (
+            ("decode, 1 sequence, 2k KV", 0, 0, 1, 2000, 0),
+            ("decode, 64 sequences, 64 x 2k KV", 0, 0, 64, 128000, 0),
+            ("decode, 256 sequences, 256 x 2k KV", 0, 0, 256, 512000, 0),
+            ("prefill 256 alone", 256, 256 * 128, 0, 0, 256),
+            ("prefill 1,000 alone", 1000, 1000 * 500, 0, 0, 1000),
+            ("prefill 4,096 alone", 4096, 4096 * 2048, 0, 0, 4096),
+            ("full chunk 8,192 (a 8,192-token prompt's first)", 8192, 8192 * 4096, 0, 0, 8192),
+            ("chunk 8,064 + 128 decodes of 2k KV", 8064, 8064 * 4032, 128, 256000, 8064)):
+        t, m = hidden(U, Q, n, K, R), f.predict(U, Q, n, K)
+        rows.append(f"| {label} | {t:.1f} | {m:.1f} | {pct(m, t):+.0f} % |")
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--venv", default=None)
+    ap.add_argument("--quick", action="store_true", help="three held-out loads (a check, not the document)")
+    ap.add_argument("--out", default=str(REPO / "docs" / "calibration.md"))
+    a = ap.parse_args(argv)
+    rate, count, seed = FIT
+    c = sl.case(rate, count, seed)
+    res = sl.run([c], a.venv)[0]
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "serving-log.csv"
+        sl.write_csv(sl.log_rows(c, res, seed), log)
+        same = log.read_bytes() == (REPO / "examples" / "serving-log.csv").read_bytes()
+        cal = calibrate(str(log), str(MODEL))
+    printed = render(cal, "examples/serving-log.csv")
+    f, o = cal["fit"], cal["overhead"]
+    figure.draw(cal["steps"], f, REPO / "figures" / "calibration-steps.png", title="examples/serving-log.csv")
+    truth = sl.truth(sl.hidden_cost(seed))
+    rates = HELD_OUT[::4] if a.quick else HELD_OUT
+    table = measured_and_predicted((rate,) + tuple(rates), f.coef, o["median_ms"], a.venv)
+    heldout_figure(table, REPO / "figures" / "calibration-heldout.png")
+    h = sl.hidden_cost(seed)
+
+    L = ["# Calibrating the step cost from a serving log (issue 25)", "",
+         "Generated by `VLLM_VENV=/path/to/.vllm-venv python -m conformance.calibration_report`; do not edit.",
+         "", "## 1. What was hidden", "",
+         "vLLM 0.30.0's real V1 scheduler (conformance/vllm_driver.py: FCFS, synchronous, chunked prefill, "
+         f"budget {sl.REPLICA['max_num_batched_tokens']}, {sl.REPLICA['max_num_seqs']} sequences, "
+         f"{sl.REPLICA['num_blocks']} blocks of {sl.REPLICA['block_size']}, no prefix caching) on an open-loop "
+         "Poisson workload (prompts of 256, 1,000 or 4,096 tokens, equally likely; 128 output tokens), its steps "
+         "timed by a hidden roofline (conformance/serving_log.py, the driver's `hidden_step_ms`): "
+         "`d = overhead + max(memory, compute)` × log-normal noise, with",
+         "",
+         f"- memory = (weights {h['weight_bytes'] / 1e9:.2f} GB + {h['kv_bytes_per_token']:.0f} B × KV tokens read) "
+         f"/ {h['bandwidth_Bps'] / 1e12:.2f} TB/s (H100 bandwidth × 0.8);",
+         f"- compute = ({h['flops_per_token'] / 1e9:.2f} GFLOP × tokens + {h['attn_flops_per_pair'] / 1e3:.0f} kFLOP × "
+         f"attention pairs) / {h['peak_flops'] / 1e12:.0f} TFLOP/s (H100 bf16 × 0.6);",
+         f"- overhead {h['overhead_ms']:g} ms, noise σ = {h['noise_sigma']:g}; "
+         f"front end: {sl.FRONTEND['in_ms']:g} ms from send to scheduler, {sl.FRONTEND['out_ms']:g} ms from step "
+         f"end to client, token jitter uniform below {sl.FRONTEND['jitter_ms']:g} ms "
+         f"(TTFT overhead {sl.FRONTEND['in_ms'] + sl.FRONTEND['out_ms']:g} ms).",
+         "",
+         "In step_ms terms the truth has two regimes, and no single line is both: memory-bound (decode-only steps and "
+         f"prefills below {truth['crossover_tokens']:.0f} tokens) and compute-bound (longer prefills).", "",
+         "| coefficient | hidden, memory-bound | hidden, compute-bound | fitted | s.e. |", "|---|---:|---:|---:|---:|"]
+    for k in STEP_KEYS:
+        L.append(f"| `{k}` | {truth['memory_bound'][k]:.4g} | {truth['compute_bound'][k]:.4g} | {f.coef[k]:.4g} | "
+                 f"{f.se[k]:.2g} |")
+    L += [f"| front-end overhead (ms) | {sl.FRONTEND['in_ms'] + sl.FRONTEND['out_ms']:g} | | {o['median_ms']:.1f} "
+          f"(p10 {o['p10_ms']:.1f}, p90 {o['p90_ms']:.1f}; {o['requests']} requests) | |", "",
+          "## 2. The fit", "",
+          f"The fitting log is {count} requests at {rate:g} req/s (seed {seed}): "
+          f"`examples/serving-log.csv`{' (this run reproduced it byte for byte)' if same else ' (NOT reproduced: regenerate it)'}. "
+          "What `python -m routesim.calibrate examples/serving-log.csv --model examples/llama-3.1-8b-h100.toml` prints:",
+          "", "```", printed, "```", "",
+          "![modelled against measured step times](../figures/calibration-steps.png)", "",
+          "Reading it. The decode-only steps (memory-bound) are fitted to their noise: `base` and `per_kv_token` "
+          "are the memory regime's (weights / bandwidth + overhead; KV bytes / bandwidth) within a few per cent. "
+          "The prefill-bearing steps are not, and cannot be: the line shares `base` with the decode steps, so a "
+          "256-token prefill (just past the roofline's kink) comes out too dear and a 4,096-token one too cheap; "
+          "the data would separate `per_prefill_token` from `per_prefill_token_pair` only by bending the quadratic "
+          "through that kink (22× the description's ratio), so the fit ties them. `per_decode_sequence` is "
+          "invisible at 1–6 sequences and tied to `per_kv_token`. The overhead comes out a few ms above the truth "
+          "because it is TTFT minus a modelled prefill that is itself off.", "",
+          "Step by step, against the noise-free hidden cost:", "",
+          "| step | hidden (ms) | fitted line (ms) | error |", "|---|---:|---:|---:|", *step_check(f, h), "",
+          "## 3. Held-out loads", "",
+          f"Each held-out run is {COUNT} requests (new seeds) at a higher rate. The prediction runs the same "
+          "scheduler on the same arrivals with the fitted line as its step cost and adds the fitted overhead to "
+          "every latency, so it isolates the step cost (routesim's own page schedules exactly as vLLM without "
+          "eviction or preemption: VLLM-SCHEDULER.md §8). Errors are (predicted − measured)/measured.", "",
+          "| req/s | mean running | preempted | TTFT p50 meas. / pred. (ms) | err | TTFT p99 meas. / pred. | err | "
+          "E2E p50 meas. / pred. | err | mean ITL meas. / pred. | err |",
+          "|---:|---:|---:|---|---:|---|---:|---|---:|---|---:|"]
+    for r in sorted(table):
+        m, p, nn, pre = table[r]
+        cells = " | ".join(f"{m[k]:.0f} / {p[k]:.0f} | {pct(p[k], m[k]):+.1f} %" if k != "itl_mean" else
+                           f"{m[k]:.2f} / {p[k]:.2f} | {pct(p[k], m[k]):+.1f} %" for k in METRICS)
+        L.append(f"| {r:g}{' (fit)' if r == rate else ''} | {nn:.0f} | {pre} | {cells} |")
+    L += ["", "![held-out predictions](../figures/calibration-heldout.png)", "",
+          "## 4. Public logs", "",
+          "`/work/shared/traces` (the project's shared traces: Azure LLM inference 2023, CC-BY-4.0; Mooncake, "
+          "Apache-2.0) holds request-level logs only — arrival time and token counts, no per-token or per-chunk "
+          "timestamps — so none can be calibrated from; no public per-request per-token log with a licence that "
+          "allows use was found there. A vLLM benchmark result saved with `--save-detailed` is such a log "
+          "(§1 of the format notes below).", "",
+          "## 5. Formats and method", "",
+          "See `routesim/calibrate/logs.py` (formats), `steps.py` (burst reconstruction), `hardware.py` "
+          "(the model/hardware TOML) and `fit.py` (the fit, the ties, the overhead); README §Calibration.", ""]
+    write_text(a.out, "\n".join(L))
+    print(f"calibration_report: wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Serving logs whose truth is known: vLLM's real scheduler under a hidden step cost (issue 25).
+
+    python -m conformance.serving_log --rate 1 --count 150 --out LOG.csv [--venv DIR]
+
+Runs under any Python 3 (no vLLM import here). It builds an open-loop workload
+(Poisson arrivals at ``--rate`` req/s; prompts of 256, 1,000 or 4,096 tokens, equally
+likely; 128 output tokens), hands it to conformance/vllm_driver.py in the vLLM
+environment (``--venv``, else $VLLM_VENV, else .vllm-venv) with a **hidden** step cost
+(``hidden_cost``: a roofline, max(memory time, compute time) + overhead, with
+multiplicative log-normal noise; driver's ``hidden_step_ms``), and writes what a load
+generator would have logged, in routesim.calibrate's plain CSV format
+(docs/calibration.md): per request its send time, token counts and every token's
+timestamp. The client sees a fixed front-end overhead: a request reaches the scheduler
+``FRONTEND["in_ms"]`` after it was sent, and each token reaches the client
+``FRONTEND["out_ms"]`` after the step that sampled it ended, plus a uniform jitter below
+``FRONTEND["jitter_ms"]``. Everything is seeded; the same arguments give the same file.
+
+The hidden model is Llama-3.1-8B's shape (conformance/llama-3.1-8b/config.json) on an
+H100-like GPU: the quantities are in ``hidden_cost()``; ``TRUTH`` says what a linear
+step cost fitted to low-load steps should find.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from conformance import record  # noqa: E402
+
+PROMPTS = (256, 1000, 4096)
+OUTPUT = 128
+FRONTEND = {"in_ms": 12.0, "out_ms": 6.0, "jitter_ms": 0.2}
+GPU = {"bandwidth_Bps": 3.35e12, "peak_flops": 989e12, "mem_efficiency": 0.8,
+       "compute_efficiency": 0.6, "overhead_ms": 4.0, "noise_sigma": 0.03}
+REPLICA = {"block_size": 16, "num_blocks": 28000, "max_num_seqs": 256,
+           "max_num_batched_tokens": 8192, "chunked_prefill": True, "prefix_caching": False}
+
+
+def model_shape():
+    """(parameters, layers, hidden, KV bytes per token) of the shipped Llama-3.1-8B config."""
+    c = json.loads((HERE / "llama-3.1-8b" / "config.json").read_text())
+    L, h, f, v = c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    hd, kvh = c["head_dim"], c["num_key_value_heads"]
+    attn = h * h * 2 + 2 * h * kvh * hd               # q, o and k, v projections
+    params = L * (attn + 3 * h * f) + 2 * v * h        # + embedding and LM head
+    kv_bytes = 2 * L * kvh * hd * 2                   # K and V, bf16
+    return params, L, h, kv_bytes
+
+
+def hidden_cost(seed):
+    """The driver's ``hidden_cost`` dict (units: bytes, bytes/s, FLOPs, FLOP/s, ms)."""
+    params, L, h, kv_bytes = model_shape()
+    return {"overhead_ms": GPU["overhead_ms"], "weight_bytes": 2.0 * params,
+            "kv_bytes_per_token": float(kv_bytes),
+            "bandwidth_Bps": GPU["bandwidth_Bps"] * GPU["mem_efficiency"],
+            "flops_per_token": 2.0 * params, "attn_flops_per_pair": 4.0 * L * h,
+            "peak_flops": GPU["peak_flops"] * GPU["compute_efficiency"],
+            "noise_sigma": GPU["noise_sigma"], "seed": seed}
+
+
+def truth(h=None):
+    """What the hidden cost is, in step_ms terms, in each of its two regimes (ms).
+
+    Memory-bound (decode-only steps and small prefills): base = overhead + weights /
+    bandwidth, per_kv_token = KV bytes / bandwidth, per_decode_sequence = 0 (its compute
+    hides under the weight read). Compute-bound (a prefill of more than about
+    ``crossover_tokens``): base = overhead, per_prefill_token = FLOPs per token / peak,
+    per_prefill_token_pair = attention FLOPs per pair / peak."""
+    h = h or hidden_cost(0)
+    mem0 = 1000.0 * h["weight_bytes"] / h["bandwidth_Bps"]
+    pf = 1000.0 * h["flops_per_token"] / h["peak_flops"]
+    return {
+        "memory_bound": {"base": h["overhead_ms"] + mem0, "per_prefill_token": 0.0,
+                         "per_prefill_token_pair": 0.0, "per_decode_sequence": 0.0,
+                         "per_kv_token": 1000.0 * h["kv_bytes_per_token"] / h["bandwidth_Bps"]},
+        "compute_bound": {"base": h["overhead_ms"], "per_prefill_token": pf,
+                          "per_prefill_token_pair": 1000.0 * h["attn_flops_per_pair"] / h["peak_flops"],
+                          "per_decode_sequence": pf, "per_kv_token": 0.0},
+        "crossover_tokens": mem0 / pf,
+    }
+
+
+def case(rate, count, seed):
+    """The driver case: ``count`` Poisson arrivals at ``rate`` req/s (ms, engine side)."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1000.0 / rate, count)
+    arrivals = np.round(np.cumsum(gaps), 3)
+    prompts = rng.choice(PROMPTS, count)
+    reqs = [{"id": k, "arrival_ms": float(arrivals[k]), "prompt_tokens": int(prompts[k]),
+             "output_tokens": OUTPUT, "block_ids": unique_ids(k, int(prompts[k]))}
+            for k in range(count)]
+    rep = dict(REPLICA, step_ms={"base": 1.0, "per_prefill_token": 0.0, "per_prefill_token_pair": 0.0,
+                                 "per_decode_sequence": 0.0, "per_kv_token": 0.0},
+               hidden_cost=hidden_cost(seed))
+    return {"name": f"hidden-{rate:g}rps-seed{seed}", "replica": rep, "requests": reqs}
+
+
+def unique_ids(k, P, b=REPLICA["block_size"]):
+    """Block ids no other request shares (cases.py's 2^40 + k·2^16 + q): no prefix hits."""
+    return [(1 << 40) + (k << 16) + q for q in range(P // b)]
+
+
+def linear_case(c, step_ms):
+    """The same workload and replica under a linear ``step_ms`` (the driver's default cost)."""
+    rep = {k: v for k, v in c["replica"].items() if k != "hidden_cost"}
+    return {**c, "replica": dict(rep, step_ms=dict(step_ms))}
+
+
+def log_rows(c, result, seed, frontend=FRONTEND):
+    """The client's view of one driver result: (id, send_ms, P, O, token_ms list)."""
+    rng = np.random.default_rng([seed, 25])
+    rows = []
+    for r, out in zip(c["requests"], result["requests"]):
+        toks = np.asarray(out["token_ms"], dtype=float) + frontend["out_ms"]
+        toks = toks + rng.uniform(0.0, frontend["jitter_ms"], toks.size)
+        rows.append((r["id"], r["arrival_ms"] - frontend["in_ms"], r["prompt_tokens"],
+                     r["output_tokens"], toks))
+    return rows
+
+
+def write_csv(rows, path):
+    """The plain CSV log: ``request_id,send_ms,prompt_tokens,output_tokens,token_ms``."""
+    lines = ["request_id,send_ms,prompt_tokens,output_tokens,token_ms"]
+    for rid, send, P, O, toks in rows:
+        lines.append(f"{rid},{send:.3f},{P},{O}," + " ".join(f"{t:.3f}" for t in toks))
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def run(cases, venv=None):
+    """Driver results for a list of cases (see record.run_driver)."""
+    return record.run_driver(cases, venv)["results"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=1.0, help="arrivals per second")
+    ap.add_argument("--count", type=int, default=150, help="requests")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--venv", default=None)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    c = case(a.rate, a.count, a.seed)
+    res = run([c], a.venv)[0]
+    write_csv(log_rows(c, res, a.seed), a.out)
+    print(f"serving_log: {a.count} requests at {a.rate:g} req/s, {len(res['steps'])} steps -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Calibrate a replica's step cost from a serving log (issue 25; docs/calibration.md).
+
+``logs`` reads the log formats, ``steps`` reconstructs engine steps from token bursts,
+``hardware`` reads the model/hardware description that ties coefficients the data
+cannot separate, ``fit`` fits token-model.md §2.3's linear step cost and the
+front-end overhead, ``figure`` draws modelled against measured step times, and
+``__main__`` is ``python -m routesim.calibrate``.
+"""
+
+STEP_KEYS = ("base", "per_prefill_token", "per_prefill_token_pair", "per_decode_sequence", "per_kv_token")
+"""The ``[replica] step_ms`` keys, in the formula's order: c_0, c_pf, c_attn, c_dec, c_kv."""

@@ -1,0 +1,193 @@
+"""python -m routesim.calibrate (issue 25): logs, burst reconstruction, the fit, bad input.
+
+The expectations come from outside the code under test: a small continuous-batching
+engine written here (token-model.md §2, FCFS, chunked prefill, no preemption) times its
+steps with known coefficients and writes the log; the fit must give them back to
+numerical precision, and the overhead the front end added.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from routesim.batching.params import LEAVES
+from routesim.calibrate import STEP_KEYS, fit, hardware, logs, steps
+from routesim.calibrate.__main__ import main
+
+TRUE = {"base": 7.0, "per_prefill_token": 0.02, "per_prefill_token_pair": 3e-6,
+        "per_decode_sequence": 0.15, "per_kv_token": 6e-5}
+IN_MS, OUT_MS = 9.0, 4.0
+
+
+def engine(arrivals, P, O, coef, budget):
+    """Token times (ms, step ends) of each request on one FCFS chunked-prefill replica."""
+    waiting = list(range(len(arrivals)))
+    running, c, g = [], [0] * len(P), [0] * len(P)
+    toks = [[] for _ in P]
+    T = 0.0
+    while waiting or running:
+        if not running and arrivals[waiting[0]] > T:
+            T = arrivals[waiting[0]]
+        dec = [r for r in running if c[r] >= P[r]]
+        n, K = len(dec), sum(P[r] + g[r] for r in dec)
+        B, U, Q, chunks = budget - n, 0, 0.0, {}
+        for r in [r for r in running if c[r] < P[r]]:
+            x = min(P[r] - c[r], B)
+            if x > 0:
+                chunks[r], B = x, B - x
+        while waiting and arrivals[waiting[0]] <= T and B > 0:
+            r = waiting.pop(0)
+            running.append(r)
+            chunks[r] = x = min(P[r], B)
+            B -= x
+        for r, x in chunks.items():
+            U += x
+            Q += x * (c[r] + x / 2.0)
+        d = (coef["base"] + coef["per_prefill_token"] * U + coef["per_prefill_token_pair"] * Q
+             + coef["per_decode_sequence"] * n + coef["per_kv_token"] * K)
+        T += d
+        for r, x in chunks.items():
+            c[r] += x
+        for r in list(running):
+            if c[r] >= P[r] and (r in dec or r in chunks):
+                g[r] += 1
+                toks[r].append(T)
+                if g[r] == O[r]:
+                    running.remove(r)
+    return toks
+
+
+def synthetic_log(path, seed=3, count=120, rate_per_ms=1 / 700, budget=512):
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / rate_per_ms, count)).tolist()
+    P = rng.integers(20, 1500, count).tolist()
+    O = rng.integers(3, 60, count).tolist()
+    toks = engine(arrivals, P, O, TRUE, budget)
+    lines = ["request_id,send_ms,prompt_tokens,output_tokens,token_ms"]
+    for k in range(count):
+        lines.append(f"r{k},{arrivals[k] - IN_MS!r},{P[k]},{O[k]}," + " ".join(repr(t + OUT_MS) for t in toks[k]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_step_keys_are_the_sweeps():
+    assert STEP_KEYS == LEAVES["step_ms"]
+
+
+def test_exact_log_gives_back_its_coefficients(tmp_path):
+    log = synthetic_log(tmp_path / "exact.csv")
+    recs = logs.read(log)
+    st = steps.reconstruct(recs, max_batched_tokens=512, jitter_ms=1e-6)
+    assert st.usable.sum() > 500 and (st.usable & st.prefill).sum() > 50
+    f = fit.fit(st, hardware.DEFAULT_RATIOS, tie="never")
+    for k in STEP_KEYS:
+        assert f.coef[k] == pytest.approx(TRUE[k], rel=1e-6), k
+    assert f.rel_sd < 1e-9
+    o = fit.overhead(recs, st, f, 512, steps.isolated(recs, st))
+    assert o["requests"] > 5
+    assert o["median_ms"] == pytest.approx(IN_MS + OUT_MS, abs=1e-6)
+    assert o["p10_ms"] == pytest.approx(IN_MS + OUT_MS, abs=1e-6)
+
+
+def test_bursts_on_a_hand_built_log(tmp_path):
+    # a: 100-token prompt, tokens at 10, 20, 31; b (sent at 12) joins the step ending
+    # at 31 with 50 prompt tokens and decodes at 43. Jitter 0.05 ms inside a burst.
+    log = tmp_path / "hand.jsonl"
+    log.write_text(json.dumps({"request_id": "a", "send_ms": 0, "prompt_tokens": 100, "output_tokens": 3,
+                               "token_ms": [10, 20, 31.05]}) + "\n"
+                   + json.dumps({"request_id": "b", "send_ms": 12, "prompt_tokens": 50, "output_tokens": 2,
+                                 "token_ms": [31, 43]}) + "\n")
+    st = steps.reconstruct(logs.read(log), max_batched_tokens=8192, jitter_ms=0.5)
+    assert st.end_ms.tolist() == pytest.approx([10, 20, 31.025, 43])
+    assert st.n.tolist() == [0, 1, 1, 1]
+    assert st.K.tolist() == [0, 101, 102, 51]          # P + tokens generated before the step
+    assert st.U.tolist() == [100, 0, 50, 0]
+    assert st.Q.tolist() == [100 * 50, 0, 50 * 25, 0]
+    assert st.chained.tolist() == [False, True, True, True]
+    assert st.d_ms[1:].tolist() == pytest.approx([10, 11.025, 11.975])
+    assert steps.isolated(logs.read(log), st).tolist() == [True, False]
+
+
+def test_a_prefill_in_chunks_goes_back_over_the_budget(tmp_path):
+    # a decodes every 10 ms; b (300 tokens, budget 128: offers 127 a step) ends its
+    # prefill at 50: chunks 127, 127, 46 in the steps ending at 30, 40, 50.
+    log = tmp_path / "chunks.csv"
+    log.write_text("request_id,send_ms,prompt_tokens,output_tokens,token_ms\n"
+                   "a,0,10,6,10 20 30 40 50 60\n"
+                   "b,15,300,1,50\n")
+    st = steps.reconstruct(logs.read(log), max_batched_tokens=128, jitter_ms=0.5)
+    assert st.U.tolist() == [10, 0, 127, 127, 46, 0]
+    assert st.Q[2:5].tolist() == [127 * 63.5, 127 * (127 + 63.5), 46 * (254 + 23)]
+    assert st.usable.tolist() == [False, True, True, True, True, True]
+
+
+def test_vllm_benchmark_json(tmp_path):
+    doc = {"start_times": [100.0, 100.5], "ttfts": [0.02, 0.03], "itls": [[0.01, 0.01], [0.012]],
+           "input_lens": [64, 32], "output_lens": [3, 3], "errors": ["", ""]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc))
+    a, b = logs.read(path)
+    assert a.send_ms == 100000.0 and a.token_ms.tolist() == pytest.approx([100020, 100030, 100040])
+    assert a.per_token and not b.per_token and b.chunk_tokens is None   # b: 2 chunks for 3 tokens
+
+
+def test_tie_always_keeps_the_ratio(tmp_path):
+    st = steps.reconstruct(logs.read(synthetic_log(tmp_path / "t.csv")), 512, 1e-6)
+    f = fit.fit(st, {"prefill": 1e-4, "decode": 1000.0}, tie="always")
+    assert f.coef["per_prefill_token_pair"] == pytest.approx(1e-4 * f.coef["per_prefill_token"])
+    assert f.coef["per_decode_sequence"] == pytest.approx(1000.0 * f.coef["per_kv_token"])
+
+
+def test_the_description_gives_the_ratios(tmp_path):
+    toml = tmp_path / "m.toml"
+    toml.write_text("[model]\nlayers = 2\nhidden_size = 8\nheads = 2\nkv_heads = 1\nmlp_size = 16\nvocab = 10\n"
+                    "[hardware]\nbandwidth_GBps = 1\npeak_tflops = 1\n")
+    hw = hardware.derive(hardware.read(toml))
+    params = 2 * (2 * 8 * 8 + 2 * 8 * 4 + 3 * 8 * 16) + 2 * 10 * 8
+    assert hw["parameters"] == params
+    assert hw["ratios"]["prefill"] == pytest.approx(4 * 2 * 8 / (2 * params))
+    assert hw["ratios"]["decode"] == pytest.approx(8 * 10 / (2 * 2 * 4 * 2))
+
+
+BAD = [
+    ("a.csv", "request_id,send_ms,prompt_tokens,output_tokens\nx,0,1,1\n", "header: missing column(s) token_ms"),
+    ("b.csv", "request_id,send_ms,prompt_tokens,output_tokens,token_ms\nx,0,10,2,5 zz\n", "row 2: token_ms"),
+    ("c.csv", "request_id,send_ms,prompt_tokens,output_tokens,token_ms\nx,0,10,2,5 4\n", "row 2: token_ms: timestamps decrease"),
+    ("d.csv", "request_id,send_ms,prompt_tokens,output_tokens,token_ms\nx,0,10,3,5 6\n", "row 2: token_ms: 2 timestamps for 3"),
+    ("e.csv", "request_id,send_ms,prompt_tokens,output_tokens,token_ms\nx,0,-1,1,5\n", "row 2: prompt_tokens"),
+    ("f.jsonl", '{"request_id": 1}\nnot json\n', "line 1: missing send_ms"),
+    ("g.txt", "", "unknown format '.txt'"),
+    ("h.json", '{"start_times": [1]}', "keys: missing ttfts"),
+]
+
+
+@pytest.mark.parametrize("name,text,expected", BAD)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    out = tmp_path / "out"
+    assert main([str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(path) in err and expected in err, err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_bad_description_names_the_key(tmp_path, capsys):
+    log = synthetic_log(tmp_path / "ok.csv", count=20)
+    toml = tmp_path / "m.toml"
+    toml.write_text("[model]\nlayers = 2\n[hardware]\nbandwidth_GBps = 1\npeak_tflops = 1\n")
+    assert main([str(log), "--model", str(toml), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{toml}: [model] hidden_size: missing" in err and not (tmp_path / "out").exists()
+
+
+def test_the_command_writes_the_table_and_the_figure(tmp_path, capsys):
+    log = synthetic_log(tmp_path / "exact.csv")
+    assert main([str(log), "--out", str(tmp_path / "o"), "--max-batched-tokens", "512",
+                 "--jitter-ms", "1e-6", "--tie", "never"]) == 0
+    printed = capsys.readouterr().out
+    assert "step_ms = { base = 7, per_prefill_token = 0.02, per_prefill_token_pair = 3e-06, " \
+           "per_decode_sequence = 0.15, per_kv_token = 6e-05 }" in printed
+    assert (tmp_path / "o" / "exact-steps.png").stat().st_size > 1000
+    assert "overhead_ms = 13" in (tmp_path / "o" / "exact-step-ms.toml").read_text()
