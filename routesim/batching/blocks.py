@@ -404,7 +404,7 @@ def drop_nb(tab, i, n):
     gone = True
     while gone:  # a deletion may shift a wrapped chain's entry behind the scan
         gone = False
-        h = 0
+        h = _ZERO  # (typed: a literal 0 would compile _delete_nb once more)
         while h < tab.shape[0]:
             if tab[h].used and tab[h].replica % n == i:
                 _delete_nb(tab, h)
