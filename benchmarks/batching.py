@@ -10,7 +10,9 @@ through the public entry points: ``routesim.batching.workload.generate``,
   workload handed to both; their counts must agree.
 - ``realtime``: a 60 s run (10 s + 50 s) of 8 replicas at 40 req/s, every policy x 2
   seeds, one thread: simulated seconds per second of a core, iterations and requests
-  per second of a core.
+  per second of a core; and the floor kernel (benchmarks/floor.py) on the same
+  workloads in the same process, timed alternately with the engine: ns per iteration
+  of each, and their ratio.
 - ``scale``: one curve per process, one thread: replicas 8 -> 1,024 (``power_of_d``,
   5 req/s per replica), batch size (rate up on 8 replicas), decode length (outputs up
   at a fixed rate: the batch grows, requests per iteration do not), horizon.
@@ -86,6 +88,18 @@ class _Run:
         m, rep = self.br.simulate(self.params, self.factors, self.events, self.packed, self.ru, self.ru_off)
         return m[0]
 
+    def floor(self):
+        """The floor kernel on this run's workload: (iterations, mean batch)."""
+        from .floor import floor_run_nb
+
+        v = self.values
+        return floor_run_nb(self.packed.t, self.packed.prompt, self.packed.output, self.replicas, self.horizon_ms,
+                            self.horizon_ms + v["drain_s"] * 1000.0, int(v["allowance_tokens"]),
+                            int(v["block_tokens"]), int(v["kv_blocks"]), int(v["max_batch"]),
+                            int(v["max_batched_tokens"]), int(v["waiting_cap"]), float(v["step_ms_base"]),
+                            float(v["step_ms_per_prefill_token"]), float(v["step_ms_per_prefill_token_pair"]),
+                            float(v["step_ms_per_decode_sequence"]), float(v["step_ms_per_kv_token"]))
+
     def best(self, fn, repeats):
         """(best wall s, best CPU s, value of the last call)."""
         wall = cpu = float("inf")
@@ -130,16 +144,28 @@ def realtime(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=POLI
     ``repeats`` simulations, and the workload generation's best apart."""
     values = _values(warmup_s=warmup_s, measure_s=measure_s)
     rows = []
+    floors = []
     for policy in policies:
         for seed in seeds:
             r = _Run(values, policy, replicas, rate, seed)
             r.simulate()
-            wall, cpu, m = r.best(r.simulate, repeats)
+            r.floor()
+            wall = cpu = f_cpu = float("inf")
+            for _ in range(max(1, repeats)):  # engine and floor alternately, best of each
+                w, c, m = r.best(r.simulate, 1)
+                wall, cpu = min(wall, w), min(cpu, c)
+                if policy == "least_tokens":
+                    f_cpu = min(f_cpu, r.best(r.floor, 1)[1])
             gen = r.best(r.generate, repeats)[1] if policy == policies[0] else None
             rows.append(dict(policy=policy, seed=seed, sim_s=wall, sim_cpu_s=cpu, gen_s=gen,
                              requests=len(r.wl), iterations=int(m["iterations"]),
                              completed=int(m["completed"]), batch_mean=float(m["batch_mean"])))
-    emit(dict(runs=rows, horizon_s=warmup_s + measure_s, replicas=replicas, rate=rate,
+            if policy == "least_tokens":  # the floor routes by least_tokens: against that policy
+                it, batch = r.floor()
+                floors.append(dict(seed=seed, cpu_s=f_cpu, iterations=int(it), batch_mean=float(batch),
+                                   engine_cpu_s=cpu, engine_iterations=int(m["iterations"]),
+                                   engine_batch_mean=float(m["batch_mean"])))
+    emit(dict(runs=rows, floor=floors, horizon_s=warmup_s + measure_s, replicas=replicas, rate=rate,
               peak_rss=rss_now()[1]))
 
 
@@ -331,6 +357,14 @@ def section(suite):
                 "batching.realtime_sim_only_x": rt["horizon_s"] / sim,
                 "batching.iter_per_core_s": iters / total_sim, "batching.req_per_core_s": reqs / total_sim,
                 "batching.realtime_rss": rt["peak_rss"]})
+    fl = rt["floor"]
+    if fl:
+        e_ns = sum(f["engine_cpu_s"] for f in fl) / sum(f["engine_iterations"] for f in fl) * 1e9
+        f_ns = sum(f["cpu_s"] for f in fl) / sum(f["iterations"] for f in fl) * 1e9
+        fig.update({"batching.ns_per_iteration": e_ns, "batching.floor_ns_per_iteration": f_ns,
+                    "batching.floor_ratio": e_ns / f_ns})
+        log(f"batching: least_tokens engine {e_ns:.0f} ns per iteration, floor kernel {f_ns:.0f} ns "
+            f"per iteration: {e_ns / f_ns:.2f}x the floor")
     by_policy = {}
     for r in rr:
         by_policy.setdefault(r["policy"], []).append(r)
@@ -426,6 +460,23 @@ def section(suite):
         "",
         report.md_table(drow),
         "",
+    ]
+    if fl:
+        texts += [
+            "### Against the floor",
+            "",
+            "The floor kernel (benchmarks/floor.py: least_tokens routing, FIFO, chunked prefill, "
+            "paged-KV block counts, a heap of completions per replica, the step formula; no prefix "
+            "cache, preemption, failures, signals or metrics) on the same least_tokens workloads, "
+            "in the same process, timed alternately with the engine (best of 3 each, CPU, one "
+            f"thread): engine {report.fmt(fig['batching.ns_per_iteration'])} ns per iteration (mean "
+            f"batch {report.fmt(sum(f['engine_batch_mean'] for f in fl) / len(fl))}), floor "
+            f"{report.fmt(fig['batching.floor_ns_per_iteration'])} ns per iteration (mean batch "
+            f"{report.fmt(sum(f['batch_mean'] for f in fl) / len(fl))}): "
+            f"{fig['batching.floor_ratio']:.2f}x the floor (target: at most 3x).",
+            "",
+        ]
+    texts += [
         "### Scaling (time per iteration should stay flat)",
         "",
         "One process per curve, one thread, each run the best of 2 simulations (1 when it "

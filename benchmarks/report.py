@@ -63,6 +63,9 @@ ROWS = [
     ("batching.peer_engine_ms", "batching, short run, engine, 1 thread, CPU", "ms", 1, "low"),
     ("batching.peer_reference_ms", "batching, short run, naive reference, CPU", "ms", 1, "low"),
     ("batching.reference_ratio", "batching reference / engine, per run per core", "x", 1, "high"),
+    ("batching.ns_per_iteration", "batching, 60 s runs, engine ns per iteration, 1 thread, CPU", "ns", 1, "low"),
+    ("batching.floor_ns_per_iteration", "batching, the same runs, floor kernel ns per iteration", "ns", 1, "low"),
+    ("batching.floor_ratio", "batching engine / floor kernel, per iteration", "x", 1, "low"),
 ]
 
 TARGETS = [
@@ -78,7 +81,8 @@ TARGETS = [
     ("batching.reference_ratio", "batching: per run per core vs naive reference", ">=", 500.0, "x", 1),
     ("batching.realtime_x", "batching: 60 s, 8 replicas, 40 req/s, 1 core, vs real time", ">=", 10000.0, "x", 1),
     ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
-    ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 60.0, "s", 1),
+    ("batching.floor_ratio", "batching: engine per iteration vs the floor kernel", "<=", 3.0, "x", 1),
+    ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 40.0, "s", 1),
     ("batching.study_s", "least-outstanding study, whole command warm", "<=", 300.0, "s", 1),
 ]
 

@@ -73,7 +73,7 @@ def of_weighted_nb(values, counts, ps):
     partition, each rank's search starting where the last one's value began), O(m) on
     average, where a sort is O(m log m). Returns shape (len(ps),)."""
     out = np.full(ps.shape[0], np.nan)
-    total = 0
+    total = np.int64(0)  # (typed: a literal 0 would compile rank_nb once more)
     for c in counts:
         total += c
     if total == 0:

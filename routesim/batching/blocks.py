@@ -30,8 +30,10 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from ..nrt import hold
 from .dtypes import SEG
 
+_ZERO, _ONE, _NO = np.int64(0), np.int64(1), np.bool_(False)  # typed: no literal arguments
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _REPMUL = np.uint64(0x9E3779B97F4A7C15)
@@ -86,30 +88,28 @@ def _delete_nb(tab, h):
     cap = tab.shape[0]
     mask = cap - 1
     i = h
-    j = h
-    while True:
-        j = (j + 1) & mask
-        if not tab[j].used:
-            break
+    j = (h + 1) & mask
+    while tab[j].used:
         k = _home(cap, tab[j].replica, tab[j].key)
         if i <= j:
-            if i < k <= j:
-                continue
-        elif i < k or k <= j:
-            continue
-        a = tab[i]
-        b = tab[j]
-        a.key = b.key
-        a.replica = b.replica
-        a.length = b.length
-        a.ref = b.ref
-        a.last = b.last
-        a.pos0 = b.pos0
-        a.gen = b.gen
-        a.full = b.full
-        a.comp = b.comp
-        a.tail = b.tail
-        i = j
+            stays = i < k <= j
+        else:
+            stays = i < k or k <= j
+        if not stays:  # j's entry may move into the hole at i
+            a = tab[i]
+            b = tab[j]
+            a.key = b.key
+            a.replica = b.replica
+            a.length = b.length
+            a.ref = b.ref
+            a.last = b.last
+            a.pos0 = b.pos0
+            a.gen = b.gen
+            a.full = b.full
+            a.comp = b.comp
+            a.tail = b.tail
+            i = j
+        j = (j + 1) & mask
     tab[i].used = False
 
 
@@ -132,7 +132,7 @@ def reserve_nb(tab, used, extra):
 
 # --- the eviction heap of one replica: entries (last, -last position, last id) -----------
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _less(hp, a, b):
     x = hp[a]
     y = hp[b]
@@ -143,7 +143,7 @@ def _less(hp, a, b):
     return x.lastid < y.lastid
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _copy(dst, src):
     dst.last = src.last
     dst.negpos = src.negpos
@@ -153,42 +153,45 @@ def _copy(dst, src):
     dst.length = src.length
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _swap(hp, a, b, tmp):
     _copy(tmp[0], hp[a])
     _copy(hp[a], hp[b])
     _copy(hp[b], tmp[0])
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _sift_up(hp, k, tmp):
-    while k > 0:
+    going = True
+    while going and k > 0:
         parent = (k - 1) >> 1
-        if not _less(hp, k, parent):
-            break
-        _swap(hp, k, parent, tmp)
-        k = parent
+        if _less(hp, k, parent):
+            _swap(hp, k, parent, tmp)
+            k = parent
+        else:
+            going = False
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _sift_down(hp, k, n, tmp):
-    while True:
+    going = True
+    while going and 2 * k + 1 < n:
         c = 2 * k + 1
-        if c >= n:
-            break
         if c + 1 < n and _less(hp, c + 1, c):
             c += 1
-        if not _less(hp, c, k):
-            break
-        _swap(hp, k, c, tmp)
-        k = c
+        if _less(hp, c, k):
+            _swap(hp, k, c, tmp)
+            k = c
+        else:
+            going = False
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _valid(tab, replica, x):
     """Is heap entry x still the live state of its cached segment?"""
     h = find_nb(tab, replica, x.key)
-    return h >= 0 and tab[h].ref == 0 and tab[h].gen == x.gen and tab[h].length == x.length
+    e = tab[max(h, 0)]  # (read whether found or not: tab's one use)
+    return h >= 0 and e.ref == 0 and e.gen == x.gen and e.length == x.length
 
 
 @nb.njit(**JIT)
@@ -233,6 +236,7 @@ def _push_cached_nb(tab, heap, heap_n, i, h, tmp):
     _set_entry(hp[n], tab[h])
     _sift_up(hp, n, tmp)
     heap_n[i] = n + 1
+    hold((tab, hp, heap_n, tmp))
 
 
 @nb.njit(**JIT)
@@ -240,21 +244,41 @@ def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
     """Evict ``need`` cached blocks of replica i in eviction order (the caller has
     checked that ``rep[i].cached >= need``). Returns the number of table entries deleted."""
     hp = heap[i]
+    r = rep[i]
     deleted = 0
     while need > 0:
         n = heap_n[i]
         top = hp[0]
-        if not _valid(tab, i, top):
+        if not _valid(tab, i, top):  # stale: dropped
             _copy(hp[0], hp[n - 1])
             heap_n[i] = n - 1
             _sift_down(hp, 0, n - 1, tmp)
-            continue
-        h = find_nb(tab, i, top.key)
-        e = tab[h]
-        if orphan_nb(e):  # its orphan last block goes alone
-            e.tail = False
-            rep[i].cached -= 1
-            need -= 1
+        else:
+            h = find_nb(tab, i, top.key)
+            e = tab[h]
+            if orphan_nb(e):  # its orphan last block goes alone
+                e.tail = False
+                r.cached -= 1
+                need -= 1
+            else:
+                # blocks of this segment that go before every other entry: the runner-up is a child
+                allowed = e.length
+                for c in range(1, 3):
+                    if c < n:
+                        y = hp[c]
+                        if y.last == e.last:
+                            pos2 = -y.negpos
+                            k = e.pos0 + e.length - 1 - pos2  # blocks at positions > pos2
+                            if (pos2 >= e.pos0 and pos2 <= e.pos0 + e.length - 1
+                                    and e.key + (pos2 - e.pos0) < y.lastid):
+                                k += 1
+                            allowed = min(allowed, max(k, 1))
+                take = min(need, allowed)
+                e.length -= take
+                e.comp = e.length  # cached: every resident block is computed
+                e.tail = False
+                r.cached -= take
+                need -= take
             if e.length == 0:
                 _delete_nb(tab, h)
                 deleted += 1
@@ -264,33 +288,7 @@ def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
             else:
                 _set_entry(hp[0], e)
                 _sift_down(hp, 0, n, tmp)
-            continue
-        # blocks of this segment that go before every other entry: the runner-up is a child
-        allowed = e.length
-        for c in (1, 2):
-            if c < n:
-                y = hp[c]
-                if y.last == e.last:
-                    pos2 = -y.negpos
-                    k = e.pos0 + e.length - 1 - pos2  # blocks at positions > pos2
-                    if pos2 >= e.pos0 and pos2 <= e.pos0 + e.length - 1 and e.key + (pos2 - e.pos0) < y.lastid:
-                        k += 1
-                    allowed = min(allowed, max(k, 1))
-        take = min(need, allowed)
-        e.length -= take
-        e.comp = e.length  # cached: every resident block is computed
-        e.tail = False
-        rep[i].cached -= take
-        need -= take
-        if e.length == 0:
-            _delete_nb(tab, h)
-            deleted += 1
-            _copy(hp[0], hp[n - 1])
-            heap_n[i] = n - 1
-            _sift_down(hp, 0, n - 1, tmp)
-        else:
-            _set_entry(hp[0], e)
-            _sift_down(hp, 0, n, tmp)
+    hold((tab, hp, heap_n, tmp))
     return deleted
 
 
@@ -305,20 +303,18 @@ def take_nb(tab, heap, heap_n, rep, i, count, kv_blocks, tmp):
     """Make ``count`` blocks free for the caller, evicting cached blocks as needed.
     Returns the table entries deleted, or -1 (nothing changed) when they cannot be had."""
     short = count - free_nb(rep[i], kv_blocks)
-    if short <= 0:
-        return 0
-    if short > rep[i].cached:
-        return -1
-    return evict_nb(tab, heap, heap_n, rep, i, short, tmp)
+    fits = short <= rep[i].cached
+    deleted = evict_nb(tab, heap, heap_n, rep, i, short if fits else 0, tmp)  # (short <= 0: nothing)
+    return deleted if fits else -1
 
 
 @nb.njit(**JIT)
-def ref_nb(tab, rep, i, h, t):
-    """Reference the resident segment in slot h (cached -> referenced when unused)."""
-    e = tab[h]
+def ref_nb(e, r, t):
+    """Reference the resident segment of table entry e of replica record r (cached ->
+    referenced when unused)."""
     if e.ref == 0:
-        rep[i].cached -= resident_nb(e)
-        rep[i].idref += resident_nb(e)
+        r.cached -= resident_nb(e)
+        r.idref += resident_nb(e)
     e.ref += 1
     e.last = t
 
@@ -328,15 +324,15 @@ def add_nb(tab, rep, i, key, length, pos0, t):
     """Blocks just made free (``take_nb``) become the resident segment ``key`` of
     ``length`` blocks, referenced once, none computed yet. Returns its slot."""
     rep[i].idref += length
-    return _put_nb(tab, i, key, length, 1, t, pos0, 0, length, 0, False)
+    return _put_nb(tab, i, key, length, _ONE, t, pos0, _ZERO, length, _ZERO, _NO)
 
 
 @nb.njit(**JIT)
-def extend_nb(tab, rep, i, h):
-    """A referenced, partly resident segment gets its missing blocks (already made
-    free, uncomputed; an orphan last block is referenced as it is)."""
-    e = tab[h]
-    rep[i].idref += e.full - resident_nb(e)
+def extend_nb(e, r):
+    """A referenced, partly resident segment (table entry e of replica record r) gets
+    its missing blocks (already made free, uncomputed; an orphan last block is
+    referenced as it is)."""
+    r.idref += e.full - resident_nb(e)
     e.length = e.full
 
 
@@ -347,20 +343,24 @@ def unref_nb(tab, heap, heap_n, rep, i, key, t, tmp):
     blocks"). Returns the table entries deleted (1 when nothing of it stays resident)."""
     h = find_nb(tab, i, key)
     e = tab[h]
+    r = rep[i]
     e.ref -= 1
     e.last = t
+    deleted = 0
     if e.ref == 0:
-        rep[i].idref -= e.length
+        r.idref -= e.length
         if e.comp < e.full:  # some block is uncomputed: the resident prefix shrinks to the computed one
             e.length = e.comp
         res = resident_nb(e)
-        rep[i].cached += res
+        r.cached += res
         if res == 0:
             _delete_nb(tab, h)
-            return 1
-        e.gen += 1
-        _push_cached_nb(tab, heap, heap_n, i, h, tmp)
-    return 0
+            deleted = 1
+        else:
+            e.gen += 1
+            _push_cached_nb(tab, heap, heap_n, i, h, tmp)
+    hold((tab, heap, heap_n, tmp))
+    return deleted
 
 
 @nb.njit(**JIT)
@@ -383,7 +383,8 @@ def computed_nb(tab, i, key, lo, hi):
 def seen_len_nb(tab, owner, key):
     """Resident length of segment ``key`` in a view table under ``owner``, 0 if absent."""
     h = find_nb(tab, owner, key)
-    return tab[h].length if h >= 0 else 0
+    length = tab[max(h, 0)].length  # (read whether found or not: tab's one use)
+    return length if h >= 0 else 0
 
 
 @nb.njit(**JIT)
@@ -393,7 +394,7 @@ def set_len_nb(tab, owner, key, length):
     if h >= 0:
         tab[h].length = length
     else:
-        _put_nb(tab, owner, key, length, 0, 0.0, 0, 0, length, 0, False)
+        _put_nb(tab, owner, key, length, _ZERO, 0.0, _ZERO, _ZERO, length, _ZERO, _NO)
 
 
 @nb.njit(**JIT)
@@ -403,7 +404,7 @@ def drop_nb(tab, i, n):
     gone = True
     while gone:  # a deletion may shift a wrapped chain's entry behind the scan
         gone = False
-        h = 0
+        h = _ZERO  # (typed: a literal 0 would compile _delete_nb once more)
         while h < tab.shape[0]:
             if tab[h].used and tab[h].replica % n == i:
                 _delete_nb(tab, h)

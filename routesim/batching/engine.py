@@ -33,6 +33,12 @@ from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, empty_nb,
                       integrate_nb, settle_nb, start_nb)
 from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_nb, view_nb
 
+FIRST = np.bool_(False)
+"""``route_nb``/``place_nb``'s retry flag for a first attempt: a typed value, not the
+literal ``False`` (Numba would compile them again for a literal argument)."""
+NONE = np.int64(0)
+"""A typed zero, for the same reason."""
+
 
 @nb.njit(**JIT)
 def _end_live(e, r):
@@ -136,7 +142,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.n_failed = 0
         q.f_next = -1
     cum = np.zeros(6, np.int64)  # retries, failures, sheds, rejections, timeouts, first-token timeouts (timelines)
-    si = 0
+    si = np.int64(0)   # (typed zeros: a literal 0 would compile its callees once more, for Literal[int](0))
     for i in range(nrep):
         r = rep[i]
         r.slowdown = 1.0
@@ -179,9 +185,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     btmp = np.zeros(1, CACHED)
     dtmp = np.zeros(1, DUE)
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
-    # timers: deadlines, black-hole failures, retries due
-    timers = np.zeros((3, n * p.max_attempts + 16), TIMER)
-    tn = np.zeros(3, np.int64)
+    # timers: deadlines, black-hole failures, retries due; iteration ends (end, replica,
+    # iteration: at most one live each)
+    timers = np.zeros((tm.HEAPS, max(n * p.max_attempts, nrep) + 16), TIMER)
+    tn = np.zeros(tm.HEAPS, np.int64)
     # routers
     cursor = np.zeros(R, np.int64)
     brk = np.zeros((R, nrep), np.int64)
@@ -193,6 +200,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     rin = np.zeros(R, np.int64)      # retries in flight (placed or waiting out their backoff)
     f_head = np.full(R, -1, np.int64)
     f_tail = np.full(R, -1, np.int64)
+    n_front = 0                      # requests held at the front doors
     failed = np.full((n, p.max_attempts), -1, np.int64)
     # signals (§3): publications, and each router's own additions since them
     periodic = p.signal_mode != Signals.FRESH
@@ -202,8 +210,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     locc = np.zeros((R, nrep, 3), np.int64)      # o, τ, resident blocks added
     snap = np.zeros(64 if periodic else 1, SEG)  # published resident segments, owner i
     loc = np.zeros(64 if local else 1, SEG)      # routed segments, owner ro·N + i
-    snap_n = 0
-    loc_n = 0
+    snap_n = np.int64(0)
+    loc_n = np.int64(0)
     # scratch
     cand = np.empty(nrep, np.int64)
     views = np.zeros(nrep, VIEW)      # a router's view of each candidate at a decision
@@ -218,9 +226,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     done_log = np.empty((2, n), np.int64)   # replica and request of each completion, in time order
     done_ro = np.empty(n, np.int64)         # its router
     done_t = np.empty(n)
-    n_done = 0
+    n_done = np.int64(0)
     rw_head = 0
-    ru_pos = 0
+    ru_pos = np.int64(0)
     k = 0
     ev = 0
     n_ev = events.shape[0]
@@ -231,17 +239,58 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     past = False                       # the run has gone past the horizon
     seen_warmup = False                # requests in the system after time warm-up was processed: taken
     backlog_w = 0
+    t = -np.inf
     prev_t = -np.inf
-    ends = np.zeros(nrep + 1, TIMER)   # iteration ends: (end, replica, iteration), at most one live each
-    ends_n = np.zeros(1, np.int64)
     dirty = np.empty(nrep, np.int64)   # replicas that may start an iteration at t
     marked = np.zeros(nrep, np.bool_)
     n_dirty = 0
+    c7 = 0                             # the next of them to start (phase 7 resumes there)
     ready_pending = False              # a recovered replica is not yet ready
-    next_pub = 0                       # the replica publishing next (they take turns)
+    next_pub = np.int64(0)             # the replica publishing next (they take turns)
     stopped = False
-    while not stopped:  # the event loop, left only to make room for more inter-token gaps
+    # The event loop. No array variable is assigned inside the inner loop (each would
+    # cost Numba reference counting at every pass): it is left, between two times or
+    # before an iteration start, only to make room in a growable array, here below,
+    # and entered again where it left off.
+    while not stopped:
+        tab_need = 0    # table entries to make room for (phase 7: an iteration start's admissions)
+        snap_need = 0   # publication snapshot entries (phase 5)
+        loc_need = 0    # routers' own additions (phase 6)
         while True:
+            # (7) iteration starts of idle replicas with work, in replica order: only those whose
+            # iteration ended or that were given work at t can be idle with work now
+            while c7 < n_dirty and tab_need == 0:
+                i = dirty[c7]
+                r = rep[i]
+                if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
+                    need = grow[i, r.started % p.block_tokens]
+                    if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
+                        integrate_nb(r, t, p)
+                        r.anon += need  # decoding only, new blocks free: no call into the pool
+                        r.kv_dec += r.n_dec
+                        begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, NONE, 0.0, NONE)
+                        tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
+                    else:
+                        # room in the table for every admission this start can make
+                        room = cnt[0] + min(r.n_wait, p.max_batch - r.n_run) * most
+                        if 2 * room > tab.shape[0]:
+                            tab_need = room
+                        else:
+                            integrate_nb(r, t, p)
+                            start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
+                                     seg_len, seg_off, mt, cnt, found, btmp, dtmp)
+                            tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
+                if tab_need == 0:
+                    marked[i] = False
+                    c7 += 1
+            if tab_need > 0:
+                break
+            n_dirty = 0
+            c7 = 0
+            if t >= horizon and mt.entered_cohort == mt.left_cohort:
+                stopped = True
+                break  # the stop: nothing of the cohort is left in the system
+            # the next time t
             # room for the gaps one time can add: a row per replica, one per re-admitted sequence
             if n_gap[0] + nrep + mt.preempted_emitting > gap_ms.shape[0]:
                 break
@@ -250,10 +299,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 t = wl_t[k]
             if ev < n_ev and events[ev].t_ms < t:
                 t = events[ev].t_ms
-            while ends_n[0] > 0 and not _end_live(ends[0], rep[ends[0].req]):
-                tm.pop_nb(ends, ends_n, 0)
-            if ends_n[0] > 0:
-                t = min(t, ends[0].t)
+            while tn[tm.ENDS] > 0 and not _end_live(timers[tm.ENDS, 0], rep[timers[tm.ENDS, 0].req]):
+                tm.pop_nb(timers, tn, tm.ENDS)
+            if tn[tm.ENDS] > 0:
+                t = min(t, timers[tm.ENDS, 0].t)
             if ready_pending:
                 ready_pending = False
                 for i in range(nrep):
@@ -263,7 +312,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             for w in range(3):
                 if tn[w] > 0:
                     t = min(t, tm.top_nb(timers, tn, w, req))
-            if n_ej.sum() > 0:
+            ejected = False
+            for ro in range(R):
+                ejected = ejected or n_ej[ro] > 0
+            if ejected:
                 for ro in range(R):
                     for i in range(nrep):
                         t = min(t, ej_until[ro, i])
@@ -274,7 +326,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if f_head[ro] >= 0:
                         t = min(t, wl_t[f_head[ro]] + front_ms)
             while si < sample_t.shape[0] and sample_t[si] < t and sample_t[si] <= horizon:
-                _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
+                _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples, cluster, si)
                 si += 1
             if not seen_warmup and t > p.warmup_ms:
                 seen_warmup = True
@@ -287,6 +339,20 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if mt.entered_cohort == mt.left_cohort or t > p.limit_ms:
                     stopped = True
                     break
+            # room in the views for what this time can add (t is found again on coming back)
+            if periodic and ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
+                if 2 * (snap_n + cnt[0]) > snap.shape[0]:  # each publication at t: at most the table's entries
+                    snap_need = snap_n + cnt[0]
+                    break
+            if local:
+                routed = n_front + tn[tm.RETRIES]  # at most these, and the arrivals at t, are routed now
+                a = k
+                while a < n and wl_t[a] == t:
+                    routed += 1
+                    a += 1
+                if 2 * (loc_n + routed * most) > loc.shape[0]:
+                    loc_need = loc_n + routed * most
+                    break
             prev_t = t
             if not window_open and t > p.warmup_ms:
                 # tokens emitted by the warm-up's end: wasted tokens count only later ones
@@ -295,17 +361,17 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if tm.in_flight_nb(req[s]):
                         req[s].gw = g_now_nb(rep, req, s)
             # (1) iteration ends, replicas in id order
-            while ends_n[0] > 0 and ends[0].t == t:
-                live = _end_live(ends[0], rep[ends[0].req])
-                i = ends[0].req
-                tm.pop_nb(ends, ends_n, 0)
+            while tn[tm.ENDS] > 0 and timers[tm.ENDS, 0].t == t:
+                i = timers[tm.ENDS, 0].req
+                live = _end_live(timers[tm.ENDS, 0], rep[i])
+                tm.pop_nb(timers, tn, tm.ENDS)
                 if live:
                     r = rep[i]
                     if not marked[i]:
                         marked[i] = True
                         dirty[n_dirty] = i
                         n_dirty += 1
-                    integrate_nb(rep[i], t, p)
+                    integrate_nb(r, t, p)
                     before = n_done
                     if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
                         emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
@@ -356,34 +422,38 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         r.fail_fast = False
                 ev += 1
             # (3) attempt failures observed at t: black holes, timeouts, front-door timeouts
-            while tn[1] > 0 and tm.top_nb(timers, tn, tm.BLACK_HOLES, req) == t:
-                s = timers[tm.BLACK_HOLES][0].req
-                tm.pop_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES)
+            while tn[tm.BLACK_HOLES] > 0 and tm.top_nb(timers, tn, tm.BLACK_HOLES, req) == t:
+                s = timers[tm.BLACK_HOLES, 0].req
+                tm.pop_nb(timers, tn, tm.BLACK_HOLES)
                 i = req[s].replica
                 cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
                 fail_req[n_fail] = s
                 fail_rep[s] = i
                 fail_crash[s] = False
                 n_fail += 1
-            while tn[0] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
-                s = timers[tm.DEADLINES][0].req
-                tm.pop_nb(timers[tm.DEADLINES], tn, tm.DEADLINES)
+            while tn[tm.DEADLINES] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
+                s = timers[tm.DEADLINES, 0].req
+                tm.pop_nb(timers, tn, tm.DEADLINES)
                 q = req[s]
+                fails = True
                 if q.ft_deadline < q.deadline and t == q.ft_deadline:  # its first-token deadline
                     if not math.isnan(q.first_ms):  # it has its first token: only the whole deadline is left
                         if not np.isinf(q.deadline):
-                            tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, q.deadline, s, q.tries)
-                        continue
-                    cum[5] += 1
+                            tm.push_nb(timers, tn, tm.DEADLINES, q.deadline, s, q.tries)
+                        fails = False
+                    else:
+                        cum[5] += 1
                 else:
                     cum[4] += 1
-                i = q.replica
-                integrate_nb(rep[i], t, p)
-                cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
-                fail_req[n_fail] = s
-                fail_rep[s] = i
-                fail_crash[s] = False
-                n_fail += 1
+                if fails:
+                    i = q.replica
+                    integrate_nb(rep[i], t, p)
+                    cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt,
+                              btmp)
+                    fail_req[n_fail] = s
+                    fail_rep[s] = i
+                    fail_crash[s] = False
+                    n_fail += 1
             if n_fail > 0:
                 for f in range(n_fail):  # they all leave "in flight" first
                     s = fail_req[f]
@@ -398,6 +468,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         f_head[ro] = req[s].f_next
                         if f_head[ro] < 0:
                             f_tail[ro] = -1
+                        n_front -= 1
                         req[s].tries += 1
                         req[s].g = 0
                         req[s].gw = 0
@@ -419,7 +490,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                                         times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
                 n_fail = 0
             # (4) breaker re-admissions
-            if n_ej.sum() > 0:
+            ejected = False
+            for ro in range(R):
+                ejected = ejected or n_ej[ro] > 0
+            if ejected:
                 for i in range(nrep):
                     for ro in range(R):
                         if ej_until[ro, i] <= t:
@@ -433,16 +507,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 pub_k[i] += 1
                 snap_n -= bk.drop_nb(snap, i, nrep)
                 if rep[i].healthy:  # a replica that is down publishes its empty state
-                    truth_nb(rep, i, pub[i])
-                    count = 0
-                    for h in range(tab.shape[0]):
-                        if tab[h].used and tab[h].replica == i:
-                            count += 1
-                    snap = bk.reserve_nb(snap, snap_n, count)
-                    for h in range(tab.shape[0]):
+                    truth_nb(rep, i, pub, i)
+                    for h in range(tab.shape[0]):  # room made before this time
                         if tab[h].used and tab[h].replica == i:
                             bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
-                    snap_n += count
+                            snap_n += 1
                 else:
                     for c in range(4):
                         pub[i, c] = 0
@@ -457,35 +526,37 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 rw_head += 1
             # (6) routing: the front door's FIFOs first, in request order of their heads ...
             blocked = 0
-            while True:
+            best = 0
+            while best >= 0:
                 best = -1
                 for ro in range(R):
                     if f_head[ro] >= 0 and (blocked >> ro) & 1 == 0 and (best < 0 or f_head[ro] < f_head[best]):
                         best = ro
-                if best < 0:
-                    break
-                s = f_head[best]
-                i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, False, wl_t, wl_P, wl_key,
-                                     seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
-                if i == -2:
-                    blocked |= 1 << best
-                    continue
-                f_head[best] = req[s].f_next
-                if f_head[best] < 0:
-                    f_tail[best] = -1
-                place_nb(tab, heap, heap_n, rep, req, p, s, i, t, False, wl_t, timers, tn, cursor, ain, cum, mt)
-                if i >= 0 and not marked[i]:
-                    marked[i] = True
-                    dirty[n_dirty] = i
-                    n_dirty += 1
-                if local and i >= 0:
-                    loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
-                    loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+                if best >= 0:
+                    s = f_head[best]
+                    i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, wl_t, wl_P, wl_key,
+                                         seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
+                                         views)
+                    if i == -2:
+                        blocked |= 1 << best
+                    else:
+                        f_head[best] = req[s].f_next
+                        if f_head[best] < 0:
+                            f_tail[best] = -1
+                        n_front -= 1
+                        place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, wl_t, timers, tn, cursor, ain,
+                                 cum, mt)
+                        if i >= 0 and not marked[i]:
+                            marked[i] = True
+                            dirty[n_dirty] = i
+                            n_dirty += 1
+                        if local and i >= 0:  # room made before this time
+                            loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             # ... then retries and arrivals due at t, in request order
             n_due = 0
-            while tn[2] > 0 and tm.top_nb(timers, tn, tm.RETRIES, req) == t:
-                due_req[n_due] = timers[tm.RETRIES][0].req
-                tm.pop_nb(timers[tm.RETRIES], tn, tm.RETRIES)
+            while tn[tm.RETRIES] > 0 and tm.top_nb(timers, tn, tm.RETRIES, req) == t:
+                due_req[n_due] = timers[tm.RETRIES, 0].req
+                tm.pop_nb(timers, tn, tm.RETRIES)
                 n_due += 1
             _sort_ints(due_req, n_due)
             d = 0
@@ -513,46 +584,28 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         else:
                             req[f_tail[ro]].f_next = s
                         f_tail[ro] = s
+                        n_front += 1
                     else:
                         settle_nb(req[s], Fate.REJECTED, mt)
                         cum[3] += 1
-                    continue
-                if i < 0 and retry:
-                    rin[req[s].router] -= 1
-                place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum, mt)
-                if i >= 0 and not marked[i]:
-                    marked[i] = True
-                    dirty[n_dirty] = i
-                    n_dirty += 1
-                if local and i >= 0:
-                    loc = bk.reserve_nb(loc, loc_n, seg_off[s + 1] - seg_off[s])
-                    loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
-            # (7) iteration starts of idle replicas with work, in replica order: only those whose
-            # iteration ended or that were given work at t can be idle with work now
-            _sort_ints(dirty, n_dirty)
-            for c in range(n_dirty):
-                i = dirty[c]
-                marked[i] = False
-                r = rep[i]
-                if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
-                    integrate_nb(rep[i], t, p)
-                    need = grow[i, r.started % p.block_tokens]
-                    if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
-                        r.anon += need  # decoding only, new blocks free: no call into the pool
-                        r.kv_dec += r.n_dec
-                        begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, 0, 0.0, 0)
-                    else:
-                        tab = start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
-                                       seg_len, seg_off, mt, cnt, found, btmp, dtmp)
-                    tm.push_nb(ends, ends_n, 0, r.end_ms, i, r.started)
-            n_dirty = 0
-            if t >= horizon and mt.entered_cohort == mt.left_cohort:
-                stopped = True
-                break  # the stop: nothing of the cohort is left in the system
-        if not stopped:
+                else:
+                    if i < 0 and retry:
+                        rin[req[s].router] -= 1
+                    place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum, mt)
+                    if i >= 0 and not marked[i]:
+                        marked[i] = True
+                        dirty[n_dirty] = i
+                        n_dirty += 1
+                    if local and i >= 0:  # room made before this time
+                        loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+            _sort_ints(dirty, n_dirty)  # phase 7 (at the top of the loop) starts them in replica order
+        if not stopped:  # make room, then go on where the loop left off
             gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], nrep + mt.preempted_emitting)
+            tab = bk.reserve_nb(tab, cnt[0], tab_need - cnt[0])
+            snap = bk.reserve_nb(snap, snap_n, snap_need - snap_n)
+            loc = bk.reserve_nb(loc, loc_n, loc_need - loc_n)
     while si < sample_t.shape[0] and sample_t[si] <= horizon:  # stopped just after the horizon
-        _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples[si], cluster[si])
+        _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples, cluster, si)
         si += 1
     if not past:
         mt.backlog_growth = (mt.entered - mt.left) - backlog_w
@@ -568,11 +621,12 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
 
 
 @nb.njit(**JIT)
-def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
-    """Record the state at t (a timeline sample): per replica, and cluster-wide."""
+def _sample_nb(rep, p, t, ej_until, pub, locc, cum, samples, cluster, si):
+    """Record the state at t (a timeline sample): per replica in ``samples[si]``, and
+    cluster-wide in ``cluster[si]``."""
     for i in range(rep.shape[0]):
         r = rep[i]
-        x = out[i]
+        x = samples[si, i]
         x.waiting = r.n_wait
         x.running = r.n_run
         x.blackholed = r.n_bh
@@ -585,10 +639,11 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, out, clu):
         x.warmth = 1.0
         if r.cold:
             x.warmth = 1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms)
-        x.view_requests, x.view_tokens, _, _ = view_nb(rep, p, 0, i, pub, locc)  # router 0's
+        x.view_requests, x.view_tokens, _, _ = view_nb(rep, p, NONE, i, pub, locc)  # router 0's
         x.placed = r.placed
         x.done = r.done_all
         x.tokens = r.tokens_all
+    clu = cluster[si]
     clu.retries = cum[0]
     clu.failures = cum[1]
     clu.shed = cum[2]

@@ -6,6 +6,7 @@ their heads, tails and counts in the replica's record."""
 import numba as nb
 
 from ..conf import JIT
+from ..nrt import hold
 from .dtypes import State
 
 
@@ -22,6 +23,7 @@ def push_back_nb(rep, req, i, s):
     r.w_tail = s
     r.n_wait += 1
     req[s].state = State.WAITING
+    hold((rep, req))
 
 
 @nb.njit(**JIT)
@@ -36,6 +38,7 @@ def push_front_nb(rep, req, i, s):
     r.w_head = s
     r.n_wait += 1
     req[s].state = State.WAITING
+    hold((rep, req))
 
 
 @nb.njit(**JIT)
@@ -46,6 +49,7 @@ def pop_front_nb(rep, req, i):
     if r.w_head >= 0:
         req[r.w_head].w_prev = -1
     r.n_wait -= 1
+    hold((rep, req))
     return s
 
 
@@ -62,6 +66,7 @@ def wait_remove_nb(rep, req, i, s):
     else:
         r.w_tail = q.w_prev
     r.n_wait -= 1
+    hold((rep, req))
 
 
 @nb.njit(**JIT)
@@ -75,6 +80,7 @@ def run_append_nb(rep, req, i, s):
         req[r.r_tail].r_next = s
     r.r_tail = s
     r.n_run += 1
+    hold((rep, req))
 
 
 @nb.njit(**JIT)
@@ -90,3 +96,4 @@ def run_remove_nb(rep, req, i, s):
     else:
         r.r_tail = q.r_prev
     r.n_run -= 1
+    hold((rep, req))

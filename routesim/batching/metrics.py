@@ -75,6 +75,9 @@ ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any",
                 "iterations", "entered", "entered_cohort", "left", "left_cohort", "preempted_emitting")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
 
+P50, P90, P99 = np.int64(50), np.int64(90), np.int64(99)
+"""Nearest ranks as typed values (a literal argument would compile ``of_sorted_nb`` once per rank)."""
+
 ITL_RANKS = np.array([50, 90, 99, 100], np.int64)
 """The nearest ranks of ``itl_p50``, ``itl_p90``, ``itl_p99`` and ``itl_max`` (rank 100: the largest)."""
 
@@ -98,8 +101,8 @@ def _per_replica_ttft(rep, ttft, where):
         fill[i] += 1
     for i in range(nrep):
         mine = bucket[start[i]:start[i + 1]]
-        rep[i].ttft_p50 = of_sorted_nb(mine, 50)
-        rep[i].ttft_p99 = of_sorted_nb(mine, 99)
+        rep[i].ttft_p50 = of_sorted_nb(mine, P50)
+        rep[i].ttft_p99 = of_sorted_nb(mine, P99)
 
 
 @nb.njit(**JIT)
@@ -151,17 +154,17 @@ def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
             mt.unfinished += 1
     _per_replica_ttft(rep, ttft[:nt], ttft_rep[:nt])
     a = np.sort(ttft[:nt])
-    mt.ttft_p50 = of_sorted_nb(a, 50)
-    mt.ttft_p90 = of_sorted_nb(a, 90)
-    mt.ttft_p99 = of_sorted_nb(a, 99)
+    mt.ttft_p50 = of_sorted_nb(a, P50)
+    mt.ttft_p90 = of_sorted_nb(a, P90)
+    mt.ttft_p99 = of_sorted_nb(a, P99)
     a = np.sort(tpot[:np_])
-    mt.tpot_p50 = of_sorted_nb(a, 50)
-    mt.tpot_p90 = of_sorted_nb(a, 90)
-    mt.tpot_p99 = of_sorted_nb(a, 99)
+    mt.tpot_p50 = of_sorted_nb(a, P50)
+    mt.tpot_p90 = of_sorted_nb(a, P90)
+    mt.tpot_p99 = of_sorted_nb(a, P99)
     a = np.sort(e2e[:nt])
-    mt.e2e_p50 = of_sorted_nb(a, 50)
-    mt.e2e_p90 = of_sorted_nb(a, 90)
-    mt.e2e_p99 = of_sorted_nb(a, 99)
+    mt.e2e_p50 = of_sorted_nb(a, P50)
+    mt.e2e_p90 = of_sorted_nb(a, P90)
+    mt.e2e_p99 = of_sorted_nb(a, P99)
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
     itl = of_weighted_nb(gap_ms, gap_n, ITL_RANKS)
     mt.itl_p50, mt.itl_p90, mt.itl_p99, mt.itl_max = itl[0], itl[1], itl[2], itl[3]

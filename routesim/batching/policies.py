@@ -16,10 +16,16 @@ router stream pre-drawn outside the kernels.
 import math
 
 import numba as nb
+import numpy as np
 
 from ..conf import JIT
+from ..nrt import hold
 from .dtypes import Policy, Score
 from .workload import GOLDEN
+
+REQUESTS, TOKENS, KV, COST = (np.int64(k) for k in Score)
+"""The Score codes as typed values: Numba compiles a function once per argument type,
+and an enum member is not the same type as the ``p.score`` field."""
 
 
 @nb.njit(**JIT)
@@ -59,7 +65,7 @@ def argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h):
         if s < best:
             best = s
     bound = best * (1.0 + p.tie_tolerance)
-    pick = -1
+    pick = np.int64(-1)  # (typed: see REQUESTS)
     for k in range(nc):
         i = cand[k]
         x = v[i]
@@ -68,6 +74,7 @@ def argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h):
         if pick < 0 or x.hit > v[pick].hit or (
                 x.hit == v[pick].hit and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):
             pick = i
+    hold((cand, v))
     return pick
 
 
@@ -75,7 +82,7 @@ def argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h):
 def _best_cache_nb(v, cand, nc, h, by_hit):
     """The candidate with the largest hit (``by_hit``) or the fewest resident blocks;
     ties: smaller o, then the tie hash."""
-    pick = -1
+    pick = np.int64(-1)  # (typed: see REQUESTS)
     for k in range(nc):
         i = cand[k]
         if pick < 0:
@@ -88,6 +95,7 @@ def _best_cache_nb(v, cand, nc, h, by_hit):
         if a < b or (a == b and (v[i].o < v[pick].o or (v[i].o == v[pick].o and
                                                         tie_hash_nb(h, i) < tie_hash_nb(h, pick)))):
             pick = i
+    hold((v, cand))
     return pick
 
 
@@ -104,10 +112,11 @@ def prefix_affinity_nb(cand, nc, p, v, prompt, allowance, h):
         hi = max(hi, x.o)
         best_hit = max(best_hit, x.hit)
     if hi - lo > p.balance_abs and hi > p.balance_rel * lo:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, allowance, h)
-    if p.block_tokens * best_hit > p.cache_threshold * prompt:
-        return _best_cache_nb(v, cand, nc, h, True)
-    return _best_cache_nb(v, cand, nc, h, False)
+        pick = argmin_tied_nb(REQUESTS, cand, nc, p, v, prompt, allowance, h)
+    else:
+        pick = _best_cache_nb(v, cand, nc, h, p.block_tokens * best_hit > p.cache_threshold * prompt)
+    hold((cand, v))
+    return pick
 
 
 @nb.njit(**JIT)
@@ -126,40 +135,39 @@ def uniforms_per_decision(code: int, choices: int) -> int:
 
 
 @nb.njit(**JIT)
-def sample_nb(code, cand, ne, p, u, cursor, v):
+def sample_nb(code, cand, ne, p, u, at, cursor, v):
     """The random or ordered part of a decision: returns the number of candidates left
-    at the front of ``cand`` (0: shed). ``u`` holds this decision's uniforms;
+    at the front of ``cand`` (0: shed). ``u[at:]`` holds this decision's uniforms;
     ``cursor`` is round robin's; ``v[i].weight`` rate_weighted's per replica."""
+    nc = ne
     if code == Policy.ROUND_ROBIN:
         if ne > 0:
             cand[0] = cand[cursor % ne]
-        return min(ne, 1)
-    if code == Policy.RANDOM:
+        nc = min(ne, 1)
+    elif code == Policy.RANDOM:
         if ne > 0:
-            cand[0] = cand[int(math.floor(u[0] * ne))]
-        return min(ne, 1)
-    if code == Policy.RATE_WEIGHTED:
-        if ne == 0:
-            return 0
-        total = 0.0
-        for k in range(ne):
-            total += v[cand[k]].weight
-        x = u[0] * total
-        acc = 0.0
-        for k in range(ne):
-            acc += v[cand[k]].weight
-            if x < acc:
-                cand[0] = cand[k]
-                return 1
-        cand[0] = cand[ne - 1]
-        return 1
-    if code == Policy.POWER_OF_D:
+            cand[0] = cand[int(math.floor(u[at] * ne))]
+        nc = min(ne, 1)
+    elif code == Policy.RATE_WEIGHTED:
+        if ne > 0:
+            total = 0.0
+            for k in range(ne):
+                total += v[cand[k]].weight
+            x = u[at] * total
+            acc = 0.0
+            k = 0
+            while k < ne - 1 and not x < acc + v[cand[k]].weight:  # the first with x < its cumulative weight
+                acc += v[cand[k]].weight
+                k += 1
+            cand[0] = cand[k]  # (the last when none)
+        nc = min(ne, 1)
+    elif code == Policy.POWER_OF_D:
         nc = min(p.choices, ne)
         for j in range(nc):  # partial shuffle of E ascending
-            k = j + int(math.floor(u[j] * (ne - j)))
+            k = j + int(math.floor(u[at + j] * (ne - j)))
             cand[j], cand[k] = cand[k], cand[j]
-        return nc
-    return ne
+    hold((cand, u, v))
+    return nc
 
 
 @nb.njit(**JIT)
@@ -169,6 +177,7 @@ def weigh_nb(code, cand, ne, rw, ro, v):
     if code == Policy.RATE_WEIGHTED:
         for k in range(ne):
             v[cand[k]].weight = 1.0 + rw[ro, cand[k]]
+    hold((cand, rw, v))
 
 
 @nb.njit(**JIT)
@@ -190,15 +199,19 @@ def choose_nb(code, cand, nc, p, v, prompt, allowance, h):
     """The replica a policy picks among cand[:nc] (nc ≥ 1), from the candidates' views
     ``v`` (replicas,) VIEW (``ramp``: a slow-starting replica's weight, 0: none)."""
     if code == Policy.ROUND_ROBIN or code == Policy.RANDOM or code == Policy.RATE_WEIGHTED:
-        return cand[0]
-    if code == Policy.LEAST_REQUESTS:
-        return argmin_tied_nb(Score.REQUESTS, cand, nc, p, v, prompt, allowance, h)
-    if code == Policy.LEAST_TOKENS:
-        return argmin_tied_nb(Score.TOKENS, cand, nc, p, v, prompt, allowance, h)
-    if code == Policy.LEAST_KV:
-        return argmin_tied_nb(Score.KV, cand, nc, p, v, prompt, allowance, h)
-    if code == Policy.LEAST_COST:
-        return argmin_tied_nb(Score.COST, cand, nc, p, v, prompt, allowance, h)
-    if code == Policy.POWER_OF_D:
-        return argmin_tied_nb(p.score, cand, nc, p, v, prompt, allowance, h)
-    return prefix_affinity_nb(cand, nc, p, v, prompt, allowance, h)
+        pick = cand[0]
+    elif code == Policy.PREFIX_AFFINITY:
+        pick = prefix_affinity_nb(cand, nc, p, v, prompt, allowance, h)
+    else:  # an argmin of the policy's score
+        kind = np.int64(p.score)
+        if code == Policy.LEAST_REQUESTS:
+            kind = REQUESTS
+        elif code == Policy.LEAST_TOKENS:
+            kind = TOKENS
+        elif code == Policy.LEAST_KV:
+            kind = KV
+        elif code == Policy.LEAST_COST:
+            kind = COST
+        pick = argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h)
+    hold((cand, v))
+    return pick

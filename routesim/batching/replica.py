@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import ieee_math
 from ..conf import JIT
+from ..nrt import hold
 from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
@@ -35,10 +36,16 @@ from .dtypes import Due, Fate, State
 
 
 @nb.njit(**JIT)
-def in_window_nb(t, p, closed_left):
-    """t in [warm-up, horizon) (closed_left) or in (warm-up, horizon]."""
-    if closed_left:
-        return p.warmup_ms <= t < p.horizon_ms
+def in_window_nb(t, p):
+    """t in [warm-up, horizon): what happens at the start of something (an arrival, a
+    placement, an iteration's start) counts in the window."""
+    return p.warmup_ms <= t < p.horizon_ms
+
+
+@nb.njit(**JIT)
+def in_window_end_nb(t, p):
+    """t in (warm-up, horizon]: what happens at the end of something (a token, a
+    completion) counts in the window."""
     return p.warmup_ms < t <= p.horizon_ms
 
 
@@ -97,6 +104,7 @@ def release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, b
         cnt[0] -= bk.unref_nb(tab, heap, heap_n, rep, i, seg_key[k], t, btmp)
     rep[i].anon -= (q.kv + b - 1) // b - q.P // b
     q.kv = 0
+    hold((tab, heap, heap_n, rep, req, seg_key, seg_off, cnt, btmp))
 
 
 @nb.njit(**JIT)
@@ -107,16 +115,15 @@ def mark_computed_nb(tab, i, s, q, c0, b, seg_key, seg_len, seg_off):
     hit = q.m // b
     hi = min(q.P // b, (q.m + q.c) // b)
     lo = max(hit, (q.m + c0) // b)
-    if hi <= lo:
-        return
     pos = 0
-    for k in range(seg_off[s], seg_off[s + 1]):
-        if pos >= hi:
-            break
+    k = seg_off[s]
+    while hi > lo and k < seg_off[s + 1] and pos < hi:
         n = seg_len[k]
         if pos + n > lo:
             bk.computed_nb(tab, i, seg_key[k], max(hit - pos, 0), min(n, hi - pos))
         pos += n
+        k += 1
+    hold((tab, seg_key, seg_len, seg_off))
 
 
 @nb.njit(**JIT)
@@ -124,13 +131,17 @@ def leading_nb(tab, i, s, seg_key, seg_len, seg_off):
     """How many leading prompt blocks of request s are resident on replica i (resident
     ids are prefix-closed, §2, and a segment is resident by a prefix of it)."""
     lead = 0
-    for k in range(seg_off[s], seg_off[s + 1]):
+    k = seg_off[s]
+    going = True
+    while going and k < seg_off[s + 1]:
         h = bk.find_nb(tab, i, seg_key[k])
         if h < 0:
-            break
-        lead += tab[h].length
-        if tab[h].length < seg_len[k]:
-            break
+            going = False
+        else:
+            lead += tab[h].length
+            going = not tab[h].length < seg_len[k]
+        k += 1
+    hold((tab, seg_key, seg_len, seg_off))
     return lead
 
 
@@ -142,54 +153,57 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
     ``found`` is scratch, one flag per segment of a prompt."""
     b = p.block_tokens
     q = req[s]
+    r = rep[i]
     total = q.P + q.g
     lead = leading_nb(tab, i, s, seg_key, seg_len, seg_off)
     hit = min(lead, (total - 1) // b)
     m = b * hit
     u = total - m
-    if p.chunked_prefill:
-        if budget <= 0:
-            return 0
-    elif not (u <= budget or first):
-        return 0
-    # every resident block of its prompt is referenced, not taken: the leading ones, and
-    # any resident beyond a hole that freed uncomputed blocks left (see blocks.py)
-    resident = 0
-    cached_res = 0
-    for k in range(seg_off[s], seg_off[s + 1]):
-        h = bk.find_nb(tab, i, seg_key[k])
-        found[k - seg_off[s]] = h >= 0
-        if h >= 0:
-            x = bk.resident_nb(tab[h])
-            resident += x
-            if tab[h].ref == 0:
-                cached_res += x
-    need = (total + b - 1) // b - resident
-    if need > bk.free_nb(rep[i], p.kv_blocks) + rep[i].cached - cached_res:
-        return 0
-    # reference what is resident, then take the rest (evicting never touches the referenced)
-    for k in range(seg_off[s], seg_off[s + 1]):
-        h = bk.find_nb(tab, i, seg_key[k])
-        if h >= 0:
-            bk.ref_nb(tab, rep, i, h, t)
-    cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp)
-    pos = 0
-    for k in range(seg_off[s], seg_off[s + 1]):
-        h = bk.find_nb(tab, i, seg_key[k])
-        if h < 0:
-            bk.add_nb(tab, rep, i, seg_key[k], seg_len[k], pos, t)
-            cnt[0] += 1
-        elif not found[k - seg_off[s]]:  # an id twice in the prompt, added just now: one block, two references
-            bk.ref_nb(tab, rep, i, h, t)
-        elif tab[h].length < seg_len[k]:
-            bk.extend_nb(tab, rep, i, h)
-        pos += seg_len[k]
-    rep[i].anon += (total + b - 1) // b - q.P // b
-    q.kv = total
-    q.m = m
-    q.u = u
-    q.c = 0
-    return min(u, budget) if p.chunked_prefill else u
+    x = 0
+    if (budget > 0) if p.chunked_prefill else (u <= budget or first):
+        # every resident block of its prompt is referenced, not taken: the leading ones, and
+        # any resident beyond a hole that freed uncomputed blocks left (see blocks.py)
+        resident = 0
+        cached_res = 0
+        for k in range(seg_off[s], seg_off[s + 1]):
+            h = bk.find_nb(tab, i, seg_key[k])
+            found[k - seg_off[s]] = h >= 0
+            e = tab[max(h, 0)]
+            if h >= 0:
+                blocks = bk.resident_nb(e)
+                resident += blocks
+                if e.ref == 0:
+                    cached_res += blocks
+        need = (total + b - 1) // b - resident
+        if need <= bk.free_nb(r, p.kv_blocks) + r.cached - cached_res:
+            # reference what is resident, then take the rest (evicting never touches the referenced)
+            for k in range(seg_off[s], seg_off[s + 1]):
+                h = bk.find_nb(tab, i, seg_key[k])
+                if h >= 0:
+                    bk.ref_nb(tab[h], r, t)
+            cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp)
+            pos = np.int64(0)  # (typed: see engine.NONE)
+            for k in range(seg_off[s], seg_off[s + 1]):
+                h = bk.find_nb(tab, i, seg_key[k])
+                e = tab[max(h, 0)]
+                if h < 0:
+                    bk.add_nb(tab, rep, i, seg_key[k], seg_len[k], pos, t)
+                    cnt[0] += 1
+                elif not found[k - seg_off[s]]:  # an id twice in the prompt, added just now: one block, two references
+                    bk.ref_nb(e, r, t)
+                elif e.length < seg_len[k]:
+                    bk.extend_nb(e, r)
+                pos += seg_len[k]
+            r.anon += (total + b - 1) // b - q.P // b
+            q.kv = total
+            q.m = m
+            q.u = u
+            q.c = 0
+            x = min(u, budget) if p.chunked_prefill else u
+        else:
+            x = 0
+    hold((tab, heap, heap_n, rep, seg_key, seg_len, seg_off, cnt, found, btmp))
+    return x
 
 
 @nb.njit(**JIT)
@@ -220,15 +234,17 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
     push_front_nb(rep, req, i, v)
     if q.g > 0:
         mt.preempted_emitting += 1
-    if in_window_nb(t, p, True):
+    if in_window_nb(t, p):
         mt.preemptions += 1
+    hold((tab, heap, heap_n, grow, rep, req, seg_key, seg_off, cnt, btmp))
 
 
 @nb.njit(**JIT)
 def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off,
              mt, cnt, found, btmp, dtmp):
-    """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. Returns
-    the block table (a larger one when admissions filled it)."""
+    """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. The block
+    table has room for every admission it can make (the engine sees to it: see
+    ``admissions_room_nb``)."""
     r = rep[i]
     b = p.block_tokens
     j = r.started
@@ -236,7 +252,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
     # 1. growth: the decoding sequences whose KV crosses a block boundary now (those of
     # residue j mod b) each take a block — all at once when the pool has them
     need = grow[i, j % b]
-    gone = bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp) if need > 0 else 0
+    gone = bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp)  # (need 0: nothing)
     if gone >= 0:
         cnt[0] -= gone
         r.anon += need
@@ -246,19 +262,21 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             q = req[s]
             nxt = q.r_next
             if q.state == State.DECODE and q.res == j % b:
-                while True:
-                    gone = bk.take_nb(tab, heap, heap_n, rep, i, 1, p.kv_blocks, btmp)
+                settled = False  # s has its block, or has itself been preempted
+                while not settled:
+                    gone = bk.take_nb(tab, heap, heap_n, rep, i, np.int64(1), p.kv_blocks, btmp)
                     if gone >= 0:
                         cnt[0] -= gone
                         r.anon += 1
-                        break
-                    v = r.r_tail
-                    _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off,
-                                mt, cnt, btmp)
-                    preempted = True
-                    if v == s:
-                        nxt = -1  # s and everything after it are preempted
-                        break
+                        settled = True
+                    else:
+                        v = r.r_tail
+                        _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key,
+                                    seg_off, mt, cnt, btmp)
+                        preempted = True
+                        if v == s:
+                            nxt = -1  # s and everything after it are preempted
+                            settled = True
             s = nxt
     n_dec = r.n_dec
     r.kv_dec += n_dec  # every decoding sequence writes one more token of KV
@@ -269,8 +287,9 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
     Q = 0.0
     chunks = 0
     pre = prefill[i]
-    if p.chunked_prefill and budget > 0:
-        for k in range(r.n_pre):
+    if p.chunked_prefill:
+        k = 0
+        while k < r.n_pre and budget > 0:
             q = req[pre[k]]
             x = min(q.u - q.c, budget)
             q.x = x
@@ -278,17 +297,15 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             Q += x * (q.m + q.c + x / 2.0)
             chunks += 1
             budget -= x
-            if budget == 0:
-                break
-    if not preempted:
-        first = True
-        while r.n_wait > 0 and r.n_run < p.max_batch:
-            s = r.w_head
-            tab = bk.reserve_nb(tab, cnt[0], seg_off[s + 1] - seg_off[s])
-            x = _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first,
-                          cnt, found, btmp)
-            if x == 0:
-                break
+            k += 1
+    first = np.bool_(True)  # (typed: a literal would compile _admit_nb twice)
+    admitting = not preempted
+    while admitting and r.n_wait > 0 and r.n_run < p.max_batch:
+        s = r.w_head
+        x = _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first,
+                      cnt, found, btmp)
+        admitting = x > 0
+        if admitting:
             pop_front_nb(rep, req, i)
             q = req[s]
             q.adm = cnt[1]
@@ -303,11 +320,12 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             chunks += 1
             budget -= x
             first = False
-            if in_window_nb(t, p, True):
+            if in_window_nb(t, p):
                 mt.hit_tokens += q.m
                 mt.admit_tokens += q.P + q.g
     begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks)
-    return tab
+    hold((tab, heap, heap_n, due, due_n, grow, rep, req, prefill, seg_key, seg_len, seg_off, cnt, found, btmp,
+          dtmp))
 
 
 @nb.njit(**JIT)
@@ -318,7 +336,7 @@ def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks):
     if r.cold:
         f = f * (1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms))
     d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
-    if in_window_nb(t, p, True):
+    if in_window_nb(t, p):
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d
     r.started += 1
@@ -337,11 +355,12 @@ def emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap):
     r.busy = False
     r.tau += r.n_over
     r.tokens_all += r.n_dec
-    if in_window_nb(t, p, False):
+    if in_window_end_nb(t, p):
         mt.tokens_window += r.n_dec
         r.tokens += r.n_dec
         if r.n_dec > 0:
             gap_nb(gap_ms, gap_n, n_gap, t - r.begin_ms, r.n_dec)
+    hold((gap_ms, gap_n, n_gap))
 
 
 @nb.njit(**JIT)
@@ -361,9 +380,10 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     done_log[0, n_done] = i
     done_log[1, n_done] = s
     r.done_all += 1
-    if in_window_nb(t, p, False):
+    if in_window_end_nb(t, p):
         mt.done_any += 1
         r.completed += 1
+    hold((tab, heap, heap_n, rep, req, seg_key, seg_off, done_log, cnt, btmp))
     return n_done + 1
 
 
@@ -375,19 +395,16 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
     done_log."""
     r = rep[i]
     j = r.started - 1
-    window = in_window_nb(t, p, False)
+    window = in_window_end_nb(t, p)
     # decoding sequences: each emits one token; those reaching A now count in τ's growth
-    while True:
-        s = next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
-        if s < 0:
-            break
+    s = next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
+    while s >= 0:
         req[s].over = True
         r.n_over += 1
+        s = next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
     emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)
-    while True:
-        s = next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
-        if s < 0:
-            break
+    s = next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
+    while s >= 0:
         q = req[s]
         q.kv = q.kv + (j + 1 - q.j0)
         q.g = q.O
@@ -400,25 +417,28 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
         q.epoch += 1
         n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log,
                               n_done, cnt, btmp)
+        s = next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
     # prefilling sequences that computed a chunk
     pre = prefill[i]
     keep = 0
     for k in range(r.n_pre):
         s = pre[k]
         q = req[s]
+        prefilling = True
         if q.x > 0:
             c0 = q.c
             q.c += q.x
             q.x = 0
             mark_computed_nb(tab, i, s, q, c0, p.block_tokens, seg_key, seg_len, seg_off)
             if q.c >= q.u:
+                prefilling = False
                 if q.g >= q.A:
                     r.tau += 1
                 if window:
                     mt.tokens_window += 1
                     r.tokens += 1
                     if q.g > 0:  # re-admitted after a preemption: the gap from its last token
-                        gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, 1)
+                        gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, np.int64(1))
                 q.g += 1
                 r.tokens_all += 1
                 if math.isnan(q.first_ms):
@@ -428,10 +448,12 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
                                           done_log, n_done, cnt, btmp)
                 else:
                     start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p, dtmp)
-                continue
-        pre[keep] = s
-        keep += 1
+        if prefilling:
+            pre[keep] = s
+            keep += 1
     r.n_pre = keep
+    hold((tab, heap, heap_n, due, due_n, grow, rep, req, pre, seg_key, seg_len, seg_off, done_log, cnt, gap_ms,
+          gap_n, n_gap, btmp, dtmp))
     return n_done
 
 
@@ -439,10 +461,11 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
 def g_now_nb(rep, req, s):
     """Tokens request s's current attempt has emitted so far."""
     q = req[s]
+    r = rep[max(q.replica, 0)]  # (read whatever its state: rep's one use)
+    g = q.g
     if q.state == State.DECODE:
-        r = rep[q.replica]
-        return q.g + (r.started - q.j0) - (1 if r.busy else 0)
-    return q.g
+        g = q.g + (r.started - q.j0) - (1 if r.busy else 0)
+    return g
 
 
 @nb.njit(**JIT)
@@ -485,6 +508,7 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
         r.tau -= tau_of_nb(q)
     q.state = State.NONE
     q.replica = -1
+    hold((tab, heap, heap_n, due_n, grow, rep, req, prefill, seg_key, seg_off, cnt, btmp))
 
 
 @nb.njit(**JIT)
@@ -536,4 +560,5 @@ def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
     due_n[i] = 0
     for k in range(grow.shape[1]):
         grow[i, k] = 0
+    hold((tab, rep, req, heap_n, due_n, grow, victims))
     return nv, gone

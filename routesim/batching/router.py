@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import ieee_math
 from ..conf import JIT
+from ..nrt import hold
 from . import blocks as bk
 from . import timers as tm
 from .dtypes import Fate, Signals, State
@@ -47,26 +48,27 @@ def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand):
                     cand[m] = i
                     m += 1
             ne = m
+    hold((rep, ejected_until, req, failed, cand))
     return ne
 
 
 @nb.njit(**JIT)
 def _failed_on_nb(failed, n_failed, s, i):
     """Did request s already fail on replica i?"""
-    for f in range(n_failed):
-        if failed[s, f] == i:
-            return True
-    return False
+    f = 0
+    while f < n_failed and failed[s, f] != i:
+        f += 1
+    return f < n_failed
 
 
 @nb.njit(**JIT)
-def truth_nb(rep, i, out):
-    """Replica i as it is: out = (o_i, τ_i, referenced blocks, resident id'd blocks)."""
+def truth_nb(rep, i, out, row):
+    """Replica i as it is: out[row] = (o_i, τ_i, referenced blocks, resident id'd blocks)."""
     r = rep[i]
-    out[0] = r.n_wait + r.n_run + r.n_bh
-    out[1] = r.tau + r.tau_bh
-    out[2] = r.anon + r.idref
-    out[3] = r.idref + r.cached
+    out[row, 0] = r.n_wait + r.n_run + r.n_bh
+    out[row, 1] = r.tau + r.tau_bh
+    out[row, 2] = r.anon + r.idref
+    out[row, 3] = r.idref + r.cached
 
 
 @nb.njit(**JIT)
@@ -75,13 +77,16 @@ def view_nb(rep, p, ro, i, pub, locc):
     blocks): fresh, the truth; periodic, its last publication ``pub[i]``;
     periodic_local, that plus ro's own placements since (``locc[ro, i]``: requests,
     tokens, resident blocks its requests' prompts add)."""
-    if p.signal_mode == Signals.FRESH:
-        r = rep[i]
-        return r.n_wait + r.n_run + r.n_bh, r.tau + r.tau_bh, r.anon + r.idref, r.idref + r.cached
-    if p.signal_mode == Signals.PERIODIC_LOCAL:
-        return (pub[i, 0] + locc[ro, i, 0], pub[i, 1] + locc[ro, i, 1], pub[i, 2],
-                pub[i, 3] + locc[ro, i, 2])
-    return pub[i, 0], pub[i, 1], pub[i, 2], pub[i, 3]
+    r = rep[i]
+    o, tau, ref, res = r.n_wait + r.n_run + r.n_bh, r.tau + r.tau_bh, r.anon + r.idref, r.idref + r.cached
+    if p.signal_mode != Signals.FRESH:
+        o, tau, ref, res = pub[i, 0], pub[i, 1], pub[i, 2], pub[i, 3]
+        if p.signal_mode == Signals.PERIODIC_LOCAL:
+            o += locc[ro, i, 0]
+            tau += locc[ro, i, 1]
+            res += locc[ro, i, 2]
+    hold((rep, pub, locc))
+    return o, tau, ref, res
 
 
 @nb.njit(**JIT)
@@ -105,18 +110,18 @@ def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg
             if seen < seg_len[k]:
                 break
         v[i].hit = min(lead, cap)
+    hold((tab, snap, loc, cand, seg_key, seg_len, seg_off, v))
 
 
 @nb.njit(**JIT)
 def front_door_nb(rep, p, ro, cand, ne, pub, locc):
     """True when every eligible replica's τ_i (as seen) is above ``admission_max_tokens``."""
-    if math.isinf(p.admission_max_tokens):
-        return False
-    for k in range(ne):
-        tau = view_nb(rep, p, ro, cand[k], pub, locc)[1]
-        if not tau > p.admission_max_tokens:
-            return False
-    return True
+    k = 0
+    if not math.isinf(p.admission_max_tokens):
+        while k < ne and view_nb(rep, p, ro, cand[k], pub, locc)[1] > p.admission_max_tokens:
+            k += 1
+    hold((rep, cand, pub, locc))
+    return k == ne and not math.isinf(p.admission_max_tokens)
 
 
 @nb.njit(**JIT)
@@ -124,16 +129,26 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
               ru, ru_pos, cursor, rw, ro, v, allowance):
     """The replica policy ``p.policy`` picks for request s among cand[:ne] (ne may be 0:
     then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
-    n = rep.shape[0]
-    code = p.policy
+    code = np.int64(p.policy)  # (as the Python side passes it: one signature)
     weigh_nb(code, cand, ne, rw, ro, v)
     draws = uniforms_nb(code, p.choices)
-    nc = sample_nb(code, cand, ne, p, ru[ru_pos:ru_pos + draws], cursor, v)
+    nc = sample_nb(code, cand, ne, p, ru, ru_pos, cursor, v)
     ru_pos += draws
-    if nc == 0:
-        return -1, ru_pos
-    if scoreless_nb(code):
-        return cand[0], ru_pos  # picked by sampling alone
+    pick = cand[0] if nc > 0 else -1  # nc 0: a shed; a policy that samples alone picks this
+    if nc > 0 and not scoreless_nb(code):
+        pick = _score_nb(tab, snap, loc, pub, locc, rep, p, s, t, nc, cand, wl_P, wl_key, seg_key, seg_len,
+                         seg_off, ro, v, allowance)
+    hold((tab, snap, loc, pub, locc, rep, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, rw, v))
+    return pick, ru_pos
+
+
+@nb.njit(**JIT)
+def _score_nb(tab, snap, loc, pub, locc, rep, p, s, t, nc, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ro, v,
+              allowance):
+    """The candidates cand[:nc]'s views of request s at t through router ro, then the
+    policy's pick among them."""
+    code = np.int64(p.policy)  # (as the Python side passes it: one signature)
+    n = rep.shape[0]
     prompt = wl_P[s]
     cap = (prompt - 1) // p.block_tokens
     ramped = p.slow_start_ms > 0 and slow_start_nb(code)
@@ -146,7 +161,9 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
             x.ramp = max(p.slow_start_min_weight,
                          ieee_math.power((t - rep[i].t_e) / p.slow_start_ms, 1.0 / p.slow_start_aggression))
     seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, v)
-    return choose_nb(code, cand, nc, p, v, prompt, allowance, wl_key[s]), ru_pos
+    pick = choose_nb(code, cand, nc, p, v, prompt, allowance, wl_key[s])
+    hold((tab, snap, loc, pub, locc, rep, cand, wl_P, wl_key, seg_key, seg_len, seg_off, v))
+    return pick
 
 
 @nb.njit(**JIT)
@@ -156,10 +173,14 @@ def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl
     -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
     ro = req[s].router
     ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand)
-    if ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, pub, locc):
-        return -2, ru_pos
-    return decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
-                     seg_off, ru, ru_pos, cursor[ro], rw, ro, v, req[s].A)
+    stopped = ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, pub, locc)
+    i = -2
+    if not stopped:
+        i, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
+                              seg_off, ru, ru_pos, cursor[ro], rw, ro, v, req[s].A)
+    hold((tab, snap, loc, pub, locc, rep, req, wl_t, wl_P, wl_key, seg_key, seg_len, seg_off, ru, cursor, rw,
+          ej_until, failed, cand, v))
+    return i, ru_pos
 
 
 @nb.njit(**JIT)
@@ -178,6 +199,7 @@ def add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             added += 1
         bk.set_len_nb(loc, owner, seg_key[k], seg_len[k])
         locc[ro, i, 2] += max(0, seg_len[k] - before)
+    hold((snap, loc, locc, req, seg_key, seg_len, seg_off))
     return added
 
 
@@ -209,11 +231,11 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
     q.ft_deadline = routed + p.ttft_timeout_ms
     first = min(q.deadline, q.ft_deadline)
     if not np.isinf(first):
-        tm.push_nb(timers[tm.DEADLINES], tn, tm.DEADLINES, first, s, q.tries)
+        tm.push_nb(timers, tn, tm.DEADLINES, first, s, q.tries)
     ain[ro] += 1
     cursor[ro] += 1
     r = rep[i]
-    window = in_window_nb(t, p, True)
+    window = in_window_nb(t, p)
     if window:
         r.assigned += 1
         r.occ_sum += (r.anon + r.idref) / p.kv_blocks
@@ -221,7 +243,7 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
     if r.fail_fast:
         q.state = State.BLACKHOLE
         q.bh_ms = t + p.fail_fast_ms
-        tm.push_nb(timers[tm.BLACK_HOLES], tn, tm.BLACK_HOLES, q.bh_ms, s, q.tries)
+        tm.push_nb(timers, tn, tm.BLACK_HOLES, q.bh_ms, s, q.tries)
         r.n_bh += 1
         r.tau_bh += q.P + q.A
     else:
@@ -249,7 +271,7 @@ def observe_failure_nb(p, s, i, crash, t, req, failed, brk, ej_until, times_ej, 
                     times_ej[ro, i] += 1
                     ej_until[ro, i] = t + p.breaker_eject_ms * times_ej[ro, i]
                     n_ej[ro] += 1
-                    if in_window_nb(t, p, True):
+                    if in_window_nb(t, p):
                         mt.breaker_ejections += 1
     if q.tries < p.max_attempts:
         allowed = True
@@ -258,7 +280,7 @@ def observe_failure_nb(p, s, i, crash, t, req, failed, brk, ej_until, times_ej, 
         if allowed:
             q.state = State.BACKOFF
             q.retry_ms = t + p.backoff_ms * 2.0 ** (q.tries - 1)
-            tm.push_nb(timers[tm.RETRIES], tn, tm.RETRIES, q.retry_ms, s, q.tries)
+            tm.push_nb(timers, tn, tm.RETRIES, q.retry_ms, s, q.tries)
             rin[ro] += 1
             return
     q.state = State.NONE

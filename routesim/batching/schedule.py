@@ -6,10 +6,11 @@ of dtype DUE; stale entries are dropped when they surface."""
 import numba as nb
 
 from ..conf import JIT
+from ..nrt import hold
 from .dtypes import Due, State
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _due_less(d, a, b):
     x = d[a]
     y = d[b]
@@ -20,7 +21,7 @@ def _due_less(d, a, b):
     return x.adm < y.adm
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _due_copy(dst, src):
     dst.j = src.j
     dst.adm = src.adm
@@ -29,23 +30,24 @@ def _due_copy(dst, src):
     dst.epoch = src.epoch
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _due_down(d, k, n, tmp):
-    while True:
+    going = True
+    while going and 2 * k + 1 < n:
         c = 2 * k + 1
-        if c >= n:
-            break
         if c + 1 < n and _due_less(d, c + 1, c):
             c += 1
-        if not _due_less(d, c, k):
-            break
-        _due_copy(tmp[0], d[k])
-        _due_copy(d[k], d[c])
-        _due_copy(d[c], tmp[0])
-        k = c
+        if _due_less(d, c, k):
+            _due_copy(tmp[0], d[k])
+            _due_copy(d[k], d[c])
+            _due_copy(d[c], tmp[0])
+            k = c
+        else:
+            going = False
+    hold((d, tmp))
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _due_live(req, i, e):
     q = req[e.req]
     return q.epoch == e.epoch and q.state == State.DECODE and q.replica == i
@@ -72,15 +74,18 @@ def schedule_nb(due, due_n, req, i, j, kind, s, dtmp):
     e.req = s
     e.epoch = req[s].epoch
     k = n
-    while k > 0:
+    going = True
+    while going and k > 0:
         parent = (k - 1) >> 1
-        if not _due_less(d, k, parent):
-            break
-        _due_copy(dtmp[0], d[k])
-        _due_copy(d[k], d[parent])
-        _due_copy(d[parent], dtmp[0])
-        k = parent
+        if _due_less(d, k, parent):
+            _due_copy(dtmp[0], d[k])
+            _due_copy(d[k], d[parent])
+            _due_copy(d[parent], dtmp[0])
+            k = parent
+        else:
+            going = False
     due_n[i] = n + 1
+    hold((d, due_n, req, dtmp))
 
 
 @nb.njit(**JIT)
@@ -88,19 +93,24 @@ def next_due_nb(due, due_n, req, i, j, kind, dtmp):
     """Pop and return the next live entry (iteration j, this kind) of replica i's
     schedule, or -1 when there is none."""
     d = due[i]
-    while due_n[i] > 0:
+    out = -1
+    going = True
+    while going and due_n[i] > 0:
         n = due_n[i]
         e = d[0]
         live = _due_live(req, i, e)
         if live and (e.j != j or e.kind != kind):
-            return -1
-        s = e.req
-        _due_copy(d[0], d[n - 1])
-        due_n[i] = n - 1
-        _due_down(d, 0, n - 1, dtmp)
-        if live:
-            return s
-    return -1
+            going = False
+        else:
+            s = e.req
+            _due_copy(d[0], d[n - 1])
+            due_n[i] = n - 1
+            _due_down(d, 0, n - 1, dtmp)
+            if live:
+                out = s
+                going = False
+    hold((d, due_n, req, dtmp))
+    return out
 
 
 @nb.njit(**JIT)
@@ -122,3 +132,4 @@ def start_decoding_nb(rep, req, due, due_n, grow, i, s, j0, p, dtmp):
     if over <= last:
         schedule_nb(due, due_n, req, i, over, Due.OVER, s, dtmp)
     schedule_nb(due, due_n, req, i, last, Due.DONE, s, dtmp)
+    hold((rep, req, due, due_n, grow, dtmp))

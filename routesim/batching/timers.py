@@ -1,64 +1,84 @@
-"""Timed entries of one run's requests (token-model.md §6), compiled: min-heaps of
-(time, request) over ``TIMER`` records — deadlines (0), black-hole failures (1) and
-retries due (2) — each entry valid while its request's attempt number is the one it
-was pushed with (stale entries are dropped when they reach the top).
+"""Timed entries of one run (token-model.md §2, §6), compiled: min-heaps of (time,
+request) over ``TIMER`` records, the rows of one array ``timers`` (heaps, capacity)
+with their sizes in ``tn`` (heaps,): deadlines (0), black-hole failures (1), retries
+due (2), each entry valid while its request's attempt number is the one it was pushed
+with, and iteration ends (3: ``req`` the replica, ``token`` its iteration). Stale
+entries are dropped when they reach the top.
+
+Every heap function takes the whole 2-D array and a row number, never a row view,
+and its loops end by a flag, not ``break``: then Numba prunes every reference count
+of its array arguments (tests/test_refcounts.py).
 """
 
 import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from ..nrt import hold
 from .dtypes import State
 
-DEADLINES, BLACK_HOLES, RETRIES = 0, 1, 2
+DEADLINES, BLACK_HOLES, RETRIES, ENDS = np.int64(0), np.int64(1), np.int64(2), np.int64(3)  # typed: no literal arguments
+HEAPS = 4
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def less_nb(h, w, a, b):
+    """Does entry a of heap w come before entry b: (time, request) order."""
+    x = h[w, a]
+    y = h[w, b]
+    if x.t != y.t:
+        return x.t < y.t
+    return x.req < y.req
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def swap_nb(h, w, a, b):
+    x = h[w, a]
+    y = h[w, b]
+    t, q, k = x.t, x.req, x.token
+    x.t, x.req, x.token = y.t, y.req, y.token
+    y.t, y.req, y.token = t, q, k
 
 
 @nb.njit(**JIT)
-def less_nb(h, a, b):
-    if h[a].t != h[b].t:
-        return h[a].t < h[b].t
-    return h[a].req < h[b].req
-
-
-@nb.njit(**JIT)
-def swap_nb(h, a, b):
-    t, q, k = h[a].t, h[a].req, h[a].token
-    h[a].t, h[a].req, h[a].token = h[b].t, h[b].req, h[b].token
-    h[b].t, h[b].req, h[b].token = t, q, k
-
-
-@nb.njit(**JIT)
-def push_nb(h, hn, which, t, s, token):
-    n = hn[which]
-    h[n].t = t
-    h[n].req = s
-    h[n].token = token
+def push_nb(h, hn, w, t, s, token):
+    """Add (t, s, token) to heap w."""
+    n = hn[w]
+    e = h[w, n]
+    e.t = t
+    e.req = s
+    e.token = token
     k = n
-    while k > 0:
+    going = True
+    while going and k > 0:
         parent = (k - 1) >> 1
-        if not less_nb(h, k, parent):
-            break
-        swap_nb(h, k, parent)
-        k = parent
-    hn[which] = n + 1
+        if less_nb(h, w, k, parent):
+            swap_nb(h, w, k, parent)
+            k = parent
+        else:
+            going = False
+    hn[w] = n + 1
+    hold((h, hn))
 
 
 @nb.njit(**JIT)
-def pop_nb(h, hn, which):
-    n = hn[which] - 1
-    swap_nb(h, 0, n)
-    hn[which] = n
+def pop_nb(h, hn, w):
+    """Remove the top of heap w."""
+    n = hn[w] - 1
+    swap_nb(h, w, 0, n)
+    hn[w] = n
     k = 0
-    while True:
+    going = True
+    while going and 2 * k + 1 < n:
         c = 2 * k + 1
-        if c >= n:
-            break
-        if c + 1 < n and less_nb(h, c + 1, c):
+        if c + 1 < n and less_nb(h, w, c + 1, c):
             c += 1
-        if not less_nb(h, c, k):
-            break
-        swap_nb(h, k, c)
-        k = c
+        if less_nb(h, w, c, k):
+            swap_nb(h, w, k, c)
+            k = c
+        else:
+            going = False
+    hold((h, hn))
 
 
 @nb.njit(**JIT)
@@ -69,22 +89,27 @@ def in_flight_nb(q):
 
 
 @nb.njit(**JIT)
-def _live(h, which, req):
-    """Is the top entry of timer heap ``which`` (0 deadlines, 1 black holes, 2 retries) live?"""
-    q = req[h[0].req]
-    if q.tries != h[0].token:
-        return False
-    if which == DEADLINES:
-        return in_flight_nb(q)
-    if which == BLACK_HOLES:
-        return q.state == State.BLACKHOLE
-    return q.state == State.BACKOFF
+def _live(e, w, req):
+    """Is entry e (a TIMER record) of timer heap w (0 deadlines, 1 black holes, 2 retries) live?"""
+    q = req[e.req]
+    live = q.tries == e.token
+    if live:
+        if w == DEADLINES:
+            live = in_flight_nb(q)
+        elif w == BLACK_HOLES:
+            live = q.state == State.BLACKHOLE
+        else:
+            live = q.state == State.BACKOFF
+    return live
 
 
 @nb.njit(**JIT)
-def top_nb(timers, tn, which, req):
-    """Time of the next live entry of a timer heap (stale tops dropped), or inf."""
-    h = timers[which]
-    while tn[which] > 0 and not _live(h, which, req):
-        pop_nb(h, tn, which)
-    return h[0].t if tn[which] > 0 else np.inf
+def top_nb(timers, tn, w, req):
+    """Time of the next live entry of timer heap w (stale tops dropped), or inf."""
+    while tn[w] > 0 and not _live(timers[w, 0], w, req):
+        pop_nb(timers, tn, w)
+    t = np.inf
+    if tn[w] > 0:
+        t = timers[w, 0].t
+    hold((timers, tn, req))
+    return t
