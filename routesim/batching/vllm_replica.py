@@ -66,7 +66,7 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
     q = req[s]
     held = vr[s, HELD]
     L = q.P + q.g
-    total = q.c + nh * b
+    total = nh * b if admit else q.c  # a waiting attempt has computed nothing (vLLM: 0 at admission)
     free0 = 0
     if admit:
         for j in range(nh):
@@ -319,6 +319,7 @@ def cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
             vb.release_nb(tab, bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], s, pk, pk_off, gbase)
         _clear_nb(vr, s)
         q.x = 0
+        q.c = 0
         run_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q)
         vb.sync_nb(r, vq, i)
@@ -342,6 +343,7 @@ def crash_nb(tab, bl, vq, vr, rep, req, i, victims):
             q.replica = -1
             q.kv = 0
             q.x = 0
+            q.c = 0
             _clear_nb(vr, s)
             victims[nv] = s
             nv += 1
