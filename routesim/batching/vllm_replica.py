@@ -137,7 +137,12 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
     while s >= 0 and B > 0:
         q = req[s]
         x = min(q.P + q.g - q.c, B)
-        ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, 0, False, p, pk, pk_off, gbase, cnt, ev)
+        # most steps of a running attempt need no new block and fill no block (a decode
+        # 15 times in 16): allocate_slots changes nothing then, so it is not called
+        ok = (q.c + x + b - 1) // b <= vr[s, HELD] and (
+            not p.prefix_caching or min(q.c + x, q.P + q.g) // b <= vr[s, NCACHED])
+        if not ok:
+            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, 0, False, p, pk, pk_off, gbase, cnt, ev)
         while not ok:
             v = r.r_tail
             _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt)
