@@ -434,3 +434,53 @@ def test_subprocess(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert_refused(proc.returncode, proc.stdout, proc.stderr, path, "simulation.dt_ms", "dt_ms must be 0", out_dir)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+
+
+# [replica] scheduler and prefix_caching (issue 22, /work/spec22b.md 1-3)
+SCHEDULER_BAD = [
+    bad("scheduler-unknown", "replica.scheduler", "unknown value 'vLLM'",
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vLLM"')),
+    bad("scheduler-number", "replica.scheduler", "expected a string",
+        ("chunked_prefill = true", "chunked_prefill = true\nscheduler = 1")),
+    bad("prefix-caching-number", "replica.prefix_caching", "expected true or false",
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nprefix_caching = 0')),
+    bad("prefix-caching-off-reserve", "replica.prefix_caching", 'needs scheduler = "vllm"',
+        ("chunked_prefill = true", "chunked_prefill = true\nprefix_caching = false")),
+    bad("vllm-budget-below-batch", "replica.max_batched_tokens", "max_batched_tokens >= max_batch",
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"'),
+        ("max_batched_tokens = 2048", "max_batched_tokens = 15")),
+    bad("vllm-unchunked-request-over-budget", "replica.max_batched_tokens", "a request of 4864 tokens",
+        ("chunked_prefill = true", 'chunked_prefill = false\nscheduler = "vllm"')),
+]
+
+
+@pytest.mark.parametrize("text,key,fragment", SCHEDULER_BAD)
+def test_bad_scheduler_keys(tmp_path, run_cli, text, key, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
+
+
+def test_bad_scheduler_trace_request_is_named(tmp_path, run_cli):
+    """Unchunked vllm mode on a trace: the first request over the budget is named, with its line."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_ms,prompt_tokens,output_tokens\n0,100,10\n5,3000,100\n")
+    text = edit(("chunked_prefill = true", 'chunked_prefill = false\nscheduler = "vllm"'),
+                ("[workload]", f'[workload]\nsource = "trace"\ntrace = {{ path = "{trace}", format = "csv" }}'),
+                ("rate_rps = [3]\n", ""))
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert_refused(*run_cli(path)[:3], path, "replica.max_batched_tokens", "line 3: request 1 has 3100 tokens",
+                   tmp_path / "out")
+
+
+@pytest.mark.parametrize("text", [
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nprefix_caching = false')),
+    edit(("chunked_prefill = true", 'chunked_prefill = false\nscheduler = "vllm"'),
+         ("max_batched_tokens = 2048", "max_batched_tokens = 4864")),   # the largest request just fits
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"'),
+         ("max_batched_tokens = 2048", "max_batched_tokens = 16")),     # = max_batch
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "reserve"\nprefix_caching = true')),
+], ids=["vllm-no-caching", "vllm-unchunked-just-fits", "vllm-budget-equals-batch", "reserve-explicit"])
+def test_scheduler_values_are_accepted(text):
+    routesim.parse_sweep(text, "ok.toml")

@@ -44,6 +44,13 @@ class Signals(IntEnum):
     PERIODIC_LOCAL = 2
 
 
+class Scheduler(IntEnum):
+    """``replica.scheduler`` (docs/model.md "scheduler = \"vllm\"")."""
+
+    RESERVE = 0    # token-model.md §2: a prompt's whole KV reserved at admission
+    VLLM = 1       # vLLM V1 0.30.0's scheduler and KV-cache manager (routesim/batching/vllm_replica.py)
+
+
 class Admission(IntEnum):
     """``router.admission.mode`` (§6)."""
 
@@ -87,6 +94,8 @@ PARAMS = np.dtype(
         ("block_tokens", np.int64),       # b
         ("max_batched_tokens", np.int64),
         ("chunked_prefill", np.bool_),
+        ("scheduler", np.int64),          # Scheduler code
+        ("prefix_caching", np.bool_),     # scheduler = "vllm": blocks are hashed and hit
         ("c0", np.float64),               # ms per iteration
         ("c_pf", np.float64),             # ms per prefill token
         ("c_attn", np.float64),           # ms per prefill token pair

@@ -25,9 +25,11 @@ from .. import ieee_math
 from ..conf import JIT, JIT_PARALLEL
 from . import blocks as bk
 from . import timers as tm
+from . import vllm_blocks as vb
+from . import vllm_replica as vm
 from .blocks import free_nb
 from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
-                     Fate, Signals, State)
+                     Fate, Scheduler, Signals, State)
 from .metrics import finish_metrics_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, empty_nb, finish_nb, g_now_nb,
                       integrate_nb, settle_nb, start_nb)
@@ -248,6 +250,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     ready_pending = False              # a recovered replica is not yet ready
     next_pub = np.int64(0)             # the replica publishing next (they take turns)
     stopped = False
+    # scheduler = "vllm" (vllm_replica.py): its pools, and every prompt block's key; the
+    # routers see its hash map in ``tab`` and each prompt as one-block segments of keys
+    vllm = p.scheduler == Scheduler.VLLM
+    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens, vllm)
+    bl, vq, vr, vs, vp = vm.state_nb(n, nrep, p.kv_blocks, p.max_batch, vllm)
+    evicted = np.zeros(1, np.int64)
+    if vllm:
+        seg_key = pk
+        seg_len = pk_len
+        seg_off = pk_off
     # The event loop. No array variable is assigned inside the inner loop (each would
     # cost Numba reference counting at every pass): it is left, between two times or
     # before an iteration start, only to make room in a growable array, here below,
@@ -264,7 +276,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 r = rep[i]
                 if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
                     need = grow[i, r.started % p.block_tokens]
-                    if r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
+                    if vllm:
+                        # room in the hash map for every block a step can hash (vllm_replica.start_nb)
+                        room = cnt[0] + p.max_batched_tokens // p.block_tokens + p.max_batch + 2
+                        if 2 * room > tab.shape[0]:
+                            tab_need = room
+                        else:
+                            integrate_nb(r, t, p)
+                            vm.start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, evicted)
+                            tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
+                    elif r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
                         integrate_nb(r, t, p)
                         r.anon += need  # decoding only, new blocks free: no call into the pool
                         r.kv_dec += r.n_dec
@@ -373,7 +394,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         n_dirty += 1
                     integrate_nb(r, t, p)
                     before = n_done
-                    if r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
+                    if vllm:
+                        n_done = vm.finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt,
+                                              done_log, n_done, gap_ms, gap_n, n_gap)
+                    elif r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
                         emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
                     else:
                         n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
@@ -398,7 +422,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 elif e.kind == EventKind.FAIL:
                     if rep[i].healthy:
                         integrate_nb(rep[i], t, p)
-                        nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
+                        if vllm:
+                            nv, gone = vm.crash_nb(tab, bl, vq, vr, rep, req, i, due_req)
+                        else:
+                            nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
                         cnt[0] -= gone
                         for v in range(nv):
                             fail_req[n_fail] = due_req[v]
@@ -426,7 +453,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 s = timers[tm.BLACK_HOLES, 0].req
                 tm.pop_nb(timers, tn, tm.BLACK_HOLES)
                 i = req[s].replica
-                cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
+                if vllm:
+                    vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
+                else:
+                    cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
                 fail_req[n_fail] = s
                 fail_rep[s] = i
                 fail_crash[s] = False
@@ -448,8 +478,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if fails:
                     i = q.replica
                     integrate_nb(rep[i], t, p)
-                    cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt,
-                              btmp)
+                    if vllm:
+                        vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
+                    else:
+                        cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off,
+                                  cnt, btmp)
                     fail_req[n_fail] = s
                     fail_rep[s] = i
                     fail_crash[s] = False

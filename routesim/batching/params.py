@@ -48,6 +48,8 @@ TOKEN_PARAMS = (
     Param("block_tokens", "replica", ("block_tokens",), 16, "tokens", "tokens per KV block (b)", kind=int, low=1),
     Param("max_batched_tokens", "replica", ("max_batched_tokens",), 8192, "tokens", "tokens one iteration computes (decode tokens included)", kind=int, low=1),
     Param("chunked_prefill", "replica", ("chunked_prefill",), True, "", "spread a prompt's computation over iterations", kind=bool),
+    Param("scheduler", "replica", ("scheduler",), "reserve", "", "how a replica schedules and manages its KV blocks: reserve (a prompt's whole KV reserved at admission, token-model.md §2) or vllm (vLLM V1 0.30.0's scheduler and KV-cache manager, docs/model.md)", kind=str, options=("reserve", "vllm")),
+    Param("prefix_caching", "replica", ("prefix_caching",), True, "", "cache and reuse KV blocks across requests (false: scheduler = \"vllm\" only)", kind=bool),
     Param("step_ms_base", "replica", ("step_ms", "base"), 6.5, "ms", "c_0: fixed time of an iteration", low=0, low_open=True),
     Param("step_ms_per_prefill_token", "replica", ("step_ms", "per_prefill_token"), 0.0198, "ms", "c_pf: time per computed prompt token", low=0),
     Param("step_ms_per_prefill_token_pair", "replica", ("step_ms", "per_prefill_token_pair"), 8.4e-7, "ms", "c_attn: time per prefill attention token pair", low=0),
@@ -108,7 +110,7 @@ TOKEN_PARAM = {p.name: p for p in TOKEN_PARAMS}
 
 SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
-                "chunked_prefill", "step_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
+                "chunked_prefill", "scheduler", "prefix_caching", "step_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
                 "fail_fast_ms"),
     "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
@@ -155,6 +157,7 @@ def check_stage(rd, stage, src):
     if max(v["dt_ms"]) > 0:
         rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
                               f"got {max(v['dt_ms']):g}")
+    _check_scheduler(rd, stage, src)
     synthetic_lengths = v["source"] == ("synthetic",) and "" in v["lengths_trace"]
     for p_long in v["p_long"] if synthetic_lengths else ():  # a trace's rows: _check_traces
         classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
@@ -170,3 +173,73 @@ def check_stage(rd, stage, src):
         if largest > pool:
             rd.fail(src("kv_blocks"), f"a request of {largest} tokens could never fit in a KV pool of "
                     f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
+
+
+def _check_scheduler(rd, stage, src):
+    """The refusals of scheduler = "vllm" (spec22b §1-3): vLLM refuses these
+    configurations, so the mode does too."""
+    v = stage.values
+    if False in v["prefix_caching"] and "reserve" in v["scheduler"]:
+        rd.fail(src("prefix_caching"), 'prefix_caching = false needs scheduler = "vllm" (the reserve '
+                                       f'scheduler always caches) in stage {stage.name!r}')
+    if "vllm" not in v["scheduler"]:
+        return
+    if min(v["max_batched_tokens"]) < max(v["max_batch"]):
+        rd.fail(src("max_batched_tokens"), f'scheduler = "vllm" needs max_batched_tokens >= max_batch '
+                f'(vLLM refuses max_num_batched_tokens < max_num_seqs), got {min(v["max_batched_tokens"])} '
+                f'< {max(v["max_batch"])} in stage {stage.name!r}')
+    if False not in v["chunked_prefill"]:
+        return
+    budget = min(v["max_batched_tokens"])
+    if v["source"] == ("synthetic",) and "" in v["lengths_trace"]:
+        for p_long in v["p_long"]:
+            classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
+            prefix = max(v["prefix_tokens"]) if max(v["prefix_probability"]) > 0 else 0
+            largest = min(max(v["context_limit"]),
+                          max(prefix + max(v[f"{c}_prompt_max"]) + max(v[f"{c}_output_max"]) for c in classes))
+            if largest > budget:
+                rd.fail(src("max_batched_tokens"), f'scheduler = "vllm" without chunked prefill needs every '
+                        f"request's prompt plus output within max_batched_tokens ({budget}); a request of "
+                        f"{largest} tokens (prefix, largest class prompt and output) may be drawn in stage "
+                        f"{stage.name!r}")
+        return
+    for P, O, line, path in _rows(rd, stage):
+        over = [k for k in range(len(P)) if P[k] + O[k] > budget]
+        if over:
+            k = over[0]
+            where = f"{path}, line {line[k]}: " if line is not None else ""
+            rd.fail(src("max_batched_tokens"), f'scheduler = "vllm" without chunked prefill needs every '
+                    f"request's prompt plus output within max_batched_tokens ({budget}): {where}request {k} "
+                    f"has {P[k] + O[k]} tokens in stage {stage.name!r}")
+
+
+def _rows(rd, stage):
+    """(prompt, output, lines, path) of every trace the stage replays or draws lengths from."""
+    from .. import traces
+    from ..config.checks import trace_file
+    v = stage.values
+    out = []
+    if v["source"] == ("trace",):
+        for path in v["trace_path"]:
+            for fmt in v["trace_format"]:
+                tr = traces.load_trace(trace_file(rd.path, path), fmt)
+                for b in v["block_tokens"]:
+                    for hbt in v["trace_hash_block_tokens"]:
+                        H = hbt or tr.hash_block_tokens or b
+                        for scale in v["trace_time_scale"]:
+                            for start in v["trace_start_s"]:
+                                for duration in v["trace_duration_s"]:
+                                    for w in v["warmup_s"]:
+                                        for m in v["measure_s"]:
+                                            rp = traces.replay(tr, block_tokens=b, start_s=start,
+                                                               duration_s=duration, time_scale=scale,
+                                                               horizon_ms=(w + m) * 1000.0,
+                                                               hash_block_tokens=H)
+                                            out.append((rp.prompt, rp.output, rp.line, tr.path))
+    else:
+        for path in v["lengths_trace"]:
+            for fmt in v["lengths_format"]:
+                tr = traces.load_trace(trace_file(rd.path, path), fmt)
+                P, O = traces.lengths_table(tr)
+                out.append((P, O, tr.line, tr.path))
+    return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Score, Signals
+from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Scheduler, Score, Signals
 from .engine import run_batch_nb
 from .params import MODEL
 from .policies import uniforms_per_decision
@@ -41,6 +41,8 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
         p["signal_mode"] = Signals.FRESH
     p["admission_mode"] = Admission[str(v["admission_mode"]).upper()]
     p["chunked_prefill"] = bool(v["chunked_prefill"])
+    p["scheduler"] = Scheduler[str(v.get("scheduler", "reserve")).upper()]
+    p["prefix_caching"] = bool(v.get("prefix_caching", True))
     p["c0"] = v["step_ms_base"]
     p["c_pf"] = v["step_ms_per_prefill_token"]
     p["c_attn"] = v["step_ms_per_prefill_token_pair"]

@@ -1,0 +1,362 @@
+"""One batching replica with ``scheduler = "vllm"``, compiled: vLLM V1 0.30.0's
+``Scheduler.schedule`` / ``update_from_output`` (conformance/VLLM-SCHEDULER.md §1,
+§4; /work/spec22b.md 10-20), on the pool of :mod:`.vllm_blocks`.
+
+The waiting FIFO and the running list (admission order) are the page's
+(:mod:`.lists`); a running attempt has state ``PREFILL`` whatever it computes (its
+``g`` is always current), with ``c`` = vLLM's ``num_computed_tokens``, ``m`` its
+admission's hit tokens, ``u`` = ``L_adm`` (``P + g`` at its admission), ``x`` its
+tokens in the step in progress and ``kv`` its ``c`` before that step. ``vr[s]`` holds
+its blocks: the last one it took (``TAILB``), its hit blocks (``NHIT``), blocks held
+(``HELD``) and hashed (``NCACHED``). ``vs[i, :vq[i, NSCHED]]`` is the step's scheduled
+order, ``vp[i, :vq[i, NPEND]]`` the attempts cancelled during it, released at its end.
+"""
+
+import math
+
+import numba as nb
+import numpy as np
+
+from ..conf import JIT
+from . import blocks as bk
+from . import vllm_blocks as vb
+from .dtypes import Fate, State
+from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
+from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, settle_nb, tau_of_nb
+from .vllm_blocks import HEAD, NPEND, NSCHED, QLEN
+
+TAILB = 0
+NHIT = 1
+HELD = 2
+NCACHED = 3
+VR_FIELDS = 4
+
+
+@nb.njit(**JIT)
+def state_nb(n, nrep, kv_blocks, max_batch, on):
+    """The mode's per-run arrays (empty when ``on`` is false): bl, vq, vr, vs, vp."""
+    if not on:
+        return (np.zeros((0, vb.FIELDS, 0), np.int64), np.zeros((nrep, vb.VQ_FIELDS), np.int64),
+                np.zeros((0, VR_FIELDS), np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0, 3), np.int64))
+    bl = np.empty((nrep, vb.FIELDS, kv_blocks), np.int64)
+    vq = np.zeros((nrep, vb.VQ_FIELDS), np.int64)
+    for i in range(nrep):
+        vb.reset_pool_nb(bl, vq, i)
+    vr = np.zeros((n, VR_FIELDS), np.int64)
+    for s in range(n):
+        vr[s, TAILB] = -1
+    vs = np.zeros((nrep, max_batch), np.int64)
+    vp = np.zeros((nrep, max_batch, 3), np.int64)
+    return bl, vq, vr, vs, vp
+
+
+@nb.njit(**JIT)
+def _clear_nb(vr, s):
+    vr[s, TAILB] = -1
+    vr[s, NHIT] = 0
+    vr[s, HELD] = 0
+    vr[s, NCACHED] = 0
+
+
+@nb.njit(**JIT)
+def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, gbase, cnt, ev):
+    """vLLM's ``allocate_slots`` (spec22b 11) for x new tokens of attempt s, with nh hit
+    blocks at an admission (``admit``: the gate first). Returns whether it succeeded."""
+    b = p.block_tokens
+    q = req[s]
+    held = vr[s, HELD]
+    L = q.P + q.g
+    total = nh * b if admit else q.c  # a waiting attempt has computed nothing (vLLM: 0 at admission)
+    free0 = 0
+    if admit:
+        for j in range(nh):
+            if bl[i, vb.REF, vb.first_block_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, s, j))] == 0:
+                free0 += 1
+    have = nh + held
+    ok = True
+    if admit and max((L + b - 1) // b - have, 0) + free0 > vq[i, QLEN]:
+        ok = False
+    elif max((total + x + b - 1) // b - have, 0) + free0 > vq[i, QLEN]:
+        ok = False
+    if ok:
+        if admit:
+            for j in range(nh):
+                vb.touch_nb(bl, vq, rep, i, vb.first_block_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, s, j)))
+            vr[s, NHIT] = nh
+            vr[s, NCACHED] = nh
+            held = nh
+        new = (total + x + b - 1) // b - held
+        if new > 0:
+            tail, gone = vb.take_nb(tab, bl, vq, rep, i, new, vr[s, TAILB], ev)
+            vr[s, TAILB] = tail
+            cnt[0] -= gone
+            held += new
+        vr[s, HELD] = held
+        if p.prefix_caching:
+            hi = min(total + x, L) // b
+            lo = vr[s, NCACHED]
+            if hi > lo:
+                # blocks lo … hi-1: walk back from the last one held
+                y = vr[s, TAILB]
+                for j in range(held - 1, lo - 1, -1):
+                    if j < hi:
+                        cnt[0] += vb.hash_block_nb(tab, bl, vq, i, y, vb.key_of_nb(pk, pk_off, gbase, s, j))
+                    y = bl[i, vb.OWN, y]
+                vr[s, NCACHED] = hi
+    return ok
+
+
+@nb.njit(**JIT)
+def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
+    """Preempt v (spec22b 12): its blocks released, ``c = 0``, it keeps g and goes to the
+    front of the waiting queue."""
+    q = req[v]
+    vb.release_nb(tab, bl, vq, rep, i, vr[v, TAILB], vr[v, NHIT], v, pk, pk_off, gbase)
+    _clear_nb(vr, v)
+    q.c = 0
+    q.x = 0
+    run_remove_nb(rep, req, i, v)
+    push_front_nb(rep, req, i, v)
+    if q.g > 0:
+        mt.preempted_emitting += 1
+    if in_window_nb(t, p):
+        mt.preemptions += 1
+
+
+@nb.njit(**JIT)
+def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
+    """One ``schedule()`` (spec22b 10-14): the running loop, then (if nothing was
+    preempted) the waiting loop. Returns whether something was preempted; the scheduled
+    attempts are ``vs[i, :vq[i, NSCHED]]``."""
+    r = rep[i]
+    b = p.block_tokens
+    B = p.max_batched_tokens
+    ns = 0
+    preempted = False
+    s = r.r_head
+    while s >= 0 and B > 0:
+        q = req[s]
+        x = min(q.P + q.g - q.c, B)
+        # most steps of a running attempt need no new block and fill no block (a decode
+        # 15 times in 16): allocate_slots changes nothing then, so it is not called
+        ok = (q.c + x + b - 1) // b <= vr[s, HELD] and (
+            not p.prefix_caching or min(q.c + x, q.P + q.g) // b <= vr[s, NCACHED])
+        if not ok:
+            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, 0, False, p, pk, pk_off, gbase, cnt, ev)
+        while not ok:
+            v = r.r_tail
+            _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt)
+            preempted = True
+            if v == s:
+                break
+            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, 0, False, p, pk, pk_off, gbase, cnt, ev)
+        if not ok:
+            break
+        vs[i, ns] = s
+        ns += 1
+        q.kv = q.c
+        q.x = x
+        q.c += x
+        B -= x
+        s = q.r_next
+    if not preempted:
+        window = in_window_nb(t, p)
+        while r.n_wait > 0 and B > 0 and r.n_run < p.max_batch:
+            h = r.w_head
+            q = req[h]
+            L = q.P + q.g
+            nh = 0
+            if p.prefix_caching:
+                for j in range((L - 1) // b):
+                    if bk.find_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, h, j)) < 0:
+                        break
+                    nh += 1
+            htok = nh * b
+            x = L - htok
+            if not p.chunked_prefill and x > B:
+                break
+            x = min(x, B)
+            if not _allocate_nb(tab, bl, vq, vr, rep, req, i, h, x, nh, True, p, pk, pk_off, gbase, cnt, ev):
+                break
+            pop_front_nb(rep, req, i)
+            q.state = State.PREFILL
+            q.adm = cnt[1]
+            cnt[1] += 1
+            run_append_nb(rep, req, i, h)
+            q.m = htok
+            q.u = L
+            q.kv = htok
+            q.x = x
+            q.c = htok + x
+            vs[i, ns] = h
+            ns += 1
+            B -= x
+            if window:
+                mt.hit_tokens += htok
+                mt.admit_tokens += L
+    vq[i, NSCHED] = ns
+    return preempted
+
+
+@nb.njit(**JIT)
+def start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
+    """Start a step on replica i at t: schedule (again at once after a step that only
+    preempted, D14), then its duration from U, Q, n, K (spec22b 15). The caller has made
+    room in the hash map ``tab`` for every block one step can hash:
+    ``max_batched_tokens // block_tokens + max_batch + 2`` entries at a load of at most
+    one half (the event loop never reassigns an array)."""
+    r = rep[i]
+    while True:
+        preempted = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev)
+        if vq[i, NSCHED] > 0 or not preempted:
+            break
+    ns = vq[i, NSCHED]
+    if ns == 0:
+        raise RuntimeError("scheduler = vllm: a step schedules nothing and preempts nothing (a stall)")
+    U = 0
+    Q = 0.0
+    n = 0
+    K = 0
+    chunks = 0
+    for k in range(ns):
+        q = req[vs[i, k]]
+        c = q.kv
+        x = q.x
+        if c < q.u:
+            U += x
+            Q += x * (c + x / 2.0)
+            chunks += 1
+        else:
+            n += 1
+            K += c + 1
+    vb.sync_nb(r, vq, i)
+    begin_nb(r, p, mt, t, n, K, U, Q, chunks)
+
+
+@nb.njit(**JIT)
+def _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, done_log, n_done):
+    """Attempt s completes at t: released at once, it leaves the replica."""
+    r = rep[i]
+    q = req[s]
+    vb.release_nb(tab, bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], s, pk, pk_off, gbase)
+    _clear_nb(vr, s)
+    r.tau -= q.P + max(q.A, q.O)
+    run_remove_nb(rep, req, i, s)
+    q.state = State.NONE
+    q.done_ms = t
+    settle_nb(q, Fate.COMPLETED, mt)
+    q.replica = -1
+    q.done_rep = i
+    done_log[0, n_done] = i
+    done_log[1, n_done] = s
+    r.done_all += 1
+    if in_window_end_nb(t, p):
+        mt.done_any += 1
+        r.completed += 1
+    return n_done + 1
+
+
+@nb.njit(**JIT)
+def finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt, done_log, n_done,
+              gap_ms, gap_n, n_gap):
+    """End replica i's step at t (spec22b 17): in scheduled order, each attempt still
+    running whose prefill is complete emits a token and may complete (released at
+    once); then the attempts cancelled during the step are released. Returns the new
+    length of done_log."""
+    r = rep[i]
+    r.busy = False
+    window = in_window_end_nb(t, p)
+    dec = 0
+    for k in range(vq[i, NSCHED]):
+        s = vs[i, k]
+        q = req[s]
+        q.x = 0
+        if q.state != State.PREFILL or q.replica != i or q.c != q.P + q.g:
+            continue
+        if q.g >= q.A:
+            r.tau += 1
+        if window:
+            mt.tokens_window += 1
+            r.tokens += 1
+            if q.g > 0:
+                if q.last_ms == r.begin_ms:
+                    dec += 1
+                else:  # re-admitted after a preemption: the gap from its last token
+                    gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, 1)
+        q.g += 1
+        r.tokens_all += 1
+        if math.isnan(q.first_ms):
+            q.first_ms = t
+        q.last_ms = t
+        if q.g == q.O:
+            n_done = _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, done_log, n_done)
+    if dec > 0:
+        gap_nb(gap_ms, gap_n, n_gap, t - r.begin_ms, dec)
+    vq[i, NSCHED] = 0
+    for k in range(vq[i, NPEND]):
+        vb.release_nb(tab, bl, vq, rep, i, vp[i, k, 1], vp[i, k, 2], vp[i, k, 0], pk, pk_off, gbase)
+    vq[i, NPEND] = 0
+    vb.sync_nb(r, vq, i)
+    return n_done
+
+
+@nb.njit(**JIT)
+def cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
+    """Take request s's attempt off replica i at t (spec22b 18): out of the waiting queue
+    or the running list at once; a running one's blocks are released at once on an idle
+    replica, else when the step in progress ends (its output discarded)."""
+    r = rep[i]
+    q = req[s]
+    if q.state == State.BLACKHOLE:
+        r.n_bh -= 1
+        r.tau_bh -= q.P + q.A
+    elif q.state == State.WAITING:
+        wait_remove_nb(rep, req, i, s)
+        r.tau -= tau_of_nb(q)
+    else:
+        if r.busy:
+            k = vq[i, NPEND]
+            vp[i, k, 0] = s
+            vp[i, k, 1] = vr[s, TAILB]
+            vp[i, k, 2] = vr[s, NHIT]
+            vq[i, NPEND] = k + 1
+        else:
+            vb.release_nb(tab, bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], s, pk, pk_off, gbase)
+        _clear_nb(vr, s)
+        q.x = 0
+        q.c = 0
+        run_remove_nb(rep, req, i, s)
+        r.tau -= tau_of_nb(q)
+        vb.sync_nb(r, vq, i)
+    q.state = State.NONE
+    q.replica = -1
+
+
+@nb.njit(**JIT)
+def crash_nb(tab, bl, vq, vr, rep, req, i, victims):
+    """Replica i goes down (spec22b 19): every attempt on it ends, the scheduler is gone
+    (every block free and unhashed, the hash map empty, pending releases dropped).
+    ``victims`` receives the requests whose attempts failed; returns their number and the
+    table entries deleted."""
+    r = rep[i]
+    nv = 0
+    for s in range(req.shape[0]):
+        q = req[s]
+        if q.replica == i and (q.state == State.WAITING or q.state == State.PREFILL
+                               or q.state == State.DECODE or q.state == State.BLACKHOLE):
+            q.state = State.NONE
+            q.replica = -1
+            q.kv = 0
+            q.x = 0
+            q.c = 0
+            _clear_nb(vr, s)
+            victims[nv] = s
+            nv += 1
+    gone = bk.drop_nb(tab, i, rep.shape[0])
+    vb.reset_pool_nb(bl, vq, i)
+    r.anon = 0
+    r.idref = 0
+    r.cached = 0
+    r.healthy = False
+    empty_nb(r)
+    return nv, gone

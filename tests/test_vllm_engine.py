@@ -1,0 +1,153 @@
+"""The compiled engine's scheduler = "vllm" mode against vLLM 0.30.0's own scheduler
+(issue 22): the 400 recorded cases (conformance/recorded/, VLLM-SCHEDULER.md §3), each
+replayed on one replica through the engine's run kernel (``engine.run_one_nb``, as the
+sweep runs it, with the case's requests as a trace's rows and their block ids in full),
+compared request by request with the recording: first-token and completion times bit
+for bit, and per case the preemptions, completions and prefix-hit tokens.
+
+All 400 cases go through one compiled call (``_run_cases``), so the suite costs one
+compilation and well under a second of simulation.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numba as nb
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from conformance import record  # noqa: E402
+from routesim.batching import runs as br  # noqa: E402
+from routesim.batching.dtypes import KEPT, METRICS, REPLICA, Fate  # noqa: E402
+from routesim.batching.engine import run_one_nb  # noqa: E402
+from routesim.batching.workload import TokenWorkload, segments_from_ids  # noqa: E402
+
+import token_reference as ref  # noqa: E402
+
+KEY_STEP = 0.6180339887498949
+
+
+def case_values(case):
+    """The case as flat parameter values: one replica, every request in the cohort (no
+    warm-up) and a window long enough for every step (counters are of the window)."""
+    rep = case["replica"]
+    c = rep["step_ms"]
+    v = ref.defaults()
+    v.update(max_batch=rep["max_num_seqs"], kv_blocks=rep["num_blocks"], block_tokens=rep["block_size"],
+             max_batched_tokens=rep["max_num_batched_tokens"], chunked_prefill=rep["chunked_prefill"],
+             step_ms_base=c["base"], step_ms_per_prefill_token=c["per_prefill_token"],
+             step_ms_per_prefill_token_pair=c["per_prefill_token_pair"],
+             step_ms_per_decode_sequence=c["per_decode_sequence"], step_ms_per_kv_token=c["per_kv_token"],
+             warmup_s=0.0, measure_s=1e7, drain_s=0.0, scheduler="vllm", prefix_caching=bool(rep["prefix_caching"]))
+    return v
+
+
+def case_workload(case):
+    """The case's requests as the engine's workload (a CSV trace's rows with every block id)."""
+    reqs = case["requests"]
+    ids = [i for q in reqs for i in q["block_ids"]]
+    off = np.cumsum([0] + [len(q["block_ids"]) for q in reqs])
+    seg_key, seg_len, seg_off = segments_from_ids(np.array(ids, np.int64), off)
+    n = len(reqs)
+    return TokenWorkload(t_ms=np.array([q["arrival_ms"] for q in reqs], float),
+                         prompt=np.array([q["prompt_tokens"] for q in reqs], np.int64),
+                         output=np.array([q["output_tokens"] for q in reqs], np.int64),
+                         key=np.array([(k * KEY_STEP) % 1.0 for k in range(n)]),
+                         group=np.full(n, -1, np.int64), seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)
+
+
+@nb.njit
+def _run_cases(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, metrics,
+               keep):
+    for r in range(params.shape[0]):
+        p = params[r]
+        lo = wl_off[r]
+        hi = wl_off[r + 1]
+        run_one_nb(p, rep[r], events, wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], seg_key, seg_len,
+                   seg_off[lo + r:hi + r + 1], ru, metrics[r], np.zeros(0), np.zeros((0, 1), SAMPLE_T),
+                   np.zeros(0, CLUSTER_T), keep[lo:hi])
+
+
+from routesim.batching.dtypes import CLUSTER_SAMPLE as CLUSTER_T, SAMPLE as SAMPLE_T  # noqa: E402
+
+
+def run_engine(cases):
+    """(metrics (cases,), keep (requests,) KEPT, offsets) of the engine on the cases."""
+    wls = [case_workload(c) for c in cases]
+    packed = br.Packed.of(wls)
+    params = np.concatenate([br.params_row(case_values(c), "round_robin", n_replicas=1).reshape(1)
+                             for c in cases])
+    rep = np.zeros((len(cases), 1), REPLICA)
+    rep["factor"] = 1.0
+    metrics = np.zeros(len(cases), METRICS)
+    keep = np.zeros(packed.off[-1], KEPT)
+    _run_cases(params, rep, br.event_rows([]), packed.t, packed.prompt, packed.output, packed.key,
+               packed.seg_key, packed.seg_len, packed.seg_off, packed.off, np.zeros(0), metrics, keep)
+    return metrics, keep, packed.off
+
+
+@pytest.fixture(scope="module")
+def recording():
+    return record.load()
+
+
+@pytest.fixture(scope="module")
+def engine(recording):
+    return run_engine(recording["cases"])
+
+
+def case_differences(res, metrics, keep):
+    """Every difference of one case between the engine and vLLM's recording."""
+    diffs = []
+    reqs = res["requests"]
+    if len(keep) != len(reqs):
+        return [("requests", len(keep), len(reqs))]
+    for k, q in enumerate(reqs):
+        if keep[k]["outcome"] != Fate.COMPLETED:
+            diffs.append((f"request {k}", "outcome", int(keep[k]["outcome"]), "completed"))
+            continue
+        for field, want in (("first_ms", q["first_token_ms"]), ("done_ms", q["completion_ms"])):
+            got = float(keep[k][field])
+            if got != want:
+                diffs.append((f"request {k}", field, got, want))
+    pre = sum(q["preemptions"] for q in reqs)
+    hits = sum(sum(q["hits"]) for q in reqs)
+    admitted = sum(len(q["hits"]) for q in reqs)
+    for field, got, want in (("preemptions", int(metrics["preemptions"]), pre),
+                             ("completed", int(metrics["completed"]), len(reqs)),
+                             ("hit_tokens", int(metrics["hit_tokens"]), hits)):
+        if got != want:
+            diffs.append(("case", field, got, want))
+    del admitted
+    return diffs
+
+
+def test_every_recorded_case_is_identical(recording, engine):
+    """All 400 cases: every request's first-token and completion times bit for bit, and
+    the case's preemptions, completions and hit tokens."""
+    metrics, keep, off = engine
+    bad = {}
+    for c, (case, res) in enumerate(zip(recording["cases"], recording["results"])):
+        diffs = case_differences(res, metrics[c], keep[off[c]:off[c + 1]])
+        if diffs:
+            bad[case["name"]] = diffs[:3]
+    assert not bad, f"{len(bad)} of {len(recording['cases'])} cases differ from vLLM, e.g. {list(bad.items())[:4]}"
+
+
+def test_the_comparison_can_fail(recording, engine):
+    """A one-ulp change of a time or one more preemption is reported."""
+    import copy
+    import math
+    metrics, keep, off = engine
+    res = copy.deepcopy(recording["results"][0])
+    res["requests"][0]["completion_ms"] = math.nextafter(res["requests"][0]["completion_ms"], math.inf)
+    assert case_differences(res, metrics[0], keep[off[0]:off[1]])
+    res = copy.deepcopy(recording["results"][0])
+    res["requests"][0]["preemptions"] += 1
+    assert case_differences(res, metrics[0], keep[off[0]:off[1]])
