@@ -21,6 +21,7 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from ..nrt import hold
 from . import blocks as bk
 
 REF = 0
@@ -64,7 +65,7 @@ def reset_pool_nb(bl, vq, i):
     vq[i, NPEND] = 0
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _unlink_nb(bl, vq, i, x):
     """Take block x out of replica i's free queue, wherever it is."""
     a = bl[i, PREV, x]
@@ -80,7 +81,7 @@ def _unlink_nb(bl, vq, i, x):
     vq[i, QLEN] -= 1
 
 
-@nb.njit(**JIT)
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _insert_after_nb(bl, vq, i, a, x):
     """Put block x into the free queue after block a (a = -1: at the head)."""
     c = vq[i, HEAD] if a < 0 else bl[i, NEXT, a]
@@ -112,15 +113,18 @@ def hash_block_nb(tab, bl, vq, i, x, key):
     bl[i, KEY, x] = key
     bl[i, HNEXT, x] = -1
     h = bk.find_nb(tab, i, key)
+    added = 0
     if h >= 0:
         e = tab[h]
         bl[i, HNEXT, e.full] = x
         e.full = x
         e.comp += 1
-        return 0
-    bk._put_nb(tab, i, key, 1, 0, 0.0, x, 0, x, 1, False)
-    vq[i, NKEYS] += 1
-    return 1
+    else:
+        bk._put_nb(tab, i, key, 1, 0, 0.0, x, 0, x, 1, False)
+        vq[i, NKEYS] += 1
+        added = 1
+    hold((tab, bl, vq))
+    return added
 
 
 @nb.njit(**JIT)
@@ -148,6 +152,7 @@ def _evict_nb(tab, bl, vq, i, x):
                 e.full = a
     bl[i, KEY, x] = NOKEY
     bl[i, HNEXT, x] = -1
+    hold((tab, bl, vq))
     return gone
 
 
@@ -180,6 +185,7 @@ def touch_nb(bl, vq, rep, i, x):
         rep[i].cached -= 1
         vq[i, NREF] += 1
     bl[i, REF, x] += 1
+    hold((bl, vq, rep))
 
 
 @nb.njit(**JIT)
@@ -196,6 +202,7 @@ def _unref_nb(bl, vq, rep, i, x, front):
         else:
             _insert_after_nb(bl, vq, i, vq[i, TAIL], x)
             rep[i].cached += 1
+    hold((bl, vq, rep))
     return front
 
 

@@ -18,12 +18,13 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from ..nrt import hold
 from . import blocks as bk
 from . import vllm_blocks as vb
 from .dtypes import Fate, State
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, settle_nb, tau_of_nb
-from .vllm_blocks import HEAD, NPEND, NSCHED, QLEN
+from .vllm_blocks import NPEND, NSCHED, QLEN
 
 TAILB = 0
 NHIT = 1
@@ -103,6 +104,7 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
                         cnt[0] += vb.hash_block_nb(tab, bl, vq, i, y, vb.key_of_nb(pk, pk_off, gbase, s, j))
                     y = bl[i, vb.OWN, y]
                 vr[s, NCACHED] = hi
+    hold((tab, bl, vq, vr, rep, req, pk, pk_off, cnt, ev))
     return ok
 
 
@@ -195,6 +197,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
                 mt.hit_tokens += htok
                 mt.admit_tokens += L
     vq[i, NSCHED] = ns
+    hold((tab, bl, vq, vr, vs, rep, req, pk, pk_off, cnt, ev))
     return preempted
 
 
@@ -330,6 +333,7 @@ def cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
         vb.sync_nb(r, vq, i)
     q.state = State.NONE
     q.replica = -1
+    hold((tab, bl, vq, vr, vp, rep, req, pk, pk_off))
 
 
 @nb.njit(**JIT)
