@@ -6,7 +6,7 @@ The waiting FIFO and the running list (admission order) are the page's
 (:mod:`.lists`); a running attempt has state ``PREFILL`` whatever it computes (its
 ``g`` is always current), with ``c`` = vLLM's ``num_computed_tokens``, ``m`` its
 admission's hit tokens, ``u`` = ``L_adm`` (``P + g`` at its admission), ``x`` its
-tokens in the step in progress and ``kv`` its ``c`` before that step. ``vr[s]`` holds
+tokens in the step in progress. ``vr[s]`` holds
 its blocks: the last one it took (``TAILB``), its hit blocks (``NHIT``), blocks held
 (``HELD``) and hashed (``NCACHED``). ``vs[i, :vq[i, NSCHED]]`` is the step's scheduled
 order, ``vp[i, :vq[i, NPEND]]`` the attempts cancelled during it, released at its end.
@@ -128,13 +128,19 @@ def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
 @nb.njit(**JIT)
 def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
     """One ``schedule()`` (spec22b 10-14): the running loop, then (if nothing was
-    preempted) the waiting loop. Returns whether something was preempted; the scheduled
+    preempted) the waiting loop. Returns whether something was preempted and the step's
+    U, Q, n, K and prefilling count (spec22b 15, summed in scheduled order); the scheduled
     attempts are ``vs[i, :vq[i, NSCHED]]``."""
     r = rep[i]
     b = p.block_tokens
     B = p.max_batched_tokens
     ns = 0
     preempted = False
+    U = 0
+    Q = 0.0
+    n = 0
+    K = 0
+    chunks = 0
     s = r.r_head
     while s >= 0 and B > 0:
         q = req[s]
@@ -156,9 +162,16 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             break
         vs[i, ns] = s
         ns += 1
-        q.kv = q.c
+        c = q.c
+        if c < q.u:   # prefilling: the first prefill, or the recompute after a preemption
+            U += x
+            Q += x * (c + x / 2.0)
+            chunks += 1
+        else:
+            n += 1
+            K += c + 1
         q.x = x
-        q.c += x
+        q.c = c + x
         B -= x
         s = q.r_next
     if not preempted:
@@ -187,9 +200,11 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             run_append_nb(rep, req, i, h)
             q.m = htok
             q.u = L
-            q.kv = htok
             q.x = x
             q.c = htok + x
+            U += x   # an admission prefills (c = htok < L)
+            Q += x * (htok + x / 2.0)
+            chunks += 1
             vs[i, ns] = h
             ns += 1
             B -= x
@@ -198,7 +213,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
                 mt.admit_tokens += L
     vq[i, NSCHED] = ns
     hold((tab, bl, vq, vr, vs, rep, req, pk, pk_off, cnt, ev))
-    return preempted
+    return preempted, U, Q, n, K, chunks
 
 
 @nb.njit(**JIT)
@@ -209,29 +224,13 @@ def start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt,
     ``max_batched_tokens // block_tokens + max_batch + 2`` entries at a load of at most
     one half (the event loop never reassigns an array)."""
     r = rep[i]
-    while True:
-        preempted = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev)
+    while True:  # a step that only preempted is no iteration: schedule again at once (D14)
+        preempted, U, Q, n, K, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
+                                                     mt, cnt, ev)
         if vq[i, NSCHED] > 0 or not preempted:
             break
-    ns = vq[i, NSCHED]
-    if ns == 0:
+    if vq[i, NSCHED] == 0:
         raise RuntimeError("scheduler = vllm: a step schedules nothing and preempts nothing (a stall)")
-    U = 0
-    Q = 0.0
-    n = 0
-    K = 0
-    chunks = 0
-    for k in range(ns):
-        q = req[vs[i, k]]
-        c = q.kv
-        x = q.x
-        if c < q.u:
-            U += x
-            Q += x * (c + x / 2.0)
-            chunks += 1
-        else:
-            n += 1
-            K += c + 1
     vb.sync_nb(r, vq, i)
     begin_nb(r, p, mt, t, n, K, U, Q, chunks)
 
