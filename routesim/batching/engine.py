@@ -260,6 +260,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         seg_key = pk
         seg_len = pk_len
         seg_off = pk_off
+        for pq in range(n):  # a prompt's segments are now its blocks: the routers' room (phase 6) per request
+            most = max(most, seg_off[pq + 1] - seg_off[pq])
     # The event loop. No array variable is assigned inside the inner loop (each would
     # cost Numba reference counting at every pass): it is left, between two times or
     # before an iteration start, only to make room in a growable array, here below,
