@@ -120,7 +120,7 @@ def hash_block_nb(tab, bl, vq, i, x, key):
         e.full = x
         e.comp += 1
     else:
-        bk._put_nb(tab, i, key, 1, 0, 0.0, x, 0, x, 1, False)
+        bk._put_nb(tab, i, key, np.int64(1), np.int64(0), 0.0, x, np.int64(0), x, np.int64(1), np.bool_(False))
         vq[i, NKEYS] += 1
         added = 1
     hold((tab, bl, vq))
@@ -211,7 +211,7 @@ def release_nb(tab, bl, vq, rep, i, tail, nhit, s, pk, pk_off, gbase):
     """An attempt of request s releases its blocks, last block first: its taken blocks
     from ``tail`` back, then its ``nhit`` hit blocks (each the first-inserted block of its
     key: a referenced block stays first, later ones are inserted after it)."""
-    front = -1
+    front = np.int64(-1)
     x = tail
     while x >= 0:
         nxt = bl[i, OWN, x]
@@ -285,7 +285,7 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, on):
     f_key = np.empty(cap, np.int64)
     f_used = np.zeros(cap, np.bool_)
     fresh = -2 - g - 1
-    root = NOKEY
+    root = np.int64(NOKEY)
     for s in range(n):
         parent = root
         w = pk_off[s]

@@ -150,14 +150,16 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
         ok = (q.c + x + b - 1) // b <= vr[s, HELD] and (
             not p.prefix_caching or min(q.c + x, q.P + q.g) // b <= vr[s, NCACHED])
         if not ok:
-            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, 0, False, p, pk, pk_off, gbase, cnt, ev)
+            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off, gbase,
+                              cnt, ev)
         while not ok:
             v = r.r_tail
             _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt)
             preempted = True
             if v == s:
                 break
-            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, 0, False, p, pk, pk_off, gbase, cnt, ev)
+            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off, gbase,
+                              cnt, ev)
         if not ok:
             break
         vs[i, ns] = s
@@ -191,7 +193,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             if not p.chunked_prefill and x > B:
                 break
             x = min(x, B)
-            if not _allocate_nb(tab, bl, vq, vr, rep, req, i, h, x, nh, True, p, pk, pk_off, gbase, cnt, ev):
+            if not _allocate_nb(tab, bl, vq, vr, rep, req, i, h, x, nh, np.bool_(True), p, pk, pk_off, gbase, cnt, ev):
                 break
             pop_front_nb(rep, req, i)
             q.state = State.PREFILL
@@ -268,7 +270,7 @@ def finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt,
     r = rep[i]
     r.busy = False
     window = in_window_end_nb(t, p)
-    dec = 0
+    dec = np.int64(0)
     for k in range(vq[i, NSCHED]):
         s = vs[i, k]
         q = req[s]
@@ -284,7 +286,7 @@ def finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt,
                 if q.last_ms == r.begin_ms:
                     dec += 1
                 else:  # re-admitted after a preemption: the gap from its last token
-                    gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, 1)
+                    gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, np.int64(1))
         q.g += 1
         r.tokens_all += 1
         if math.isnan(q.first_ms):
