@@ -182,7 +182,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             h = r.w_head
             q = req[h]
             L = q.P + q.g
-            nh = 0
+            nh = np.int64(0)
             if p.prefix_caching:
                 for j in range((L - 1) // b):
                     if bk.find_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, h, j)) < 0:
