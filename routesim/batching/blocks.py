@@ -21,14 +21,15 @@ position). While referenced, a segment is resident whole.
 
 Storage grows with what is resident, never with ``kv_blocks`` as such: one
 open-addressing table keyed by (replica, segment key) (``tab``, grown by
-:func:`reserve_nb`), and per replica a min-heap of cached segments in eviction order
-(``heap[i]``, dtype ``CACHED``; stale entries dropped lazily). Anonymous blocks are
+:func:`reserve_nb`), and per replica a min-heap (routesim/heaps.py) of cached segments in eviction order
+(row ``i`` of ``heap`` (replicas, capacity) CACHED; stale entries dropped lazily). Anonymous blocks are
 only counted (``rep.anon``); free blocks are ``kv_blocks − anon − idref − cached``.
 """
 
 import numba as nb
 import numpy as np
 
+from .. import heaps
 from ..conf import JIT
 from ..nrt import hold
 from .dtypes import SEG
@@ -133,9 +134,10 @@ def reserve_nb(tab, used, extra):
 # --- the eviction heap of one replica: entries (last, -last position, last id) -----------
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _less(hp, a, b):
-    x = hp[a]
-    y = hp[b]
+def _less(heap, i, a, b):
+    """Does entry a of replica i's eviction heap go before entry b?"""
+    x = heap[i, a]
+    y = heap[i, b]
     if x.last != y.last:
         return x.last < y.last
     if x.negpos != y.negpos:
@@ -144,46 +146,12 @@ def _less(hp, a, b):
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _copy(dst, src):
-    dst.last = src.last
-    dst.negpos = src.negpos
-    dst.lastid = src.lastid
-    dst.key = src.key
-    dst.gen = src.gen
-    dst.length = src.length
-
-
-@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _swap(hp, a, b, tmp):
-    _copy(tmp[0], hp[a])
-    _copy(hp[a], hp[b])
-    _copy(hp[b], tmp[0])
-
-
-@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _sift_up(hp, k, tmp):
-    going = True
-    while going and k > 0:
-        parent = (k - 1) >> 1
-        if _less(hp, k, parent):
-            _swap(hp, k, parent, tmp)
-            k = parent
-        else:
-            going = False
-
-
-@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _sift_down(hp, k, n, tmp):
-    going = True
-    while going and 2 * k + 1 < n:
-        c = 2 * k + 1
-        if c + 1 < n and _less(hp, c + 1, c):
-            c += 1
-        if _less(hp, c, k):
-            _swap(hp, k, c, tmp)
-            k = c
-        else:
-            going = False
+def _swap(heap, i, a, b):
+    x = heap[i, a]
+    y = heap[i, b]
+    last, negpos, lastid, key, gen, length = x.last, x.negpos, x.lastid, x.key, x.gen, x.length
+    x.last, x.negpos, x.lastid, x.key, x.gen, x.length = y.last, y.negpos, y.lastid, y.key, y.gen, y.length
+    y.last, y.negpos, y.lastid, y.key, y.gen, y.length = last, negpos, lastid, key, gen, length
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
@@ -219,40 +187,29 @@ def _set_entry(x, e):
 
 
 @nb.njit(**JIT)
-def _push_cached_nb(tab, heap, heap_n, i, h, tmp):
+def _push_cached_nb(tab, heap, heap_n, i, h):
     """Segment in slot h of replica i has just become cached: queue it for eviction."""
-    hp = heap[i]
     n = heap_n[i]
-    if n == hp.shape[0]:  # full of stale entries: keep the live ones (at most the cached segments)
-        m = 0
-        for k in range(n):
-            if _valid(tab, i, hp[k]):
-                if m != k:
-                    _copy(hp[m], hp[k])
-                m += 1
-        for k in range(m // 2 - 1, -1, -1):
-            _sift_down(hp, k, m, tmp)
-        n = m
-    _set_entry(hp[n], tab[h])
-    _sift_up(hp, n, tmp)
+    if n == heap.shape[1]:  # full of stale entries: keep the live ones (at most the cached segments)
+        n = heaps.compact_nb(heap, i, n, _valid, tab, _less, _swap)
+    _set_entry(heap[i, n], tab[h])
+    heaps.push_nb(heap, i, n, _less, _swap)
     heap_n[i] = n + 1
-    hold((tab, hp, heap_n, tmp))
+    hold((tab, heap, heap_n))
 
 
 @nb.njit(**JIT)
-def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
+def evict_nb(tab, heap, heap_n, rep, i, need):
     """Evict ``need`` cached blocks of replica i in eviction order (the caller has
     checked that ``rep[i].cached >= need``). Returns the number of table entries deleted."""
-    hp = heap[i]
     r = rep[i]
     deleted = 0
     while need > 0:
         n = heap_n[i]
-        top = hp[0]
+        top = heap[i, 0]
         if not _valid(tab, i, top):  # stale: dropped
-            _copy(hp[0], hp[n - 1])
+            heaps.pop_nb(heap, i, n, _less, _swap)
             heap_n[i] = n - 1
-            _sift_down(hp, 0, n - 1, tmp)
         else:
             h = find_nb(tab, i, top.key)
             e = tab[h]
@@ -265,7 +222,7 @@ def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
                 allowed = e.length
                 for c in range(1, 3):
                     if c < n:
-                        y = hp[c]
+                        y = heap[i, c]
                         if y.last == e.last:
                             pos2 = -y.negpos
                             k = e.pos0 + e.length - 1 - pos2  # blocks at positions > pos2
@@ -282,13 +239,12 @@ def evict_nb(tab, heap, heap_n, rep, i, need, tmp):
             if e.length == 0:
                 _delete_nb(tab, h)
                 deleted += 1
-                _copy(hp[0], hp[n - 1])
+                heaps.pop_nb(heap, i, n, _less, _swap)
                 heap_n[i] = n - 1
-                _sift_down(hp, 0, n - 1, tmp)
             else:
-                _set_entry(hp[0], e)
-                _sift_down(hp, 0, n, tmp)
-    hold((tab, hp, heap_n, tmp))
+                _set_entry(heap[i, 0], e)
+                heaps.sift_down_nb(heap, i, _ZERO, n, _less, _swap)
+    hold((tab, heap, heap_n))
     return deleted
 
 
@@ -299,12 +255,12 @@ def free_nb(r, kv_blocks):
 
 
 @nb.njit(**JIT)
-def take_nb(tab, heap, heap_n, rep, i, count, kv_blocks, tmp):
+def take_nb(tab, heap, heap_n, rep, i, count, kv_blocks):
     """Make ``count`` blocks free for the caller, evicting cached blocks as needed.
     Returns the table entries deleted, or -1 (nothing changed) when they cannot be had."""
     short = count - free_nb(rep[i], kv_blocks)
     fits = short <= rep[i].cached
-    deleted = evict_nb(tab, heap, heap_n, rep, i, short if fits else 0, tmp)  # (short <= 0: nothing)
+    deleted = evict_nb(tab, heap, heap_n, rep, i, short if fits else 0)  # (short <= 0: nothing)
     return deleted if fits else -1
 
 
@@ -337,7 +293,7 @@ def extend_nb(e, r):
 
 
 @nb.njit(**JIT)
-def unref_nb(tab, heap, heap_n, rep, i, key, t, tmp):
+def unref_nb(tab, heap, heap_n, rep, i, key, t):
     """Release one reference of the resident segment ``key`` of replica i; at refcount 0
     its computed blocks become cached and its uncomputed ones free (§2 "Computed
     blocks"). Returns the table entries deleted (1 when nothing of it stays resident)."""
@@ -358,8 +314,8 @@ def unref_nb(tab, heap, heap_n, rep, i, key, t, tmp):
             deleted = 1
         else:
             e.gen += 1
-            _push_cached_nb(tab, heap, heap_n, i, h, tmp)
-    hold((tab, heap, heap_n, tmp))
+            _push_cached_nb(tab, heap, heap_n, i, h)
+    hold((tab, heap, heap_n))
     return deleted
 
 

@@ -184,8 +184,6 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     grow = np.zeros((nrep, p.block_tokens), np.int64)
     prefill = np.empty((nrep, p.max_batch), np.int64)
     found = np.zeros(most, np.bool_)  # admission's scratch: which of a prompt's segments are resident
-    btmp = np.zeros(1, CACHED)
-    dtmp = np.zeros(1, DUE)
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
     # timers: deadlines, black-hole failures, retries due; iteration ends (end, replica,
     # iteration: at most one live each)
@@ -301,7 +299,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         else:
                             integrate_nb(r, t, p)
                             start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
-                                     seg_len, seg_off, mt, cnt, found, btmp, dtmp)
+                                     seg_len, seg_off, mt, cnt, found)
                             tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
                 if tab_need == 0:
                     marked[i] = False
@@ -404,7 +402,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     else:
                         n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
                                            seg_key, seg_len, seg_off, mt, done_log, n_done, cnt, gap_ms, gap_n,
-                                           n_gap, btmp, dtmp)
+                                           n_gap)
                     for c in range(before, n_done):
                         s = done_log[1, c]
                         ro = req[s].router
@@ -458,7 +456,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if vllm:
                     vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
                 else:
-                    cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp)
+                    cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt)
                 fail_req[n_fail] = s
                 fail_rep[s] = i
                 fail_crash[s] = False
@@ -484,7 +482,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
                     else:
                         cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off,
-                                  cnt, btmp)
+                                  cnt)
                     fail_req[n_fail] = s
                     fail_rep[s] = i
                     fail_crash[s] = False

@@ -95,16 +95,16 @@ def gap_nb(gap_ms, gap_n, n_gap, ms, count):
 # --- blocks of a sequence -----------------------------------------------------------------
 
 @nb.njit(**JIT)
-def release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp):
+def release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt):
     """Sequence s on replica i releases every block it holds (kv tokens' worth);
     ``cnt[0]`` (table entries in use) loses the segments nothing of which stays resident."""
     b = p.block_tokens
     q = req[s]
     for k in range(seg_off[s], seg_off[s + 1]):
-        cnt[0] -= bk.unref_nb(tab, heap, heap_n, rep, i, seg_key[k], t, btmp)
+        cnt[0] -= bk.unref_nb(tab, heap, heap_n, rep, i, seg_key[k], t)
     rep[i].anon -= (q.kv + b - 1) // b - q.P // b
     q.kv = 0
-    hold((tab, heap, heap_n, rep, req, seg_key, seg_off, cnt, btmp))
+    hold((tab, heap, heap_n, rep, req, seg_key, seg_off, cnt))
 
 
 @nb.njit(**JIT)
@@ -147,7 +147,7 @@ def leading_nb(tab, i, s, seg_key, seg_len, seg_off):
 
 @nb.njit(**JIT)
 def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first, cnt,
-              found, btmp):
+              found):
     """Try to admit the head s of replica i's waiting queue (§2 step 2b). Returns the
     chunk it computes (> 0), or 0 when it cannot be admitted (admission stops).
     ``found`` is scratch, one flag per segment of a prompt."""
@@ -181,7 +181,7 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
                 h = bk.find_nb(tab, i, seg_key[k])
                 if h >= 0:
                     bk.ref_nb(tab[h], r, t)
-            cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp)
+            cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks)
             pos = np.int64(0)  # (typed: see engine.NONE)
             for k in range(seg_off[s], seg_off[s + 1]):
                 h = bk.find_nb(tab, i, seg_key[k])
@@ -202,12 +202,12 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
             x = min(u, budget) if p.chunked_prefill else u
         else:
             x = 0
-    hold((tab, heap, heap_n, rep, seg_key, seg_len, seg_off, cnt, found, btmp))
+    hold((tab, heap, heap_n, rep, seg_key, seg_len, seg_off, cnt, found))
     return x
 
 
 @nb.njit(**JIT)
-def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, cnt, btmp):
+def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, cnt):
     """Preempt v (the most recently admitted running sequence of replica i) at the
     start of iteration j: it releases its blocks, loses its prefill progress, keeps g,
     and goes to the front of the waiting queue."""
@@ -226,7 +226,7 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
         q.epoch += 1
     else:  # prefilling: the last of the prefill list, which is in admission order too
         r.n_pre -= 1
-    release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, cnt, btmp)
+    release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, cnt)
     q.c = 0
     q.u = 0
     q.x = 0
@@ -236,12 +236,12 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
         mt.preempted_emitting += 1
     if in_window_nb(t, p):
         mt.preemptions += 1
-    hold((tab, heap, heap_n, grow, rep, req, seg_key, seg_off, cnt, btmp))
+    hold((tab, heap, heap_n, grow, rep, req, seg_key, seg_off, cnt))
 
 
 @nb.njit(**JIT)
 def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off,
-             mt, cnt, found, btmp, dtmp):
+             mt, cnt, found):
     """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. The block
     table has room for every admission it can make (the engine sees to it: see
     ``admissions_room_nb``)."""
@@ -252,7 +252,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
     # 1. growth: the decoding sequences whose KV crosses a block boundary now (those of
     # residue j mod b) each take a block — all at once when the pool has them
     need = grow[i, j % b]
-    gone = bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks, btmp)  # (need 0: nothing)
+    gone = bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks)  # (need 0: nothing)
     if gone >= 0:
         cnt[0] -= gone
         r.anon += need
@@ -264,7 +264,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             if q.state == State.DECODE and q.res == j % b:
                 settled = False  # s has its block, or has itself been preempted
                 while not settled:
-                    gone = bk.take_nb(tab, heap, heap_n, rep, i, np.int64(1), p.kv_blocks, btmp)
+                    gone = bk.take_nb(tab, heap, heap_n, rep, i, np.int64(1), p.kv_blocks)
                     if gone >= 0:
                         cnt[0] -= gone
                         r.anon += 1
@@ -272,7 +272,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
                     else:
                         v = r.r_tail
                         _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key,
-                                    seg_off, mt, cnt, btmp)
+                                    seg_off, mt, cnt)
                         preempted = True
                         if v == s:
                             nxt = -1  # s and everything after it are preempted
@@ -303,7 +303,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
     while admitting and r.n_wait > 0 and r.n_run < p.max_batch:
         s = r.w_head
         x = _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first,
-                      cnt, found, btmp)
+                      cnt, found)
         admitting = x > 0
         if admitting:
             pop_front_nb(rep, req, i)
@@ -324,8 +324,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
                 mt.hit_tokens += q.m
                 mt.admit_tokens += q.P + q.g
     begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks)
-    hold((tab, heap, heap_n, due, due_n, grow, rep, req, prefill, seg_key, seg_len, seg_off, cnt, found, btmp,
-          dtmp))
+    hold((tab, heap, heap_n, due, due_n, grow, rep, req, prefill, seg_key, seg_len, seg_off, cnt, found))
 
 
 @nb.njit(**JIT)
@@ -364,12 +363,11 @@ def emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap):
 
 
 @nb.njit(**JIT)
-def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log, n_done, cnt,
-                 btmp):
+def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log, n_done, cnt):
     """Sequence s finishes at t: it leaves the replica with its blocks."""
     r = rep[i]
     q = req[s]
-    release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp)
+    release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
     r.tau -= q.P + max(q.A, q.O)
     run_remove_nb(rep, req, i, s)
     q.state = State.NONE
@@ -383,13 +381,13 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     if in_window_end_nb(t, p):
         mt.done_any += 1
         r.completed += 1
-    hold((tab, heap, heap_n, rep, req, seg_key, seg_off, done_log, cnt, btmp))
+    hold((tab, heap, heap_n, rep, req, seg_key, seg_off, done_log, cnt))
     return n_done + 1
 
 
 @nb.njit(**JIT)
 def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off, mt,
-              done_log, n_done, cnt, gap_ms, gap_n, n_gap, btmp, dtmp):
+              done_log, n_done, cnt, gap_ms, gap_n, n_gap):
     """End replica i's iteration at t (§2 step 4): the chunks are computed, tokens
     emitted (inter-token gaps recorded), sequences complete. Returns the new length of
     done_log."""
@@ -397,13 +395,13 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
     j = r.started - 1
     window = in_window_end_nb(t, p)
     # decoding sequences: each emits one token; those reaching A now count in τ's growth
-    s = next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
+    s = next_due_nb(due, due_n, req, i, j, Due.OVER)
     while s >= 0:
         req[s].over = True
         r.n_over += 1
-        s = next_due_nb(due, due_n, req, i, j, Due.OVER, dtmp)
+        s = next_due_nb(due, due_n, req, i, j, Due.OVER)
     emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)
-    s = next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
+    s = next_due_nb(due, due_n, req, i, j, Due.DONE)
     while s >= 0:
         q = req[s]
         q.kv = q.kv + (j + 1 - q.j0)
@@ -416,8 +414,8 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             q.over = False
         q.epoch += 1
         n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log,
-                              n_done, cnt, btmp)
-        s = next_due_nb(due, due_n, req, i, j, Due.DONE, dtmp)
+                              n_done, cnt)
+        s = next_due_nb(due, due_n, req, i, j, Due.DONE)
     # prefilling sequences that computed a chunk
     pre = prefill[i]
     keep = 0
@@ -445,15 +443,15 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
                     q.first_ms = t
                 if q.g == q.O:
                     n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt,
-                                          done_log, n_done, cnt, btmp)
+                                          done_log, n_done, cnt)
                 else:
-                    start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p, dtmp)
+                    start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p)
         if prefilling:
             pre[keep] = s
             keep += 1
     r.n_pre = keep
     hold((tab, heap, heap_n, due, due_n, grow, rep, req, pre, seg_key, seg_len, seg_off, done_log, cnt, gap_ms,
-          gap_n, n_gap, btmp, dtmp))
+          gap_n, n_gap))
     return n_done
 
 
@@ -469,7 +467,7 @@ def g_now_nb(rep, req, s):
 
 
 @nb.njit(**JIT)
-def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt, btmp):
+def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt):
     """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
     out of the waiting queue, the running list or the black hole, its blocks released;
     it emits nothing more (the iteration in progress keeps its duration)."""
@@ -482,7 +480,7 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
         wait_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q)
         if q.kv > 0:  # cannot be: a waiting sequence holds no blocks
-            release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp)
+            release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
     else:
         if q.state == State.DECODE:
             q.g = g_now_nb(rep, req, s)
@@ -503,12 +501,12 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
                     keep += 1
             r.n_pre = keep
             q.x = 0
-        release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt, btmp)
+        release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
         run_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q)
     q.state = State.NONE
     q.replica = -1
-    hold((tab, heap, heap_n, due_n, grow, rep, req, prefill, seg_key, seg_off, cnt, btmp))
+    hold((tab, heap, heap_n, due_n, grow, rep, req, prefill, seg_key, seg_off, cnt))
 
 
 @nb.njit(**JIT)

@@ -1,19 +1,22 @@
 """A batching replica's schedule of decoding sequences (token-model.md §2), compiled:
 the iterations at which something happens to a decoding sequence (its g reaches the
-allowance A, its last token) in a min-heap by (iteration, kind, admission), ``due[i]``
-of dtype DUE; stale entries are dropped when they surface."""
+allowance A, its last token) in a min-heap (routesim/heaps.py) by (iteration, kind,
+admission), row ``i`` of ``due`` (replicas, capacity) DUE; stale entries are dropped
+when they surface."""
 
 import numba as nb
 
+from .. import heaps
 from ..conf import JIT
 from ..nrt import hold
 from .dtypes import Due, State
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _due_less(d, a, b):
-    x = d[a]
-    y = d[b]
+def _due_less(d, i, a, b):
+    """Does entry a of replica i's schedule come before entry b: (iteration, kind, admission)."""
+    x = d[i, a]
+    y = d[i, b]
     if x.j != y.j:
         return x.j < y.j
     if x.kind != y.kind:
@@ -22,29 +25,12 @@ def _due_less(d, a, b):
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _due_copy(dst, src):
-    dst.j = src.j
-    dst.adm = src.adm
-    dst.kind = src.kind
-    dst.req = src.req
-    dst.epoch = src.epoch
-
-
-@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
-def _due_down(d, k, n, tmp):
-    going = True
-    while going and 2 * k + 1 < n:
-        c = 2 * k + 1
-        if c + 1 < n and _due_less(d, c + 1, c):
-            c += 1
-        if _due_less(d, c, k):
-            _due_copy(tmp[0], d[k])
-            _due_copy(d[k], d[c])
-            _due_copy(d[c], tmp[0])
-            k = c
-        else:
-            going = False
-    hold((d, tmp))
+def _due_swap(d, i, a, b):
+    x = d[i, a]
+    y = d[i, b]
+    j, adm, kind, s, epoch = x.j, x.adm, x.kind, x.req, x.epoch
+    x.j, x.adm, x.kind, x.req, x.epoch = y.j, y.adm, y.kind, y.req, y.epoch
+    y.j, y.adm, y.kind, y.req, y.epoch = j, adm, kind, s, epoch
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
@@ -54,67 +40,46 @@ def _due_live(req, i, e):
 
 
 @nb.njit(**JIT)
-def schedule_nb(due, due_n, req, i, j, kind, s, dtmp):
-    d = due[i]
+def schedule_nb(due, due_n, req, i, j, kind, s):
+    """Schedule sequence s (on replica i) for iteration j, entry kind ``kind``."""
     n = due_n[i]
-    if n == d.shape[0]:  # full: keep only live entries
-        m = 0
-        for k in range(n):
-            if _due_live(req, i, d[k]):
-                if m != k:
-                    _due_copy(d[m], d[k])
-                m += 1
-        for k in range(m // 2 - 1, -1, -1):
-            _due_down(d, k, m, dtmp)
-        n = m
-    e = d[n]
+    if n == due.shape[1]:  # full: keep only live entries
+        n = heaps.compact_nb(due, i, n, _due_live, req, _due_less, _due_swap)
+    e = due[i, n]
     e.j = j
     e.kind = kind
     e.adm = req[s].adm
     e.req = s
     e.epoch = req[s].epoch
-    k = n
-    going = True
-    while going and k > 0:
-        parent = (k - 1) >> 1
-        if _due_less(d, k, parent):
-            _due_copy(dtmp[0], d[k])
-            _due_copy(d[k], d[parent])
-            _due_copy(d[parent], dtmp[0])
-            k = parent
-        else:
-            going = False
+    heaps.push_nb(due, i, n, _due_less, _due_swap)
     due_n[i] = n + 1
-    hold((d, due_n, req, dtmp))
+    hold((due, due_n, req))
 
 
 @nb.njit(**JIT)
-def next_due_nb(due, due_n, req, i, j, kind, dtmp):
+def next_due_nb(due, due_n, req, i, j, kind):
     """Pop and return the next live entry (iteration j, this kind) of replica i's
     schedule, or -1 when there is none."""
-    d = due[i]
     out = -1
     going = True
     while going and due_n[i] > 0:
-        n = due_n[i]
-        e = d[0]
+        e = due[i, 0]
         live = _due_live(req, i, e)
         if live and (e.j != j or e.kind != kind):
             going = False
         else:
             s = e.req
-            _due_copy(d[0], d[n - 1])
-            due_n[i] = n - 1
-            _due_down(d, 0, n - 1, dtmp)
+            heaps.pop_nb(due, i, due_n[i], _due_less, _due_swap)
+            due_n[i] -= 1
             if live:
                 out = s
                 going = False
-    hold((d, due_n, req, dtmp))
+    hold((due, due_n, req))
     return out
 
 
 @nb.njit(**JIT)
-def start_decoding_nb(rep, req, due, due_n, grow, i, s, j0, p, dtmp):
+def start_decoding_nb(rep, req, due, due_n, grow, i, s, j0, p):
     """Sequence s decodes from iteration j0 with its current kv and g: schedule it."""
     q = req[s]
     r = rep[i]
@@ -130,6 +95,6 @@ def start_decoding_nb(rep, req, due, due_n, grow, i, s, j0, p, dtmp):
     grow[i, q.res] += 1
     over = j0 + max(0, q.A - q.g)  # never, when A is O ("exact")
     if over <= last:
-        schedule_nb(due, due_n, req, i, over, Due.OVER, s, dtmp)
-    schedule_nb(due, due_n, req, i, last, Due.DONE, s, dtmp)
-    hold((rep, req, due, due_n, grow, dtmp))
+        schedule_nb(due, due_n, req, i, over, Due.OVER, s)
+    schedule_nb(due, due_n, req, i, last, Due.DONE, s)
+    hold((rep, req, due, due_n, grow))

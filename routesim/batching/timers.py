@@ -1,5 +1,5 @@
-"""Timed entries of one run (token-model.md §2, §6), compiled: min-heaps of (time,
-request) over ``TIMER`` records, the rows of one array ``timers`` (heaps, capacity)
+"""Timed entries of one run (token-model.md §2, §6), compiled: min-heaps (routesim/heaps.py)
+of (time, request) over ``TIMER`` records, the rows of one array ``timers`` (heaps, capacity)
 with their sizes in ``tn`` (heaps,): deadlines (0), black-hole failures (1), retries
 due (2), each entry valid while its request's attempt number is the one it was pushed
 with, and iteration ends (3: ``req`` the replica, ``token`` its iteration). Stale
@@ -13,6 +13,7 @@ of its array arguments (tests/test_refcounts.py).
 import numba as nb
 import numpy as np
 
+from .. import heaps
 from ..conf import JIT
 from ..nrt import hold
 from .dtypes import State
@@ -48,15 +49,7 @@ def push_nb(h, hn, w, t, s, token):
     e.t = t
     e.req = s
     e.token = token
-    k = n
-    going = True
-    while going and k > 0:
-        parent = (k - 1) >> 1
-        if less_nb(h, w, k, parent):
-            swap_nb(h, w, k, parent)
-            k = parent
-        else:
-            going = False
+    heaps.push_nb(h, w, n, less_nb, swap_nb)
     hn[w] = n + 1
     hold((h, hn))
 
@@ -64,20 +57,8 @@ def push_nb(h, hn, w, t, s, token):
 @nb.njit(**JIT)
 def pop_nb(h, hn, w):
     """Remove the top of heap w."""
-    n = hn[w] - 1
-    swap_nb(h, w, 0, n)
-    hn[w] = n
-    k = 0
-    going = True
-    while going and 2 * k + 1 < n:
-        c = 2 * k + 1
-        if c + 1 < n and less_nb(h, w, c + 1, c):
-            c += 1
-        if less_nb(h, w, c, k):
-            swap_nb(h, w, k, c)
-            k = c
-        else:
-            going = False
+    heaps.pop_nb(h, w, hn[w], less_nb, swap_nb)
+    hn[w] -= 1
     hold((h, hn))
 
 

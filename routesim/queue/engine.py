@@ -24,10 +24,13 @@ A step costs O(log replicas) plus the policy's own cost.
 import numba as nb
 import numpy as np
 
+from .. import heaps
 from ..conf import JIT, JIT_PARALLEL
 from .dtypes import EventKind, Status
 from .metrics import run_metrics_nb
 from .policies import bit_add_nb, choose_nb, observe_nb, outstanding_nb
+
+_ONE_HEAP = np.int64(0)  # work holds one heap (routesim/heaps.py's row argument, unused)
 
 
 @nb.njit(**JIT)
@@ -123,41 +126,35 @@ def _mark_dirty_nb(i, ri, router, work):
         router.n_dirty += 1
 
 
-# --- the completion heap (end time, replica) ------------------------------------------
+# --- the completion heap (end time, replica): routesim/heaps.py over ``work`` ---------------
+
+@nb.njit(inline="always", **JIT)
+def _heap_less_nb(work, w, a, b):
+    """Does completion a come before b: earlier end time (one heap: ``w`` unused)."""
+    return work[a].heap_t < work[b].heap_t
+
+
+@nb.njit(inline="always", **JIT)
+def _heap_swap_nb(work, w, a, b):
+    x = work[a]
+    y = work[b]
+    x.heap_t, x.heap_i, y.heap_t, y.heap_i = y.heap_t, y.heap_i, x.heap_t, x.heap_i
+
 
 @nb.njit(**JIT)
 def _heap_push_nb(t, i, router, work):
-    k = router.heap_n
-    router.heap_n += 1
-    while k > 0:
-        parent = (k - 1) // 2
-        if work[parent].heap_t <= t:
-            break
-        work[k].heap_t, work[k].heap_i = work[parent].heap_t, work[parent].heap_i
-        k = parent
-    work[k].heap_t, work[k].heap_i = t, i
+    n = router.heap_n
+    work[n].heap_t, work[n].heap_i = t, i
+    heaps.push_nb(work, _ONE_HEAP, n, _heap_less_nb, _heap_swap_nb)
+    router.heap_n = n + 1
 
 
 @nb.njit(**JIT)
 def _heap_pop_nb(router, work):
     """Remove the earliest completion; return its replica."""
     top = work[0].heap_i
+    heaps.pop_nb(work, _ONE_HEAP, router.heap_n, _heap_less_nb, _heap_swap_nb)
     router.heap_n -= 1
-    n = router.heap_n
-    t, i = work[n].heap_t, work[n].heap_i
-    k = 0
-    while True:
-        child = 2 * k + 1
-        if child >= n:
-            break
-        if child + 1 < n and work[child + 1].heap_t < work[child].heap_t:
-            child += 1
-        if t <= work[child].heap_t:
-            break
-        work[k].heap_t, work[k].heap_i = work[child].heap_t, work[child].heap_i
-        k = child
-    if n > 0:
-        work[k].heap_t, work[k].heap_i = t, i
     return top
 
 
