@@ -1,33 +1,68 @@
 """A batching replica's two lists of sequences (token-model.md §2), compiled: the
 waiting queue (FIFO, preempted sequences back at its front) and the running list in
-admission order, both doubly linked through ``REQUEST.r_prev`` / ``r_next``, with
-their heads, tails and counts in the replica's record."""
+admission order, both doubly linked through ``REQUEST`` fields (``w_prev`` /
+``w_next``, ``r_prev`` / ``r_next``), with their heads, tails and counts in the
+replica's record (``w_head``, ``w_tail``, ``n_wait``; ``r_head``, ``r_tail``,
+``n_run``; head and tail -1 when the list is empty).
+
+Appending and removing are written once (:func:`_append_nb`, :func:`_remove_nb`) for
+either list: the list's five field names are passed as string constants, so each
+call compiles to the field accesses of its list.
+"""
 
 import numba as nb
+from numba.extending import register_jitable
 
 from ..conf import JIT
 from ..nrt import hold
 from .dtypes import State
 
 
+@register_jitable(inline="always")
+def _append_nb(rep, req, i, s, PREV, NEXT, HEAD, TAIL, COUNT):
+    """s joins the end of replica i's list (its links ``req[PREV]``/``req[NEXT]``, its
+    ends and count ``rep[i][HEAD]``, ``[TAIL]``, ``[COUNT]``: string constants)."""
+    r = rep[i]
+    q = req[s]
+    q[NEXT] = -1
+    q[PREV] = r[TAIL] if r[COUNT] > 0 else -1
+    if r[COUNT] == 0:
+        r[HEAD] = s
+    else:
+        req[r[TAIL]][NEXT] = s
+    r[TAIL] = s
+    r[COUNT] += 1
+    hold((rep, req))
+
+
+@register_jitable(inline="always")
+def _remove_nb(rep, req, i, s, PREV, NEXT, HEAD, TAIL, COUNT):
+    """s leaves replica i's list (fields as for :func:`_append_nb`)."""
+    r = rep[i]
+    q = req[s]
+    if q[PREV] >= 0:
+        req[q[PREV]][NEXT] = q[NEXT]
+    else:
+        r[HEAD] = q[NEXT]
+    if q[NEXT] >= 0:
+        req[q[NEXT]][PREV] = q[PREV]
+    else:
+        r[TAIL] = q[PREV]
+    r[COUNT] -= 1
+    hold((rep, req))
+
+
 @nb.njit(**JIT)
 def push_back_nb(rep, req, i, s):
     """Append s to replica i's waiting FIFO."""
-    r = rep[i]
-    req[s].w_next = -1
-    req[s].w_prev = r.w_tail if r.n_wait > 0 else -1
-    if r.n_wait == 0:
-        r.w_head = s
-    else:
-        req[r.w_tail].w_next = s
-    r.w_tail = s
-    r.n_wait += 1
+    _append_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
     req[s].state = State.WAITING
     hold((rep, req))
 
 
 @nb.njit(**JIT)
 def push_front_nb(rep, req, i, s):
+    """Put s at the front of replica i's waiting FIFO (a preempted sequence)."""
     r = rep[i]
     req[s].w_next = r.w_head if r.n_wait > 0 else -1
     req[s].w_prev = -1
@@ -42,58 +77,30 @@ def push_front_nb(rep, req, i, s):
 
 
 @nb.njit(**JIT)
+def wait_remove_nb(rep, req, i, s):
+    """Take s out of replica i's waiting FIFO."""
+    _remove_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
+    hold((rep, req))
+
+
+@nb.njit(**JIT)
 def pop_front_nb(rep, req, i):
-    r = rep[i]
-    s = r.w_head
-    r.w_head = req[s].w_next
-    if r.w_head >= 0:
-        req[r.w_head].w_prev = -1
-    r.n_wait -= 1
+    """Take the head out of replica i's (non-empty) waiting FIFO and return it."""
+    s = rep[i].w_head
+    _remove_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
     hold((rep, req))
     return s
 
 
 @nb.njit(**JIT)
-def wait_remove_nb(rep, req, i, s):
-    r = rep[i]
-    q = req[s]
-    if q.w_prev >= 0:
-        req[q.w_prev].w_next = q.w_next
-    else:
-        r.w_head = q.w_next
-    if q.w_next >= 0:
-        req[q.w_next].w_prev = q.w_prev
-    else:
-        r.w_tail = q.w_prev
-    r.n_wait -= 1
-    hold((rep, req))
-
-
-@nb.njit(**JIT)
 def run_append_nb(rep, req, i, s):
-    r = rep[i]
-    req[s].r_next = -1
-    req[s].r_prev = r.r_tail
-    if r.n_run == 0:
-        r.r_head = s
-    else:
-        req[r.r_tail].r_next = s
-    r.r_tail = s
-    r.n_run += 1
+    """Append s (just admitted) to replica i's running list."""
+    _append_nb(rep, req, i, s, "r_prev", "r_next", "r_head", "r_tail", "n_run")
     hold((rep, req))
 
 
 @nb.njit(**JIT)
 def run_remove_nb(rep, req, i, s):
-    r = rep[i]
-    q = req[s]
-    if q.r_prev >= 0:
-        req[q.r_prev].r_next = q.r_next
-    else:
-        r.r_head = q.r_next
-    if q.r_next >= 0:
-        req[q.r_next].r_prev = q.r_prev
-    else:
-        r.r_tail = q.r_prev
-    r.n_run -= 1
+    """Take s out of replica i's running list."""
+    _remove_nb(rep, req, i, s, "r_prev", "r_next", "r_head", "r_tail", "n_run")
     hold((rep, req))
