@@ -64,6 +64,7 @@ ALLOWED = {
     "prefix_affinity_nb": (2, NOT_INLINED),
     "_admit_nb": (10, NOT_INLINED),
     "_complete_nb": (10, NOT_INLINED),
+    "leave_nb": (3, NOT_INLINED),
     "_preempt_nb": (10, "preemptions only"),
     "cancel_nb": (12, "a timeout or a black-hole failure only"),
     "crash_nb": (10, "a fail event only"),

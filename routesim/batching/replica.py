@@ -365,9 +365,18 @@ def emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap):
 @nb.njit(**JIT)
 def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log, n_done, cnt):
     """Sequence s finishes at t: it leaves the replica with its blocks."""
+    release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
+    hold((tab, heap, heap_n, seg_key, seg_off, cnt))
+    return leave_nb(rep, req, i, s, t, p, mt, done_log, n_done)
+
+
+@nb.njit(**JIT)
+def leave_nb(rep, req, i, s, t, p, mt, done_log, n_done):
+    """Sequence s, its blocks released, completes at t and leaves replica i (both
+    schedulers): off the running list, settled, logged in ``done_log`` (2, n) (replica,
+    request) at column ``n_done``. Returns the log's new length."""
     r = rep[i]
     q = req[s]
-    release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
     r.tau -= q.P + max(q.A, q.O)
     run_remove_nb(rep, req, i, s)
     q.state = State.NONE
@@ -381,7 +390,7 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
     if in_window_end_nb(t, p):
         mt.done_any += 1
         r.completed += 1
-    hold((tab, heap, heap_n, rep, req, seg_key, seg_off, done_log, cnt))
+    hold((rep, req, done_log))
     return n_done + 1
 
 

@@ -23,7 +23,7 @@ from . import blocks as bk
 from . import vllm_blocks as vb
 from .dtypes import Fate, State
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
-from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, settle_nb, tau_of_nb
+from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, settle_nb, tau_of_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
 TAILB = 0
@@ -240,24 +240,9 @@ def start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt,
 @nb.njit(**JIT)
 def _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, done_log, n_done):
     """Attempt s completes at t: released at once, it leaves the replica."""
-    r = rep[i]
-    q = req[s]
     vb.release_nb(tab, bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], s, pk, pk_off, gbase)
     _clear_nb(vr, s)
-    r.tau -= q.P + max(q.A, q.O)
-    run_remove_nb(rep, req, i, s)
-    q.state = State.NONE
-    q.done_ms = t
-    settle_nb(q, Fate.COMPLETED, mt)
-    q.replica = -1
-    q.done_rep = i
-    done_log[0, n_done] = i
-    done_log[1, n_done] = s
-    r.done_all += 1
-    if in_window_end_nb(t, p):
-        mt.done_any += 1
-        r.completed += 1
-    return n_done + 1
+    return leave_nb(rep, req, i, s, t, p, mt, done_log, n_done)
 
 
 @nb.njit(**JIT)
