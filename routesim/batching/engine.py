@@ -171,10 +171,20 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         r.tokens_all = 0
         r.max_out = 0
         r.occ_sum = 0.0
+    # scheduler = "vllm" (vllm_replica.py): its pools, and every prompt block's key; the
+    # routers see its hash map in ``tab`` and each prompt as one-block segments of keys
+    vllm = p.scheduler == Scheduler.VLLM
+    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens, vllm)
+    bl, vq, vr, vs, vp = vm.state_nb(n, nrep, p.kv_blocks, p.max_batch, vllm)
+    evicted = np.zeros(1, np.int64)
+    if vllm:
+        seg_key = pk
+        seg_len = pk_len
+        seg_off = pk_off
     # what is resident: a table of segments grown as needed, a heap of cached ones per
     # replica (at most one live entry per cached segment; stale ones compacted away)
     tab = np.zeros(1024, SEG)
-    most = 16
+    most = 16  # segments of a prompt at most: admission's scratch, the routers' room (phase 6) per request
     for k in range(n):
         most = max(most, seg_off[k + 1] - seg_off[k])
     heap = np.zeros((nrep, min(p.kv_blocks, max(seg_off[n] - seg_off[0], 1)) + most + 16), CACHED)
@@ -248,18 +258,6 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     ready_pending = False              # a recovered replica is not yet ready
     next_pub = np.int64(0)             # the replica publishing next (they take turns)
     stopped = False
-    # scheduler = "vllm" (vllm_replica.py): its pools, and every prompt block's key; the
-    # routers see its hash map in ``tab`` and each prompt as one-block segments of keys
-    vllm = p.scheduler == Scheduler.VLLM
-    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens, vllm)
-    bl, vq, vr, vs, vp = vm.state_nb(n, nrep, p.kv_blocks, p.max_batch, vllm)
-    evicted = np.zeros(1, np.int64)
-    if vllm:
-        seg_key = pk
-        seg_len = pk_len
-        seg_off = pk_off
-        for pq in range(n):  # a prompt's segments are now its blocks: the routers' room (phase 6) per request
-            most = max(most, seg_off[pq + 1] - seg_off[pq])
     # The event loop. No array variable is assigned inside the inner loop (each would
     # cost Numba reference counting at every pass): it is left, between two times or
     # before an iteration start, only to make room in a growable array, here below,
