@@ -5,57 +5,22 @@ admission order, both doubly linked through ``REQUEST`` fields (``w_prev`` /
 replica's record (``w_head``, ``w_tail``, ``n_wait``; ``r_head``, ``r_tail``,
 ``n_run``; head and tail -1 when the list is empty).
 
-Appending and removing are written once (:func:`_append_nb`, :func:`_remove_nb`) for
-either list: the list's five field names are passed as string constants, so each
-call compiles to the field accesses of its list.
+Appending and removing are routesim/links.py's, for either list (its field names
+passed as string constants).
 """
 
 import numba as nb
-from numba.extending import register_jitable
 
+from .. import links
 from ..conf import JIT
 from ..nrt import hold
 from .dtypes import State
 
 
-@register_jitable(inline="always")
-def _append_nb(rep, req, i, s, PREV, NEXT, HEAD, TAIL, COUNT):
-    """s joins the end of replica i's list (its links ``req[PREV]``/``req[NEXT]``, its
-    ends and count ``rep[i][HEAD]``, ``[TAIL]``, ``[COUNT]``: string constants)."""
-    r = rep[i]
-    q = req[s]
-    q[NEXT] = -1
-    q[PREV] = r[TAIL] if r[COUNT] > 0 else -1
-    if r[COUNT] == 0:
-        r[HEAD] = s
-    else:
-        req[r[TAIL]][NEXT] = s
-    r[TAIL] = s
-    r[COUNT] += 1
-    hold((rep, req))
-
-
-@register_jitable(inline="always")
-def _remove_nb(rep, req, i, s, PREV, NEXT, HEAD, TAIL, COUNT):
-    """s leaves replica i's list (fields as for :func:`_append_nb`)."""
-    r = rep[i]
-    q = req[s]
-    if q[PREV] >= 0:
-        req[q[PREV]][NEXT] = q[NEXT]
-    else:
-        r[HEAD] = q[NEXT]
-    if q[NEXT] >= 0:
-        req[q[NEXT]][PREV] = q[PREV]
-    else:
-        r[TAIL] = q[PREV]
-    r[COUNT] -= 1
-    hold((rep, req))
-
-
 @nb.njit(**JIT)
 def push_back_nb(rep, req, i, s):
     """Append s to replica i's waiting FIFO."""
-    _append_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
+    links.append2_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
     req[s].state = State.WAITING
     hold((rep, req))
 
@@ -79,7 +44,7 @@ def push_front_nb(rep, req, i, s):
 @nb.njit(**JIT)
 def wait_remove_nb(rep, req, i, s):
     """Take s out of replica i's waiting FIFO."""
-    _remove_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
+    links.remove_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
     hold((rep, req))
 
 
@@ -87,7 +52,7 @@ def wait_remove_nb(rep, req, i, s):
 def pop_front_nb(rep, req, i):
     """Take the head out of replica i's (non-empty) waiting FIFO and return it."""
     s = rep[i].w_head
-    _remove_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
+    links.remove_nb(rep, req, i, s, "w_prev", "w_next", "w_head", "w_tail", "n_wait")
     hold((rep, req))
     return s
 
@@ -95,12 +60,12 @@ def pop_front_nb(rep, req, i):
 @nb.njit(**JIT)
 def run_append_nb(rep, req, i, s):
     """Append s (just admitted) to replica i's running list."""
-    _append_nb(rep, req, i, s, "r_prev", "r_next", "r_head", "r_tail", "n_run")
+    links.append2_nb(rep, req, i, s, "r_prev", "r_next", "r_head", "r_tail", "n_run")
     hold((rep, req))
 
 
 @nb.njit(**JIT)
 def run_remove_nb(rep, req, i, s):
     """Take s out of replica i's running list."""
-    _remove_nb(rep, req, i, s, "r_prev", "r_next", "r_head", "r_tail", "n_run")
+    links.remove_nb(rep, req, i, s, "r_prev", "r_next", "r_head", "r_tail", "n_run")
     hold((rep, req))

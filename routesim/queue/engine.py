@@ -11,20 +11,20 @@ Within one step at time ``T`` the order is: completions, scenario events, arriva
 (each routed with the state left by everything before it), starts.
 
 A run's state (all shapes per run): ``rep`` (replicas,) REPLICA; ``router`` a ROUTER
-record; ``work`` (replicas + 1,) WORK: a min-heap of completion times, the list of
-replicas that may start this step and a Fenwick tree over E; ``levels`` (levels,)
-LEVEL: how many replicas hold each load, and the time integrals behind
-``queue_tail``; ``req`` (arrivals,) REQUEST. Requests are indexed ``0..n-1`` in
-arrival order within a run; waiting queues are FIFO linked lists through
-``req.next``, so memory grows with arrivals and not with ``queue_cap × replicas``.
-A step costs O(log replicas) plus the policy's own cost.
+record; ``work`` (replicas + 1,) WORK: a min-heap of completion times
+(routesim/heaps.py), the list of replicas that may start this step and a Fenwick tree
+over E; ``levels`` (levels,) LEVEL: how many replicas hold each load, and the time
+integrals behind ``queue_tail``; ``req`` (arrivals,) REQUEST. Requests are indexed
+``0..n-1`` in arrival order within a run; waiting queues are FIFO linked lists through
+``req.next`` (routesim/links.py), so memory grows with arrivals and not with
+``queue_cap × replicas``. A step costs O(log replicas) plus the policy's own cost.
 """
 
 
 import numba as nb
 import numpy as np
 
-from .. import heaps
+from .. import heaps, links
 from ..conf import JIT, JIT_PARALLEL
 from .dtypes import EventKind, Status
 from .metrics import run_metrics_nb
@@ -310,13 +310,7 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
             ri = rep[i]
             o = outstanding_nb(ri)
             _flush_nb(ri, T, p)
-            req[q].next = -1
-            if ri.qlen == 0:
-                ri.head = q
-            else:
-                req[ri.tail].next = q
-            ri.tail = q
-            ri.qlen += 1
+            links.append_nb(rep, req, i, q, "next", "head", "tail", "qlen")
             _relevel_nb(o, o + 1, T, p, levels)
             _refresh_eligible_nb(i, ri, p, router, work)
             _mark_dirty_nb(i, ri, router, work)
@@ -331,11 +325,7 @@ def advance_nb(t_stop, ia, ie, p, rep, router, work, levels, req, u, t_arr, dema
             ri.dirty = False
             if ri.busy or ri.qlen == 0:
                 continue
-            q = ri.head
-            ri.head = req[q].next
-            ri.qlen -= 1
-            if ri.qlen == 0:
-                ri.tail = -1
+            q = links.pop_front_nb(rep, req, i, "next", "head", "tail", "qlen")
             ri.busy = True  # its load does not change
             ri.serving = q
             ri.start_ms = T
