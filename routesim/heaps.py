@@ -79,7 +79,7 @@ def pop_nb(h, w, n, before, swap):
 def compact_nb(h, w, n, live, ctx, before, swap):
     """Keep the entries ``e`` of the ``n``-entry heap ``w`` for which ``live(ctx, w, e)``
     (in their order, then heapified); return how many."""
-    m = 0
+    m = n - n  # 0, typed as n is: a literal 0 would compile the caller's swap once more
     for k in range(n):
         if live(ctx, w, h[w, k]):
             if m != k:
