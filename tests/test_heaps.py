@@ -1,0 +1,135 @@
+"""routesim/heaps.py and routesim/links.py through their callers, against plain Python.
+
+The heap: the batching timers (key (time, request)) pop in sorted order, ties in time
+broken by request, whatever the order of the pushes; the eviction heap's compaction
+keeps exactly the live entries and pops them in key order. The lists: the batching
+model's waiting and running lists hold what Python lists doing the same operations
+hold, in the same order, both ways, with the head, tail and count fields agreeing (the
+queue model's FIFO is held to tests/reference.py by tests/test_engine_vs_reference.py).
+"""
+
+import numpy as np
+
+from routesim.batching import blocks, dtypes, lists, timers
+
+
+def _pop_all(h, hn, w):
+    out = []
+    while hn[w] > 0:
+        e = h[w, 0]
+        out.append((float(e["t"]), int(e["req"]), int(e["token"])))
+        timers.pop_nb(h, hn, w)
+    return out
+
+
+def test_timers_pop_in_time_then_request_order():
+    rng = np.random.default_rng(7)
+    h = np.zeros((timers.HEAPS, 600), dtypes.TIMER)
+    hn = np.zeros(timers.HEAPS, np.int64)
+    want = []
+    for k in range(500):
+        t = float(rng.integers(0, 40))  # many ties in time
+        s = int(rng.integers(0, 1000))
+        timers.push_nb(h, hn, timers.RETRIES, t, np.int64(s), np.int64(k))
+        want.append((t, s, k))
+    got = _pop_all(h, hn, timers.RETRIES)
+    assert [g[:2] for g in got] == sorted(w[:2] for w in want)
+    assert sorted(got) == sorted(want)  # every entry once, payload with its key
+    assert hn[timers.DEADLINES] == 0   # the other heaps of the array untouched
+
+
+def test_interleaved_pushes_and_pops_pop_the_minimum():
+    rng = np.random.default_rng(3)
+    h = np.zeros((timers.HEAPS, 300), dtypes.TIMER)
+    hn = np.zeros(timers.HEAPS, np.int64)
+    live = []
+    for k in range(1000):
+        if live and rng.random() < 0.45:
+            top = h[timers.ENDS, 0]
+            assert (float(top["t"]), int(top["req"])) == min(live)
+            live.remove(min(live))
+            timers.pop_nb(h, hn, timers.ENDS)
+        elif len(live) < 299:
+            t, s = float(rng.integers(0, 20)), int(rng.integers(0, 50))
+            timers.push_nb(h, hn, timers.ENDS, t, np.int64(s), np.int64(k))
+            live.append((t, s))
+    assert int(hn[timers.ENDS]) == len(live)
+
+
+def test_eviction_heap_compaction_keeps_the_live_entries_in_key_order():
+    """A full eviction heap of replica 0 compacts on the next push: the table's live
+    cached segments stay (the stale entries, of segments referenced again or gone, go)
+    and pop smallest last_use first."""
+    cap = 8
+    tab = np.zeros(64, dtypes.SEG)
+    rep = np.zeros(1, dtypes.REPLICA)
+    heap = np.zeros((1, cap), dtypes.CACHED)
+    heap_n = np.zeros(1, np.int64)
+    i = np.int64(0)
+    keys = [100 * (k + 1) for k in range(cap + 1)]
+    last_use = [5.0, 3.0, 9.0, 1.0, 7.0, 2.0, 8.0, 6.0, 4.0]
+    for key, t in zip(keys, last_use):
+        h = blocks.add_nb(tab, rep, i, np.int64(key), np.int64(2), np.int64(0), t)
+        blocks.computed_nb(tab, i, np.int64(key), np.int64(0), np.int64(2))
+    for key, t in zip(keys[:cap], last_use[:cap]):
+        blocks.unref_nb(tab, heap, heap_n, rep, i, np.int64(key), t)  # cached: queued
+    assert heap_n[0] == cap
+    for key in keys[:3]:  # referenced again: their entries are stale
+        blocks.ref_nb(tab[blocks.find_nb(tab, i, np.int64(key))], rep[0], 10.0)
+    blocks.unref_nb(tab, heap, heap_n, rep, i, np.int64(keys[cap]), last_use[cap])  # full: compacts
+    live = sorted((t, key) for key, t in zip(keys[3:], last_use[3:]))
+    assert heap_n[0] == len(live)
+    got = []
+    for _ in range(len(live)):
+        e = heap[0, 0]
+        got.append((float(e["last"]), int(e["key"])))
+        blocks.evict_nb(tab, heap, heap_n, rep, i, np.int64(2))
+    assert got == live
+
+
+def _walk(rep, req, head, nxt, i):
+    out, s = [], rep[i][head]
+    while s >= 0:
+        out.append(int(s))
+        s = req[s][nxt]
+    return out
+
+
+def test_waiting_and_running_lists_match_a_python_list():
+    rng = np.random.default_rng(11)
+    n = 40
+    rep = np.zeros(2, dtypes.REPLICA)
+    for f in ("w_head", "w_tail", "r_head", "r_tail"):
+        rep[f] = -1
+    req = np.zeros(n, dtypes.REQUEST)
+    i = np.int64(1)
+    wait, run, free = [], [], list(range(n))
+    for _ in range(2000):
+        op = rng.integers(0, 5)
+        if op == 0 and free:
+            s = free.pop(int(rng.integers(0, len(free))))
+            lists.push_back_nb(rep, req, i, np.int64(s))
+            wait.append(s)
+        elif op == 1 and free:
+            s = free.pop(int(rng.integers(0, len(free))))
+            lists.push_front_nb(rep, req, i, np.int64(s))
+            wait.insert(0, s)
+        elif op == 2 and wait:
+            assert lists.pop_front_nb(rep, req, i) == wait[0]
+            run.append(wait.pop(0))
+            lists.run_append_nb(rep, req, i, np.int64(run[-1]))
+        elif op == 3 and wait:
+            s = wait.pop(int(rng.integers(0, len(wait))))
+            lists.wait_remove_nb(rep, req, i, np.int64(s))
+            free.append(s)
+        elif op == 4 and run:
+            s = run.pop(int(rng.integers(0, len(run))))
+            lists.run_remove_nb(rep, req, i, np.int64(s))
+            free.append(s)
+        r = rep[1]
+        assert _walk(rep, req, "w_head", "w_next", 1) == wait and r["n_wait"] == len(wait)
+        assert _walk(rep, req, "r_head", "r_next", 1) == run and r["n_run"] == len(run)
+        assert r["w_tail"] == (wait[-1] if wait else -1) and r["r_tail"] == (run[-1] if run else -1)
+        assert _walk(rep, req, "w_tail", "w_prev", 1) == wait[::-1]
+        assert _walk(rep, req, "r_tail", "r_prev", 1) == run[::-1]
+    assert rep[0]["n_wait"] == 0 and rep[0]["n_run"] == 0  # the other replica untouched
