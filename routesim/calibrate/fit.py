@@ -112,6 +112,20 @@ def _reduce(X, tied, ratios, pairs=PAIRS):
     return np.column_stack(cols), keep, expand
 
 
+def tied_wls(X, y, tied, ratios, pairs=PAIRS):
+    """The bounded weighted fit of ``y`` on ``X`` with every tied pair merged (``tied``
+    {pair: bool}): (coefficients (columns,), standard errors (a tied partner's is ρ × its
+    pair's), relative residual s.d.)."""
+    Xr, keep, expand = _reduce(X, tied, ratios, pairs)
+    cr, ser, sd = _wls(Xr, y, bounded=True)
+    se = np.full(X.shape[1], np.nan)
+    se[keep] = ser
+    for pair, (a, b) in pairs.items():
+        if tied[pair]:
+            se[b] = ratios[pair] * se[a]
+    return expand(cr), se, sd
+
+
 def fit(steps, ratios, tie="auto", physical=False) -> Fit:
     """Fit the usable steps of ``steps`` (calibrate.steps.Steps). ``ratios``: {"prefill":
     c_attn/c_pf, "decode": c_dec/c_kv}; ``tie``: "auto", "always" or "never";
@@ -140,14 +154,7 @@ def fit(steps, ratios, tie="auto", physical=False) -> Fit:
         else:
             tied[pair] = False
             why[pair] = f"separable: relative s.e. {rel[0]:.2g}, {rel[1]:.2g}" if tie == "auto" else "tie = never"
-    Xr, keep, expand = _reduce(X, tied, ratios)
-    cr, ser, sd = _wls(Xr, y, bounded=True)
-    c = expand(cr)
-    se = np.full(5, np.nan)
-    se[keep] = ser
-    for pair, (a, b) in PAIRS.items():
-        if tied[pair]:
-            se[b] = ratios[pair] * se[a]
+    c, se, sd = tied_wls(X, y, tied, ratios)
     return Fit(dict(zip(STEP_KEYS, c.tolist())), dict(zip(STEP_KEYS, se.tolist())),
                {p: (ratios[p] if tied[p] else None) for p in PAIRS}, why, len(y), sd)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fit import TIE_REL_SE, _reduce, _wls
+from .fit import TIE_REL_SE, Fit, tied_wls
 
 ROOFLINE_KEYS = ("base", "weights", "per_kv_token", "per_token", "per_token_pair")
 """The ``[replica] roofline_ms`` keys, in the design's column order."""
@@ -39,17 +39,9 @@ MAX_ROUNDS = 50
 
 
 @dataclass(frozen=True)
-class RooflineFit:
-    """``coef`` and ``se`` (ms per unit, by ROOFLINE_KEYS; se NaN at a bound or for a tied
-    partner), ``tied`` {pair: ρ or None}, ``why`` {pair: reason}, ``steps`` fitted,
-    ``rel_sd`` (residual relative s.d.), ``memory_bound`` (steps,) bool of the fitted
-    steps, ``rounds`` of assignment."""
-    coef: dict
-    se: dict
-    tied: dict
-    why: dict
-    steps: int
-    rel_sd: float
+class RooflineFit(Fit):
+    """A :class:`fit.Fit` whose ``coef`` and ``se`` are by ROOFLINE_KEYS, plus
+    ``memory_bound`` (steps,) bool of the fitted steps and ``rounds`` of assignment."""
     memory_bound: np.ndarray
     rounds: int
 
@@ -75,15 +67,7 @@ def design(steps, mask, memory):
 
 def _solve(steps, mask, memory, tied, ratios):
     X, y = design(steps, mask, memory)
-    Xr, keep, expand = _reduce(X, tied, ratios, PAIRS)
-    cr, ser, sd = _wls(Xr, y, bounded=True)
-    c = expand(cr)
-    se = np.full(5, np.nan)
-    se[keep] = ser
-    for pair, (a, b) in PAIRS.items():
-        if tied[pair]:
-            se[b] = ratios[pair] * se[a]
-    return c, se, sd
+    return tied_wls(X, y, tied, ratios, PAIRS)
 
 
 def _assign(steps, mask, tied, ratios):
