@@ -63,6 +63,10 @@ Replica (§2)
      c_attn*Q) + c_dec*n) + c_kv*K), f = (factor*slowdown)*cold,
      cold = 1 + (cold_factor-1)*exp(-(T-t_up)/cold_tau_ms) (1.0 if never recovered).
      A slowdown event sets the replica's scenario factor (absolute, as in model.md).
+ D5b. (issue 25) step_cost = "roofline": d = f*(base + max(weights + per_kv_token*(K + R),
+     per_token*(U + n) + per_token_pair*(Q + K))), R = sum over the chunks of the KV each
+     attends to (m + c + x; vllm mode: c + x); an iteration with no sequence lasts
+     f*(base + weights).  (_Sim.duration; docs/model.md "The step cost".)
  D6. A sequence's first-token time is kept across preemption.  At an iteration end the
      emitting sequences are visited in running-list (admission) order.
  D7. An iteration with no sequence (every decoding one preempted) still lasts f*c0.
@@ -185,6 +189,10 @@ def defaults() -> dict:
         max_batched_tokens=8192, chunked_prefill=True,
         step_ms_base=6.5, step_ms_per_prefill_token=0.0198, step_ms_per_prefill_token_pair=8.4e-7,
         step_ms_per_decode_sequence=0.10, step_ms_per_kv_token=5.4e-5,
+        # issue 25: step_cost "linear" (the page's step_ms) or "roofline" (docs/model.md
+        # "The step cost": base + max(memory, compute), the roofline_ms table)
+        step_cost="linear", roofline_ms_base=4.0, roofline_ms_weights=5.99,
+        roofline_ms_per_kv_token=4.89e-5, roofline_ms_per_token=0.0271, roofline_ms_per_token_pair=8.84e-7,
         cold_factor=1.0, cold_tau_ms=2000.0, ready_delay_ms=0.0, fail_fast_ms=2.0,
         # issue 22: "reserve" = token-model.md §2 (the page); "vllm" = vLLM V1 0.30.0's
         # scheduler and KV-cache manager (conformance/VLLM-SCHEDULER.md, conformance/VLLM-MODE.md)
@@ -900,20 +908,35 @@ class _Sim:
         U = sum(x for _s, x, _m, _c in chunks)
         Q2 = sum(x * (2 * m + 2 * c + x) for _s, x, m, c in chunks)   # exact 2*Q
         Q = Q2 / 2
-        cold = 1.0
-        if rep.t_up is not None:
-            cold = 1.0 + (p["cold_factor"] - 1.0) * math.exp(-(T - rep.t_up) / p["cold_tau_ms"])
-        f = (rep.factor * rep.slowdown) * cold
-        d = f * ((((p["step_ms_base"] + p["step_ms_per_prefill_token"] * U)
-                   + p["step_ms_per_prefill_token_pair"] * Q)
-                  + p["step_ms_per_decode_sequence"] * n)
-                 + p["step_ms_per_kv_token"] * K)
+        R = sum(m + c + x for _s, x, m, c in chunks)   # KV the chunks attend to (roofline)
+        d = self.duration(rep, T, U, Q, n, K, R)
         members = n + len(chunks)
         if self.in_window_open(T):
             self.batch_num += members * d
             self.batch_den += d
         rep.iteration = dict(start=T, end=T + d, d=d, chunks=chunks, decoding=decoding)
         self.trace.append((T, "iteration", rep.index, T + d, n, U, members))
+
+    def duration(self, rep: Replica, T: float, U, Q, n, K, R) -> float:
+        """An iteration's duration (ms) from its prefill tokens U, prefill attention pairs
+        Q, KV tokens the prefill chunks attend to R, decoding sequences n and their KV K.
+        f = (factor*slowdown)*cold.  Linear (D5): f*((((c0 + c_pf*U) + c_attn*Q) +
+        c_dec*n) + c_kv*K).  Roofline (issue 25, docs/model.md "The step cost"):
+        memory = weights + per_kv_token*(K + R), compute = per_token*(U + n) +
+        per_token_pair*(Q + K), f*(base + max(memory, compute))."""
+        p = self.p
+        cold = 1.0
+        if rep.t_up is not None:
+            cold = 1.0 + (p["cold_factor"] - 1.0) * math.exp(-(T - rep.t_up) / p["cold_tau_ms"])
+        f = (rep.factor * rep.slowdown) * cold
+        if p["step_cost"] == "roofline":
+            memory = p["roofline_ms_weights"] + p["roofline_ms_per_kv_token"] * (K + R)
+            compute = p["roofline_ms_per_token"] * (U + n) + p["roofline_ms_per_token_pair"] * (Q + K)
+            return f * (p["roofline_ms_base"] + max(memory, compute))
+        return f * ((((p["step_ms_base"] + p["step_ms_per_prefill_token"] * U)
+                      + p["step_ms_per_prefill_token_pair"] * Q)
+                     + p["step_ms_per_decode_sequence"] * n)
+                    + p["step_ms_per_kv_token"] * K)
 
     def end_iteration(self, rep: Replica, T: float):
         if self.vllm:
@@ -1235,21 +1258,16 @@ class _Sim:
         Q = 0.0
         n = 0
         K = 0
+        R = 0
         for s, x, c in sched:
             if c < s.l_adm:                    # prefilling (first prefill or recompute)
                 U += x
                 Q += x * (c + x / 2.0)
+                R += c + x                     # its context and itself (roofline)
             else:                              # decoding
                 n += 1
                 K += c + x
-        cold = 1.0
-        if rep.t_up is not None:
-            cold = 1.0 + (p["cold_factor"] - 1.0) * math.exp(-(T - rep.t_up) / p["cold_tau_ms"])
-        f = (rep.factor * rep.slowdown) * cold
-        d = f * ((((p["step_ms_base"] + p["step_ms_per_prefill_token"] * U)
-                   + p["step_ms_per_prefill_token_pair"] * Q)
-                  + p["step_ms_per_decode_sequence"] * n)
-                 + p["step_ms_per_kv_token"] * K)
+        d = self.duration(rep, T, U, Q, n, K, R)
         if entry is not None:
             entry.update(d=d, U=U, Q=Q, n=n, K=K)
         members = len(sched)

@@ -51,6 +51,13 @@ class Scheduler(IntEnum):
     VLLM = 1       # vLLM V1 0.30.0's scheduler and KV-cache manager (routesim/batching/vllm_replica.py)
 
 
+class StepCost(IntEnum):
+    """``replica.step_cost`` (docs/model.md "The step cost")."""
+
+    LINEAR = 0     # token-model.md §2.3: c_0 + c_pf·U + c_attn·Q + c_dec·n + c_kv·K
+    ROOFLINE = 1   # base + max(weights + per_kv_token·(K + R), per_token·(U + n) + per_token_pair·(Q + K))
+
+
 class Admission(IntEnum):
     """``router.admission.mode`` (§6)."""
 
@@ -101,6 +108,12 @@ PARAMS = np.dtype(
         ("c_attn", np.float64),           # ms per prefill token pair
         ("c_dec", np.float64),            # ms per decoding sequence
         ("c_kv", np.float64),             # ms per KV token of decoding sequences
+        ("step_cost", np.int64),          # StepCost code
+        ("r_base", np.float64),           # roofline: ms per iteration (overhead)
+        ("r_weights", np.float64),        # roofline: ms to read the weights once
+        ("r_kv", np.float64),             # roofline: ms per KV token read (K + R)
+        ("r_tok", np.float64),            # roofline: ms per computed token (U + n)
+        ("r_pair", np.float64),           # roofline: ms per attention token pair (Q + K)
         ("warmup_ms", np.float64),
         ("horizon_ms", np.float64),
         ("limit_ms", np.float64),         # horizon + drain: nothing after it is processed

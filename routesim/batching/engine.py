@@ -287,7 +287,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         integrate_nb(r, t, p)
                         r.anon += need  # decoding only, new blocks free: no call into the pool
                         r.kv_dec += r.n_dec
-                        begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, NONE, 0.0, NONE)
+                        begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, NONE, 0.0, NONE, NONE)
                         tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
                     else:
                         # room in the table for every admission this start can make

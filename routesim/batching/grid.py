@@ -24,7 +24,7 @@ from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
 from .metrics import ACCUMULATORS, PER_REPLICA, VARIABLES
-from .params import MODEL, TOKEN_PARAMS
+from .params import MODEL, TOKEN_PARAMS, unused_params
 from .runs import Packed, params_row, router_draws, simulate, workload_params
 from .workload import from_replay, generate
 
@@ -232,8 +232,9 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     attrs = provenance(sweep, stage)
     attrs["replica_kind"] = "batching"
     attrs.update(selected_attrs(stage, selected))
-    for p in m.params:  # parameters that are not dimensions, with their value
-        if p.name not in grid.coords:
+    unused = unused_params(stage.values)
+    for p in m.params:  # parameters that are not dimensions, with their value (if some run uses it)
+        if p.name not in grid.coords and p.name not in unused:
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
             attrs[p.name] = int(v) if isinstance(v, bool) else v
     return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -55,6 +55,12 @@ TOKEN_PARAMS = (
     Param("step_ms_per_prefill_token_pair", "replica", ("step_ms", "per_prefill_token_pair"), 8.4e-7, "ms", "c_attn: time per prefill attention token pair", low=0),
     Param("step_ms_per_decode_sequence", "replica", ("step_ms", "per_decode_sequence"), 0.10, "ms", "c_dec: time per decoding sequence", low=0),
     Param("step_ms_per_kv_token", "replica", ("step_ms", "per_kv_token"), 5.4e-5, "ms", "c_kv: time per KV token of the decoding sequences", low=0),
+    Param("step_cost", "replica", ("step_cost",), "linear", "", "the step cost: linear (step_ms, token-model.md §2.3) or roofline (roofline_ms: overhead + the larger of memory and compute time, docs/model.md)", kind=str, options=("linear", "roofline")),
+    Param("roofline_ms_base", "replica", ("roofline_ms", "base"), 4.0, "ms", "roofline: fixed overhead of an iteration", low=0, low_open=True),
+    Param("roofline_ms_weights", "replica", ("roofline_ms", "weights"), 5.99, "ms", "roofline: reading the weights once (weight bytes / effective bandwidth)", low=0),
+    Param("roofline_ms_per_kv_token", "replica", ("roofline_ms", "per_kv_token"), 4.89e-5, "ms", "roofline: reading one token's KV (KV bytes per token / effective bandwidth), for the decoders' KV and the prefill chunks' context", low=0),
+    Param("roofline_ms_per_token", "replica", ("roofline_ms", "per_token"), 0.0271, "ms", "roofline: linear FLOPs of one computed token, prefill or decode (FLOPs per token / effective peak)", low=0),
+    Param("roofline_ms_per_token_pair", "replica", ("roofline_ms", "per_token_pair"), 8.84e-7, "ms", "roofline: attention FLOPs of one (query, key) token pair (FLOPs per pair / effective peak)", low=0),
     Param("cold_factor", "replica", ("cold_factor",), 1.0, "1", "time factor just after a recovery (1: no cold start)", low=0, low_open=True),
     Param("cold_tau_ms", "replica", ("cold_tau_ms",), 2000.0, "ms", "decay time of the cold-start factor", low=0, low_open=True),
     Param("ready_delay_ms", "replica", ("ready_delay_ms",), 0.0, "ms", "time after a recovery before the replica is eligible", low=0),
@@ -110,7 +116,7 @@ TOKEN_PARAM = {p.name: p for p in TOKEN_PARAMS}
 
 SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
-                "chunked_prefill", "scheduler", "prefix_caching", "step_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
+                "chunked_prefill", "scheduler", "prefix_caching", "step_cost", "step_ms", "roofline_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
                 "fail_fast_ms"),
     "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
@@ -126,6 +132,7 @@ SECTION_KEYS = {
 
 LEAVES = {
     "step_ms": ("base", "per_prefill_token", "per_prefill_token_pair", "per_decode_sequence", "per_kv_token"),
+    "roofline_ms": ("base", "weights", "per_kv_token", "per_token", "per_token_pair"),
     "chat": ("prompt", "output"), "long": ("prompt", "output"),
     "prompt": ("median", "sigma", "min", "max"), "output": ("median", "sigma", "min", "max"),
     "prefix": ("probability", "groups", "zipf", "tokens"),
@@ -158,6 +165,7 @@ def check_stage(rd, stage, src):
         rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
                               f"got {max(v['dt_ms']):g}")
     _check_scheduler(rd, stage, src)
+    _check_step_cost(rd, stage, src)
     synthetic_lengths = v["source"] == ("synthetic",) and "" in v["lengths_trace"]
     for p_long in v["p_long"] if synthetic_lengths else ():  # a trace's rows: _check_traces
         classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
@@ -173,6 +181,36 @@ def check_stage(rd, stage, src):
         if largest > pool:
             rd.fail(src("kv_blocks"), f"a request of {largest} tokens could never fit in a KV pool of "
                     f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
+
+
+STEP_COST_KEYS = {"linear": tuple(p.name for p in TOKEN_PARAMS if p.path[0] == "step_ms"),
+                  "roofline": tuple(p.name for p in TOKEN_PARAMS if p.path[0] == "roofline_ms")}
+"""Each step cost's parameters (``step_cost`` names which one a run uses)."""
+
+
+def unused_params(values) -> set:
+    """The step-cost parameters no run of a stage uses (``values``: the stage's
+    parameter -> tuple of values): the table of a step cost that ``step_cost`` never
+    names, and ``step_cost`` itself when every run is linear. The Dataset leaves them
+    out of its attributes, so a linear stage's Dataset is what it was before the
+    roofline existed."""
+    out = {n for cost, names in STEP_COST_KEYS.items() if cost not in values["step_cost"] for n in names}
+    return out | ({"step_cost"} if values["step_cost"] == ("linear",) else set())
+
+
+def _check_step_cost(rd, stage, src):
+    """A step-cost table the stage's ``step_cost`` never uses is refused (it would be
+    silently ignored)."""
+    v = stage.values
+    for cost, names in STEP_COST_KEYS.items():
+        if cost in v["step_cost"]:
+            continue
+        given = [n for n in names if n in stage.given]
+        if given:
+            table = TOKEN_PARAM[given[0]].path[0]
+            rd.fail(src(given[0]), f'{table} is the {cost} step cost\'s, but step_cost is '
+                    f'{" or ".join(repr(c) for c in v["step_cost"])} in stage {stage.name!r}: '
+                    f'add step_cost = "{cost}" (or a list of both), or leave {table} out')
 
 
 def _check_scheduler(rd, stage, src):

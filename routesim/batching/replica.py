@@ -32,7 +32,7 @@ from ..nrt import hold
 from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
-from .dtypes import Due, Fate, State
+from .dtypes import Due, Fate, State, StepCost
 
 
 @nb.njit(**JIT)
@@ -285,6 +285,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
     budget = p.max_batched_tokens - n_dec
     U = 0
     Q = 0.0
+    R = 0  # KV tokens the chunks attend to: Σ (m + c + x) (the roofline's memory time)
     chunks = 0
     pre = prefill[i]
     if p.chunked_prefill:
@@ -295,6 +296,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             q.x = x
             U += x
             Q += x * (q.m + q.c + x / 2.0)
+            R += q.m + q.c + x
             chunks += 1
             budget -= x
             k += 1
@@ -317,24 +319,33 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             q.x = x
             U += x
             Q += x * (q.m + 0 + x / 2.0)
+            R += q.m + x
             chunks += 1
             budget -= x
             first = False
             if in_window_nb(t, p):
                 mt.hit_tokens += q.m
                 mt.admit_tokens += q.P + q.g
-    begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks)
+    begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks)
     hold((tab, heap, heap_n, due, due_n, grow, rep, req, prefill, seg_key, seg_len, seg_off, cnt, found))
 
 
 @nb.njit(**JIT)
-def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, chunks):
-    """The iteration starting at t on replica record r: its duration (§2 step 3,
-    evaluated left to right, then multiplied) and end."""
+def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
+    """The iteration starting at t on replica record r: its duration and end. ``U``
+    prefill tokens computed, ``Q`` prefill attention pairs, ``R`` KV tokens the prefill
+    chunks attend to (tokens), ``n_dec`` decoding sequences and ``kv_sum`` their KV
+    (``K``, tokens). Linear (§2 step 3): the sum left to right, then multiplied;
+    roofline (docs/model.md "The step cost"): ``f · (base + max(mem, comp))``."""
     f = r.factor * r.slowdown
     if r.cold:
         f = f * (1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms))
-    d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
+    if p.step_cost == StepCost.ROOFLINE:
+        mem = p.r_weights + p.r_kv * (kv_sum + R)              # weights once + KV read
+        comp = p.r_tok * (U + n_dec) + p.r_pair * (Q + kv_sum)  # linear + attention FLOPs
+        d = f * (p.r_base + max(mem, comp))
+    else:
+        d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
     if in_window_nb(t, p):
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Scheduler, Score, Signals
+from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Scheduler, Score, Signals, StepCost
 from .engine import run_batch_nb
 from .params import MODEL
 from .policies import uniforms_per_decision
@@ -48,6 +48,12 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["c_attn"] = v["step_ms_per_prefill_token_pair"]
     p["c_dec"] = v["step_ms_per_decode_sequence"]
     p["c_kv"] = v["step_ms_per_kv_token"]
+    p["step_cost"] = StepCost[str(v["step_cost"]).upper()]
+    p["r_base"] = v["roofline_ms_base"]
+    p["r_weights"] = v["roofline_ms_weights"]
+    p["r_kv"] = v["roofline_ms_per_kv_token"]
+    p["r_tok"] = v["roofline_ms_per_token"]
+    p["r_pair"] = v["roofline_ms_per_token_pair"]
     p["warmup_ms"] = v["warmup_s"] * 1000.0
     p["horizon_ms"] = (v["warmup_s"] + v["measure_s"]) * 1000.0
     p["limit_ms"] = p["horizon_ms"] + v["drain_s"] * 1000.0

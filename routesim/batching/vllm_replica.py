@@ -129,8 +129,8 @@ def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
 def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
     """One ``schedule()`` (spec22b 10-14): the running loop, then (if nothing was
     preempted) the waiting loop. Returns whether something was preempted and the step's
-    U, Q, n, K and prefilling count (spec22b 15, summed in scheduled order); the scheduled
-    attempts are ``vs[i, :vq[i, NSCHED]]``."""
+    U, Q, n, K, R (R: the prefill chunks' Σ (c + x)) and prefilling count (spec22b 15,
+    summed in scheduled order); the scheduled attempts are ``vs[i, :vq[i, NSCHED]]``."""
     r = rep[i]
     b = p.block_tokens
     B = p.max_batched_tokens
@@ -140,6 +140,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
     Q = 0.0
     n = 0
     K = 0
+    R = 0
     chunks = 0
     s = r.r_head
     while s >= 0 and B > 0:
@@ -168,6 +169,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
         if c < q.u:   # prefilling: the first prefill, or the recompute after a preemption
             U += x
             Q += x * (c + x / 2.0)
+            R += c + x
             chunks += 1
         else:
             n += 1
@@ -206,6 +208,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             q.c = htok + x
             U += x   # an admission prefills (c = htok < L)
             Q += x * (htok + x / 2.0)
+            R += htok + x
             chunks += 1
             vs[i, ns] = h
             ns += 1
@@ -215,26 +218,26 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
                 mt.admit_tokens += L
     vq[i, NSCHED] = ns
     hold((tab, bl, vq, vr, vs, rep, req, pk, pk_off, cnt, ev))
-    return preempted, U, Q, n, K, chunks
+    return preempted, U, Q, n, K, R, chunks
 
 
 @nb.njit(**JIT)
 def start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
     """Start a step on replica i at t: schedule (again at once after a step that only
-    preempted, D14), then its duration from U, Q, n, K (spec22b 15). The caller has made
-    room in the hash map ``tab`` for every block one step can hash:
+    preempted, D14), then its duration from U, Q, n, K, R (spec22b 15; docs/model.md
+    "The step cost"). The caller has made room in the hash map ``tab`` for every block one step can hash:
     ``max_batched_tokens // block_tokens + max_batch + 2`` entries at a load of at most
     one half (the event loop never reassigns an array)."""
     r = rep[i]
     while True:  # a step that only preempted is no iteration: schedule again at once (D14)
-        preempted, U, Q, n, K, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
+        preempted, U, Q, n, K, R, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
                                                      mt, cnt, ev)
         if vq[i, NSCHED] > 0 or not preempted:
             break
     if vq[i, NSCHED] == 0:
         raise RuntimeError("scheduler = vllm: a step schedules nothing and preempts nothing (a stall)")
     vb.sync_nb(r, vq, i)
-    begin_nb(r, p, mt, t, n, K, U, Q, chunks)
+    begin_nb(r, p, mt, t, n, K, U, Q, R, chunks)
 
 
 @nb.njit(**JIT)

@@ -1,15 +1,19 @@
 """python -m routesim.calibrate LOG: fit a replica's step cost from a serving log.
 
     python -m routesim.calibrate LOG [--model MODEL.toml] [--out DIR]
+                                 [--cost linear|roofline]
                                  [--max-batched-tokens N] [--jitter-ms MS]
                                  [--tie auto|always|never] [--quiet]
 
 Reads the log (routesim.calibrate.logs: .csv, .jsonl, or vLLM's benchmark .json),
 reconstructs the engine's steps from its token bursts (calibrate.steps), fits
-token-model.md §2.3's step cost (calibrate.fit) and prints the ``step_ms`` table to
-paste into a sweep, the front-end overhead and the residuals per step class. Writes
-``DIR/<log stem>-step-ms.toml`` (the table, the overhead, the fit's figures) and
-``DIR/<log stem>-steps.png`` (modelled against measured step times). A bad log or
+token-model.md §2.3's linear step cost (calibrate.fit; ``--cost linear``, the default)
+or the roofline (calibrate.roofline; ``--cost roofline``, docs/model.md "The step
+cost") and prints the ``step_ms`` (or ``step_cost``/``roofline_ms``) lines to paste into
+a sweep, the front-end overhead and the residuals per step class. Writes
+``DIR/<log stem>-step-ms.toml`` (``-roofline-ms.toml``: the table, the overhead, the
+fit's figures) and ``DIR/<log stem>-steps.png`` (``-roofline-steps.png``: modelled
+against measured step times). A bad log or
 description is one line on stderr naming the file and the row or key, exit status 2,
 nothing written.
 """
@@ -28,20 +32,34 @@ def step_ms_line(coef) -> str:
     return "step_ms = { " + ", ".join(f"{k} = {coef[k]:.6g}" for k in STEP_KEYS) + " }"
 
 
-def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=0.5, tie="auto"):
+def roofline_lines(coef) -> list:
+    """The sweep lines ``step_cost = "roofline"`` and ``roofline_ms = { … }``."""
+    from .roofline import ROOFLINE_KEYS
+    return ['step_cost = "roofline"',
+            "roofline_ms = { " + ", ".join(f"{k} = {coef[k]:.6g}" for k in ROOFLINE_KEYS) + " }"]
+
+
+def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=0.5, tie="auto", cost="linear"):
     """Everything the command prints, as a dict (raises LogError on bad input)."""
-    from . import fit, hardware, logs, steps
+    from . import fit, hardware, logs, roofline, steps
 
     recs = logs.read(log)
     desc = hardware.read(model) if model else None
-    ratios = hardware.derive(desc)["ratios"] if desc else dict(hardware.DEFAULT_RATIOS)
+    derived = hardware.derive(desc) if desc else None
     st = steps.reconstruct(recs, max_batched_tokens, jitter_ms, path=log)
     try:
-        f = fit.fit(st, ratios, tie, physical=desc is not None)
+        if cost == "roofline":
+            ratios = derived["roofline_ratios"] if desc else dict(roofline.DEFAULT_RATIOS)
+            f = roofline.fit(st, ratios, tie)
+        else:
+            ratios = derived["ratios"] if desc else dict(hardware.DEFAULT_RATIOS)
+            f = fit.fit(st, ratios, tie, physical=desc is not None)
     except ValueError as exc:
         raise logs.LogError(log, "steps", str(exc)) from None
     iso = steps.isolated(recs, st)
-    return {"records": recs, "steps": st, "fit": f, "description": desc, "ratios": ratios,
+    return {"records": recs, "steps": st, "fit": f, "cost": cost, "description": desc, "ratios": ratios,
+            "efficiency": (roofline.efficiencies(f, derived["roofline_priors"])
+                           if cost == "roofline" and desc else None),
             "residuals": fit.residuals(st, f),
             "overhead": fit.overhead(recs, st, f, max_batched_tokens, iso),
             "per_token": sum(r.per_token for r in recs)}
@@ -56,18 +74,21 @@ def render(res, log) -> str:
     d = res["description"]
     src = (f"{d['model'].get('name') or 'model'} on {d['hardware'].get('name') or 'hardware'}" if d
            else "routesim's default step_ms (no --model)")
-    lines += ["", f"fit: weighted least squares on relative error, {f.steps} steps, residual s.d. {100 * f.rel_sd:.1f} %",
-              f"{'coefficient':<24} {'value':>12} {'s.e.':>10}  note"]
-    notes = {"per_prefill_token_pair": ("prefill", f.tied["prefill"]),
-             "per_decode_sequence": ("decode", f.tied["decode"])}
-    for k in STEP_KEYS:
-        note = ""
-        if k in notes:
-            pair, rho = notes[k]
-            note = (f"tied: = {rho:.4g} x {'per_prefill_token' if pair == 'prefill' else 'per_kv_token'}"
-                    f" ({src}); {f.why[pair]}" if rho is not None else f.why[pair])
-        lines.append(f"{k:<24} {f.coef[k]:>12.4g} {f.se[k]:>10.2g}  {note}")
-    lines += ["", "[replica]   # paste into a sweep", step_ms_line(f.coef), ""]
+    if res["cost"] == "roofline":
+        lines += _render_roofline(res, src)
+    else:
+        lines += ["", f"fit: weighted least squares on relative error, {f.steps} steps, residual s.d. "
+                  f"{100 * f.rel_sd:.1f} %", f"{'coefficient':<24} {'value':>12} {'s.e.':>10}  note"]
+        notes = {"per_prefill_token_pair": ("prefill", f.tied["prefill"]),
+                 "per_decode_sequence": ("decode", f.tied["decode"])}
+        for k in STEP_KEYS:
+            note = ""
+            if k in notes:
+                pair, rho = notes[k]
+                note = (f"tied: = {rho:.4g} x {'per_prefill_token' if pair == 'prefill' else 'per_kv_token'}"
+                        f" ({src}); {f.why[pair]}" if rho is not None else f.why[pair])
+            lines.append(f"{k:<24} {f.coef[k]:>12.4g} {f.se[k]:>10.2g}  {note}")
+        lines += ["", "[replica]   # paste into a sweep", step_ms_line(f.coef), ""]
     if o["requests"]:
         lines.append(f"front-end overhead (TTFT minus the modelled first step, {o['requests']} requests sent to an "
                      f"idle engine): median {o['median_ms']:.1f} ms (p10 {o['p10_ms']:.1f}, p90 {o['p90_ms']:.1f})")
@@ -79,13 +100,42 @@ def render(res, log) -> str:
     return "\n".join(lines)
 
 
+def _render_roofline(res, src) -> list:
+    """The roofline fit's lines of the report: coefficients, s.e., efficiencies, ties."""
+    from .roofline import PAIRS, ROOFLINE_KEYS
+    f, eff = res["fit"], res["efficiency"]
+    mem = int(f.memory_bound.sum())
+    lines = ["", f"fit: roofline, weighted least squares on relative error, {f.steps} steps ({mem} memory-bound, "
+             f"{f.steps - mem} compute-bound after {f.rounds} round{'s' if f.rounds > 1 else ''} of assignment), "
+             f"residual s.d. {100 * f.rel_sd:.1f} %",
+             f"{'coefficient':<24} {'value':>12} {'s.e.':>10} {'efficiency':>10}  note"]
+    partner = {b: (pair, ROOFLINE_KEYS[a]) for pair, (a, b) in PAIRS.items()}
+    for k in ROOFLINE_KEYS:
+        note = ""
+        if k in partner:
+            pair, of = partner[k]
+            rho = f.tied[pair]
+            note = f"tied: = {rho:.4g} x {of} ({src}); {f.why[pair]}" if rho is not None else f.why[pair]
+        e = f"{eff[k]:.3f}" if eff and k in eff else ""
+        lines.append(f"{k:<24} {f.coef[k]:>12.4g} {f.se[k]:>10.2g} {e:>10}  {note}")
+    if eff:
+        lines.append("(efficiency: the description's time at full bandwidth or peak over the fitted time)")
+    return lines + ["", "[replica]   # paste into a sweep", *roofline_lines(f.coef), ""]
+
+
+def table_lines(res) -> list:
+    """The sweep lines of the fitted step cost."""
+    return roofline_lines(res["fit"].coef) if res["cost"] == "roofline" else [step_ms_line(res["fit"].coef)]
+
+
 def toml_text(res, log) -> str:
     """The written table: the sweep line, the overhead and the fit's figures."""
     f, o = res["fit"], res["overhead"]
-    out = [f"# python -m routesim.calibrate {log}", "[replica]", step_ms_line(f.coef), "",
+    cost = " --cost roofline" if res["cost"] == "roofline" else ""
+    out = [f"# python -m routesim.calibrate {log}{cost}", "[replica]", *table_lines(res), "",
            "[calibration]", f"overhead_ms = {o['median_ms']:.6g}", f"overhead_requests = {o['requests']}",
            f"steps_fitted = {f.steps}", f"residual_sd = {f.rel_sd:.6g}",
-           "standard_error = { " + ", ".join(f"{k} = {f.se[k]:.6g}" for k in STEP_KEYS) + " }",
+           "standard_error = { " + ", ".join(f"{k} = {v:.6g}" for k, v in f.se.items()) + " }",
            "tied = { " + ", ".join(f"{p} = {'false' if r is None else repr(float(r))}" for p, r in f.tied.items()) + " }"]
     return "\n".join(out) + "\n"
 
@@ -98,7 +148,9 @@ def main(argv=None):
     ap.add_argument("--max-batched-tokens", type=int, default=8192, help="the server's token budget per step")
     ap.add_argument("--jitter-ms", type=float, default=0.5, help="tokens closer than this are one step's burst")
     ap.add_argument("--tie", choices=("auto", "always", "never"), default="auto")
-    ap.add_argument("--quiet", action="store_true", help="print only the step_ms line")
+    ap.add_argument("--cost", choices=("linear", "roofline"), default="linear",
+                    help="the step cost to fit: linear (step_ms) or roofline (roofline_ms)")
+    ap.add_argument("--quiet", action="store_true", help="print only the sweep lines")
     a = ap.parse_args(argv)
     from .logs import LogError
 
@@ -106,7 +158,7 @@ def main(argv=None):
         print("error: --max-batched-tokens must be >= 1 and --jitter-ms > 0", file=sys.stderr)
         return 2
     try:
-        res = calibrate(a.log, a.model, a.max_batched_tokens, a.jitter_ms, a.tie)
+        res = calibrate(a.log, a.model, a.max_batched_tokens, a.jitter_ms, a.tie, a.cost)
     except LogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -115,10 +167,12 @@ def main(argv=None):
 
     stem = Path(a.log).stem
     out = Path(a.out)
-    table = write_text(out / f"{stem}-step-ms.toml", toml_text(res, a.log))
-    png = figure.draw(res["steps"], res["fit"], out / f"{stem}-steps.png", title=f"{Path(a.log).name}")
+    tag = "roofline-" if a.cost == "roofline" else ""
+    table = write_text(out / f"{stem}-{tag or 'step-'}ms.toml", toml_text(res, a.log))
+    png = figure.draw(res["steps"], res["fit"], out / f"{stem}-{tag}steps.png",
+                      title=f"{Path(a.log).name} ({a.cost})" if tag else f"{Path(a.log).name}")
     if a.quiet:
-        print(step_ms_line(res["fit"].coef))
+        print("\n".join(table_lines(res)))
     else:
         print(render(res, a.log))
         print(f"\nwrote {table} and {png}")

@@ -20,7 +20,7 @@ def draw(steps, f, path, title=""):
     for name, mask in (("decode-only", steps.usable & ~steps.prefill),
                        ("prefill-bearing", steps.usable & steps.prefill)):
         y = steps.d_ms[mask]
-        m = f.predict(steps.U[mask], steps.Q[mask], steps.n[mask], steps.K[mask])
+        m = f.predict(steps.U[mask], steps.Q[mask], steps.n[mask], steps.K[mask], steps.R[mask])
         if not y.size:
             continue
         lo, hi = min(lo, y.min(), m.min()), max(hi, y.max(), m.max())

@@ -44,8 +44,9 @@ class Fit:
     steps: int
     rel_sd: float
 
-    def predict(self, U, Q, n, K):
-        """Modelled step time (ms), left to right as token-model.md §2.3 evaluates it."""
+    def predict(self, U, Q, n, K, R=0.0):
+        """Modelled step time (ms), left to right as token-model.md §2.3 evaluates it
+        (``R``, the prefill chunks' context, is the roofline's: unused here)."""
         c = self.coef
         return (c["base"] + c["per_prefill_token"] * U + c["per_prefill_token_pair"] * Q
                 + c["per_decode_sequence"] * n + c["per_kv_token"] * K)
@@ -82,20 +83,20 @@ def _wls(X, y, bounded):
     return cs / scale, se / scale, float(np.sqrt(s2))
 
 
-def _reduce(X, tied, ratios):
+def _reduce(X, tied, ratios, pairs=PAIRS):
     """The design with every tied pair's two columns merged into x₁ + ρ·x₂, and the map
-    back: ``expand(c_reduced) -> c (5,)``."""
+    back: ``expand(c_reduced) -> c (columns,)``. ``pairs``: {pair: (fitted, partner)}."""
     keep, merged = [], {}
     for j in range(X.shape[1]):
-        pair = next((p for p, (a, b) in PAIRS.items() if j == b and tied[p]), None)
+        pair = next((p for p, (a, b) in pairs.items() if j == b and tied[p]), None)
         if pair is None:
             keep.append(j)
     cols = []
     for j in keep:
-        pair = next((p for p, (a, b) in PAIRS.items() if j == a and tied[p]), None)
+        pair = next((p for p, (a, b) in pairs.items() if j == a and tied[p]), None)
         if pair:
-            merged[j] = (PAIRS[pair][1], ratios[pair])
-            cols.append(X[:, j] + ratios[pair] * X[:, PAIRS[pair][1]])
+            merged[j] = (pairs[pair][1], ratios[pair])
+            cols.append(X[:, j] + ratios[pair] * X[:, pairs[pair][1]])
         else:
             cols.append(X[:, j])
 
@@ -109,6 +110,20 @@ def _reduce(X, tied, ratios):
         return c
 
     return np.column_stack(cols), keep, expand
+
+
+def tied_wls(X, y, tied, ratios, pairs=PAIRS):
+    """The bounded weighted fit of ``y`` on ``X`` with every tied pair merged (``tied``
+    {pair: bool}): (coefficients (columns,), standard errors (a tied partner's is ρ × its
+    pair's), relative residual s.d.)."""
+    Xr, keep, expand = _reduce(X, tied, ratios, pairs)
+    cr, ser, sd = _wls(Xr, y, bounded=True)
+    se = np.full(X.shape[1], np.nan)
+    se[keep] = ser
+    for pair, (a, b) in pairs.items():
+        if tied[pair]:
+            se[b] = ratios[pair] * se[a]
+    return expand(cr), se, sd
 
 
 def fit(steps, ratios, tie="auto", physical=False) -> Fit:
@@ -139,48 +154,42 @@ def fit(steps, ratios, tie="auto", physical=False) -> Fit:
         else:
             tied[pair] = False
             why[pair] = f"separable: relative s.e. {rel[0]:.2g}, {rel[1]:.2g}" if tie == "auto" else "tie = never"
-    Xr, keep, expand = _reduce(X, tied, ratios)
-    cr, ser, sd = _wls(Xr, y, bounded=True)
-    c = expand(cr)
-    se = np.full(5, np.nan)
-    se[keep] = ser
-    for pair, (a, b) in PAIRS.items():
-        if tied[pair]:
-            se[b] = ratios[pair] * se[a]
+    c, se, sd = tied_wls(X, y, tied, ratios)
     return Fit(dict(zip(STEP_KEYS, c.tolist())), dict(zip(STEP_KEYS, se.tolist())),
                {p: (ratios[p] if tied[p] else None) for p in PAIRS}, why, len(y), sd)
 
 
-def residuals(steps, f: Fit) -> dict:
-    """Per step class ("prefill-bearing", "decode-only") of the usable steps: count,
+def residuals(steps, f) -> dict:
+    """Per step class ("prefill-bearing", "decode-only") of the usable steps under ``f``
+    (a :class:`Fit` or a ``roofline.RooflineFit``): count,
     mean and RMS of (modelled − measured)/measured (1), mean |error| (ms)."""
     out = {}
     for name, mask in (("prefill-bearing", steps.usable & steps.prefill),
                        ("decode-only", steps.usable & ~steps.prefill)):
-        X, y = design(steps, mask)
+        y = steps.d_ms[mask]
         if not len(y):
             out[name] = {"steps": 0, "mean": np.nan, "rms": np.nan, "mae_ms": np.nan}
             continue
-        m = f.predict(X[:, 1], X[:, 2], X[:, 3], X[:, 4])
+        m = f.predict(steps.U[mask], steps.Q[mask], steps.n[mask], steps.K[mask], steps.R[mask])
         rel = (m - y) / y
         out[name] = {"steps": int(len(y)), "mean": float(rel.mean()), "rms": float(np.sqrt((rel ** 2).mean())),
                      "mae_ms": float(np.abs(m - y).mean())}
     return out
 
 
-def prefill_time(f: Fit, u, cached, budget):
+def prefill_time(f, u, cached, budget):
     """Modelled time (ms) of a prefill of ``u`` tokens alone on an idle engine: chunks of
     the whole budget, then the rest; no decoders."""
     t, done = 0.0, cached
     while u > 0:
         x = min(u, budget)
-        t += f.predict(x, x * (done + x / 2.0), 0, 0)
+        t += f.predict(x, x * (done + x / 2.0), 0, 0, done + x)
         done += x
         u -= x
     return t
 
 
-def overhead(recs, steps, f: Fit, budget, isolated) -> dict:
+def overhead(recs, steps, f, budget, isolated) -> dict:
     """Client/front-end overhead (ms): TTFT minus the modelled prefill of the requests
     sent to an idle engine (``isolated`` (R,) bool): median, 10th and 90th percentiles,
     count. It is the time before the engine (request handling) plus after it (streaming

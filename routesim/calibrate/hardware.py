@@ -30,7 +30,11 @@ does not depend on how efficiently the GPU uses it:
   2 · 4 · vocab) over KV bytes per token (2 · layers · kv_heads · head_dim ·
   bytes_per_kv).
 
-It also gives the roofline's figures at full efficiency (``priors``), for comparison.
+It also gives the roofline's figures at full efficiency (``priors`` in step_ms terms,
+``roofline_priors`` in roofline_ms terms: the weights' and a KV token's bytes over the
+bandwidth, a token's and a pair's FLOPs over the peak), and the roofline's two ratios
+(``roofline_ratios``: KV bytes per token over weight bytes; attention FLOPs per pair
+over linear FLOPs per token), which tie its coefficients (calibrate.roofline).
 """
 
 import tomllib
@@ -108,6 +112,11 @@ def derive(desc) -> dict:
               "per_prefill_token_pair": 1000.0 * flops_pair / peak,
               "per_decode_sequence": 1000.0 * seq_bytes / bw,
               "per_kv_token": 1000.0 * kv_bytes / bw}
+    weight_bytes = params * m["bytes_per_param"]
+    roofline = {"weights": 1000.0 * weight_bytes / bw, "per_kv_token": priors["per_kv_token"],
+                "per_token": priors["per_prefill_token"], "per_token_pair": priors["per_prefill_token_pair"]}
     return {"parameters": params, "flops_per_token": flops_token, "attn_flops_per_pair": flops_pair,
             "kv_bytes_per_token": kv_bytes, "sequence_bytes": seq_bytes, "priors": priors,
-            "ratios": {"prefill": flops_pair / flops_token, "decode": seq_bytes / kv_bytes}}
+            "ratios": {"prefill": flops_pair / flops_token, "decode": seq_bytes / kv_bytes},
+            "roofline_priors": roofline,
+            "roofline_ratios": {"memory": kv_bytes / weight_bytes, "compute": flops_pair / flops_token}}

@@ -20,7 +20,7 @@ to jitter. The reconstruction (docs/calibration.md §2), for a low-load log:
    offers among the steps that began after the send (``place``); when several are (the
    log has the send time, not the engine's arrival) or the prefill may have begun in
    a step no token shows, every step it may have touched is marked unusable. ``U_k = Σ x``,
-   ``Q_k = Σ x (m + c + x/2)`` (token-model.md §2.3).
+   ``Q_k = Σ x (m + c + x/2)`` (token-model.md §2.3), ``R_k = Σ (m + c + x)``.
 4. **Durations.** A step with a decoder started when the previous burst ended (the
    decoder emitted there, and a busy engine starts its next step at once): ``d_k =
    end_k - end_{k-1}``, *chained*. A step without decoders began at an arrival the log
@@ -40,7 +40,9 @@ class Steps:
     """Reconstructed steps, all of shape (S,) in burst order: ``end_ms`` (ms), ``d_ms``
     (ms; NaN unless chained), ``U`` (tokens), ``Q`` (token pairs), ``n`` (sequences),
     ``K`` (tokens), ``chained``, ``usable`` (chained and every prefill chunk placed),
-    ``size`` (tokens in the burst); ``first`` (R,) each request's first-token burst."""
+    ``size`` (tokens in the burst); ``first`` (R,) each request's first-token burst;
+    ``R`` (S,) the KV tokens the prefill chunks attend to, Σ (m + c + x) (the roofline's
+    memory time: docs/model.md "The step cost")."""
     end_ms: np.ndarray
     d_ms: np.ndarray
     U: np.ndarray
@@ -51,6 +53,7 @@ class Steps:
     usable: np.ndarray
     size: np.ndarray
     first: np.ndarray
+    R: np.ndarray
 
     @property
     def prefill(self):
@@ -109,6 +112,7 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
     used = n.copy()                                       # budget taken so far, per step
     U = np.zeros(S)
     Q = np.zeros(S)
+    R = np.zeros(S)
     bad = np.zeros(S, dtype=bool)
     for i in sorted(range(len(recs)), key=lambda i: (first[i], recs[i].send_ms, i)):
         r, f = recs[i], first[i]
@@ -121,11 +125,12 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
         for k, x in zip(range(lo, f + 1), chunks):
             U[k] += x
             Q[k] += x * (done + x / 2.0)
+            R[k] += done + x
             used[k] += x
             done += x
     d = np.where(chained, end - start, np.nan)
     usable = chained & ~bad
-    return Steps(end, d, U, Q, n, K, chained, usable, size, first)
+    return Steps(end, d, U, Q, n, K, chained, usable, size, first, R)
 
 
 def place(u, f, send_ms, used, chained, start, budget):

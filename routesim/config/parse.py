@@ -302,7 +302,7 @@ def _stage(rd, index, raw, grid, base, het, scenarios, selected, m):
             rd.fail(_join(key, "select.parameter"),
                     f"{select.parameter!r} is not swept in stage {name!r}: give it a list of values")
     stage = Stage(name=name, key=key, values=values, swept=tuple(swept), select=select,
-                  inherit=tuple(inherit), standard=m.dims)
+                  inherit=tuple(inherit), standard=m.dims, given=frozenset(overrides) | frozenset(base))
     where = {n: k for n, (_, k) in overrides.items()}
     where["heterogeneity"] = _join(key if "heterogeneity" in raw else "grid", "heterogeneity")
     check_stage(rd, stage, het, scenarios, where, m)

@@ -36,7 +36,8 @@ class Stage:
     (``seed`` given as first/count: a ``range``, so a huge count costs nothing to parse);
     a parameter whose tuple has several values, or that the file gave as a list, is a
     dimension. ``inherit`` names parameters whose value comes from an earlier stage's
-    selection (their entry in ``values`` is only a placeholder until then).
+    selection (their entry in ``values`` is only a placeholder until then). ``given``
+    names the parameters the file sets, in the stage or for every stage.
     """
 
     name: str
@@ -46,6 +47,7 @@ class Stage:
     standard: tuple                # the model's dimensions of every stage
     select: Selection | None = None
     inherit: tuple = ()
+    given: frozenset = frozenset()  # parameters the file sets (for the stage or every stage)
 
     @property
     def dims(self):

@@ -1,0 +1,117 @@
+"""Fit the roofline step cost (docs/model.md "The step cost") to reconstructed steps.
+
+``d = base + max(weights + per_kv_token·(K + R), per_token·(U + n) + per_token_pair·(Q + K))``
+(ms), the sweep's ``roofline_ms`` table. The max makes it piecewise linear: once every
+step is assigned to its bound (memory or compute), the fit is the linear one of
+calibrate.fit, weighted least squares on relative error with coefficients ``>= 0``
+(``base > 0``), on the design
+
+    memory-bound step:  [1, 1, K + R, 0,     0    ]
+    compute-bound step: [1, 0, 0,     U + n, Q + K]
+
+So the fit alternates: assign every step to the larger side under the current
+coefficients, refit, until no assignment changes (at most ``MAX_ROUNDS``). It starts
+from decode-only steps memory-bound and prefill-bearing steps compute-bound (the
+roofline's usual split). Standard errors are the final linear fit's (assignment held).
+
+**Ties.** A pair that shares one resource — (weights, per_kv_token): bytes over the
+bandwidth; (per_token, per_token_pair): FLOPs over the peak — is tied to the
+model/hardware description's ratio (calibrate.hardware ``roofline_ratios``; without one,
+routesim's default ``roofline_ms``) when its untied fit leaves a coefficient
+undetermined (a relative s.e. above ``fit.TIE_REL_SE``, or a column the data never
+exercises), or always (``tie = "always"``). With a description, each coefficient is also
+an **efficiency**: the description's time at full bandwidth or peak over the fitted one.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fit import TIE_REL_SE, Fit, tied_wls
+
+ROOFLINE_KEYS = ("base", "weights", "per_kv_token", "per_token", "per_token_pair")
+"""The ``[replica] roofline_ms`` keys, in the design's column order."""
+PAIRS = {"memory": (1, 2), "compute": (3, 4)}
+"""Each tie as (fitted, partner): a tied partner is ρ × the fitted coefficient."""
+DEFAULT_RATIOS = {"memory": 4.89e-5 / 5.99, "compute": 8.84e-7 / 0.0271}
+"""Without ``--model``: the ratios of routesim's default roofline_ms (docs/model.md)."""
+MAX_ROUNDS = 50
+
+
+@dataclass(frozen=True)
+class RooflineFit(Fit):
+    """A :class:`fit.Fit` whose ``coef`` and ``se`` are by ROOFLINE_KEYS, plus
+    ``memory_bound`` (steps,) bool of the fitted steps and ``rounds`` of assignment."""
+    memory_bound: np.ndarray
+    rounds: int
+
+    def sides(self, U, Q, n, K, R):
+        """(memory time, compute time) in ms, as docs/model.md evaluates them."""
+        c = self.coef
+        return (c["weights"] + c["per_kv_token"] * (K + R),
+                c["per_token"] * (U + n) + c["per_token_pair"] * (Q + K))
+
+    def predict(self, U, Q, n, K, R=0.0):
+        """Modelled step time (ms): base + max(memory, compute)."""
+        mem, comp = self.sides(U, Q, n, K, R)
+        return self.coef["base"] + np.maximum(mem, comp)
+
+
+def design(steps, mask, memory):
+    """X (N, 5) of the masked steps with each one's bound (``memory`` (N,) bool), y (N,) ms."""
+    U, Q, n, K, R = (getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R"))
+    m = memory.astype(float)
+    X = np.column_stack([np.ones(m.size), m, m * (K + R), (1 - m) * (U + n), (1 - m) * (Q + K)])
+    return X, steps.d_ms[mask]
+
+
+def _solve(steps, mask, memory, tied, ratios):
+    X, y = design(steps, mask, memory)
+    return tied_wls(X, y, tied, ratios, PAIRS)
+
+
+def _assign(steps, mask, tied, ratios):
+    """Alternate assignment and fit to a fixed point: (coefficients, s.e., s.d., memory, rounds)."""
+    memory = steps.U[mask] == 0
+    for rounds in range(1, MAX_ROUNDS + 1):
+        c, se, sd = _solve(steps, mask, memory, tied, ratios)
+        U, Q, n, K, R = (getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R"))
+        now = c[1] + c[2] * (K + R) >= c[3] * (U + n) + c[4] * (Q + K)
+        if np.array_equal(now, memory):
+            break
+        memory = now
+    return c, se, sd, memory, rounds
+
+
+def fit(steps, ratios=None, tie="auto") -> RooflineFit:
+    """Fit the usable steps of ``steps`` (calibrate.steps.Steps). ``ratios``: {"memory":
+    per_kv_token/weights, "compute": per_token_pair/per_token} (default
+    DEFAULT_RATIOS); ``tie``: "auto", "always" or "never"."""
+    ratios = dict(DEFAULT_RATIOS) if ratios is None else ratios
+    mask = steps.usable
+    if mask.sum() < 6:
+        raise ValueError(f"only {int(mask.sum())} usable steps: the roofline needs decode and prefill steps")
+    tied = {p: tie == "always" for p in PAIRS}
+    why = {p: "tie = always" if tie == "always" else "tie = never" for p in PAIRS}
+    c, se, sd, memory, rounds = _assign(steps, mask, tied, ratios)
+    if tie == "auto":
+        X, _ = design(steps, mask, memory)
+        for pair, (a, b) in PAIRS.items():
+            unused = [ROOFLINE_KEYS[j] for j in (a, b) if not np.any(X[:, j])]
+            rel = [se[j] / c[j] if c[j] > 0 and np.isfinite(se[j]) else np.inf for j in (a, b)]
+            tied[pair] = bool(unused) or max(rel) > TIE_REL_SE
+            why[pair] = (f"{', '.join(unused)} not in the data" if unused else
+                         f"untied: relative s.e. {max(rel):.2g} > {TIE_REL_SE:g}" if tied[pair] else
+                         f"separable: relative s.e. {rel[0]:.2g}, {rel[1]:.2g}")
+        if any(tied.values()):
+            c, se, sd, memory, r2 = _assign(steps, mask, tied, ratios)
+            rounds += r2
+    return RooflineFit(dict(zip(ROOFLINE_KEYS, c.tolist())), dict(zip(ROOFLINE_KEYS, se.tolist())),
+                       {p: (ratios[p] if tied[p] else None) for p in PAIRS}, why, int(mask.sum()), sd,
+                       memory, rounds)
+
+
+def efficiencies(f: RooflineFit, priors) -> dict:
+    """{key: description's time at full bandwidth or peak / fitted time} for the four
+    resource coefficients (``priors``: hardware.derive(...)["roofline_priors"], ms)."""
+    return {k: (priors[k] / f.coef[k] if f.coef[k] > 0 else np.inf) for k in ROOFLINE_KEYS[1:]}
