@@ -20,7 +20,6 @@ it holds a slot.
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest

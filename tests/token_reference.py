@@ -1717,7 +1717,6 @@ class _Sim:
         self.trace.append((T, "route", r.index, i, a.number))
 
     def phase_routing(self, T: float):
-        p = self.p
         # front-door FIFOs first, in request order of their heads
         blocked = set()
         while True:
@@ -1753,14 +1752,18 @@ class _Sim:
                 self.backoff.remove(r)
             res = self.route(r, T, is_retry)
             if res == "front_door":
-                if p["admission_mode"] == "queue":
-                    r.in_fifo = True
-                    self.routers[r.router].fifo.append(r)
-                    self.trace.append((T, "fifo", r.index))
-                else:
-                    r.outcome = "rejected"
-                    r.left_at = T
-                    self.trace.append((T, "reject", r.index))
+                self.stopped_at_front_door(r, T)
+
+    def stopped_at_front_door(self, r: Request, T: float):
+        """A new request the front door stops: it waits in its router's FIFO, or is rejected."""
+        if self.p["admission_mode"] == "queue":
+            r.in_fifo = True
+            self.routers[r.router].fifo.append(r)
+            self.trace.append((T, "fifo", r.index))
+        else:
+            r.outcome = "rejected"
+            r.left_at = T
+            self.trace.append((T, "reject", r.index))
 
     def holds_slot(self, r: Request, T: float) -> bool:
         """A sent request holds a client slot until its final outcome + the overhead."""
@@ -1774,7 +1777,6 @@ class _Sim:
         already sent, so earlier in request order), then, in request order, each request
         whose intended time has come, while fewer than cap hold a slot (a shed or a
         rejection at T frees its slot at once when the overhead is 0)."""
-        p = self.p
         for r in sorted((r for r in self.backoff if r.retry_due == T), key=lambda r: r.index):
             r.retry_due = None
             self.backoff.remove(r)
@@ -1788,14 +1790,7 @@ class _Sim:
             self.trace.append((T, "send", r.index))
             res = self.route(r, T, False)
             if res == "front_door":
-                if p["admission_mode"] == "queue":
-                    r.in_fifo = True
-                    self.routers[r.router].fifo.append(r)
-                    self.trace.append((T, "fifo", r.index))
-                else:
-                    r.outcome = "rejected"
-                    r.left_at = T
-                    self.trace.append((T, "reject", r.index))
+                self.stopped_at_front_door(r, T)
 
     # ---------------------------------------------------------------- main loop
     def next_time(self, after: float):

@@ -92,7 +92,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                sample_t, samples, cluster, keep):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
 
-    wl_* (requests,) the workload; seg_key/seg_len the requests' prompt segments,
+    wl_* (requests,) the workload (``wl_t`` ms: arrivals, or with ``p.max_in_flight = N > 0``
+    a closed-loop client's intended sends: request k is sent, in phase 6, at ``wl_t[k]`` or
+    when one of its N slots frees, in request order; docs/model.md "Closed-loop clients");
+    seg_key/seg_len the requests' prompt segments,
     request k's at ``seg_off[k]:seg_off[k + 1]`` (offsets into the flat arrays).
     A timeline (empty arrays otherwise): at each of ``sample_t`` (ms, ascending) the
     state after everything at times ≤ it goes to ``samples`` (samples, replicas) SAMPLE
