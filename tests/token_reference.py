@@ -220,6 +220,8 @@ def defaults() -> dict:
         breaker_consecutive=0, breaker_eject_ms=1000.0, breaker_max_ejected_fraction=0.1,
         admission_max_tokens=INF, admission_mode="reject",
         start_down=[],
+        # the closed-loop client (issue 25; docs/model.md "Closed-loop clients")
+        max_in_flight=0, client_overhead_ms=0.0,
     )
 
 
@@ -502,7 +504,9 @@ class Replica:
 class Request:
     def __init__(self, index, t, P, O, h, ids, router):
         self.index = index
-        self.t = t
+        self.intended = t           # the arrival process's time (the cohort's)
+        self.t = t                  # its send (= intended in an open loop; set when sent)
+        self.left_at = None         # the time of its final outcome
         self.P = P
         self.O = O
         self.h = h
@@ -673,7 +677,14 @@ class _Sim:
         self.in_system_at_W = None               # requests in the system after time W
         self.in_system_at_H = None               # ... after time H
         self.all_attempts: list[Attempt] = []     # every attempt placed on a replica (ITL)
-        self.cohort = [r for r in self.requests if self.W <= r.t < self.H]
+        self.cohort = [r for r in self.requests if self.W <= r.intended < self.H]
+        # the closed-loop client: at most cap requests hold a slot, from their send to their
+        # final outcome + client_overhead_ms (0: an open loop)
+        self.cap = int(p["max_in_flight"])
+        self.overhead = float(p["client_overhead_ms"])
+        if self.cap < 0 or not (math.isfinite(self.overhead) and self.overhead >= 0):
+            raise ValueError("max_in_flight must be >= 0 and client_overhead_ms finite and >= 0")
+        self.waiting_at_H = None                 # requests not yet sent after time H
         self.cohort_cursor = 0                   # cohort[:cursor] have left the system for good
         self.trace: list = []      # (T, what, ...) log of decisions, for tests
 
@@ -985,6 +996,7 @@ class _Sim:
         r = a.req
         r.current = None
         r.outcome = "completed"
+        r.left_at = T
         r.completion = T
         r.first_token = a.first_token
         r.ttft = a.first_token - r.t
@@ -1497,9 +1509,11 @@ class _Sim:
                     self.trace.append((T, "retry_scheduled", r.index, r.retry_due))
                 else:
                     r.outcome = "failed"
+                    r.left_at = T
                     self.trace.append((T, "budget_refused", r.index))
             else:
                 r.outcome = "failed"
+                r.left_at = T
 
     def front_door_deadline(self, r: Request) -> float:
         return r.t + min(self.p["timeout_ms"], self.p["ttft_timeout_ms"])
@@ -1670,6 +1684,7 @@ class _Sim:
         if not E:
             self.draw_for_shed()
             r.outcome = "shed"
+            r.left_at = T
             self.trace.append((T, "shed", r.index))
             return "shed"
         if not is_retry:
@@ -1720,7 +1735,6 @@ class _Sim:
         self.trace.append((T, "route", r.index, i, a.number))
 
     def phase_routing(self, T: float):
-        p = self.p
         # front-door FIFOs first, in request order of their heads
         blocked = set()
         while True:
@@ -1738,6 +1752,8 @@ class _Sim:
                 router.fifo.pop(0)
                 r.in_fifo = False
         # then retries and arrivals due at T, in request order
+        if self.cap > 0:
+            return self.closed_loop_routing(T)
         due = []
         while self.next_arrival < len(self.requests) and self.requests[self.next_arrival].t == T:
             due.append((self.next_arrival, False))
@@ -1754,13 +1770,45 @@ class _Sim:
                 self.backoff.remove(r)
             res = self.route(r, T, is_retry)
             if res == "front_door":
-                if p["admission_mode"] == "queue":
-                    r.in_fifo = True
-                    self.routers[r.router].fifo.append(r)
-                    self.trace.append((T, "fifo", r.index))
-                else:
-                    r.outcome = "rejected"
-                    self.trace.append((T, "reject", r.index))
+                self.stopped_at_front_door(r, T)
+
+    def stopped_at_front_door(self, r: Request, T: float):
+        """A new request the front door stops: it waits in its router's FIFO, or is rejected."""
+        if self.p["admission_mode"] == "queue":
+            r.in_fifo = True
+            self.routers[r.router].fifo.append(r)
+            self.trace.append((T, "fifo", r.index))
+        else:
+            r.outcome = "rejected"
+            r.left_at = T
+            self.trace.append((T, "reject", r.index))
+
+    def holds_slot(self, r: Request, T: float) -> bool:
+        """A sent request holds a client slot until its final outcome + the overhead."""
+        return r.outcome is None or r.left_at + self.overhead > T
+
+    def client_in_flight(self, T: float) -> int:
+        return sum(1 for r in self.requests[:self.next_arrival] if self.holds_slot(r, T))
+
+    def closed_loop_routing(self, T: float):
+        """Phase 6 after the front door, closed loop: the retries due (all of requests
+        already sent, so earlier in request order), then, in request order, each request
+        whose intended time has come, while fewer than cap hold a slot (a shed or a
+        rejection at T frees its slot at once when the overhead is 0)."""
+        for r in sorted((r for r in self.backoff if r.retry_due == T), key=lambda r: r.index):
+            r.retry_due = None
+            self.backoff.remove(r)
+            self.route(r, T, True)   # a retry never meets the front door
+        while (self.next_arrival < len(self.requests) and self.requests[self.next_arrival].intended <= T
+               and self.client_in_flight(T) < self.cap):
+            r = self.requests[self.next_arrival]
+            r.arrived = True
+            r.t = T
+            self.next_arrival += 1
+            self.trace.append((T, "send", r.index))
+            res = self.route(r, T, False)
+            if res == "front_door":
+                self.stopped_at_front_door(r, T)
 
     # ---------------------------------------------------------------- main loop
     def next_time(self, after: float):
@@ -1785,7 +1833,11 @@ class _Sim:
             for i in range(self.N):
                 c.append(self.pub_time(i))
         if self.next_arrival < len(self.requests):
-            c.append(self.requests[self.next_arrival].t)
+            if self.cap == 0 or self.client_in_flight(after) < self.cap:
+                c.append(self.requests[self.next_arrival].intended)
+            else:   # the cap is reached: the next send is when a slot frees
+                c.extend(r.left_at + self.overhead for r in self.requests[:self.next_arrival]
+                         if r.outcome is not None)
         for r in self.backoff:
             c.append(r.retry_due)
         for router in self.routers:
@@ -1827,6 +1879,7 @@ class _Sim:
             self.in_system_at_W = self.requests_in_system()
         if self.in_system_at_H is None and T_next > self.H:
             self.in_system_at_H = self.requests_in_system()
+            self.waiting_at_H = len(self.requests) - self.next_arrival
 
     def run(self):
         """§4 at every time, up to the stop of §7 "Drain": the first time T >= H after
@@ -1873,6 +1926,7 @@ class _Sim:
                 self.in_system_at_W = self.requests_in_system()
             if T == self.H:
                 self.in_system_at_H = self.requests_in_system()
+                self.waiting_at_H = len(self.requests) - self.next_arrival
             if T >= self.H and not self.cohort_in_system():
                 self.stop = T
                 break
@@ -1962,22 +2016,26 @@ class _Sim:
         p = self.p
         W, H = self.W, self.H
         measure_s = p["measure_s"]
-        cohort = [r for r in self.requests if W <= r.t < H]
+        cohort = [r for r in self.requests if W <= r.intended < H]
         counts = dict(completed=0, failed=0, rejected=0, shed=0, unfinished=0)
         ttft, tpot, e2e = [], [], []
         ttft_on = [[] for _ in range(self.N)]
         good = 0
         attempts = retries = 0
+        waits = []
+        ovh = self.overhead     # the client measures its TTFT and E2E with its overhead
         for r in cohort:
             outcome = r.outcome if r.outcome is not None else "unfinished"
             counts[outcome] += 1
             attempts += r.attempts
             retries += r.retries_placed
+            if r.arrived:
+                waits.append(r.t - r.intended)
             if outcome == "completed":
-                ttft.append(r.ttft)
-                ttft_on[r.done_on].append(r.ttft)
-                e2e.append(r.completion - r.t)
-                ok = r.ttft <= p["slo_ttft_ms"]
+                ttft.append(r.ttft + ovh)
+                ttft_on[r.done_on].append(r.ttft + ovh)
+                e2e.append(r.completion - r.t + ovh)
+                ok = r.ttft + ovh <= p["slo_ttft_ms"]
                 if r.O >= 2:
                     x = (r.completion - r.first_token) / (r.O - 1)
                     tpot.append(x)
@@ -1991,6 +2049,10 @@ class _Sim:
             for q in (50, 90, 99):
                 out[f"{name}_p{q}"] = nearest_rank(vals, q)
         out["e2e_mean"] = sum(e2e) / len(e2e) if e2e else math.nan
+        out["client_wait_p50"] = nearest_rank(waits, 50)
+        out["client_wait_p99"] = nearest_rank(waits, 99)
+        out["client_wait_mean"] = sum(waits) / len(waits) if waits else math.nan
+        out["client_waiting"] = self.waiting_at_H
         out["attainment"] = good / arrivals if arrivals else math.nan
         out["goodput"] = good / measure_s
         out["throughput"] = self.completions_window / measure_s
@@ -2028,7 +2090,8 @@ class _Sim:
         out["replica_ttft_p50"] = [nearest_rank(v, 50) for v in ttft_on]
         out["replica_ttft_p99"] = [nearest_rank(v, 99) for v in ttft_on]
         out["records"] = [dict(outcome=r.outcome if r.outcome is not None else "unfinished",
-                               arrival=r.t, ttft=r.ttft, completion=r.completion,
+                               arrival=r.intended, sent=r.t if r.arrived else None,
+                               ttft=r.ttft, completion=r.completion, left_at=r.left_at,
                                first_token=r.first_token, attempts=r.attempts)
                           for r in self.requests]
         return out

@@ -151,6 +151,8 @@ PARAMS = np.dtype(
         ("breaker_max_ejected_fraction", np.float64),
         ("admission_max_tokens", np.float64),  # inf: off
         ("admission_mode", np.int64),     # Admission code
+        ("max_in_flight", np.int64),      # closed-loop client: requests in flight at most (0: open loop)
+        ("client_overhead_ms", np.float64),  # added to the TTFT and E2E the client measures, and to its slots
         ("event_start", np.int64),        # first row of this run's scenario in the event table
         ("event_count", np.int64),
         ("workload", np.int64),           # index of this run's workload and router stream
@@ -300,11 +302,13 @@ VIEW = np.dtype(
 """A router's view of one replica at a decision (routesim/batching/policies.py)."""
 
 KEPT = np.dtype(
-    [("first_ms", np.float64), ("done_ms", np.float64), ("outcome", np.int8), ("attempts", np.int64)],
+    [("first_ms", np.float64), ("done_ms", np.float64), ("outcome", np.int8), ("attempts", np.int64),
+     ("sent_ms", np.float64)],
     align=True,
 )
 """What a timeline keeps of each request: its completing attempt's first token and
-completion (NaN if none), its outcome and attempts."""
+completion (NaN if none), its outcome and attempts, and its send (the arrival in an open
+loop; NaN if a closed-loop client never sent it)."""
 
 TIMER = np.dtype([("t", np.float64), ("req", np.int64), ("token", np.int64)], align=True)
 """A timed entry of a request (deadline, black-hole failure, retry), valid while the
@@ -363,6 +367,9 @@ METRICS = np.dtype(
         ("prefix_hit_rate", np.float64), ("kv_occupancy", np.float64), ("batch_mean", np.float64),
         ("backlog_growth", np.int64), ("kv_occupancy_first", np.float64), ("kv_occupancy_last", np.float64),
         ("attempts", np.int64), ("retries", np.int64), ("placement_occupancy", np.float64),
+        # closed-loop client (max_in_flight > 0; Dataset variables only then)
+        ("client_wait_p50", np.float64), ("client_wait_p99", np.float64), ("client_wait_mean", np.float64),
+        ("client_waiting", np.int64),
         # accumulators, finished into the rates above
         ("hit_tokens", np.float64), ("admit_tokens", np.float64),
         ("busy_ms", np.float64), ("batch_ms", np.float64),

@@ -92,7 +92,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                sample_t, samples, cluster, keep):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
 
-    wl_* (requests,) the workload; seg_key/seg_len the requests' prompt segments,
+    wl_* (requests,) the workload (``wl_t`` ms: arrivals, or with ``p.max_in_flight = N > 0``
+    a closed-loop client's intended sends: request k is sent, in phase 6, at ``wl_t[k]`` or
+    when one of its N slots frees, in request order; docs/model.md "Closed-loop clients");
+    seg_key/seg_len the requests' prompt segments,
     request k's at ``seg_off[k]:seg_off[k + 1]`` (offsets into the flat arrays).
     A timeline (empty arrays otherwise): at each of ``sample_t`` (ms, ascending) the
     state after everything at times ≤ it goes to ``samples`` (samples, replicas) SAMPLE
@@ -237,6 +240,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     done_ro = np.empty(n, np.int64)         # its router
     done_t = np.empty(n)
     n_done = np.int64(0)
+    # the client (docs/model.md "Closed-loop clients"): request k's send time, and with
+    # max_in_flight = N > 0 the times its slots come free (final outcomes + overhead)
+    sent = np.full(n, np.nan)            # ms; wl_t[k] in an open loop
+    closed = p.max_in_flight > 0
+    rel_t = np.empty(n if closed else 0)  # (time, slots) in time order: each request frees one
+    rel_c = np.empty(n if closed else 0, np.int64)
+    rel_n = 0
+    rel_h = 0
+    freed = 0                            # slots freed so far: k - freed requests hold one
+    left_seen = np.int64(0)              # final outcomes given a release so far (mt.left)
     rw_head = 0
     ru_pos = np.int64(0)
     k = 0
@@ -306,7 +319,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 break
             n_dirty = 0
             c7 = 0
-            if t >= horizon and mt.entered_cohort == mt.left_cohort:
+            if t >= horizon and mt.entered_cohort == mt.left_cohort and not (k < n and req[n - 1].cohort):
                 stopped = True
                 break  # the stop: nothing of the cohort is left in the system
             # the next time t
@@ -314,8 +327,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if n_gap[0] + nrep + mt.preempted_emitting > gap_ms.shape[0]:
                 break
             t = np.inf
-            if k < n:
-                t = wl_t[k]
+            if k < n:  # the next arrival; a closed client with N in flight sends when a slot frees
+                if not closed or k - freed < p.max_in_flight:
+                    t = wl_t[k]
+                elif rel_h < rel_n:
+                    t = rel_t[rel_h]
             if ev < n_ev and events[ev].t_ms < t:
                 t = events[ev].t_ms
             while tn[tm.ENDS] > 0 and not _end_live(timers[tm.ENDS, 0], rep[timers[tm.ENDS, 0].req]):
@@ -343,7 +359,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if not np.isinf(front_ms):
                 for ro in range(R):
                     if f_head[ro] >= 0:
-                        t = min(t, wl_t[f_head[ro]] + front_ms)
+                        t = min(t, sent[f_head[ro]] + front_ms)
             while si < sample_t.shape[0] and sample_t[si] < t and sample_t[si] <= horizon:
                 _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples, cluster, si)
                 si += 1
@@ -354,8 +370,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if not past:
                     past = True
                     mt.backlog_growth = (mt.entered - mt.left) - backlog_w
+                    mt.client_waiting = n - k
                     _close_window_nb(rep, req)
-                if mt.entered_cohort == mt.left_cohort or t > p.limit_ms:
+                if (mt.entered_cohort == mt.left_cohort and not (k < n and req[n - 1].cohort)) or t > p.limit_ms:
                     stopped = True
                     break
             # room in the views for what this time can add (t is found again on coming back)
@@ -366,8 +383,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if local:
                 routed = n_front + tn[tm.RETRIES]  # at most these, and the arrivals at t, are routed now
                 a = k
-                while a < n and wl_t[a] == t:
-                    routed += 1
+                while a < n and (wl_t[a] == t or (closed and wl_t[a] <= t and a - k < p.max_in_flight)):
+                    routed += 1  # (a closed client places at most N new ones at t)
                     a += 1
                 if 2 * (loc_n + routed * most) > loc.shape[0]:
                     loc_need = loc_n + routed * most
@@ -494,7 +511,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         rin[ro] -= 1
             if not np.isinf(front_ms):
                 for ro in range(R):  # first attempts still held at the front door at a_r + either deadline
-                    while f_head[ro] >= 0 and wl_t[f_head[ro]] + front_ms == t:
+                    while f_head[ro] >= 0 and sent[f_head[ro]] + front_ms == t:
                         s = f_head[ro]
                         f_head[ro] = req[s].f_next
                         if f_head[ro] < 0:
@@ -565,7 +582,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         best = ro
                 if best >= 0:
                     s = f_head[best]
-                    i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, wl_t, wl_P, wl_key,
+                    i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, sent, wl_P, wl_key,
                                          seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
                                          views)
                     if i == -2:
@@ -575,7 +592,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         if f_head[best] < 0:
                             f_tail[best] = -1
                         n_front -= 1
-                        place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, wl_t, timers, tn, cursor, ain,
+                        place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, sent, timers, tn, cursor, ain,
                                  cum, mt)
                         if i >= 0 and not marked[i]:
                             marked[i] = True
@@ -591,8 +608,22 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 n_due += 1
             _sort_ints(due_req, n_due)
             d = 0
-            while (k < n and wl_t[k] == t) or d < n_due:
-                retry = d < n_due and (not (k < n and wl_t[k] == t) or due_req[d] < k)
+            while True:
+                if closed:  # a request is sent at its intended time or, N in flight, when a slot frees
+                    if mt.left > left_seen:  # final outcomes (phases 1, 3, 6 only) free a slot, overhead later
+                        rel_t[rel_n] = t + p.client_overhead_ms
+                        rel_c[rel_n] = mt.left - left_seen
+                        rel_n += 1
+                        left_seen = mt.left
+                    while rel_h < rel_n and rel_t[rel_h] <= t:
+                        freed += rel_c[rel_h]
+                        rel_h += 1
+                    arrival = k < n and wl_t[k] <= t and k - freed < p.max_in_flight
+                else:
+                    arrival = k < n and wl_t[k] == t
+                if not (arrival or d < n_due):
+                    break
+                retry = d < n_due and (not arrival or due_req[d] < k)
                 if retry:
                     s = due_req[d]
                     d += 1
@@ -600,10 +631,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 else:
                     s = k
                     k += 1
+                    sent[s] = t
                     mt.entered += 1
                     if req[s].cohort:
                         mt.entered_cohort += 1
-                i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key,
+                i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, sent, wl_P, wl_key,
                                      seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
                 if i == -2:
                     if p.admission_mode == Admission.QUEUE:
@@ -622,7 +654,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 else:
                     if i < 0 and retry:
                         rin[req[s].router] -= 1
-                    place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, cursor, ain, cum, mt)
+                    place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, sent, timers, tn, cursor, ain, cum, mt)
                     if i >= 0 and not marked[i]:
                         marked[i] = True
                         dirty[n_dirty] = i
@@ -640,15 +672,17 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         si += 1
     if not past:
         mt.backlog_growth = (mt.entered - mt.left) - backlog_w
+        mt.client_waiting = n - k
     for i in range(nrep):
         integrate_nb(rep[i], horizon, p)
-    finish_metrics_nb(p, rep, req, wl_t, mt, gap_ms[:n_gap[0]], gap_n[:n_gap[0]])
+    finish_metrics_nb(p, rep, req, wl_t, sent, mt, gap_ms[:n_gap[0]], gap_n[:n_gap[0]])
     if keep.shape[0] == n:
         for s in range(n):
             keep[s].first_ms = req[s].first_ms
             keep[s].done_ms = req[s].done_ms
             keep[s].outcome = req[s].outcome
             keep[s].attempts = req[s].attempts
+            keep[s].sent_ms = sent[s]
 
 
 @nb.njit(**JIT)

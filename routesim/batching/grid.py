@@ -23,14 +23,14 @@ from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
-from .metrics import ACCUMULATORS, PER_REPLICA, VARIABLES
-from .params import MODEL, TOKEN_PARAMS, unused_params
+from .metrics import ACCUMULATORS, CLIENT_VARIABLES, PER_REPLICA, VARIABLES
+from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, unused_params
 from .runs import Packed, params_row, router_draws, simulate, workload_params
 from .workload import from_replay, generate
 
 WORKLOAD_PARAMS = ("seed", "rate_rps", "warmup_s", "measure_s", "block_tokens",
                    *(p.name for p in TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS
-                     if p.section == "workload"))
+                     if p.section == "workload" and p.name not in CLIENT_PARAMS))
 """What a run's workload depends on, besides its scenario's rate changes."""
 TRACE_WINDOW = ("trace_path", "trace_format", "trace_time_scale", "trace_start_s", "trace_duration_s",
                 "trace_hash_block_tokens", "block_tokens", "warmup_s", "measure_s")
@@ -214,8 +214,9 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     dims = list(grid.coords)
     shape = grid.shape
     data = {}
+    closed = bool((grid.params["max_in_flight"] > 0).any())  # a closed-loop client's variables only then
     for name in outcome.metrics.dtype.names:
-        if name not in ACCUMULATORS:
+        if name not in ACCUMULATORS and (closed or name not in CLIENT_VARIABLES):
             data[name] = (dims, outcome.metrics[name].reshape(shape), variable_attrs(name, VARIABLES))
     n_rep = grid.replicas
     for name, field in PER_REPLICA.items():
@@ -236,5 +237,7 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     for p in m.params:  # parameters that are not dimensions, with their value (if some run uses it)
         if p.name not in grid.coords and p.name not in unused:
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
+            if p.name in CLIENT_PARAMS and v == 0:
+                continue  # the open loop, as before the closed-loop client existed
             attrs[p.name] = int(v) if isinstance(v, bool) else v
     return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -63,8 +63,17 @@ VARIABLES = {
                                 "just after a placement on it in [warm-up, horizon); 0 if none"),
     "replica_ttft_p50": ("ms", "median time to first token of cohort requests completed on the replica"),
     "replica_ttft_p99": ("ms", "99th percentile time to first token of cohort requests completed on the replica"),
+    "client_wait_p50": ("ms", "closed-loop client: median wait of a cohort request from its intended time to its "
+                        "send, over those sent by the stop (nearest rank)"),
+    "client_wait_p99": ("ms", "closed-loop client: 99th percentile wait from intended time to send"),
+    "client_wait_mean": ("ms", "closed-loop client: mean wait from intended time to send"),
+    "client_waiting": ("requests", "closed-loop client: requests (any) intended before the horizon and not yet "
+                       "sent after time horizon"),
 }
 """Units and one-line description of every result variable (copied into Dataset attrs)."""
+
+CLIENT_VARIABLES = ("client_wait_p50", "client_wait_p99", "client_wait_mean", "client_waiting")
+"""Variables of a closed-loop client: in a Dataset only when a run has ``max_in_flight > 0``."""
 
 PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens",
                "replica_max_outstanding": "max_out", "replica_ttft_p50": "ttft_p50",
@@ -106,9 +115,12 @@ def _per_replica_ttft(rep, ttft, where):
 
 
 @nb.njit(**JIT)
-def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
-    """§7 from the per-request records and the run's accumulators; ``gap_ms`` (k,)
-    inter-token gaps of the window, each ``gap_n`` (k,) times."""
+def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
+    """§7 from the per-request records and the run's accumulators: t_arr (n,) ms each
+    request's arrival (its intended time: the cohort's), sent (n,) ms its send (NaN if
+    never sent; = t_arr in an open loop), from which latencies run; TTFT and E2E add
+    ``client_overhead_ms`` (as the client measures them); ``gap_ms`` (k,) inter-token
+    gaps of the window, each ``gap_n`` (k,) times."""
     n = req.shape[0]
     measure_s = (p.horizon_ms - p.warmup_ms) / 1000.0
     ttft = np.empty(n)
@@ -119,6 +131,10 @@ def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
     np_ = 0
     good = 0
     e2e_sum = 0.0
+    wait = np.empty(n if p.max_in_flight > 0 else 0)
+    nw = 0
+    wait_sum = 0.0
+    ovh = p.client_overhead_ms
     for k in range(n):
         if not (p.warmup_ms <= t_arr[k] < p.horizon_ms):
             continue
@@ -127,10 +143,14 @@ def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
         mt.attempts += q.attempts
         mt.retries += q.retries
         o = q.outcome
+        if wait.shape[0] > 0 and not np.isnan(sent[k]):
+            wait[nw] = sent[k] - t_arr[k]
+            wait_sum += wait[nw]
+            nw += 1
         if o == Fate.COMPLETED:
             mt.completed += 1
-            a = q.first_ms - t_arr[k]
-            e = q.done_ms - t_arr[k]
+            a = (q.first_ms - sent[k]) + ovh
+            e = (q.done_ms - sent[k]) + ovh
             ttft[nt] = a
             ttft_rep[nt] = q.done_rep
             e2e[nt] = e
@@ -166,6 +186,10 @@ def finish_metrics_nb(p, rep, req, t_arr, mt, gap_ms, gap_n):
     mt.e2e_p90 = of_sorted_nb(a, P90)
     mt.e2e_p99 = of_sorted_nb(a, P99)
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
+    a = np.sort(wait[:nw])
+    mt.client_wait_p50 = of_sorted_nb(a, P50)
+    mt.client_wait_p99 = of_sorted_nb(a, P99)
+    mt.client_wait_mean = wait_sum / nw if nw > 0 else np.nan
     itl = of_weighted_nb(gap_ms, gap_n, ITL_RANKS)
     mt.itl_p50, mt.itl_p90, mt.itl_p99, mt.itl_max = itl[0], itl[1], itl[2], itl[3]
     mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan

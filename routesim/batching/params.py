@@ -80,6 +80,8 @@ TOKEN_PARAMS = (
     Param("prefix_zipf", "workload", ("prefix", "zipf"), 1.1, "1", "Zipf exponent of the group popularity", low=0),
     Param("prefix_tokens", "workload", ("prefix", "tokens"), 1536, "tokens", "length of every group's prefix (L)", kind=int, low=1),
     Param("context_limit", "workload", ("context_limit",), 32768, "tokens", "prompt plus output of one request", kind=int, low=1),
+    Param("max_in_flight", "workload", ("max_in_flight",), 0, "requests", "closed-loop client: requests in flight at most, the next one sent when one ends (0: open loop)", kind=int, low=0),
+    Param("client_overhead_ms", "workload", ("client_overhead_ms",), 0.0, "ms", "client overhead: added to the TTFT and E2E the client measures and to the time it holds a slot", low=0),
     # [policy] (§5)
     Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_d samples (d)", kind=int, low=1),
     Param("score", "policy", ("score",), "tokens", "", "what power_of_d compares: requests, tokens, kv or cost", kind=str, options=("requests", "tokens", "kv", "cost")),
@@ -114,13 +116,19 @@ TOKEN_PARAMS = (
 )
 TOKEN_PARAM = {p.name: p for p in TOKEN_PARAMS}
 
+CLIENT_PARAMS = ("max_in_flight", "client_overhead_ms")
+"""The closed-loop client's keys (docs/model.md "Closed-loop clients"): [workload] keys
+that do not change the requests (not in a workload's cache key), and Dataset attributes
+only when not 0."""
+
 SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
                 "chunked_prefill", "scheduler", "prefix_caching", "step_cost", "step_ms", "roofline_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
                 "fail_fast_ms"),
     "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
-    "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths"),
+    "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths",
+                 "max_in_flight", "client_overhead_ms"),
     "policy": ("choices", "score", "allowance_tokens", "tie_tolerance", "prefill_weight",
                "balance_abs", "balance_rel", "cache_threshold", "window_ms", "slow_start_ms",
                "slow_start_aggression", "slow_start_min_weight"),

@@ -35,11 +35,15 @@ def token_policy_rows(ds: xr.Dataset):
     system when the run stopped. When the Dataset has them: ITL p99 (median over runs)
     and the steady-state check (``routesim.steady``): backlog growth and the rise of KV
     occupancy over the window, medians over runs, and ``no`` in the steady column when
-    either is too large."""
+    either is too large. With a closed-loop client (``client_wait_p99`` in the Dataset):
+    the client's wait p99 and the throughput (completions in the window per second;
+    medians over runs), since a closed loop's goodput counts every cohort request,
+    whenever the client sent it."""
     groups = [d for d in ("rate_rps", "scenario", "heterogeneity") if ds.sizes.get(d, 1) > 1]
     swept = [d for d in ds.attainment.dims if d not in TOKEN_STANDARD]
     has = {v: v in ds and float(ds[v].sum()) > 0 for v in ("rejected", "retries", "wasted_tokens", "breaker_ejections")}
     itl = "itl_p99" in ds
+    client = "client_wait_p99" in ds
     check = steady.has_check(ds)
     order = groups[:1] + groups[1:] + ["policy"] + swept  # rate first, as before
     names = {"rate_rps": "req/s", "scenario": "scenario", "heterogeneity": "heterogeneity", "policy": "policy"}
@@ -69,6 +73,9 @@ def token_policy_rows(ds: xr.Dataset):
         if has["breaker_ejections"]:
             row.append(fmt(float(np.nanmedian(sub.breaker_ejections.values)), ".0f"))
         row.append(fmt(float(np.nanmedian(sub.goodput.values)), ".1f"))
+        if client:
+            row += [fmt(float(np.nanmedian(sub.client_wait_p99.values)), ".0f"),
+                    fmt(float(np.nanmedian(sub.throughput.values)), ".1f")]
         if check:
             growth, rise = steady.trend(sub)
             row += [fmt(float(np.nanmedian(sub.backlog_growth.values)), ".0f"), fmt(100 * rise, "+.1f"),
@@ -80,6 +87,8 @@ def token_policy_rows(ds: xr.Dataset):
     headers += [h for h, on in (("rejected %", has["rejected"]), ("attempts/req", has["retries"]),
                                 ("wasted k tok", has["wasted_tokens"]), ("ejections", has["breaker_ejections"])) if on]
     headers.append("goodput/s")
+    if client:
+        headers += ["client wait p99 ms", "throughput/s"]
     if check:
         headers += ["backlog Δ", "KV occ. Δ pts", "steady"]
     return headers, rows

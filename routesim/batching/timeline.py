@@ -84,7 +84,8 @@ VARIABLES = {
 def record(g, r: int, sample_ms: np.ndarray):
     """Run ``r`` of a batching grid with samples: (metrics record, replicas (REPLICA),
     samples (samples, replicas) SAMPLE, cluster (samples,) CLUSTER_SAMPLE, keep
-    (requests,) KEPT, arrival times (requests,) ms, output tokens (requests,)), sliced
+    (requests,) KEPT, send times (requests,) ms (the arrivals in an open loop), output tokens
+    (requests,)), sliced
     exactly as :func:`engine.run_batch_nb` slices a grid's run."""
     p = g.params[r]
     w = int(p["workload"])
@@ -101,7 +102,7 @@ def record(g, r: int, sample_ms: np.ndarray):
                pk.key[lo:hi], pk.seg_key, pk.seg_len, pk.seg_off[lo + w:hi + w + 1],
                g.ru[g.ru_off[w]:g.ru_off[w + 1]], mt[0:1][0], np.ascontiguousarray(sample_ms), samples,
                cluster, keep)
-    return mt[0], rep, samples, cluster, keep, pk.t[lo:hi], pk.output[lo:hi]
+    return mt[0], rep, samples, cluster, keep, keep["sent_ms"], pk.output[lo:hi]  # latencies from the send
 
 
 def rolling_p99(done_ms, value, sample_ms, window_n=ROLLING_COMPLETIONS):

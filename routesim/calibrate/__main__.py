@@ -92,6 +92,8 @@ def render(res, log) -> str:
     if o["requests"]:
         lines.append(f"front-end overhead (TTFT minus the modelled first step, {o['requests']} requests sent to an "
                      f"idle engine): median {o['median_ms']:.1f} ms (p10 {o['p10_ms']:.1f}, p90 {o['p90_ms']:.1f})")
+        lines += ["[workload]  # paste into a sweep (docs/model.md \"Closed-loop clients\")",
+                  f"client_overhead_ms = {o['median_ms']:.3g}"]
     else:
         lines.append("front-end overhead: no request was sent to an idle engine (a lower-load log measures it)")
     lines += ["", f"{'residuals (modelled - measured)/measured':<42} {'steps':>6} {'mean %':>8} {'rms %':>7} {'mean |err| ms':>14}"]
