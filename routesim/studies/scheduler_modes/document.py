@@ -122,7 +122,7 @@ def findings(data):
     strict["Mooncake"] = {m: changes(mc, m, material=0.0) for m in RANKED}
     cap_changes = capacity_order_changes(ex, SEARCH.resolution)
     return {
-        "rates": rates, "below": below, "best_reserve": best_reserve, "diff_example": dx, "diff_mooncake": dm,
+        "rates": rates, "below": below, "seeds": ex.sizes["seed"], "best_reserve": best_reserve, "diff_example": dx, "diff_mooncake": dm,
         "settings": settings, "strict": strict, "capacity_changes": cap_changes,
         "close": close_counts(dx, below), "capacity_diff": capacity_differences(ex),
         "P1": verdict_hits({**dx, **{(m, p, "mc"): v for (m, p, _), v in dm.items()}}),
@@ -166,7 +166,7 @@ def _recommendation(f):
             f"{c[('others', 'close')]} are shown within ±{CLOSE_PCT:g} % of vLLM's semantics, "
             f"{c[('others', 'differs')]} beyond"
             + (f" ({', '.join(beyond)})" if beyond else "")
-            + f" and {c[('others', 'undecided')]} are undecided with four seeds; the prefix hit rate moves by "
+            + f" and {c[('others', 'undecided')]} are undecided with {f['seeds']} seeds; the prefix hit rate moves by "
             f"at most {hits:.2f} points on the example; and ")
     if rev:
         text += ("no ordering of two policies that read no KV blocks reverses. But the orderings that "
@@ -376,11 +376,11 @@ def document(data) -> str:
         "",
         "## What this leaves out",
         "",
-        "One cluster shape and one trace; four seeds on the example, so the intervals are coarse and "
-        "small differences go unclaimed; a 300 s warm-up, so near and above capacity the KV cache is "
+        f"One cluster shape and one trace; {n_ex} seeds on the example, so the intervals are coarse and "
+        f"small differences go unclaimed; a {ex.attrs['warmup_s']:g} s warm-up, so near and above capacity the KV cache is "
         "still filling in some windows (their steady-state figures are printed above); no failure, "
         "retry, signal-staleness or heterogeneity scenario (the vllm mode runs them all; they are not "
-        "compared here); the capacity search's 2 req/s resolution.",
+        f"compared here); the capacity search's {SEARCH.resolution:g} req/s resolution.",
         "",
     ]
     return "\n".join(out)
@@ -400,5 +400,5 @@ def _reading(f):
              f"a margin under {MATERIAL_PCT:g} %, such as the ITL p99 of loaded replicas, which is about one "
              "full step for every policy. "
              f"{moved} orderings are decided under one scheduler and not the other (listed in the table): pairs "
-             "near a tie, or whose interval over four seeds touches 0 under one of them.")
+             f"near a tie, or whose interval over {f['seeds']} seeds touches 0 under one of them.")
     return text
