@@ -13,6 +13,9 @@ through the public entry points: ``routesim.batching.workload.generate``,
   per second of a core; and the floor kernel (benchmarks/floor.py) on the same
   workloads in the same process, timed alternately with the engine: ns per iteration
   of each, and their ratio.
+- ``modes``: the same 60 s runs with ``[replica] scheduler = "reserve"`` and ``"vllm"``,
+  the same workload handed to both, simulated alternately, one thread: ms per run and ns
+  per iteration of each, and the ratio.
 - ``scale``: one curve per process, one thread: replicas 8 -> 1,024 (``power_of_d``,
   5 req/s per replica), batch size (rate up on 8 replicas), decode length (outputs up
   at a fixed rate: the batch grows, requests per iteration do not), horizon.
@@ -196,6 +199,38 @@ def drain(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least
                              off_unfinished=int(out[0.0]["unfinished"]),
                              on_unfinished=int(out[None]["unfinished"])))
     emit(dict(runs=rows, replicas=replicas, rate=rate, horizon_s=warmup_s + measure_s))
+
+
+def modes(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least_tokens", "round_robin"),
+          seeds=(1, 2), repeats=3):
+    """The two replica schedulers (``[replica] scheduler``: "reserve", the default, and
+    "vllm", docs/model.md) on the same 60 s runs of the example cluster (one workload per
+    policy and seed, handed to both), simulated alternately in one process, best of
+    ``repeats`` each, one thread: CPU ms per run and ns per iteration of each, and their
+    ratio."""
+    rows = []
+    for policy in policies:
+        for seed in seeds:
+            base = _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)
+            runs = {"reserve": base}
+            runs["vllm"] = _Run.__new__(_Run)
+            runs["vllm"].__dict__.update(base.__dict__)       # the same workload and router stream
+            runs["vllm"].values = _values(warmup_s=warmup_s, measure_s=measure_s, scheduler="vllm")
+            runs["vllm"].params = base.br.params_row(runs["vllm"].values, policy, n_replicas=replicas).reshape(1)
+            for r in runs.values():
+                r.simulate()                                 # load the compiled kernels
+            best, out = {s: float("inf") for s in runs}, {}
+            for _ in range(max(1, repeats)):
+                for s, r in runs.items():
+                    _, cpu, m = r.best(r.simulate, 1)
+                    best[s] = min(best[s], cpu)
+                    out[s] = m
+            rows.append(dict(policy=policy, seed=seed, requests=len(base.wl),
+                             **{f"{s}_cpu_s": best[s] for s in runs},
+                             **{f"{s}_iterations": int(out[s]["iterations"]) for s in runs},
+                             **{f"{s}_completed": int(out[s]["completed"]) for s in runs},
+                             **{f"{s}_batch_mean": float(out[s]["batch_mean"]) for s in runs}))
+    emit(dict(runs=rows, replicas=replicas, rate=rate, horizon_s=warmup_s + measure_s, repeats=repeats))
 
 
 CURVES = {
@@ -402,6 +437,33 @@ def section(suite):
                      f"{r['off_unfinished']:,} / {r['on_unfinished']:,}"])
     suite.note_load()
 
+    log("batching: the vllm scheduler against reserve on the same runs, 1 thread")
+    mo = _task("modes", one, **({"policies": ["least_tokens"], "seeds": [1]} if q else {})).result
+    mor = mo["runs"]
+    ms = {s: sum(r[f"{s}_cpu_s"] for r in mor) / len(mor) * 1e3 for s in ("reserve", "vllm")}
+    ns = {s: sum(r[f"{s}_cpu_s"] for r in mor) / sum(r[f"{s}_iterations"] for r in mor) * 1e9
+          for s in ("reserve", "vllm")}
+    fig.update({"batching.reserve_run60_ms": ms["reserve"], "batching.vllm_run60_ms": ms["vllm"],
+                "batching.vllm_ratio": ms["vllm"] / ms["reserve"],
+                "batching.reserve_ns_per_iteration": ns["reserve"], "batching.vllm_ns_per_iteration": ns["vllm"],
+                "batching.vllm_iteration_ratio": ns["vllm"] / ns["reserve"]})
+    log(f"batching: vllm {ms['vllm']:.0f} ms per run, reserve {ms['reserve']:.0f} ms: "
+        f"{ms['vllm'] / ms['reserve']:.2f}x; per iteration {ns['vllm']:.0f} / {ns['reserve']:.0f} ns: "
+        f"{ns['vllm'] / ns['reserve']:.2f}x")
+    morow = [["policy", "seed", "requests", "CPU ms per run (reserve / vllm)", "ratio",
+              "iterations (reserve / vllm)", "ns per iteration (reserve / vllm)", "ratio",
+              "mean batch (reserve / vllm)"]]
+    for r in mor:
+        morow.append([f"`{r['policy']}`", str(r["seed"]), f"{r['requests']:,}",
+                      f"{report.fmt(r['reserve_cpu_s'] * 1e3)} / {report.fmt(r['vllm_cpu_s'] * 1e3)}",
+                      f"{r['vllm_cpu_s'] / r['reserve_cpu_s']:.2f}x",
+                      f"{r['reserve_iterations']:,} / {r['vllm_iterations']:,}",
+                      f"{report.fmt(r['reserve_cpu_s'] / r['reserve_iterations'] * 1e9)} / "
+                      f"{report.fmt(r['vllm_cpu_s'] / r['vllm_iterations'] * 1e9)}",
+                      f"{(r['vllm_cpu_s'] / r['vllm_iterations']) / (r['reserve_cpu_s'] / r['reserve_iterations']):.2f}x",
+                      f"{report.fmt(r['reserve_batch_mean'])} / {report.fmt(r['vllm_batch_mean'])}"])
+    suite.note_load()
+
     curves = {}
     for kind, (values, about) in CURVES.items():
         vals = values[::2] if q else values
@@ -459,6 +521,24 @@ def section(suite):
         f"{fig['batching.drain_ratio']:.2f}x for {fig['batching.drain_iter_ratio']:.2f}x the iterations.",
         "",
         report.md_table(drow),
+        "",
+    ]
+    texts += [
+        "### The vllm scheduler against reserve",
+        "",
+        f"The same {mo['horizon_s']:g} s runs ({mo['replicas']} replicas, {mo['rate']:g} req/s, "
+        "the default workload) with `[replica] scheduler = \"reserve\"` (the default) and "
+        "`\"vllm\"` (docs/model.md), one workload per policy and seed handed to both, simulated "
+        f"alternately in one process, best of {mo['repeats']} each, CPU, one thread: vllm "
+        f"{report.fmt(fig['batching.vllm_run60_ms'])} ms per run against "
+        f"{report.fmt(fig['batching.reserve_run60_ms'])} ms ({fig['batching.vllm_ratio']:.2f}x); "
+        f"{report.fmt(fig['batching.vllm_ns_per_iteration'])} ns per iteration against "
+        f"{report.fmt(fig['batching.reserve_ns_per_iteration'])} ns "
+        f"({fig['batching.vllm_iteration_ratio']:.2f}x). The vllm step visits every running "
+        "request (as vLLM does); the reserve step touches a decoding sequence only when "
+        "something happens to it.",
+        "",
+        report.md_table(morow),
         "",
     ]
     if fl:

@@ -66,6 +66,9 @@ ROWS = [
     ("batching.ns_per_iteration", "batching, 60 s runs, engine ns per iteration, 1 thread, CPU", "ns", 1, "low"),
     ("batching.floor_ns_per_iteration", "batching, the same runs, floor kernel ns per iteration", "ns", 1, "low"),
     ("batching.floor_ratio", "batching engine / floor kernel, per iteration", "x", 1, "low"),
+    ("batching.vllm_run60_ms", "batching, the same 60 s run with scheduler = \"vllm\", 1 thread, CPU", "ms", 1, "low"),
+    ("batching.vllm_ratio", "batching, scheduler = \"vllm\" / \"reserve\", per run", "x", 1, "low"),
+    ("batching.vllm_iteration_ratio", "batching, scheduler = \"vllm\" / \"reserve\", per iteration", "x", 1, "low"),
 ]
 
 TARGETS = [
