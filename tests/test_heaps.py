@@ -69,7 +69,7 @@ def test_eviction_heap_compaction_keeps_the_live_entries_in_key_order():
     keys = [100 * (k + 1) for k in range(cap + 1)]
     last_use = [5.0, 3.0, 9.0, 1.0, 7.0, 2.0, 8.0, 6.0, 4.0]
     for key, t in zip(keys, last_use):
-        h = blocks.add_nb(tab, rep, i, np.int64(key), np.int64(2), np.int64(0), t)
+        blocks.add_nb(tab, rep, i, np.int64(key), np.int64(2), np.int64(0), t)
         blocks.computed_nb(tab, i, np.int64(key), np.int64(0), np.int64(2))
     for key, t in zip(keys[:cap], last_use[:cap]):
         blocks.unref_nb(tab, heap, heap_n, rep, i, np.int64(key), t)  # cached: queued

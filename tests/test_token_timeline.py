@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import routesim
-from routesim.batching import grid as bg
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -64,7 +64,6 @@ class Steps:
 def bursts(recs, jitter_ms, path="log"):
     """(burst index of every timestamp, one (C,) array per request; end_ms (S,); size (S,))."""
     times = np.concatenate([r.token_ms for r in recs])
-    owner = np.concatenate([np.full(r.token_ms.size, i) for i, r in enumerate(recs)])
     order = np.argsort(times, kind="stable")
     t = times[order]
     new = np.concatenate([[True], np.diff(t) > jitter_ms])
@@ -154,7 +153,6 @@ def place(u, f, send_ms, used, chained, start, budget):
             unseen = True
             break
         k -= 1
-    lo = f - len(offers) + 1
     total = np.cumsum(offers)                          # offers of f, f-1 .. down to a
     consistent = [i for i in range(len(offers)) if total[i] - offers[0] < u <= total[i]]
     if unseen and u > budget + total[-1] - offers[0]:   # unseen steps offer the whole budget
