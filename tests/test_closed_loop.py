@@ -70,6 +70,11 @@ CASES = {
                                routers=2), 16.0, [1.0, 1.0, 1.0], []),
     "cap-vllm": (dict(SHORT, max_in_flight=5, scheduler="vllm", kv_blocks=3000, max_batch=8, p_long=0.0), 14.0,
                  [1.0, 1.2], []),
+    # the roofline step cost (issue 25 item 2) under a closed loop, in both schedulers
+    "cap-roofline": (dict(SHORT, max_in_flight=6, step_cost="roofline", max_batch=8, client_overhead_ms=18.0),
+                     20.0, [1.0, 1.2], []),
+    "cap-roofline-vllm": (dict(SHORT, max_in_flight=5, step_cost="roofline", scheduler="vllm", kv_blocks=3000,
+                               max_batch=8, p_long=0.0), 14.0, [1.0, 1.2], []),
 }
 POLICIES = ("round_robin", "least_tokens", "power_of_d", "prefix_affinity")
 

@@ -15,6 +15,15 @@ TOKEN_STANDARD = ("policy", "rate_rps", "heterogeneity", "scenario", "seed")
 
 
 
+def _median(values) -> float:
+    """The median of the values that are not NaN; NaN (without NumPy's all-NaN warning,
+    which a user would read as a fault) when none is, e.g. the client's wait in an open
+    loop's rows."""
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if v.size else float("nan")
+
+
 def _key_text(v):
     v = v.item() if hasattr(v, "item") else v
     if isinstance(v, bool):
@@ -56,12 +65,12 @@ def token_policy_rows(ds: xr.Dataset):
         row = labels + [
             sub.attainment.size,
             fmt(100 * float(np.nanmean(sub.attainment.values)), ".2f"),
-            fmt(float(np.nanmedian(sub.ttft_p99.values)), ".0f"),
-            fmt(float(np.nanmedian(sub.tpot_p99.values)), ".1f"),
-            *([fmt(float(np.nanmedian(sub.itl_p99.values)), ".0f")] if itl else []),
-            fmt(float(np.nanmedian(sub.e2e_p99.values)), ".0f"),
-            fmt(float(np.nanmedian(sub.preemptions.values)), ".0f"),
-            fmt(100 * float(np.nanmedian(sub.prefix_hit_rate.values)), ".1f"),
+            fmt(_median(sub.ttft_p99.values), ".0f"),
+            fmt(_median(sub.tpot_p99.values), ".1f"),
+            *([fmt(_median(sub.itl_p99.values), ".0f")] if itl else []),
+            fmt(_median(sub.e2e_p99.values), ".0f"),
+            fmt(_median(sub.preemptions.values), ".0f"),
+            fmt(100 * _median(sub.prefix_hit_rate.values), ".1f"),
             lost("shed"), lost("failed"), lost("unfinished"),
         ]
         if has["rejected"]:
@@ -69,16 +78,16 @@ def token_policy_rows(ds: xr.Dataset):
         if has["retries"]:
             row.append(fmt(float(sub.attempts.sum()) / arrivals, ".3f") if arrivals else "—")
         if has["wasted_tokens"]:
-            row.append(fmt(float(np.nanmedian(sub.wasted_tokens.values)) / 1000.0, ".1f"))
+            row.append(fmt(_median(sub.wasted_tokens.values) / 1000.0, ".1f"))
         if has["breaker_ejections"]:
-            row.append(fmt(float(np.nanmedian(sub.breaker_ejections.values)), ".0f"))
-        row.append(fmt(float(np.nanmedian(sub.goodput.values)), ".1f"))
+            row.append(fmt(_median(sub.breaker_ejections.values), ".0f"))
+        row.append(fmt(_median(sub.goodput.values), ".1f"))
         if client:
-            row += [fmt(float(np.nanmedian(sub.client_wait_p99.values)), ".0f"),
-                    fmt(float(np.nanmedian(sub.throughput.values)), ".1f")]
+            row += [fmt(_median(sub.client_wait_p99.values), ".0f"),
+                    fmt(_median(sub.throughput.values), ".1f")]
         if check:
             growth, rise = steady.trend(sub)
-            row += [fmt(float(np.nanmedian(sub.backlog_growth.values)), ".0f"), fmt(100 * rise, "+.1f"),
+            row += [fmt(_median(sub.backlog_growth.values), ".0f"), fmt(100 * rise, "+.1f"),
                     "yes" if steady.is_steady(growth, rise) else "no"]
         rows.append(row)
     headers = [names.get(d, d) for d in order] + [
