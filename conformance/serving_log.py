@@ -1,6 +1,7 @@
 """Serving logs whose truth is known: vLLM's real scheduler under a hidden step cost (issue 25).
 
     python -m conformance.serving_log --rate 1 --count 150 --out LOG.csv [--venv DIR]
+        [--max-concurrency N]
 
 Runs under any Python 3 (no vLLM import here). It builds an open-loop workload
 (Poisson arrivals at ``--rate`` req/s; prompts of 256, 1,000 or 4,096 tokens, equally
@@ -14,6 +15,14 @@ timestamp. The client sees a fixed front-end overhead: a request reaches the sch
 ``FRONTEND["in_ms"]`` after it was sent, and each token reaches the client
 ``FRONTEND["out_ms"]`` after the step that sampled it ended, plus a uniform jitter below
 ``FRONTEND["jitter_ms"]``. Everything is seeded; the same arguments give the same file.
+
+``--max-concurrency N`` makes the client closed-loop, as vLLM's benchmark client with
+``--max-concurrency``: the Poisson times (all 0 for ``--rate inf``) are the *intended*
+send times, at most ``N`` requests are in flight, and a request waiting for a slot is
+sent (FIFO) when the client sees one finish (its last token reached the client); it
+reaches the scheduler ``FRONTEND["in_ms"]`` after its send. The driver makes these
+arrivals as it runs (its ``client`` key); the log records the actual send times, as a
+load generator logs them (``closed_loop_sends`` states the rule on a finished run).
 
 The hidden model is Llama-3.1-8B's shape (conformance/llama-3.1-8b/config.json) on an
 H100-like GPU: the quantities are in ``hidden_cost()``; ``TRUTH`` says what a linear
@@ -87,19 +96,68 @@ def truth(h=None):
     }
 
 
-def case(rate, count, seed):
-    """The driver case: ``count`` Poisson arrivals at ``rate`` req/s (ms, engine side)."""
+def case(rate, count, seed, max_concurrency=0, frontend=FRONTEND):
+    """The driver case: ``count`` Poisson arrivals at ``rate`` req/s (ms, engine side).
+
+    Open loop (``max_concurrency`` 0) the arrivals are the Poisson times; closed loop
+    they are the intended send times plus ``frontend["in_ms"]`` (the earliest each
+    request can come) and the case's ``client`` lets the driver delay them (its module
+    docstring). ``rate`` = inf: every intended time is 0 (closed loop only)."""
     rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1000.0 / rate, count)
-    arrivals = np.round(np.cumsum(gaps), 3)
+    if np.isinf(rate):
+        if not max_concurrency:
+            raise ValueError("rate inf needs max_concurrency > 0")
+        arrivals = np.zeros(count)
+        rng.exponential(1.0, count)          # the same draws of the prompts as any rate
+    else:
+        gaps = rng.exponential(1000.0 / rate, count)
+        arrivals = np.round(np.cumsum(gaps), 3)
     prompts = rng.choice(PROMPTS, count)
-    reqs = [{"id": k, "arrival_ms": float(arrivals[k]), "prompt_tokens": int(prompts[k]),
+    lag = frontend["in_ms"] if max_concurrency else 0.0
+    reqs = [{"id": k, "arrival_ms": float(arrivals[k]) + lag, "prompt_tokens": int(prompts[k]),
              "output_tokens": OUTPUT, "block_ids": unique_ids(k, int(prompts[k]))}
             for k in range(count)]
     rep = dict(REPLICA, step_ms={"base": 1.0, "per_prefill_token": 0.0, "per_prefill_token_pair": 0.0,
                                  "per_decode_sequence": 0.0, "per_kv_token": 0.0},
                hidden_cost=hidden_cost(seed))
-    return {"name": f"hidden-{rate:g}rps-seed{seed}", "replica": rep, "requests": reqs}
+    c = {"name": f"hidden-{rate:g}rps-seed{seed}", "replica": rep, "requests": reqs}
+    if max_concurrency:
+        jit = jitters(c, seed, frontend)
+        c["name"] += f"-closed{max_concurrency}"
+        c["client"] = {"max_concurrency": int(max_concurrency),
+                       "intended_send_ms": [float(a) for a in arrivals],
+                       "in_ms": frontend["in_ms"],
+                       "return_ms": [frontend["out_ms"] + float(j[-1]) for j in jit]}
+    return c
+
+
+def jitters(c, seed, frontend=FRONTEND):
+    """Each request's token jitter (ms), (O,) arrays in request order, from the log's own
+    generator: the client's token times are the step ends + ``out_ms`` + these."""
+    rng = np.random.default_rng([seed, 25])
+    return [rng.uniform(0.0, frontend["jitter_ms"], r["output_tokens"]) for r in c["requests"]]
+
+
+def send_times(c, result, frontend=FRONTEND):
+    """The client's send times (ms): the driver's actual arrivals (closed loop) or the
+    case's, less ``in_ms``."""
+    if "client" in c:
+        return [out["arrival_ms"] - frontend["in_ms"] for out in result["requests"]]
+    return [r["arrival_ms"] - frontend["in_ms"] for r in c["requests"]]
+
+
+def closed_loop_sends(intended_ms, seen_done_ms, n):
+    """The closed-loop client's send times (ms, (R,)) given the intended times (R,) and
+    the times the client saw each request finish (R,), with at most ``n`` in flight:
+    request k is sent at max(intended_k, the (k − n + 1)-th smallest of seen_done_0..k−1)
+    (FIFO; a slot is free once one of the earlier requests finished)."""
+    out = []
+    for k, a in enumerate(intended_ms):
+        if k < n:
+            out.append(float(a))
+        else:
+            out.append(max(float(a), float(np.sort(seen_done_ms[:k])[k - n])))
+    return out
 
 
 def unique_ids(k, P, b=REPLICA["block_size"]):
@@ -115,13 +173,11 @@ def linear_case(c, step_ms):
 
 def log_rows(c, result, seed, frontend=FRONTEND):
     """The client's view of one driver result: (id, send_ms, P, O, token_ms list)."""
-    rng = np.random.default_rng([seed, 25])
     rows = []
-    for r, out in zip(c["requests"], result["requests"]):
-        toks = np.asarray(out["token_ms"], dtype=float) + frontend["out_ms"]
-        toks = toks + rng.uniform(0.0, frontend["jitter_ms"], toks.size)
-        rows.append((r["id"], r["arrival_ms"] - frontend["in_ms"], r["prompt_tokens"],
-                     r["output_tokens"], toks))
+    for r, out, j, send in zip(c["requests"], result["requests"], jitters(c, seed, frontend),
+                               send_times(c, result, frontend)):
+        toks = np.asarray(out["token_ms"], dtype=float) + frontend["out_ms"] + j
+        rows.append((r["id"], send, r["prompt_tokens"], r["output_tokens"], toks))
     return rows
 
 
@@ -144,12 +200,18 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=150, help="requests")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--venv", default=None)
+    ap.add_argument("--max-concurrency", type=int, default=0,
+                    help="closed loop: at most N requests in flight (0: open loop)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    c = case(a.rate, a.count, a.seed)
+    if a.max_concurrency < 0 or (np.isinf(a.rate) and not a.max_concurrency):
+        print("serving_log: --max-concurrency must be >= 0, and > 0 with --rate inf", file=sys.stderr)
+        return 2
+    c = case(a.rate, a.count, a.seed, a.max_concurrency)
     res = run([c], a.venv)[0]
     write_csv(log_rows(c, res, a.seed), a.out)
-    print(f"serving_log: {a.count} requests at {a.rate:g} req/s, {len(res['steps'])} steps -> {a.out}")
+    loop = f", at most {a.max_concurrency} in flight" if a.max_concurrency else ""
+    print(f"serving_log: {a.count} requests at {a.rate:g} req/s{loop}, {len(res['steps'])} steps -> {a.out}")
     return 0
 
 

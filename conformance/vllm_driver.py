@@ -32,8 +32,19 @@ Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`
   log-normal noise from ``random.Random(seed)``) instead, and its results carry every
   request's ``token_ms`` (the end of each step that sampled one of its tokens). Cases
   without the key (every committed recording) run exactly as before.
+- A closed-loop client (issue 25, opt-in): a case with ``client`` = {``max_concurrency``
+  N, ``intended_send_ms`` (R,), ``in_ms``, ``return_ms`` (R,)} has its arrivals made
+  here: request ``k`` is sent at max(its intended time, the time the client saw the
+  (k − N + 1)-th completion among requests 0..k−1) — a semaphore of N slots, FIFO — and
+  reaches the scheduler ``in_ms`` later; the client sees request ``j`` complete
+  ``return_ms[j]`` after the end of the step that sampled its last token. Its requests'
+  ``arrival_ms`` must be intended + ``in_ms`` (the earliest each can come); results
+  carry every request's actual ``arrival_ms``. The pool's block counts are not taken
+  (``free``, ``cached``, ``referenced`` are absent): they cost a walk of the pool per
+  step. Cases without the key run exactly as before.
 """
 
+import bisect
 import json
 import os
 import random
@@ -216,6 +227,21 @@ def run_case(case):
         raise CaseError("unchunked: a request longer than max_num_batched_tokens "
                         "(vLLM refuses max_model_len > max_num_batched_tokens)")
     s, hasher, evicted = make_scheduler(rep, max_len)
+    client = case.get("client")
+    seen = []           # closed loop: client completion times so far, sorted
+    actual = [None] * n_req
+
+    def arrival(k):
+        """Request k's arrival at the scheduler (ms), None while still unknown."""
+        if client is None:
+            return float(reqs[k]["arrival_ms"])
+        if actual[k] is None:
+            N = int(client["max_concurrency"])
+            if k < N:
+                actual[k] = float(client["intended_send_ms"][k]) + float(client["in_ms"])
+            elif len(seen) >= k - N + 1:
+                actual[k] = max(float(client["intended_send_ms"][k]), seen[k - N]) + float(client["in_ms"])
+        return actual[k]
 
     objs = {}
     first = [None] * n_req
@@ -227,14 +253,14 @@ def run_case(case):
     T = 0.0
     nxt = 0
     while True:
-        while nxt < n_req and reqs[nxt]["arrival_ms"] <= T:
+        while nxt < n_req and arrival(nxt) is not None and arrival(nxt) <= T:
             r = reqs[nxt]
             rid = str(nxt)
             sp = SamplingParams(max_tokens=int(r["output_tokens"]), ignore_eos=True,
                                 temperature=0.0)
             obj = Request(rid, prompt_tokens(nxt, int(r["prompt_tokens"]),
                                              r.get("block_ids", []), b),
-                          sp, None, arrival_time=float(r["arrival_ms"]) / 1000.0,
+                          sp, None, arrival_time=arrival(nxt) / 1000.0,
                           block_hasher=hasher)
             objs[rid] = obj
             s.add_request(obj)
@@ -242,7 +268,7 @@ def run_case(case):
         if not s.has_unfinished_requests():
             if nxt >= n_req:
                 break
-            T = max(T, float(reqs[nxt]["arrival_ms"]))
+            T = max(T, arrival(nxt))
             continue
         before = {rid: (o.status, o.num_tokens) for rid, o in objs.items()
                   if not o.is_finished()}
@@ -297,15 +323,20 @@ def run_case(case):
                 token_ms[k].append(end)
             if objs[rid].is_finished():
                 done[k] = end
-        free, cached, ref = block_counts(s)
-        steps.append({
+                if client is not None:
+                    bisect.insort(seen, end + float(client["return_ms"][k]))
+        step = {
             "T": T, "d": d,
             "sched": [[int(r), x] for r, x in sched],
             "preempted": [int(r) for r in preempted],
             "admitted": admitted,
             "U": U, "Q": Q, "n": n, "K": K,
-            "evicted": evicted[0], "free": free, "cached": cached, "referenced": ref,
-        })
+            "evicted": evicted[0],
+        }
+        if client is None:
+            free, cached, ref = block_counts(s)
+            step.update(free=free, cached=cached, referenced=ref)
+        steps.append(step)
         if not sched and not preempted:
             raise CaseError(f"stall at T={T}: nothing scheduled, nothing preempted")
         T = end
@@ -318,6 +349,8 @@ def run_case(case):
                "preemptions": o.num_preemptions, "hits": admissions[k]}
         if hidden:
             rec["token_ms"] = token_ms[k]
+        if client is not None:
+            rec["arrival_ms"] = actual[k]
         per_req.append(rec)
     return {"name": case.get("name"), "steps": steps, "requests": per_req}
 

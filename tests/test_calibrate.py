@@ -280,3 +280,62 @@ def test_the_roofline_command_prints_lines_a_sweep_takes(tmp_path, capsys):
     assert sweep.stages[0].values["roofline_ms_per_token_pair"] == (9e-07,)
     assert (tmp_path / "o" / "roof-roofline-steps.png").stat().st_size > 1000
     assert "overhead_ms = 13" in (tmp_path / "o" / "roof-roofline-ms.toml").read_text()
+
+
+def test_closed_loop_sends_by_hand():
+    """conformance/serving_log.py's closed-loop rule, N = 2, against a semaphore worked
+    by hand: requests 0 and 1 go at once; 2 takes the slot request 1 frees at 4; 3 the
+    one request 2 frees at 7; 4 (intended at 5) waits for request 0's at 10."""
+    from conformance import serving_log as sl
+    assert sl.closed_loop_sends([0, 0, 0, 0, 5], [10, 4, 7, 20, 30], 2) == [0, 0, 4, 7, 10]
+    # intended times later than every free slot are kept; N at least R: the open loop
+    assert sl.closed_loop_sends([0, 1, 50], [3, 4, 60], 1) == [0, 3, 50]
+    assert sl.closed_loop_sends([0, 1, 2], [30, 20, 10], 3) == [0, 1, 2]
+
+
+def test_closed_loop_case():
+    """A closed-loop case: intended sends all 0 at rate inf, arrivals in_ms later (the
+    earliest each can come), and the client sees a request end out_ms plus its last
+    token's jitter after the step (the same jitter the log's token times get)."""
+    from conformance import serving_log as sl
+    c = sl.case(float("inf"), 5, 3, max_concurrency=2)
+    fe = sl.FRONTEND
+    assert c["client"]["intended_send_ms"] == [0.0] * 5
+    assert [r["arrival_ms"] for r in c["requests"]] == [fe["in_ms"]] * 5
+    jit = sl.jitters(c, 3)
+    assert c["client"]["return_ms"] == [fe["out_ms"] + float(j[-1]) for j in jit]
+    assert all(0 <= j.min() and j.max() < fe["jitter_ms"] and j.size == sl.OUTPUT for j in jit)
+    # an open-loop case is what it was: no client, arrivals the Poisson times
+    o = sl.case(2.0, 5, 3)
+    assert "client" not in o
+    gaps = np.random.default_rng(3).exponential(500.0, 5)
+    assert [r["arrival_ms"] for r in o["requests"]] == list(np.round(np.cumsum(gaps), 3))
+    with pytest.raises(ValueError):
+        sl.case(float("inf"), 5, 3)
+
+
+def test_routesim_prediction_inputs(tmp_path):
+    """The held-out prediction's trace and sweep (conformance/calibration_report.py) as
+    routesim reads them: the trace's rows are the log's requests at the given times, and
+    the sweep's replica is the harness's (serving_log.REPLICA) with the fitted roofline,
+    overhead and max_in_flight."""
+    from conformance import calibration_report as cr
+    from conformance import serving_log as sl
+    from routesim import load_sweep
+    from routesim.traces import load_trace
+    c = sl.case(2.0, 4, 1)
+    times = [0.0, 12.5, 40.25, 41.0]
+    (tmp_path / "t.csv").write_text(cr.trace_csv(times, c))
+    tr = load_trace(tmp_path / "t.csv", "csv")
+    assert list(tr.t_ms) == times
+    assert list(tr.prompt) == [r["prompt_tokens"] for r in c["requests"]]
+    assert list(tr.output) == [sl.OUTPUT] * 4
+    roof = {"base": 4.0, "weights": 6.0, "per_kv_token": 5e-5, "per_token": 0.027, "per_token_pair": 9e-7}
+    (tmp_path / "s.toml").write_text(cr.routesim_sweep("t.csv", roof, 18.5, 7, 100.0))
+    sw = load_sweep(str(tmp_path / "s.toml"))
+    text = (tmp_path / "s.toml").read_text()
+    for line in ('scheduler = "vllm"', "prefix_caching = false", "max_batch = 256", "kv_blocks = 28000",
+                 "block_tokens = 16", "max_batched_tokens = 8192", "chunked_prefill = true",
+                 'step_cost = "roofline"', "max_in_flight = 7", "client_overhead_ms = 18.5"):
+        assert line in text
+    assert sw.name == "calibration-heldout"
