@@ -227,8 +227,19 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
     else:  # prefilling: the last of the prefill list, which is in admission order too
         r.n_pre -= 1
     release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, cnt)
-    q.c = 0
     q.u = 0
+    requeue_nb(rep, req, i, v, t, p, mt)
+    hold((tab, heap, heap_n, grow, rep, req, seg_key, seg_off, cnt))
+
+
+@nb.njit(**JIT)
+def requeue_nb(rep, req, i, v, t, p, mt):
+    """Sequence v, preempted at t and its blocks released, goes back to the front of
+    replica i's waiting queue (both schedulers): its progress lost (``c``, ``x``), its g
+    kept; counted in the preemptions (of the window) and, if it had emitted, in
+    ``preempted_emitting``."""
+    q = req[v]
+    q.c = 0
     q.x = 0
     run_remove_nb(rep, req, i, v)
     push_front_nb(rep, req, i, v)
@@ -236,7 +247,7 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
         mt.preempted_emitting += 1
     if in_window_nb(t, p):
         mt.preemptions += 1
-    hold((tab, heap, heap_n, grow, rep, req, seg_key, seg_off, cnt))
+    hold((rep, req))
 
 
 @nb.njit(**JIT)

@@ -22,8 +22,8 @@ from ..nrt import hold
 from . import blocks as bk
 from . import vllm_blocks as vb
 from .dtypes import State
-from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
-from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, tau_of_nb
+from .lists import pop_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
+from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
 TAILB = 0
@@ -112,17 +112,9 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
 def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
     """Preempt v (spec22b 12): its blocks released, ``c = 0``, it keeps g and goes to the
     front of the waiting queue."""
-    q = req[v]
     vb.release_nb(tab, bl, vq, rep, i, vr[v, TAILB], vr[v, NHIT], v, pk, pk_off, gbase)
     _clear_nb(vr, v)
-    q.c = 0
-    q.x = 0
-    run_remove_nb(rep, req, i, v)
-    push_front_nb(rep, req, i, v)
-    if q.g > 0:
-        mt.preempted_emitting += 1
-    if in_window_nb(t, p):
-        mt.preemptions += 1
+    requeue_nb(rep, req, i, v, t, p, mt)
 
 
 @nb.njit(**JIT)
