@@ -207,6 +207,23 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
 
 
 @nb.njit(**JIT)
+def stop_decoding_nb(r, q, grow, i, j):
+    """Request record q stops decoding on replica i (record r) before iteration j (a
+    preemption, its last token, a cancellation): its KV as of then, ``kv + j − j0``, out
+    of the replica's decoding aggregates (``n_dec``, ``kv_dec``, ``grow[i]``,
+    ``n_over``); its schedule entries void (``epoch``). Its g is the caller's to set."""
+    q.kv = q.kv + (j - q.j0)
+    r.n_dec -= 1
+    r.kv_dec -= q.kv
+    grow[i, q.res] -= 1
+    if q.over:
+        r.n_over -= 1
+        q.over = False
+    q.epoch += 1
+    hold(grow)
+
+
+@nb.njit(**JIT)
 def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, cnt):
     """Preempt v (the most recently admitted running sequence of replica i) at the
     start of iteration j: it releases its blocks, loses its prefill progress, keeps g,
@@ -215,15 +232,8 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
     q = req[v]
     if q.state == State.DECODE:
         q.last_ms = t  # it emitted a token at the end of the last iteration, which is now
-        q.kv = q.kv + (j - q.j0)
         q.g = q.g + (j - q.j0)
-        r.n_dec -= 1
-        r.kv_dec -= q.kv
-        grow[i, q.res] -= 1
-        if q.over:
-            r.n_over -= 1
-            q.over = False
-        q.epoch += 1
+        stop_decoding_nb(r, q, grow, i, j)
     else:  # prefilling: the last of the prefill list, which is in admission order too
         r.n_pre -= 1
     release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, cnt)
@@ -435,15 +445,8 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
     s = next_due_nb(due, due_n, req, i, j, Due.DONE)
     while s >= 0:
         q = req[s]
-        q.kv = q.kv + (j + 1 - q.j0)
         q.g = q.O
-        r.n_dec -= 1
-        r.kv_dec -= q.kv
-        grow[i, q.res] -= 1
-        if q.over:
-            r.n_over -= 1
-            q.over = False
-        q.epoch += 1
+        stop_decoding_nb(r, q, grow, i, j + 1)
         n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log,
                               n_done, cnt)
         s = next_due_nb(due, due_n, req, i, j, Due.DONE)
@@ -515,14 +518,7 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
     else:
         if q.state == State.DECODE:
             q.g = g_now_nb(rep, req, s)
-            q.kv = q.kv + (r.started - q.j0)
-            r.n_dec -= 1
-            r.kv_dec -= q.kv
-            grow[i, q.res] -= 1
-            if q.over:
-                r.n_over -= 1
-                q.over = False
-            q.epoch += 1
+            stop_decoding_nb(r, q, grow, i, r.started)
         else:  # prefilling: out of the prefill list, keeping its order
             pre = prefill[i]
             keep = 0
