@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import ieee_math
 from ..conf import JIT, JIT_PARALLEL
+from ..nrt import hold
 from . import blocks as bk
 from . import timers as tm
 from . import vllm_blocks as vb
@@ -59,6 +60,17 @@ def _sort_ints(a, n):
             a[m + 1] = a[m]
             m -= 1
         a[m + 1] = x
+
+
+@nb.njit(**JIT)
+def _any_ejected(n_ej):
+    """Has any router a replica ejected by its breaker? ``n_ej`` (routers,) counts each
+    router's ejected replicas."""
+    ejected = False
+    for ro in range(n_ej.shape[0]):
+        ejected = ejected or n_ej[ro] > 0
+    hold(n_ej)
+    return ejected
 
 
 @nb.njit(**JIT)
@@ -347,10 +359,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             for w in range(3):
                 if tn[w] > 0:
                     t = min(t, tm.top_nb(timers, tn, w, req))
-            ejected = False
-            for ro in range(R):
-                ejected = ejected or n_ej[ro] > 0
-            if ejected:
+            if _any_ejected(n_ej):
                 for ro in range(R):
                     for i in range(nrep):
                         t = min(t, ej_until[ro, i])
@@ -538,10 +547,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                                         times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
                 n_fail = 0
             # (4) breaker re-admissions
-            ejected = False
-            for ro in range(R):
-                ejected = ejected or n_ej[ro] > 0
-            if ejected:
+            if _any_ejected(n_ej):
                 for i in range(nrep):
                     for ro in range(R):
                         if ej_until[ro, i] <= t:
