@@ -1,4 +1,6 @@
-"""Record dtypes and integer codes of the batching model (token-model.md).
+"""Record dtypes and integer codes of the batching model (token-model.md), and beside a
+record dtype the compiled resets of its records (a replica's or a request's fields as
+at a run's start, or as a crash leaves them).
 
 Every dtype is aligned so it maps onto a C struct inside Numba. Times in ms, sizes in
 tokens or KV blocks as each field says.
@@ -6,7 +8,10 @@ tokens or KV blocks as each field says.
 
 from enum import IntEnum
 
+import numba as nb
 import numpy as np
+
+from ..conf import JIT
 
 
 class Policy(IntEnum):
@@ -228,6 +233,28 @@ REPLICA = np.dtype(
     align=True,
 )
 """One replica's state and counters: shape ``(runs, replicas)`` on output."""
+
+
+@nb.njit(**JIT)
+def empty_nb(r):
+    """Replica record r holds no work: no iteration, nothing running, waiting or
+    black-holed (a run's start, or a crash)."""
+    r.busy = False
+    r.end_ms = np.inf
+    r.n_run = 0
+    r.r_head = -1
+    r.r_tail = -1
+    r.n_pre = 0
+    r.n_dec = 0
+    r.kv_dec = 0
+    r.n_over = 0
+    r.w_head = -1
+    r.w_tail = -1
+    r.n_wait = 0
+    r.tau = 0
+    r.n_bh = 0
+    r.tau_bh = 0
+
 
 REQUEST = np.dtype(
     [

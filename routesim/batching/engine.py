@@ -30,9 +30,9 @@ from . import vllm_blocks as vb
 from . import vllm_replica as vm
 from .blocks import free_nb
 from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
-                     Fate, Scheduler, Signals, State)
+                     Fate, Scheduler, Signals, State, empty_nb)
 from .metrics import finish_metrics_nb
-from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, empty_nb, finish_nb, g_now_nb,
+from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb,
                       integrate_nb, settle_nb, start_nb)
 from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_nb, view_nb
 

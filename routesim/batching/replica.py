@@ -32,7 +32,7 @@ from ..nrt import hold
 from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
-from .dtypes import Due, Fate, State, StepCost
+from .dtypes import Due, Fate, State, StepCost, empty_nb
 
 
 @nb.njit(**JIT)
@@ -534,27 +534,6 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
     q.state = State.NONE
     q.replica = -1
     hold((tab, heap, heap_n, due_n, grow, rep, req, prefill, seg_key, seg_off, cnt))
-
-
-@nb.njit(**JIT)
-def empty_nb(r):
-    """Replica record r holds no work: no iteration, nothing running, waiting or
-    black-holed (a run's start, or a crash)."""
-    r.busy = False
-    r.end_ms = np.inf
-    r.n_run = 0
-    r.r_head = -1
-    r.r_tail = -1
-    r.n_pre = 0
-    r.n_dec = 0
-    r.kv_dec = 0
-    r.n_over = 0
-    r.w_head = -1
-    r.w_tail = -1
-    r.n_wait = 0
-    r.tau = 0
-    r.n_bh = 0
-    r.tau_bh = 0
 
 
 @nb.njit(**JIT)

@@ -21,9 +21,9 @@ from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
 from . import vllm_blocks as vb
-from .dtypes import State
+from .dtypes import State, empty_nb
 from .lists import pop_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
-from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb
+from .replica import begin_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
 TAILB = 0
