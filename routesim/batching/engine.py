@@ -30,7 +30,7 @@ from . import vllm_blocks as vb
 from . import vllm_replica as vm
 from .blocks import free_nb
 from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
-                     Fate, Scheduler, Signals, State, empty_nb)
+                     Fate, Scheduler, Signals, State, start_replica_nb, start_request_nb)
 from .metrics import finish_metrics_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb,
                       integrate_nb, settle_nb, start_nb)
@@ -120,72 +120,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     req = np.empty(n, REQUEST)
     for k in range(n):
         q = req[k]
+        start_request_nb(q)
         q.P = wl_P[k]
         q.O = wl_O[k]
         q.A = wl_O[k] if p.exact_output else p.allowance
         q.cohort = wl_t[k] >= p.warmup_ms  # arrivals are all before the horizon
-        q.g = 0
-        q.kv = 0
-        q.j0 = 0
-        q.u = 0
-        q.c = 0
-        q.m = 0
-        q.x = 0
-        q.state = State.NONE
-        q.over = False
-        q.res = 0
-        q.outcome = Fate.PENDING
-        q.replica = -1
-        q.done_rep = -1
-        q.w_next = -1
-        q.w_prev = -1
-        q.r_prev = -1
-        q.r_next = -1
-        q.adm = 0
-        q.epoch = 0
-        q.first_ms = np.nan
-        q.done_ms = np.nan
-        q.attempts = 0
-        q.tries = 0
-        q.retries = 0
         q.router = min(int(math.floor(wl_key[k] * R)), R - 1)
-        q.deadline = np.inf
-        q.ft_deadline = np.inf
-        q.last_ms = np.nan
-        q.bh_ms = np.inf
-        q.retry_ms = np.inf
-        q.gw = 0
-        q.gh = 0
-        q.n_failed = 0
-        q.f_next = -1
     cum = np.zeros(6, np.int64)  # retries, failures, sheds, rejections, timeouts, first-token timeouts (timelines)
     si = np.int64(0)   # (typed zeros: a literal 0 would compile its callees once more, for Literal[int](0))
     for i in range(nrep):
-        r = rep[i]
-        r.slowdown = 1.0
-        r.healthy = True
-        r.fail_fast = False
-        r.cold = False
-        r.t_up = 0.0
-        r.ready_ms = 0.0
-        r.t_e = 0.0
-        empty_nb(r)
-        r.started = 0
-        r.anon = 0
-        r.idref = 0
-        r.cached = 0
-        r.area = 0.0
-        r.area_first = 0.0
-        r.area_last = 0.0
-        r.area_ms = 0.0
-        r.assigned = 0
-        r.completed = 0
-        r.tokens = 0
-        r.placed = 0
-        r.done_all = 0
-        r.tokens_all = 0
-        r.max_out = 0
-        r.occ_sum = 0.0
+        start_replica_nb(rep[i])
     # scheduler = "vllm" (vllm_replica.py): its pools, and every prompt block's key; the
     # routers see its hash map in ``tab`` and each prompt as one-block segments of keys
     vllm = p.scheduler == Scheduler.VLLM
