@@ -501,21 +501,36 @@ def g_now_nb(rep, req, s):
 
 
 @nb.njit(**JIT)
-def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt):
-    """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
-    out of the waiting queue, the running list or the black hole, its blocks released;
-    it emits nothing more (the iteration in progress keeps its duration)."""
+def unqueue_nb(rep, req, i, s):
+    """Take request s's attempt off replica i (a cancellation, both schedulers) if it is
+    not running: a black-holed one out of the black hole's count (``n_bh``, ``tau_bh``),
+    a waiting one out of the waiting queue and τ. Returns whether it was either (a
+    running one is the caller's)."""
     r = rep[i]
     q = req[s]
+    queued = True
     if q.state == State.BLACKHOLE:
         r.n_bh -= 1
         r.tau_bh -= q.P + q.A
     elif q.state == State.WAITING:
         wait_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q)
-        if q.kv > 0:  # cannot be: a waiting sequence holds no blocks
-            release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
     else:
+        queued = False
+    hold((rep, req))
+    return queued
+
+
+@nb.njit(**JIT)
+def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt):
+    """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
+    out of the waiting queue, the running list or the black hole, its blocks released;
+    it emits nothing more (the iteration in progress keeps its duration)."""
+    r = rep[i]
+    q = req[s]
+    if q.state == State.WAITING and q.kv > 0:  # cannot be: a waiting sequence holds no blocks
+        release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
+    if not unqueue_nb(rep, req, i, s):  # running
         if q.state == State.DECODE:
             q.g = g_now_nb(rep, req, s)
             stop_decoding_nb(r, q, grow, i, r.started)

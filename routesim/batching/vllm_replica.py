@@ -22,8 +22,8 @@ from ..nrt import hold
 from . import blocks as bk
 from . import vllm_blocks as vb
 from .dtypes import State, empty_nb
-from .lists import pop_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
-from .replica import begin_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb
+from .lists import pop_front_nb, run_append_nb, run_remove_nb
+from .replica import begin_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb, unqueue_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
 TAILB = 0
@@ -291,13 +291,7 @@ def cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
     replica, else when the step in progress ends (its output discarded)."""
     r = rep[i]
     q = req[s]
-    if q.state == State.BLACKHOLE:
-        r.n_bh -= 1
-        r.tau_bh -= q.P + q.A
-    elif q.state == State.WAITING:
-        wait_remove_nb(rep, req, i, s)
-        r.tau -= tau_of_nb(q)
-    else:
+    if not unqueue_nb(rep, req, i, s):  # running
         if r.busy:
             k = vq[i, NPEND]
             vp[i, k, 0] = s
