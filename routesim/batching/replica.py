@@ -32,6 +32,7 @@ from ..nrt import hold
 from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
+from .timers import in_flight_nb
 from .dtypes import Due, Fate, State, StepCost, empty_nb
 
 
@@ -561,8 +562,7 @@ def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
     nv = 0
     for s in range(req.shape[0]):
         q = req[s]
-        if q.replica == i and (q.state == State.WAITING or q.state == State.PREFILL
-                               or q.state == State.DECODE or q.state == State.BLACKHOLE):
+        if q.replica == i and in_flight_nb(q):
             q.g = g_now_nb(rep, req, s)
             if q.state == State.DECODE:
                 q.epoch += 1

@@ -24,6 +24,7 @@ from . import vllm_blocks as vb
 from .dtypes import State, empty_nb
 from .lists import pop_front_nb, run_append_nb, run_remove_nb
 from .replica import begin_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb, unqueue_nb
+from .timers import in_flight_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
 TAILB = 0
@@ -321,8 +322,7 @@ def crash_nb(tab, bl, vq, vr, rep, req, i, victims):
     nv = 0
     for s in range(req.shape[0]):
         q = req[s]
-        if q.replica == i and (q.state == State.WAITING or q.state == State.PREFILL
-                               or q.state == State.DECODE or q.state == State.BLACKHOLE):
+        if q.replica == i and in_flight_nb(q):
             q.state = State.NONE
             q.replica = -1
             q.kv = 0
