@@ -74,6 +74,20 @@ def _any_ejected(n_ej):
 
 
 @nb.njit(**JIT)
+def _mark_nb(marked, dirty, n_dirty, i):
+    """Replica i (none when i < 0) may start an iteration in phase 7 of this time: listed
+    once in ``dirty[:n_dirty]`` (``marked`` (replicas,) says who is listed). Returns
+    the list's new length."""
+    n = n_dirty
+    if i >= 0 and not marked[i]:
+        marked[i] = True
+        dirty[n] = i
+        n += 1
+    hold((marked, dirty))
+    return n
+
+
+@nb.njit(**JIT)
 def _gap_room_nb(gap_ms, gap_n, used, extra):
     """The inter-token gap arrays, or twice as large copies, with room for ``extra`` more.
     (Called between times, outside the event loop proper: an array variable reassigned
@@ -222,7 +236,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     prev_t = -np.inf
     dirty = np.empty(nrep, np.int64)   # replicas that may start an iteration at t
     marked = np.zeros(nrep, np.bool_)
-    n_dirty = 0
+    n_dirty = NONE  # (typed: a literal would compile _mark_nb twice)
     c7 = 0                             # the next of them to start (phase 7 resumes there)
     ready_pending = False              # a recovered replica is not yet ready
     next_pub = np.int64(0)             # the replica publishing next (they take turns)
@@ -273,7 +287,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     c7 += 1
             if tab_need > 0:
                 break
-            n_dirty = 0
+            n_dirty = NONE
             c7 = 0
             if t >= horizon and mt.entered_cohort == mt.left_cohort and not (k < n and req[n - 1].cohort):
                 stopped = True
@@ -356,10 +370,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 tm.pop_nb(timers, tn, tm.ENDS)
                 if live:
                     r = rep[i]
-                    if not marked[i]:
-                        marked[i] = True
-                        dirty[n_dirty] = i
-                        n_dirty += 1
+                    n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                     integrate_nb(r, t, p)
                     before = n_done
                     if vllm:
@@ -544,10 +555,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         n_front -= 1
                         place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, sent, timers, tn, cursor, ain,
                                  cum, mt)
-                        if i >= 0 and not marked[i]:
-                            marked[i] = True
-                            dirty[n_dirty] = i
-                            n_dirty += 1
+                        n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                         if local and i >= 0:  # room made before this time
                             loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             # ... then retries and arrivals due at t, in request order
@@ -605,10 +613,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if i < 0 and retry:
                         rin[req[s].router] -= 1
                     place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, sent, timers, tn, cursor, ain, cum, mt)
-                    if i >= 0 and not marked[i]:
-                        marked[i] = True
-                        dirty[n_dirty] = i
-                        n_dirty += 1
+                    n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                     if local and i >= 0:  # room made before this time
                         loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             _sort_ints(dirty, n_dirty)  # phase 7 (at the top of the loop) starts them in replica order
