@@ -1,4 +1,6 @@
-"""Record dtypes and integer codes of the batching model (token-model.md).
+"""Record dtypes and integer codes of the batching model (token-model.md), and beside a
+record dtype the compiled resets of its records (a replica's or a request's fields as
+at a run's start, or as a crash leaves them).
 
 Every dtype is aligned so it maps onto a C struct inside Numba. Times in ms, sizes in
 tokens or KV blocks as each field says.
@@ -6,7 +8,10 @@ tokens or KV blocks as each field says.
 
 from enum import IntEnum
 
+import numba as nb
 import numpy as np
+
+from ..conf import JIT
 
 
 class Policy(IntEnum):
@@ -229,6 +234,59 @@ REPLICA = np.dtype(
 )
 """One replica's state and counters: shape ``(runs, replicas)`` on output."""
 
+
+@nb.njit(**JIT)
+def empty_nb(r):
+    """Replica record r holds no work: no iteration, nothing running, waiting or
+    black-holed (a run's start, or a crash)."""
+    r.busy = False
+    r.end_ms = np.inf
+    r.n_run = 0
+    r.r_head = -1
+    r.r_tail = -1
+    r.n_pre = 0
+    r.n_dec = 0
+    r.kv_dec = 0
+    r.n_over = 0
+    r.w_head = -1
+    r.w_tail = -1
+    r.n_wait = 0
+    r.tau = 0
+    r.n_bh = 0
+    r.tau_bh = 0
+
+
+@nb.njit(**JIT)
+def start_replica_nb(r):
+    """Replica record r as at a run's start: up, warm, ready, empty, every counter and
+    area zero. Its ``factor`` (the stage's input) is kept; ``begin_ms`` is set by each
+    iteration before it is read, the TTFT percentiles at the run's end."""
+    r.slowdown = 1.0
+    r.healthy = True
+    r.fail_fast = False
+    r.cold = False
+    r.t_up = 0.0
+    r.ready_ms = 0.0
+    r.t_e = 0.0
+    empty_nb(r)
+    r.started = 0
+    r.anon = 0
+    r.idref = 0
+    r.cached = 0
+    r.area = 0.0
+    r.area_first = 0.0
+    r.area_last = 0.0
+    r.area_ms = 0.0
+    r.assigned = 0
+    r.completed = 0
+    r.tokens = 0
+    r.placed = 0
+    r.done_all = 0
+    r.tokens_all = 0
+    r.max_out = 0
+    r.occ_sum = 0.0
+
+
 REQUEST = np.dtype(
     [
         ("P", np.int64),            # prompt tokens
@@ -273,6 +331,47 @@ REQUEST = np.dtype(
     align=True,
 )
 """Per-run scratch, one record per request of the workload."""
+
+
+@nb.njit(**JIT)
+def start_request_nb(q):
+    """Request record q as at a run's start: not yet arrived anywhere (no attempt, no
+    list, no outcome), nothing emitted, no deadline, its times NaN or ∞. Its workload
+    fields (``P``, ``O``, ``A``, ``cohort``, ``router``) are the caller's."""
+    q.g = 0
+    q.kv = 0
+    q.j0 = 0
+    q.u = 0
+    q.c = 0
+    q.m = 0
+    q.x = 0
+    q.state = State.NONE
+    q.over = False
+    q.res = 0
+    q.outcome = Fate.PENDING
+    q.replica = -1
+    q.done_rep = -1
+    q.w_next = -1
+    q.w_prev = -1
+    q.r_prev = -1
+    q.r_next = -1
+    q.adm = 0
+    q.epoch = 0
+    q.first_ms = np.nan
+    q.done_ms = np.nan
+    q.attempts = 0
+    q.tries = 0
+    q.retries = 0
+    q.deadline = np.inf
+    q.ft_deadline = np.inf
+    q.last_ms = np.nan
+    q.bh_ms = np.inf
+    q.retry_ms = np.inf
+    q.gw = 0
+    q.gh = 0
+    q.n_failed = 0
+    q.f_next = -1
+
 
 SAMPLE = np.dtype(
     [

@@ -23,15 +23,16 @@ import numpy as np
 
 from .. import ieee_math
 from ..conf import JIT, JIT_PARALLEL
+from ..nrt import hold
 from . import blocks as bk
 from . import timers as tm
 from . import vllm_blocks as vb
 from . import vllm_replica as vm
 from .blocks import free_nb
 from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
-                     Fate, Scheduler, Signals, State)
+                     Fate, Scheduler, Signals, State, start_replica_nb, start_request_nb)
 from .metrics import finish_metrics_nb
-from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, empty_nb, finish_nb, g_now_nb,
+from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb,
                       integrate_nb, settle_nb, start_nb)
 from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_nb, view_nb
 
@@ -59,6 +60,31 @@ def _sort_ints(a, n):
             a[m + 1] = a[m]
             m -= 1
         a[m + 1] = x
+
+
+@nb.njit(**JIT)
+def _any_ejected(n_ej):
+    """Has any router a replica ejected by its breaker? ``n_ej`` (routers,) counts each
+    router's ejected replicas."""
+    ejected = False
+    for ro in range(n_ej.shape[0]):
+        ejected = ejected or n_ej[ro] > 0
+    hold(n_ej)
+    return ejected
+
+
+@nb.njit(**JIT)
+def _mark_nb(marked, dirty, n_dirty, i):
+    """Replica i (none when i < 0) may start an iteration in phase 7 of this time: listed
+    once in ``dirty[:n_dirty]`` (``marked`` (replicas,) says who is listed). Returns
+    the list's new length."""
+    n = n_dirty
+    if i >= 0 and not marked[i]:
+        marked[i] = True
+        dirty[n] = i
+        n += 1
+    hold((marked, dirty))
+    return n
 
 
 @nb.njit(**JIT)
@@ -108,72 +134,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     req = np.empty(n, REQUEST)
     for k in range(n):
         q = req[k]
+        start_request_nb(q)
         q.P = wl_P[k]
         q.O = wl_O[k]
         q.A = wl_O[k] if p.exact_output else p.allowance
         q.cohort = wl_t[k] >= p.warmup_ms  # arrivals are all before the horizon
-        q.g = 0
-        q.kv = 0
-        q.j0 = 0
-        q.u = 0
-        q.c = 0
-        q.m = 0
-        q.x = 0
-        q.state = State.NONE
-        q.over = False
-        q.res = 0
-        q.outcome = Fate.PENDING
-        q.replica = -1
-        q.done_rep = -1
-        q.w_next = -1
-        q.w_prev = -1
-        q.r_prev = -1
-        q.r_next = -1
-        q.adm = 0
-        q.epoch = 0
-        q.first_ms = np.nan
-        q.done_ms = np.nan
-        q.attempts = 0
-        q.tries = 0
-        q.retries = 0
         q.router = min(int(math.floor(wl_key[k] * R)), R - 1)
-        q.deadline = np.inf
-        q.ft_deadline = np.inf
-        q.last_ms = np.nan
-        q.bh_ms = np.inf
-        q.retry_ms = np.inf
-        q.gw = 0
-        q.gh = 0
-        q.n_failed = 0
-        q.f_next = -1
     cum = np.zeros(6, np.int64)  # retries, failures, sheds, rejections, timeouts, first-token timeouts (timelines)
     si = np.int64(0)   # (typed zeros: a literal 0 would compile its callees once more, for Literal[int](0))
     for i in range(nrep):
-        r = rep[i]
-        r.slowdown = 1.0
-        r.healthy = True
-        r.fail_fast = False
-        r.cold = False
-        r.t_up = 0.0
-        r.ready_ms = 0.0
-        r.t_e = 0.0
-        empty_nb(r)
-        r.started = 0
-        r.anon = 0
-        r.idref = 0
-        r.cached = 0
-        r.area = 0.0
-        r.area_first = 0.0
-        r.area_last = 0.0
-        r.area_ms = 0.0
-        r.assigned = 0
-        r.completed = 0
-        r.tokens = 0
-        r.placed = 0
-        r.done_all = 0
-        r.tokens_all = 0
-        r.max_out = 0
-        r.occ_sum = 0.0
+        start_replica_nb(rep[i])
     # scheduler = "vllm" (vllm_replica.py): its pools, and every prompt block's key; the
     # routers see its hash map in ``tab`` and each prompt as one-block segments of keys
     vllm = p.scheduler == Scheduler.VLLM
@@ -266,7 +236,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     prev_t = -np.inf
     dirty = np.empty(nrep, np.int64)   # replicas that may start an iteration at t
     marked = np.zeros(nrep, np.bool_)
-    n_dirty = 0
+    n_dirty = NONE  # (typed: a literal would compile _mark_nb twice)
     c7 = 0                             # the next of them to start (phase 7 resumes there)
     ready_pending = False              # a recovered replica is not yet ready
     next_pub = np.int64(0)             # the replica publishing next (they take turns)
@@ -317,7 +287,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     c7 += 1
             if tab_need > 0:
                 break
-            n_dirty = 0
+            n_dirty = NONE
             c7 = 0
             if t >= horizon and mt.entered_cohort == mt.left_cohort and not (k < n and req[n - 1].cohort):
                 stopped = True
@@ -347,10 +317,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             for w in range(3):
                 if tn[w] > 0:
                     t = min(t, tm.top_nb(timers, tn, w, req))
-            ejected = False
-            for ro in range(R):
-                ejected = ejected or n_ej[ro] > 0
-            if ejected:
+            if _any_ejected(n_ej):
                 for ro in range(R):
                     for i in range(nrep):
                         t = min(t, ej_until[ro, i])
@@ -403,10 +370,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 tm.pop_nb(timers, tn, tm.ENDS)
                 if live:
                     r = rep[i]
-                    if not marked[i]:
-                        marked[i] = True
-                        dirty[n_dirty] = i
-                        n_dirty += 1
+                    n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                     integrate_nb(r, t, p)
                     before = n_done
                     if vllm:
@@ -538,10 +502,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                                         times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
                 n_fail = 0
             # (4) breaker re-admissions
-            ejected = False
-            for ro in range(R):
-                ejected = ejected or n_ej[ro] > 0
-            if ejected:
+            if _any_ejected(n_ej):
                 for i in range(nrep):
                     for ro in range(R):
                         if ej_until[ro, i] <= t:
@@ -594,10 +555,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         n_front -= 1
                         place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, sent, timers, tn, cursor, ain,
                                  cum, mt)
-                        if i >= 0 and not marked[i]:
-                            marked[i] = True
-                            dirty[n_dirty] = i
-                            n_dirty += 1
+                        n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                         if local and i >= 0:  # room made before this time
                             loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             # ... then retries and arrivals due at t, in request order
@@ -655,10 +613,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if i < 0 and retry:
                         rin[req[s].router] -= 1
                     place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, sent, timers, tn, cursor, ain, cum, mt)
-                    if i >= 0 and not marked[i]:
-                        marked[i] = True
-                        dirty[n_dirty] = i
-                        n_dirty += 1
+                    n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                     if local and i >= 0:  # room made before this time
                         loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             _sort_ints(dirty, n_dirty)  # phase 7 (at the top of the loop) starts them in replica order

@@ -32,7 +32,8 @@ from ..nrt import hold
 from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
-from .dtypes import Due, Fate, State, StepCost
+from .timers import in_flight_nb
+from .dtypes import Due, Fate, State, StepCost, empty_nb
 
 
 @nb.njit(**JIT)
@@ -207,6 +208,23 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
 
 
 @nb.njit(**JIT)
+def stop_decoding_nb(r, q, grow, i, j):
+    """Request record q stops decoding on replica i (record r) before iteration j (a
+    preemption, its last token, a cancellation): its KV as of then, ``kv + j − j0``, out
+    of the replica's decoding aggregates (``n_dec``, ``kv_dec``, ``grow[i]``,
+    ``n_over``); its schedule entries void (``epoch``). Its g is the caller's to set."""
+    q.kv = q.kv + (j - q.j0)
+    r.n_dec -= 1
+    r.kv_dec -= q.kv
+    grow[i, q.res] -= 1
+    if q.over:
+        r.n_over -= 1
+        q.over = False
+    q.epoch += 1
+    hold(grow)
+
+
+@nb.njit(**JIT)
 def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_key, seg_off, mt, cnt):
     """Preempt v (the most recently admitted running sequence of replica i) at the
     start of iteration j: it releases its blocks, loses its prefill progress, keeps g,
@@ -215,20 +233,24 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
     q = req[v]
     if q.state == State.DECODE:
         q.last_ms = t  # it emitted a token at the end of the last iteration, which is now
-        q.kv = q.kv + (j - q.j0)
         q.g = q.g + (j - q.j0)
-        r.n_dec -= 1
-        r.kv_dec -= q.kv
-        grow[i, q.res] -= 1
-        if q.over:
-            r.n_over -= 1
-            q.over = False
-        q.epoch += 1
+        stop_decoding_nb(r, q, grow, i, j)
     else:  # prefilling: the last of the prefill list, which is in admission order too
         r.n_pre -= 1
     release_nb(tab, heap, heap_n, rep, i, v, req, t, p, seg_key, seg_off, cnt)
-    q.c = 0
     q.u = 0
+    requeue_nb(rep, req, i, v, t, p, mt)
+    hold((tab, heap, heap_n, grow, rep, req, seg_key, seg_off, cnt))
+
+
+@nb.njit(**JIT)
+def requeue_nb(rep, req, i, v, t, p, mt):
+    """Sequence v, preempted at t and its blocks released, goes back to the front of
+    replica i's waiting queue (both schedulers): its progress lost (``c``, ``x``), its g
+    kept; counted in the preemptions (of the window) and, if it had emitted, in
+    ``preempted_emitting``."""
+    q = req[v]
+    q.c = 0
     q.x = 0
     run_remove_nb(rep, req, i, v)
     push_front_nb(rep, req, i, v)
@@ -236,7 +258,7 @@ def _preempt_nb(tab, heap, heap_n, grow, rep, req, prefill, i, v, j, t, p, seg_k
         mt.preempted_emitting += 1
     if in_window_nb(t, p):
         mt.preemptions += 1
-    hold((tab, heap, heap_n, grow, rep, req, seg_key, seg_off, cnt))
+    hold((rep, req))
 
 
 @nb.njit(**JIT)
@@ -424,15 +446,8 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
     s = next_due_nb(due, due_n, req, i, j, Due.DONE)
     while s >= 0:
         q = req[s]
-        q.kv = q.kv + (j + 1 - q.j0)
         q.g = q.O
-        r.n_dec -= 1
-        r.kv_dec -= q.kv
-        grow[i, q.res] -= 1
-        if q.over:
-            r.n_over -= 1
-            q.over = False
-        q.epoch += 1
+        stop_decoding_nb(r, q, grow, i, j + 1)
         n_done = _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, done_log,
                               n_done, cnt)
         s = next_due_nb(due, due_n, req, i, j, Due.DONE)
@@ -487,31 +502,39 @@ def g_now_nb(rep, req, s):
 
 
 @nb.njit(**JIT)
-def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt):
-    """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
-    out of the waiting queue, the running list or the black hole, its blocks released;
-    it emits nothing more (the iteration in progress keeps its duration)."""
+def unqueue_nb(rep, req, i, s):
+    """Take request s's attempt off replica i (a cancellation, both schedulers) if it is
+    not running: a black-holed one out of the black hole's count (``n_bh``, ``tau_bh``),
+    a waiting one out of the waiting queue and τ. Returns whether it was either (a
+    running one is the caller's)."""
     r = rep[i]
     q = req[s]
+    queued = True
     if q.state == State.BLACKHOLE:
         r.n_bh -= 1
         r.tau_bh -= q.P + q.A
     elif q.state == State.WAITING:
         wait_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q)
-        if q.kv > 0:  # cannot be: a waiting sequence holds no blocks
-            release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
     else:
+        queued = False
+    hold((rep, req))
+    return queued
+
+
+@nb.njit(**JIT)
+def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt):
+    """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
+    out of the waiting queue, the running list or the black hole, its blocks released;
+    it emits nothing more (the iteration in progress keeps its duration)."""
+    r = rep[i]
+    q = req[s]
+    if q.state == State.WAITING and q.kv > 0:  # cannot be: a waiting sequence holds no blocks
+        release_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_off, cnt)
+    if not unqueue_nb(rep, req, i, s):  # running
         if q.state == State.DECODE:
             q.g = g_now_nb(rep, req, s)
-            q.kv = q.kv + (r.started - q.j0)
-            r.n_dec -= 1
-            r.kv_dec -= q.kv
-            grow[i, q.res] -= 1
-            if q.over:
-                r.n_over -= 1
-                q.over = False
-            q.epoch += 1
+            stop_decoding_nb(r, q, grow, i, r.started)
         else:  # prefilling: out of the prefill list, keeping its order
             pre = prefill[i]
             keep = 0
@@ -530,27 +553,6 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
 
 
 @nb.njit(**JIT)
-def empty_nb(r):
-    """Replica record r holds no work: no iteration, nothing running, waiting or
-    black-holed (a run's start, or a crash)."""
-    r.busy = False
-    r.end_ms = np.inf
-    r.n_run = 0
-    r.r_head = -1
-    r.r_tail = -1
-    r.n_pre = 0
-    r.n_dec = 0
-    r.kv_dec = 0
-    r.n_over = 0
-    r.w_head = -1
-    r.w_tail = -1
-    r.n_wait = 0
-    r.tau = 0
-    r.n_bh = 0
-    r.tau_bh = 0
-
-
-@nb.njit(**JIT)
 def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
     """Replica i goes down at t: every attempt on it (waiting, running, black-holed)
     ends, its iteration is abandoned and its cache emptied. ``victims`` receives the
@@ -560,8 +562,7 @@ def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
     nv = 0
     for s in range(req.shape[0]):
         q = req[s]
-        if q.replica == i and (q.state == State.WAITING or q.state == State.PREFILL
-                               or q.state == State.DECODE or q.state == State.BLACKHOLE):
+        if q.replica == i and in_flight_nb(q):
             q.g = g_now_nb(rep, req, s)
             if q.state == State.DECODE:
                 q.epoch += 1

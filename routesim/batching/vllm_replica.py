@@ -21,9 +21,10 @@ from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
 from . import vllm_blocks as vb
-from .dtypes import State
-from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
-from .replica import begin_nb, empty_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, tau_of_nb
+from .dtypes import State, empty_nb
+from .lists import pop_front_nb, run_append_nb, run_remove_nb
+from .replica import begin_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb, unqueue_nb
+from .timers import in_flight_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
 TAILB = 0
@@ -112,17 +113,9 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
 def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
     """Preempt v (spec22b 12): its blocks released, ``c = 0``, it keeps g and goes to the
     front of the waiting queue."""
-    q = req[v]
     vb.release_nb(tab, bl, vq, rep, i, vr[v, TAILB], vr[v, NHIT], v, pk, pk_off, gbase)
     _clear_nb(vr, v)
-    q.c = 0
-    q.x = 0
-    run_remove_nb(rep, req, i, v)
-    push_front_nb(rep, req, i, v)
-    if q.g > 0:
-        mt.preempted_emitting += 1
-    if in_window_nb(t, p):
-        mt.preemptions += 1
+    requeue_nb(rep, req, i, v, t, p, mt)
 
 
 @nb.njit(**JIT)
@@ -299,13 +292,7 @@ def cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
     replica, else when the step in progress ends (its output discarded)."""
     r = rep[i]
     q = req[s]
-    if q.state == State.BLACKHOLE:
-        r.n_bh -= 1
-        r.tau_bh -= q.P + q.A
-    elif q.state == State.WAITING:
-        wait_remove_nb(rep, req, i, s)
-        r.tau -= tau_of_nb(q)
-    else:
+    if not unqueue_nb(rep, req, i, s):  # running
         if r.busy:
             k = vq[i, NPEND]
             vp[i, k, 0] = s
@@ -335,8 +322,7 @@ def crash_nb(tab, bl, vq, vr, rep, req, i, victims):
     nv = 0
     for s in range(req.shape[0]):
         q = req[s]
-        if q.replica == i and (q.state == State.WAITING or q.state == State.PREFILL
-                               or q.state == State.DECODE or q.state == State.BLACKHOLE):
+        if q.replica == i and in_flight_nb(q):
             q.state = State.NONE
             q.replica = -1
             q.kv = 0
