@@ -4,8 +4,9 @@ number in it is computed from ``results/scheduler-modes/{example,mooncake}.nc``.
 import math
 
 from . import STEM
+from ..intervals import LEVEL, RESAMPLES
 from .design import NEAR, SEARCH
-from .measure import (CLOSE_PCT, KV_READERS, LEVEL, MATERIAL_PCT, METRICS, RANKED, RESAMPLES, SCHEDULERS,
+from .measure import (CLOSE_PCT, KV_READERS, MATERIAL_PCT, METRICS, RANKED, SCHEDULERS,
                       below_capacity, capacities, capacity_differences, capacity_order_changes, changes,
                       close_counts, closeness, differences, medians, steadiness, verdict_close, verdict_hits,
                       verdict_preemptions, verdict_routing)

@@ -15,14 +15,13 @@ variation to resample. A difference is *claimed* only when the interval excludes
 
 import itertools
 import math
-import warnings
 
 import numpy as np
 import xarray as xr
 
+from ..intervals import excludes_zero, interval
+
 SCHEDULERS = ("reserve", "vllm")
-LEVEL = 0.95
-RESAMPLES = 9999
 METRICS = {
     # name: (label, how the difference is taken, its unit, lower is better)
     "prefix_hit_rate": ("prefix hit rate", "points", "pp", False),
@@ -49,37 +48,6 @@ def prepare(ds):
         ds = ds.squeeze("rate_rps", drop=True)
     order = [d for d in ("scheduler", "policy", "rate_rps", "seed") if d in ds.dims]
     return ds.transpose(*order, ...)
-
-
-def interval(d):
-    """(mean, low, high) of the per-seed differences ``d`` (1-d, finite values only):
-    the mean and its 95 % percentile bootstrap interval; (v, v, v) when every value is
-    v; NaNs when fewer than two values are finite."""
-    from scipy import stats
-    d = np.asarray(d, float)
-    d = d[np.isfinite(d)]
-    if d.size == 0:
-        return (math.nan, math.nan, math.nan)
-    m = float(np.mean(d))
-    if np.all(d == d[0]):
-        return (m, m, m)
-    if d.size < 2:
-        return (m, math.nan, math.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = stats.bootstrap((d,), np.mean, confidence_level=LEVEL, n_resamples=RESAMPLES,
-                              method="percentile", random_state=np.random.default_rng(0))
-    return (m, float(res.confidence_interval.low), float(res.confidence_interval.high))
-
-
-def excludes_zero(ci) -> int:
-    """+1 if the interval lies above 0, -1 if below, 0 otherwise (or NaN)."""
-    _, lo, hi = ci
-    if lo > 0:
-        return 1
-    if hi < 0:
-        return -1
-    return 0
 
 
 def per_seed_difference(ds, var, how=None):
