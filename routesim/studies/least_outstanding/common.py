@@ -13,11 +13,110 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from .. import plotting  # noqa: E402
+from ..intervals import LEVEL, RESAMPLES, excludes_zero, interval  # noqa: E402
 
 CAPACITY_RPS = 60.0     # 8 default replicas, 10 s + 50 s windows without drain (the former sweeps/batching-capacity.toml; issue 23 re-measures it with python -m routesim.capacity)
 FIGURES = Path("figures")
 DPI = 110
 """Resolution of the study's PNGs."""
+
+
+SEEDS = 16
+"""Seeds of every design of the rebuilt study (issue 23): the same number for every
+claim, so one rule decides every verdict with the same power."""
+
+MATERIAL = {"relative": 5.0, "points": 1.0}
+"""The smallest effect that counts as a lead: 5 % for a latency tail or any other
+positive quantity compared as a ratio (mean over seeds of a / b − 1), 1 percentage
+point for a share (attainment, hit rate, a share of placements) compared as a
+difference. A claim that needs another bound states it beside its design."""
+
+RULE = (
+    "**The verdict rule.** Every comparison is paired by seed (the same seed gives every "
+    f"arm the same workload), over {SEEDS} seeds. A difference is a *lead* when the "
+    f"{LEVEL:.0%} percentile bootstrap interval of the mean per-seed difference "
+    f"(`scipy.stats.bootstrap`, {RESAMPLES:,} resamples of the seeds, a fixed generator) "
+    "excludes 0 **and** the mean effect is material: at least "
+    f"{MATERIAL['relative']:g} % for a latency tail or other ratio (mean over seeds of "
+    f"a / b − 1), at least {MATERIAL['points']:g} percentage point for a share. A "
+    "prediction *holds* when each of its stated comparisons is a lead in the predicted "
+    "direction, *holds with qualification* when some are and none leads the other way "
+    "(or the claim's own section names the condition), and *does not hold* otherwise. "
+    "Intervals are written `mean [low, high]`.")
+"""The rule stated once at the top of the document; :func:`compare` applies it."""
+
+
+def compare(a, b, how="relative", material=None):
+    """Paired comparison of arm ``a`` against arm ``b`` (arrays over seeds, the same
+    seeds in the same order). ``how`` "relative": the per-seed a / b − 1 in %;
+    "points": (a − b) × 100, for shares given as fractions, in percentage points;
+    "absolute": a − b in the values' unit. Returns (mean, low, high, lead) with the
+    interval of :func:`routesim.studies.intervals.interval` and lead −1 (a lower), +1
+    (a higher) or 0 under :data:`RULE`: the interval excludes 0 and |mean| is at least
+    ``material`` (default :data:`MATERIAL` for ``how``; 0 for "absolute")."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if how == "relative":
+        d = (a / b - 1.0) * 100.0
+    elif how == "points":
+        d = (a - b) * 100.0
+    elif how == "absolute":
+        d = a - b
+    else:
+        raise ValueError(f"how: {how!r}")
+    if material is None:
+        material = MATERIAL.get(how, 0.0)
+    m, lo, hi = interval(d)
+    sign = excludes_zero((m, lo, hi))
+    return (m, lo, hi, sign if np.isfinite(m) and abs(m) >= material else 0)
+
+
+def show(c, digits=0, unit=""):
+    """'mean [low, high]' (signed) of a :func:`compare` result, with ``unit``."""
+    m, lo, hi = c[:3]
+    u = f" {unit}" if unit else ""
+    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]{u}"
+
+
+def verdict_of(leads, predicted):
+    """A verdict from comparisons' leads (−1, 0, +1) and the predicted signs, under
+    :data:`RULE`: "holds" when every lead is as predicted, "holds with qualification"
+    when some are and none is opposite, "does not hold" otherwise."""
+    pairs = list(zip(leads, predicted))
+    right = sum(1 for x, p in pairs if x == p)
+    wrong = sum(1 for x, p in pairs if x == -p and x != 0)
+    if right == len(pairs) and pairs:
+        return "holds"
+    if right and not wrong:
+        return "holds with qualification"
+    return "does not hold"
+
+
+STEADY = ("backlog_growth", "kv_occupancy_first", "kv_occupancy_last")
+"""The window's steady-state figures (routesim/batching/metrics.py) every design prints."""
+
+
+def steadiness(ds, dims=("seed",)):
+    """A Dataset of the steady-state figures' medians over ``dims`` (default the seeds):
+    backlog growth (requests) and KV occupancy over the window's first and last quarter
+    (fractions), one value per remaining cell."""
+    return ds[list(STEADY)].median(list(dims))
+
+
+def steady_table(ds, by, dims=("seed",)):
+    """Markdown rows of the steady-state figures per value of the axes ``by`` (a tuple
+    of names of ``ds``'s axes): 'backlog growth' (median over seeds, requests) and 'KV
+    occupancy first → last quarter' (median, %); printed beside each design."""
+    med = steadiness(ds, dims)
+    lines = ["| " + " | ".join(by) + " | backlog growth | KV occupancy first → last % |",
+             "|" + "---|" * (len(by) + 2)]
+    import itertools
+    for key in itertools.product(*(ds[b].values for b in by)):
+        one = med.sel(dict(zip(by, key)))
+        lines.append("| " + " | ".join(f"{k:g}" if isinstance(k, (int, float, np.number)) else str(k)
+                                         for k in key)
+                     + f" | {float(one.backlog_growth):+.0f} | {float(one.kv_occupancy_first) * 100:.0f} → "
+                       f"{float(one.kv_occupancy_last) * 100:.0f} |")
+    return "\n".join(lines)
 
 
 def paired(ds, var, a, b):
