@@ -16,6 +16,35 @@ from .. import plotting  # noqa: E402
 from ..intervals import LEVEL, RESAMPLES, excludes_zero, interval  # noqa: E402
 
 CAPACITY_RPS = 60.0     # 8 default replicas, 10 s + 50 s windows without drain (the former sweeps/batching-capacity.toml; issue 23 re-measures it with python -m routesim.capacity)
+PROVISIONAL_CAPACITY = {"round_robin": 40.0, "random": 38.0, "least_requests": 45.0, "least_tokens": 46.0,
+                        "least_kv": 46.0, "least_cost": 46.0, "power_of_d": 46.0, "rate_weighted": 37.0}
+"""Capacity at the 1 s TTFT p99 SLO of 8 default replicas, default workload, 1,200 s
+warm-up, 60 s window, drained, 16 seeds (README, ``python -m routesim.capacity
+sweeps/batching.toml --low 10 --high 56``): what the designs were placed against before
+the study's own capacity stage ran; :func:`capacity` reads the measured value."""
+CAPACITY_RESULTS = "token-routing-capacity"
+"""The capacity stage's results folder (results/token-routing-capacity/<stage>-capacity.nc,
+stages ``default`` and ``mooncake``: ``python -m routesim.capacity``'s files)."""
+
+
+def capacity(root, policy, stage="default"):
+    """(capacity req/s, seeds' low, seeds' high, measured) of ``policy`` under the
+    results root ``root``: the study's capacity stage if it ran (measured True), else
+    :data:`PROVISIONAL_CAPACITY` (measured False, the seeds' range NaN)."""
+    path = Path(root) / CAPACITY_RESULTS / f"{stage}-capacity.nc"
+    if path.exists():
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            ds = squeeze(ds)
+            c = float(ds.capacity_rps.sel(policy=policy).squeeze())
+            seeds = ds.capacity_rps_seed.sel(policy=policy).values.astype(float).ravel()
+            fin = seeds[np.isfinite(seeds)]
+            lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (np.nan, np.nan)
+            return (c, lo, hi, True)
+    if stage != "default":
+        return (np.nan, np.nan, np.nan, False)
+    return (PROVISIONAL_CAPACITY[policy], np.nan, np.nan, False)
+
+
 FIGURES = Path("figures")
 DPI = 110
 """Resolution of the study's PNGs."""
