@@ -121,12 +121,6 @@ def flood_factor(data):
     return float(_stage_value(data["flood"], "cold_factor"))
 
 
-def unfinished_cold(ds, cf, rd, ss):
-    """Requests routed to the recovered replica and not completed by the end of the drain."""
-    d = one(ds, cf, rd, ss).sel(replica=cold_replica(ds))
-    return d.assigned - d.replica_completed
-
-
 def fair(ds):
     return 1.0 / ds.sizes["replica"]
 
@@ -269,7 +263,7 @@ def _timeline_figure(data, tl):
     t_up = recovery_s(ds)
     stop = t_up + _window_s(ds)
     t = tl.time.values
-    lo, hi = t_up - 1.0, stop + 2.0
+    lo, hi = t_up - 1.0, stop + 0.25           # the trace ends at the horizon
     win = (t >= lo) & (t <= hi)
     warm = [r for r in tl.replica.values if int(r) != c_rep]
     fig = Figure(figsize=(9.5, 8.6), layout="constrained")
@@ -385,8 +379,8 @@ def section(data):
                                    ", the README's provisional figure: the capacity stage has not run"))
     c = comparisons(data)
     rows = ["| cold_factor | arm | first-second share % | window share % | its TTFT p50 ms | its TTFT p99 ms "
-            "| warm replicas' TTFT p99 ms | its p99 / plain's − 1 % | unfinished (all seeds) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| warm replicas' TTFT p99 ms | its p99 / plain's − 1 % |",
+            "|---|---|---|---|---|---|---|---|"]
     for cf in cfs_all:
         for label, rd, ss in ams:
             cc, w = ttft(ds, "replica_ttft_p99", cf, rd, ss)
@@ -395,9 +389,8 @@ def section(data):
             ws = share(ds, cf, rd, ss) * 100
             diff = ("—" if rd == 0 and ss == 0 else
                     show(compare(cc.values, ttft(ds, "replica_ttft_p99", cf, 0.0, 0.0)[0].values)))
-            uf = int(unfinished_cold(ds, cf, rd, ss).sum())
             rows.append(f"| {cf:g} | {label} | {fs} | {float(ws.median()):.1f} | {float(c50.median()):,.0f} | "
-                        f"{float(cc.median()):,.0f} | {float(w.median()):,.0f} | {diff} | {uf} |")
+                        f"{float(cc.median()):,.0f} | {float(w.median()):,.0f} | {diff} |")
     tests = ["| test | comparison (paired by seed) | mean [95 % interval] | predicted | lead |",
              "|---|---|---|---|---|"]
     word = {1: "higher", -1: "lower", 0: "none"}
@@ -410,7 +403,7 @@ def section(data):
     fs_slow = first_second(data, 0.0, slow[2]) * 100
     fs_ready = first_second(data, ready[1], 0.0) * 100
     fs_plain = first_second(data, 0.0, 0.0) * 100
-    unf = sum(int(unfinished_cold(ds, cf, rd, ss).sum()) for cf in cfs_all for _, rd, ss in ams)
+    unf, arr = int(ds.unfinished.sum()), int(ds.arrivals.sum())
     v = verdict(data)
     return "\n".join([
         "## Claim 6: cold replicas get flooded", "",
@@ -429,13 +422,14 @@ def section(data):
         f"{float(ds.attrs['slow_start_aggression']):g}, from weight {float(ds.attrs['slow_start_min_weight']):g}) "
         f"and both. The cohort is the requests arriving in the recovery's first {_window_s(ds):g} s, drained "
         f"(drain_s = {float(ds.attrs['drain_s']):g}: each has time to complete, so the slow replica's TTFT is "
-        f"not biased low; left unfinished of those routed to replica {c_rep}: {unf} over all runs). The flood "
+        f"not biased low; left unfinished: {unf} of the {arr:,} cohort requests of all runs). The flood "
         f"is measured by two more stages whose window is the first second after replica {c_rep} becomes "
         f"eligible (at the recovery, or at the end of the readiness delay), at cold_factor "
         f"{flood_factor(data):g}. {n_seed} seeds, paired (every arm and cold factor sees the same workload "
         "per seed). The state before the recovery (stage `before`: the window "
         f"[{float(before.attrs['warmup_s']):g} s, {float(before.attrs['warmup_s']) + float(before.attrs['measure_s']):g} s) "
-        f"on the {n - 1} replicas; median over seeds):", "",
+        f"on the {n - 1} replicas; median over seeds; the occupancy is the mean over all {n} replicas, the "
+        f"down one at 0):", "",
         _steady(before), "",
         "Medians over seeds per arm; the change against plain is the paired mean [95 % interval]:", "",
         *rows, "",
