@@ -21,8 +21,11 @@ from matplotlib.figure import Figure
 
 from .common import FIGURES, SEEDS, capacity, compare, save, show, squeeze, steady_table, verdict_of
 
-SWEEPS = ("sweeps/token-routing-admission.toml",)
+SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
 NAME = "token-routing-admission"
+COST = "token-routing-admission-cost"
+VARIANTS = {"prefill-x2": "prefill × 2", "prefill-x4": "prefill × 4", "chunk-2048": "a 2,048-token chunk budget"}
+"""The step-cost variants of the sensitivity sweep (its stages held-, open- and reject-<variant>)."""
 POLICY = "least_tokens"
 STAGES = ("held", "rates", "open", "reject", "queue", "burst-open", "burst-reject", "burst-queue")
 ARMS = ("no door", "reject", "queue")
@@ -51,6 +54,10 @@ def load(root):
     if not all(p.exists() for p in paths.values()):
         return None
     data = prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in paths.items()})
+    cost = Path(root) / COST          # the sensitivity sweep: optional, read when it has run
+    for v in VARIANTS:
+        files = {f"{s}-{v}": cost / f"{s}-{v}.nc" for s in ("held", "open", "reject")}
+        data.update(prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in files.items() if p.exists()}))
     for ds in data.values():
         ds.attrs["results_root"] = str(root)       # for capacity(root, policy) at document time
     return data
@@ -167,6 +174,28 @@ def verdict(data):
     """:func:`common.verdict_of` over :func:`comparisons`' leads and predicted signs."""
     c = comparisons(data)
     return verdict_of([v[0][3] for v in c.values()], [v[1] for v in c.values()])
+
+
+def sensitivity(data):
+    """{variant: (threshold tokens, compare result of reject / no door goodput at the
+    variant's load, survives)} for the step-cost variants that ran; Mismatch if a
+    variant's reject stage did not run at its own curve's threshold."""
+    out = {}
+    for v in VARIANTS:
+        if f"held-{v}" not in data:
+            continue
+        try:
+            x = threshold(data[f"held-{v}"])
+        except Mismatch:               # no cap meets the SLO: the verdict's threshold does not exist
+            out[v] = (float("nan"), None, False)
+            continue
+        rej, nod = data[f"reject-{v}"], data[f"open-{v}"]
+        if _cap(rej) != x:
+            raise Mismatch(f"the {v} curve gives max_tokens = {x:,.0f}, but {SWEEPS[1]} runs reject-{v} at "
+                           f"{_cap(rej):,.0f}: set it to {x:,.0f} and rerun the sweep")
+        c = compare(rej.goodput.values, nod.goodput.values)
+        out[v] = (x, c, c[3] == +1)
+    return out
 
 
 def held_near(data, arm):
@@ -354,6 +383,7 @@ def section(data):
         f"Where every request went (medians over seeds; each run's outcomes add up to its arrivals — checked "
         f"on {n_ok} of {n_runs} runs):", "", *out_rows, "",
         f"The claim's tests (verdict rule at the top; {SEEDS} seeds, paired, 5 % material):", "", *tests, "",
+        *_sensitivity_text(data, x, top),
         "![Claim 9](../figures/lor-claim9-admission.png)", "",
         f"**Reading.** Routing cannot create capacity: without a door {POLICY}' goodput at {top:g} req/s "
         f"changes by {show(c['falls'][0], 0, '%')} against its goodput at {at:g} req/s. Rejecting at the "
@@ -374,6 +404,28 @@ def section(data):
            f" Without a door one replica meets the SLO's medians up to {pl[0]:g} req/s (mean batch "
            f"{pl[1]:.0f}; the next rate {pl[2]:.0f}).")
         + f" Verdict: {v}.", ""])
+
+
+def _sensitivity_text(data, x, top):
+    """The step-cost sensitivity rows (issue 23 item 6), or nothing if that sweep has not run."""
+    sens = sensitivity(data)
+    if not sens:
+        return []
+    rows = ["| step cost | threshold (tokens) | reject / no door − 1, goodput % | verdict's lead survives |",
+            "|---|---|---|---|",
+            f"| default | {x:,.0f} | {show(comparisons(data)[f'reject@{top:g}'][0])} | — |"]
+    for v, (xv, c, ok) in sens.items():
+        if c is None:
+            h = curve(data[f"held-{v}"])
+            rows.append(f"| {VARIANTS[v]} | none: at the smallest cap, {_k(float(h.admission_max_tokens[0]))}, "
+                        f"TTFT p99 {float(h.ttft_p99[0]):,.0f} ms and TPOT p99 {float(h.tpot_p99[0]):.0f} ms "
+                        "(medians) | — | no: there is no threshold to reject at |")
+            continue
+        rows.append(f"| {VARIANTS[v]} | {xv:,.0f} | {show(c)} | {'yes' if ok else 'no'} |")
+    return [f"**Sensitivity to the step cost.** The threshold is read from a curve the step-cost model sets, "
+            "so this verdict rests on it: `sweeps/token-routing-admission-cost.toml` reads each variant's "
+            f"threshold from its own one-replica curve and rejects at it, {SEEDS} seeds, against no door at the "
+            "top load (beyond capacity under every variant):", "", *rows, ""]
 
 
 def row(data):
