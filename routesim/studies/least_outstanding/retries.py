@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (FIGURES, SEEDS, capacity, compare, open_stage, replicas_at, save, scenario_events, show,
-                     steady_table, verdict_of)
+from .cold_start import load_stages
+from .common import (FIGURES, SEEDS, capacity, compare, replicas_at, save, scenario_events, show, steady_table,
+                     verdict_of)
 
 SWEEPS = ("sweeps/token-routing-retry.toml",)
 NAME = "token-routing-retry"
@@ -33,13 +34,7 @@ incident adds."""
 
 def load(root):
     """{stage: Dataset} of :data:`STAGES`, or None if any is missing."""
-    d = Path(root) / NAME
-    out = {s: open_stage(d / f"{s}.nc") for s in STAGES}
-    if any(v is None for v in out.values()):
-        return None
-    for ds in out.values():
-        ds.attrs["results_root"] = str(root)       # for capacity(root, policy) at document time
-    return out
+    return load_stages(root, NAME, STAGES)
 
 
 def per_request(ds):
