@@ -100,7 +100,7 @@ def runs(tmp_path_factory):
     x = admission.threshold(admission.prepare(one)["held"])
     eight = "".join(stage(text, s)[len(head):] for s in admission.STAGES[2:])
     out = run_reduced(tmp, head + eight, {
-        **REDUCE, "at_s = 1200": "at_s = 300", "at_s = 1220": "at_s = 320",
+        **REDUCE, "at_s = 1200": "at_s = 300", "at_s = 1230": "at_s = 330",
         "rate_rps = [35, 46, 58, 69, 92]": "rate_rps = [46, 92]",
         "admission_max_tokens = [250000]": f"admission_max_tokens = [{x:.0f}]"})
     return {**one, **out}
