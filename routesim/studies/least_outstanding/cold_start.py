@@ -460,7 +460,11 @@ def section(data):
         "so the flood meets a faster replica. In this model warmth returns with time since the recovery, not "
         "with work served, so a readiness delay warms the replica for free; a replica that warms only by "
         "serving would gain less from waiting. "
-        f"Verdict: {v}.", ""])
+        f"Verdict: {v}.", "",
+        "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The flood is a property of the "
+        "router's counts (a replica with nothing outstanding draws the traffic), and the harm is the cold "
+        "factor's multiple of whatever the step costs, so the verdict does not rest on one step-cost "
+        "formula.", ""])
 
 
 def _steady(before):

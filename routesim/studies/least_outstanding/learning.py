@@ -163,7 +163,10 @@ def section(ds):
         "of heavy-tailed completions, more than the replica's speed (not tested here). rate_weighted's "
         "TTFT p99 against least_tokens': "
         + "; ".join(f"{show(ttft[r], 0, '%')} at {r:g} req/s" for r in rs)
-        + f". Verdict: {v}.", ""])
+        + f". Verdict: {v}.", "",
+        "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The verdict compares shares of "
+        "attempts, and the fast replica's speed is a multiple of whatever the step costs; it does not rest "
+        "on one step-cost formula.", ""])
 
 
 def row(ds):

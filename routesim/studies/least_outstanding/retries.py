@@ -304,7 +304,12 @@ def section(data):
         f"{said('lingers', 'pp')}"
         + (": the degradation does not outlast its trigger, so there is no metastable trap here."
            if c["lingers"][0][3] != -1 else ": the degradation outlasts its trigger.")
-        + f" Verdict: {v}.", ""])
+        + f" Verdict: {v}.", "",
+        "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The black hole's containment does "
+        "not depend on it (a fast failure takes milliseconds whatever a step costs); the crash's leads "
+        "depend on it only through the survivors' capacity against the load, which a costlier prefill at "
+        "the same load would change, so such a rerun would test a different overload, not this verdict "
+        "(placing it needs the capacity per step-cost model, which the capacity stage does not measure).", ""])
 
 
 def _root(ds):
