@@ -1,13 +1,13 @@
 """Where the requests went: every arrival's outcome, per policy and condition.
 
-    python scripts/where_requests_went.py [results/token-routing-retry/crash.nc]
+    python scripts/where_requests_went.py [results/token-routing-retry/crash-a.nc]
 
 In the batching model each request of the measured cohort ends exactly one way:
 completed, failed (out of attempts or of retry budget), rejected (front door), shed
 (no eligible replica) or unfinished (still in flight at the horizon), so that
 arrivals = completed + failed + rejected + shed + unfinished on every run. Prints the
 arrivals summed over seeds and each outcome's share of them, one row per policy and
-condition (whatever else varies: retry budget in crash.nc, rate in
+condition (whatever else varies: scenario and retry budget in crash-a.nc, rate in
 results/batching/policies.nc, ...), then checks the identity run by run: exit 1 if it
 fails anywhere.
 """
@@ -23,7 +23,7 @@ OUTCOMES = ["completed", "failed", "rejected", "shed", "unfinished"]
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", nargs="?", default="results/token-routing-retry/crash.nc")
+    ap.add_argument("results", nargs="?", default="results/token-routing-retry/crash-a.nc")
     args = ap.parse_args(argv)
     if not Path(args.results).is_file():
         sweep = f"sweeps/{Path(args.results).parent.name}.toml"   # results/<sweep name>/<stage>.nc

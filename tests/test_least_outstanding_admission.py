@@ -1,18 +1,81 @@
 """Claim 9 of the least-outstanding-routing study
-(routesim/studies/least_outstanding/admission.py), recomputed from a reduced run of
-sweeps/token-routing-admission.toml: the threshold is read from the one-replica curve,
-the 8-replica arms are then run at that threshold (as the full study must be) for three
-loads (1, 1.25, 2 x capacity) and 4 seeds instead of 6 and 8, and the direction the full
-study found is asserted; then the claim's row, section and figure from those runs
-written as the sweep writes them."""
+(routesim/studies/least_outstanding/admission.py): the threshold and the verdict logic on
+hand-built Datasets whose answer is known by construction, then the verdict's directions
+recomputed from a reduced run of sweeps/token-routing-admission.toml: the one-replica
+curve (4 seeds, a 300 s warm-up) gives the threshold, and the 8-replica arms are run at
+that threshold (as the full study must be) at 1 and 2 × capacity and under the burst
+(moved with the warm-up), 4 seeds; then the claim's row, section and figure from those
+runs, written as the sweep writes them."""
 
+import numpy as np
 import pytest
+import xarray as xr
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
 from routesim.studies.least_outstanding import admission
-from routesim.studies.least_outstanding.common import lead
 
 SWEEP = SWEEPS / "token-routing-admission.toml"
+SEEDS = np.arange(1, 9)
+CAPS = np.array([100000.0, 150000.0, 200000.0, 250000.0])
+SLO = {"slo_ttft_ms": 1000.0, "slo_tpot_ms": 50.0}
+
+
+def _held():
+    """TPOT p99 30, 40, 50, 60 ms by cap (the SLO's 50 ms met up to 200k), TTFT 500 ms."""
+    tpot = np.array([30.0, 40.0, 50.0, 60.0])[:, None] + (SEEDS % 3 - 1)[None, :] * 0.5
+    return xr.Dataset({"tpot_p99": (("admission_max_tokens", "seed"), tpot),
+                       "ttft_p99": (("admission_max_tokens", "seed"), np.full(tpot.shape, 500.0)),
+                       "batch_mean": (("admission_max_tokens", "seed"), tpot)},
+                      coords=dict(admission_max_tokens=CAPS, seed=SEEDS), attrs=dict(SLO))
+
+
+def _arm(goodput, cap=None, root=None):
+    """An 8-replica stage over rate_rps × seed with goodput(rate) (± 1 % by seed)."""
+    rates = np.array([23.0, 46.0, 69.0, 92.0])
+    g = np.array([[goodput(r) * (1 + (s % 3 - 1) * 0.01) for s in SEEDS] for r in rates])
+    ds = xr.Dataset({"goodput": (("rate_rps", "seed"), g)}, coords=dict(rate_rps=rates, seed=SEEDS),
+                    attrs={**SLO, "results_root": str(root)})
+    return ds if cap is None else ds.assign_coords(admission_max_tokens=cap)
+
+
+def _hand_built(root, queue_helps):
+    """No door: goodput = the load up to 46 req/s, then falls by 0.5 req/s per req/s above it;
+    reject holds it at 44; queue holds it too if ``queue_helps``, else collapses to half
+    of no door's. The burst: no door 30, reject 33, queue 34 (or 15)."""
+    nodoor = lambda r: r if r <= 46 else 46 - 0.5 * (r - 46)  # noqa: E731
+    q = (lambda r: r if r <= 46 else 44.0) if queue_helps else (lambda r: nodoor(r) * (1 if r <= 46 else 0.5))
+    burst = lambda v, cap=None: _arm(lambda r: v, cap, root).isel(rate_rps=0, drop=True)  # noqa: E731
+    return {"held": _held(), "open": _arm(nodoor, root=root),
+            "reject": _arm(lambda r: r if r <= 46 else 44.0, 200000.0, root), "queue": _arm(q, 200000.0, root),
+            "burst-open": burst(30.0), "burst-reject": burst(33.0, 200000.0),
+            "burst-queue": burst(34.0 if queue_helps else 15.0, 200000.0)}
+
+
+def test_threshold_is_the_largest_cap_meeting_the_slo_there_and_below():
+    assert admission.threshold(_held()) == 200000.0
+
+
+@pytest.mark.parametrize("queue_helps, expected", [(True, "holds"), (False, "does not hold")])
+def test_verdict_logic_on_hand_built_stages(tmp_path, queue_helps, expected):
+    data = _hand_built(tmp_path, queue_helps)
+    rates, over, at = admission.loads(data)   # against the provisional 46 req/s: no capacity stage here
+    assert over == [69.0, 92.0] and at == 46.0
+    c = admission.comparisons(data)
+    assert c["falls"][0][0] == pytest.approx(100 * (23 / 46 - 1), abs=0.5)     # 23 req/s left at 92
+    assert c["falls"][0][3] == -1
+    assert c["reject@69"][0][3] == +1 and c["burst-reject"][0][3] == +1
+    assert admission.material(data) == pytest.approx(0.05 * 46)                # 5 % of 46 req/s
+    assert c["reject@92"][0][0] == pytest.approx(44 - 23, abs=0.1)             # req/s, paired
+    assert c["queue@92"][0][3] == (+1 if queue_helps else -1)
+    assert c["burst-queue"][0][3] == (+1 if queue_helps else -1)
+    assert admission.verdict(data) == expected
+
+
+def test_a_sweep_not_run_at_the_curves_threshold_is_refused(tmp_path):
+    data = _hand_built(tmp_path, True)
+    wrong = dict(data, queue=data["queue"].assign_coords(admission_max_tokens=225000.0))
+    with pytest.raises(admission.Mismatch, match="200,000"):
+        admission.verdict(wrong)
 
 
 def stage(text, name):
@@ -23,48 +86,29 @@ def stage(text, name):
     return head + text[start:end if end > 0 else len(text)]
 
 
+REDUCE = {"warmup_s = 1200": "warmup_s = 300", "count = 16 }": "count = 4 }"}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{stage: Dataset} of every stage, as routesim.run returns them."""
     text = SWEEP.read_text()
     head = text[:text.index("[[stages]]")]
     tmp = tmp_path_factory.mktemp("admission")
-    # (a) the one-replica curve as the study runs it (one replica is cheap): its threshold,
-    # computed by the module. It sits at a step of the cap grid, and a shorter curve can
-    # move it one step, which would test a different door than the study's. Beside it,
-    # one replica without a door (the section's grey curve), as the study runs it too.
-    one = run_reduced(tmp, head + "".join(stage(text, s)[len(head):] for s in ("held", "rates")))
+    one = run_reduced(tmp, head + "".join(stage(text, s)[len(head):] for s in ("held", "rates")),
+                      {**REDUCE, "rate_rps = [2, 3, 4, 4.5, 5, 5.5, 6, 6.5, 7, 8, 10, 12]": "rate_rps = [3, 5, 7]"})
     x = admission.threshold(admission.prepare(one)["held"])
-    # (b) the 8-replica arms at that threshold: 1, 1.25 and 2 x capacity, 4 seeds (the full
-    # horizon: a shorter one leaves too little time for 1.25 x to overload); reject also
-    # at its neighbours 50k tokens either side, as in the study (the section reads them)
-    eight = "".join(stage(text, s)[len(head):] for s in ("open", "reject", "queue"))
-    caps = ", ".join(f"{c:.0f}" for c in (x - 50000, x, x + 50000) if c > 0)
+    eight = "".join(stage(text, s)[len(head):] for s in admission.STAGES[2:])
     out = run_reduced(tmp, head + eight, {
-        "rate_rps = [30, 45, 60, 75, 90, 120]": "rate_rps = [60, 75, 120]",
-        "admission_max_tokens = [175000, 225000, 275000]": f"admission_max_tokens = [{caps}]",
-        "admission_max_tokens = [225000]": f"admission_max_tokens = [{x:.0f}]",
-        "count = 8 }": "count = 4 }"})
+        **REDUCE, "at_s = 1200": "at_s = 300", "at_s = 1230": "at_s = 330",
+        "rate_rps = [35, 46, 58, 69, 92]": "rate_rps = [46, 92]",
+        "admission_max_tokens = [250000]": f"admission_max_tokens = [{x:.0f}]"})
     return {**one, **out}
 
 
 @pytest.fixture(scope="module")
 def reduced(runs):
-    return admission.prepare({k: v for k, v in runs.items() if k != "rates"})
-
-
-def test_threshold_is_read_where_tpot_meets_its_target(reduced):
-    held = reduced["held"]
-    x = admission.threshold(held)
-    med = admission.curve(held)
-    caps = list(held.admission_max_tokens.values)
-    # the curve rises with the cap: a larger held tau means a larger batch
-    assert lead(med.batch_mean.diff("admission_max_tokens")) == "above"
-    # the SLO is met at the threshold and missed at the next cap (or the grid ends there)
-    ok = admission.meets(med, held)
-    assert bool(ok.sel(admission_max_tokens=x))
-    if x != caps[-1]:
-        assert not bool(ok.sel(admission_max_tokens=caps[caps.index(x) + 1]))
+    return admission.prepare(runs)
 
 
 def test_every_request_has_one_outcome(reduced):
@@ -75,32 +119,15 @@ def test_every_request_has_one_outcome(reduced):
         assert (total == ds.arrivals).all(), name
 
 
-def test_claim9_refusing_holds_goodput_queueing_does_not(reduced):
-    num = admission.numbers(reduced)
-    a = admission.arms(reduced)
-    top = num["top"]
+def test_claim9_directions_from_a_reduced_run(reduced):
+    c = admission.comparisons(reduced)
     # routing creates no capacity: without a door goodput at 2 x falls below its value at 1 x
-    assert lead(num["falls"]) == "below"
-    # rejecting at the curve's threshold beats no door above capacity, on every seed,
-    # and holds goodput near capacity; queueing at the same cap does not hold it
-    assert admission.holds_goodput(num, "reject")
-    assert not admission.holds_goodput(num, "queue")
-    # the requests reject loses are turned away at once, not left waiting
-    rej = a["reject"].sel(rate_rps=top)
-    assert (rej.rejected > rej.unfinished).all()
-    assert admission.verdict(reduced) == "holds with qualification"
-
-
-def test_a_sweep_not_run_at_the_curves_threshold_is_refused(reduced):
-    x = admission.threshold(reduced["held"])
-    wrong = dict(reduced, queue=reduced["queue"].assign_coords(admission_max_tokens=x + 25000))
-    with pytest.raises(admission.Mismatch, match=f"{x:,.0f}"):
-        admission.verdict(wrong)
+    assert c["falls"][0][3] == -1
+    # rejecting at the curve's threshold beats no door at 2 x capacity
+    assert c["reject@92"][0][3] == +1
 
 
 def test_claim9_row_section_and_figure_render(runs, tmp_path):
-    # every stage load needs, written as the sweep writes them; the 8-replica stages ran
-    # at the curve's threshold, so section and figure pass arms()' Mismatch check
     text = assert_renders(admission, write_results(tmp_path / "results", runs), tmp_path / "figures")
     x = admission.threshold(admission.load(tmp_path / "results")["held"])
     assert f"**{x:,.0f} tokens**" in text

@@ -1,14 +1,17 @@
 """Claim 9 of the least-outstanding-routing study: what routing cannot fix.
 sweeps/token-routing-admission.toml (results/token-routing-admission/): ``held.nc`` (one
 replica behind a rejecting front door: admission_max_tokens × seed), ``rates.nc`` (one
-replica, no door: rate_rps × seed), ``open.nc``, ``reject.nc`` (× admission_max_tokens)
-and ``queue.nc`` (8 replicas, least_tokens: rate_rps × seed).
+replica, no door: rate_rps × seed), ``open.nc``, ``reject.nc`` and ``queue.nc`` (8
+replicas, least_tokens: rate_rps × seed) and ``burst-open.nc``, ``burst-reject.nc``,
+``burst-queue.nc`` (the same three arms under a burst that ends: seed).
 
 The threshold is computed here from ``held.nc`` (:func:`threshold`), never typed in: the
 largest front-door cap on one replica's outstanding tokens τ at which the medians over
 seeds of TTFT p99 and TPOT p99 meet the SLO (at that cap and every smaller one). The
 8-replica stages must have run at that cap; :func:`arms` raises :class:`Mismatch`,
-naming the value the curve gives, when they have not."""
+naming the value the curve gives, when they have not. Comparisons are paired by seed
+(:func:`common.compare`); loads are placed against least_tokens' capacity at the SLO
+(:func:`common.capacity`, read at document time)."""
 
 from pathlib import Path
 
@@ -16,14 +19,19 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from .common import CAPACITY_RPS, FIGURES, lead, save, spread, squeeze
+from .common import FIGURES, SEEDS, capacity, compare, save, show, squeeze, steady_table, verdict_of
 
-SWEEPS = ("sweeps/token-routing-admission.toml",)
+SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
 NAME = "token-routing-admission"
-STAGES = ("held", "rates", "open", "reject", "queue")
+COST = "token-routing-admission-cost"
+VARIANTS = {"prefill-x2": "prefill × 2", "prefill-x4": "prefill × 4", "chunk-2048": "a 2,048-token chunk budget"}
+"""The step-cost variants of the sensitivity sweep (its stages held-, open- and reject-<variant>)."""
+POLICY = "least_tokens"
+STAGES = ("held", "rates", "open", "reject", "queue", "burst-open", "burst-reject", "burst-queue")
+ARMS = ("no door", "reject", "queue")
 NEAR = 0.9
-"""Goodput "held near capacity": at the top load, at least this fraction of the goodput
-the cluster reaches at capacity (60 req/s) without a door, on every seed."""
+"""Goodput "held near capacity": at the top load, the door's goodput at least this
+fraction of the no-door goodput at capacity (reported beside the verdict's tests)."""
 COLORS = {"no door": "#888888", "reject": "#d62728", "queue": "#1f77b4"}
 OUTCOMES = ("within SLO", "completed late", "rejected", "shed", "failed", "unfinished")
 OUTCOME_COLORS = ("#2ca02c", "#bcbd22", "#d62728", "#9467bd", "#8c564b", "#7f7f7f")
@@ -45,7 +53,19 @@ def load(root):
     paths = {k: d / f"{k}.nc" for k in STAGES}
     if not all(p.exists() for p in paths.values()):
         return None
-    return prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in paths.items()})
+    data = prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in paths.items()})
+    cost = Path(root) / COST          # the sensitivity sweep: optional, read when it has run
+    for v in VARIANTS:
+        files = {f"{s}-{v}": cost / f"{s}-{v}.nc" for s in ("held", "open", "reject")}
+        data.update(prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in files.items() if p.exists()}))
+    for ds in data.values():
+        ds.attrs["results_root"] = str(root)       # for capacity(root, policy) at document time
+    return data
+
+
+def capacity_of(data):
+    """(least_tokens' capacity req/s, seeds' low, high, measured) for this results root."""
+    return capacity(Path(data["open"].attrs.get("results_root", "results")), POLICY)
 
 
 # -- the one-replica curve and its threshold ------------------------------------------
@@ -83,20 +103,21 @@ def plain_limit(rates):
 
 # -- the 8-replica arms ---------------------------------------------------------------
 
-def arms(data):
-    """{"no door", "reject", "queue"}: the 8-replica Datasets (rate_rps × seed) at the
-    threshold the one-replica curve gives; Mismatch if the sweep did not run it."""
+def _cap(ds):
+    return float(np.atleast_1d(ds.admission_max_tokens.values)[0])
+
+
+def arms(data, prefix=""):
+    """{"no door", "reject", "queue"}: the 8-replica Datasets (rate_rps × seed; with
+    ``prefix="burst-"`` the burst stages, seed) at the threshold the one-replica curve
+    gives; Mismatch if the sweep did not run it."""
     x = threshold(data["held"])
-    caps = np.atleast_1d(data["reject"].admission_max_tokens.values).tolist()
-    q = float(data["queue"].admission_max_tokens)
-    if x not in caps or q != x:
-        raise Mismatch(f"the one-replica curve gives max_tokens = {x:,.0f}, but "
-                       f"{SWEEPS[0]} runs reject at {caps} and queue at {q:,.0f}: set them to "
-                       f"{x:,.0f} (reject: with its neighbours) and rerun the sweep")
-    rej = data["reject"]
-    if "admission_max_tokens" in rej.dims:
-        rej = rej.sel(admission_max_tokens=x)
-    return {"no door": data["open"], "reject": rej, "queue": data["queue"]}
+    rej, que = data[f"{prefix}reject"], data[f"{prefix}queue"]
+    if _cap(rej) != x or _cap(que) != x:
+        raise Mismatch(f"the one-replica curve gives max_tokens = {x:,.0f}, but {SWEEPS[0]} runs "
+                       f"{prefix}reject at {_cap(rej):,.0f} and {prefix}queue at {_cap(que):,.0f}: set them "
+                       f"to {x:,.0f} and rerun the sweep")
+    return {"no door": data[f"{prefix}open"], "reject": rej, "queue": que}
 
 
 def outcomes(ds):
@@ -110,7 +131,7 @@ def outcomes(ds):
 def conserved(data):
     """(runs checked, runs where arrivals = completed + failed + rejected + shed + unfinished)."""
     n = ok = 0
-    for k in ("held", "rates", "open", "reject", "queue"):
+    for k in STAGES:
         if k not in data:
             continue
         ds = data[k]
@@ -120,50 +141,86 @@ def conserved(data):
     return n, ok
 
 
-def numbers(data):
-    """Per-seed measures behind the verdict, at the threshold the curve gives."""
+def loads(data):
+    """(every load, the loads above capacity, the largest load at or below it) of the
+    8-replica stages, req/s, against :func:`capacity_of`."""
+    rates = [float(r) for r in data["open"].rate_rps.values]
+    cap = capacity_of(data)[0]
+    over = [r for r in rates if r > cap]
+    at = max([r for r in rates if r <= cap], default=min(rates))
+    return rates, over, at
+
+
+def material(data):
+    """The smallest goodput difference (req/s) that counts as a lead for a door against no
+    door: 5 % (the study's relative bound) of no door's median goodput at the load at
+    capacity. A difference, not a ratio: beyond capacity no door's goodput falls to 0,
+    where a ratio is undefined."""
+    _, _, at = loads(data)
+    return 0.05 * float(data["open"].goodput.sel(rate_rps=at).median())
+
+
+def comparisons(data):
+    """{name: (compare result, predicted sign)}: falls — no door's goodput at the top load
+    against its goodput at the load at capacity (relative, %); reject@r / queue@r — the
+    door's goodput minus no door's at each load r above capacity (req/s, lead when at
+    least :func:`material`); burst-reject / burst-queue — the same under the burst."""
     a = arms(data)
-    rates = a["no door"].rate_rps.values
-    top = float(rates.max())
-    over = [float(r) for r in rates if r > CAPACITY_RPS]
-    g_cap = a["no door"].goodput.sel(rate_rps=CAPACITY_RPS)
-    out = {"top": top, "over": over, "g_cap": g_cap,
-           "falls": a["no door"].goodput.sel(rate_rps=top) - g_cap}
-    for arm in ("reject", "queue"):
-        g = a[arm].goodput
-        out[arm] = {"ratio": g.sel(rate_rps=top) / g_cap,
-                    "beats": {r: lead(g.sel(rate_rps=r) - a["no door"].goodput.sel(rate_rps=r))
-                              for r in over}}
+    rates, over, at = loads(data)
+    top = max(rates)
+    m = material(data)
+    g = {n: ds.goodput for n, ds in a.items()}
+    out = {"falls": (compare(g["no door"].sel(rate_rps=top).values, g["no door"].sel(rate_rps=at).values), -1)}
+    for n in ("reject", "queue"):
+        for r in over:
+            out[f"{n}@{r:g}"] = (compare(g[n].sel(rate_rps=r).values, g["no door"].sel(rate_rps=r).values,
+                                         "absolute", m), +1)
+    b = arms(data, "burst-")
+    for n in ("reject", "queue"):
+        out[f"burst-{n}"] = (compare(b[n].goodput.values, b["no door"].goodput.values, "absolute", m), +1)
     return out
 
 
-def holds_goodput(num, arm):
-    """The door beats no door on every seed at every load above capacity, and keeps the
-    top load's goodput within NEAR of the no-door goodput at capacity on every seed."""
-    m = num[arm]
-    return all(b == "above" for b in m["beats"].values()) and bool((m["ratio"] >= NEAR).all())
-
-
 def verdict(data):
-    """holds: without a door least_tokens' goodput at the top load is below its goodput at
-    capacity on every seed (routing creates no capacity), and both reject and queue at
-    the curve's threshold hold it (holds_goodput); with qualification when only one of
-    them does; else does not hold."""
-    num = numbers(data)
-    falls = lead(num["falls"]) == "below"
-    rej, que = holds_goodput(num, "reject"), holds_goodput(num, "queue")
-    if falls and rej and que:
-        return "holds"
-    if falls and (rej or que):
-        return "holds with qualification"
-    return "does not hold in this model"
+    """:func:`common.verdict_of` over :func:`comparisons`' leads and predicted signs."""
+    c = comparisons(data)
+    return verdict_of([v[0][3] for v in c.values()], [v[1] for v in c.values()])
+
+
+def sensitivity(data):
+    """{variant: (threshold tokens, compare result of reject / no door goodput at the
+    variant's load, survives)} for the step-cost variants that ran; Mismatch if a
+    variant's reject stage did not run at its own curve's threshold."""
+    out = {}
+    for v in VARIANTS:
+        if f"held-{v}" not in data:
+            continue
+        try:
+            x = threshold(data[f"held-{v}"])
+        except Mismatch:               # no cap meets the SLO: the verdict's threshold does not exist
+            out[v] = (float("nan"), None, False)
+            continue
+        rej, nod = data[f"reject-{v}"], data[f"open-{v}"]
+        if _cap(rej) != x:
+            raise Mismatch(f"the {v} curve gives max_tokens = {x:,.0f}, but {SWEEPS[1]} runs reject-{v} at "
+                           f"{_cap(rej):,.0f}: set it to {x:,.0f} and rerun the sweep")
+        c = compare(rej.goodput.values, nod.goodput.values, "absolute", material(data))
+        out[v] = (x, c, c[3] == +1)
+    return out
+
+
+def held_near(data, arm):
+    """The door's goodput at the top load over no door's at capacity, per seed (ratio)."""
+    a = arms(data)
+    rates, _, at = loads(data)
+    return a[arm].goodput.sel(rate_rps=max(rates)) / a["no door"].goodput.sel(rate_rps=at)
 
 
 # -- figure ---------------------------------------------------------------------------
 
-def _band(ax, x, v, color, label, style="o-", scale=1.0, lw=1.5):
+def _band(ax, x, v, color, label, style="o-", scale=1.0):
     v = v * scale
-    ax.plot(x, v.median("seed"), style, color=color, label=label, lw=lw, ms=4)
+    ax.plot(x, v.median("seed"), style, color=color, label=label, lw=1.5, ms=4)
     ax.fill_between(x, v.min("seed"), v.max("seed"), color=color, alpha=0.12)
 
 
@@ -171,173 +228,142 @@ def figure(data, figures_dir=FIGURES):
     held, rates = data["held"], data["rates"]
     x = threshold(held)
     a = arms(data)
+    b = arms(data, "burst-")
+    cap = capacity_of(data)[0]
     slo_ttft, slo_tpot = held.attrs["slo_ttft_ms"], held.attrs["slo_tpot_ms"]
-    fig = Figure(figsize=(13, 7.6))
+    fig = Figure(figsize=(13, 7.6), layout="constrained")
     axes = fig.subplots(2, 3)
-
-    # (top left, middle) the one-replica latency-versus-batch curves
     mh, mr = curve(held), curve(rates)
     caps = held.admission_max_tokens.values
+    i = int(np.flatnonzero(caps == x)[0])
     for ax, var, slo, title in ((axes[0, 0], "tpot_p99", slo_tpot, "TPOT p99 (ms)"),
                                 (axes[0, 1], "ttft_p99", slo_ttft, "TTFT p99 (ms)")):
         lo, hi = held[var].min("seed"), held[var].max("seed")
-        ax.errorbar(mh.batch_mean, mh[var], yerr=[mh[var] - lo, hi - mh[var]], fmt="o-",
-                    color="#d62728", ms=4, lw=1.5, elinewidth=0.8, alpha=0.9,
-                    label="held by a front door at τ ≤ cap (15 req/s)")
+        ax.errorbar(mh.batch_mean, mh[var], yerr=[mh[var] - lo, hi - mh[var]], fmt="o-", color="#d62728",
+                    ms=4, lw=1.5, elinewidth=0.8, label=f"held by a door at τ ≤ cap "
+                    f"({float(held.rate_rps):g} req/s offered)")
         ax.plot(mr.batch_mean, mr[var], "s--", color="#888888", ms=4, lw=1.2,
-                label="no door, 2–15 req/s")
+                label=f"no door, {float(rates.rate_rps.min()):g}–{float(rates.rate_rps.max()):g} req/s")
         ax.axhline(slo, color="k", lw=0.8, ls=":")
-        ax.text(0.02, slo, f"SLO {slo:g} ms", fontsize=7, va="bottom", ha="left",
-                transform=ax.get_yaxis_transform())
-        i = int(np.flatnonzero(caps == x)[0])
         ax.plot(mh.batch_mean[i], mh[var][i], "*", color="k", ms=13, zorder=5,
                 label=f"threshold: cap {x / 1000:.0f}k tokens")
-        for j in (0, 2, 4, 6, 8, 10):
-            if j < caps.size:
-                ax.annotate(f"{caps[j] / 1000:.0f}k", (float(mh.batch_mean[j]), float(mh[var][j])),
-                            textcoords="offset points", xytext=(-4, 7), fontsize=7, color="#d62728")
         ax.set_xlabel("mean batch on one replica (sequences)")
-        ax.set_ylabel(title)
         ax.set_title(f"one replica: {title} against batch", fontsize=10)
     axes[0, 1].set_yscale("log")
-    axes[0, 0].legend(fontsize=7, loc="lower right")
-
-    # (top right) where every request went, at the top load
-    num = numbers(data)
-    top = num["top"]
-    names = list(a)
-    left = np.zeros(len(names))
-    for out, color in zip(OUTCOMES, OUTCOME_COLORS):
-        share = np.array([float((outcomes(a[n].sel(rate_rps=top))[out]
-                                 / a[n].arrivals.sel(rate_rps=top)).median()) * 100 for n in names])
-        axes[0, 2].barh(range(len(names)), share, left=left, color=color, label=out)
-        left += share
-    axes[0, 2].set_yticks(range(len(names)), [n if n == "no door" else f"{n} at {x / 1000:.0f}k"
-                                              for n in names])
-    axes[0, 2].invert_yaxis()
-    axes[0, 2].set_xlim(0, 100)
-    axes[0, 2].set_xlabel("share of arrivals (%, median over seeds)")
-    axes[0, 2].set_title(f"8 replicas at {top / CAPACITY_RPS:g} × capacity: every request's outcome",
-                         fontsize=10)
-    axes[0, 2].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
-
-    # (bottom) 8 replicas against offered load
-    lx = a["no door"].rate_rps.values / CAPACITY_RPS
-    rej_all = data["reject"]
-    for ax, var, scale, title in ((axes[1, 0], "goodput", 1, "goodput (requests/s within SLO)"),
-                                  (axes[1, 1], "attainment", 100, "SLO attainment (% of arrivals)"),
-                                  (axes[1, 2], "tpot_p99", 1, "TPOT p99 (ms)")):
+    axes[0, 0].legend(fontsize=7, loc="upper left")
+    r = a["no door"].rate_rps.values
+    for ax, var, scale, title in ((axes[0, 2], "goodput", 1.0, "goodput (req/s within the SLO)"),
+                                  (axes[1, 0], "attainment", 100.0, "SLO attainment (%)"),
+                                  (axes[1, 1], "ttft_p99", 1e-3, "TTFT p99 (s)")):
         for n, ds in a.items():
-            label = n if n == "no door" else f"{n} at {x / 1000:.0f}k"
-            _band(ax, lx, ds[var], COLORS[n], label, scale=scale)
-        if var != "attainment" and "admission_max_tokens" in rej_all.dims:
-            for c, style in zip([c for c in rej_all.admission_max_tokens.values if c != x], (":", "-.")):
-                v = rej_all[var].sel(admission_max_tokens=c).median("seed") * scale
-                ax.plot(lx, v, style, color="#d62728", lw=1, label=f"reject at {c / 1000:.0f}k")
-        ax.axvline(1, color="k", lw=0.6, ls=":")
-        ax.set_xlabel("offered load / capacity (60 req/s)")
-        ax.set_title(f"8 replicas, least_tokens: {title}", fontsize=10)
-    axes[1, 2].axhline(slo_tpot, color="k", lw=0.8, ls=":")
-    axes[1, 2].text(0.02, slo_tpot, f"SLO {slo_tpot:g} ms", fontsize=7, va="bottom",
-                    transform=axes[1, 2].get_yaxis_transform())
-    adm = a["reject"]
-    _band(axes[1, 1], lx, adm.attainment * adm.arrivals / (adm.arrivals - adm.rejected),
-          COLORS["reject"], "reject: % of admitted", style="^--", scale=100, lw=1)
-    axes[1, 0].legend(fontsize=7, loc="center right")
-    axes[1, 1].legend(fontsize=7)
-    fig.suptitle("Claim 9: what routing cannot fix — front-door admission at the threshold read "
-                 "from one replica's latency-versus-batch curve (median; bands and bars: "
-                 "min–max over seeds)", fontsize=10)
-    fig.tight_layout()
+            _band(ax, r, ds[var], COLORS[n], n, scale=scale)
+        ax.axvline(cap, color="k", lw=0.8, ls="--")
+        ax.set_xlabel("offered load (req/s; dashed: capacity)")
+        ax.set_title(f"8 replicas, {POLICY}: {title}", fontsize=10)
+        ax.grid(lw=0.3, alpha=0.5)
+    axes[0, 2].legend(fontsize=8)
+    axes[1, 1].set_yscale("log")
+    ax = axes[1, 2]
+    bottom = np.zeros(len(ARMS))
+    for k, col in zip(OUTCOMES, OUTCOME_COLORS):
+        v = np.array([float(outcomes(b[n])[k].median()) for n in ARMS])
+        ax.bar(np.arange(len(ARMS)), v, bottom=bottom, color=col, label=k)
+        bottom += v
+    ax.set_xticks(np.arange(len(ARMS)), ARMS)
+    ax.set_ylabel("cohort requests (median over seeds)")
+    ax.set_title("the burst: where every request went", fontsize=10)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0.0))
+    fig.suptitle(f"Claim 9: what routing cannot fix — one replica's curve gives the door's cap; 8 replicas "
+                 f"across load and under a burst (median, min–max over {a['no door'].sizes['seed']} seeds)",
+                 fontsize=10)
     return save(fig, "lor-claim9-admission", figures_dir)
 
 
-# -- document -------------------------------------------------------------------------
-
-def _rng(d, digits=0, scale=1.0):
-    """'mean [min, max]' of per-seed values, unsigned."""
-    d = np.asarray(d) * scale
-    return f"{np.mean(d):.{digits}f} [{np.min(d):.{digits}f}, {np.max(d):.{digits}f}]"
-
+# -- section --------------------------------------------------------------------------
 
 def _k(tokens):
-    return f"{tokens / 1000:.0f}k"
+    return f"{tokens / 1000:g}k"
+
+
+def _burst_events(ds):
+    from ...results import sweep_of
+    sweep = sweep_of(ds)
+    (stage,) = [s for s in sweep.stages if s.name == ds.attrs["stage"]]
+    (scen,) = stage.values["scenario"]
+    return sweep.scenarios[scen]
 
 
 def section(data):
     held, rates = data["held"], data["rates"]
     x = threshold(held)
     a = arms(data)
-    num = numbers(data)
-    top, over = num["top"], num["over"]
+    b = arms(data, "burst-")
+    c = comparisons(data)
+    cap, lo, hi, measured = capacity_of(data)
+    rates_all, over, at = loads(data)
+    top = max(rates_all)
     med = curve(held)
-    ok = meets(med, held).values
+    ok = np.logical_and.accumulate(meets(med, held).values)
     caps = held.admission_max_tokens.values
     i = int(np.flatnonzero(caps == x)[0])
     slo_ttft, slo_tpot = held.attrs["slo_ttft_ms"], held.attrs["slo_tpot_ms"]
-    n_held, n_seeds = held.sizes["seed"], a["no door"].sizes["seed"]
-
+    cap_txt = (f"{cap:g} req/s" + (f", seeds {lo:g}–{hi:g}" if measured and np.isfinite(lo) else
+                                   ", the README's provisional figure: the capacity stage has not run"))
     curve_rows = ["| cap on τ (tokens) | batch (sequences) | TTFT p99 ms | TPOT p99 ms | SLO met |",
                   "|---|---|---|---|---|"]
-    for j, c in enumerate(caps):
-        mark = " **← threshold**" if c == x else ""
-        curve_rows.append(f"| {c:,.0f} | {float(med.batch_mean[j]):.1f} | {float(med.ttft_p99[j]):.0f} | "
+    for j, cc in enumerate(caps):
+        mark = " **← threshold**" if cc == x else ""
+        curve_rows.append(f"| {cc:,.0f} | {float(med.batch_mean[j]):.1f} | {float(med.ttft_p99[j]):.0f} | "
                           f"{float(med.tpot_p99[j]):.1f} | {'yes' if ok[j] else 'no'}{mark} |")
-
-    rates_all = a["no door"].rate_rps.values
-    load_rows = ["| load | goodput, no door | reject − no door | queue − no door | "
-                 "attainment %: no door / reject / queue |", "|---|---|---|---|---|"]
+    load_rows = ["| load req/s | × capacity | goodput, no door | reject − no door, req/s | queue − no door, req/s | "
+                 "attainment %: no door / reject / queue | TTFT p99 s: no door / reject / queue |",
+                 "|---|---|---|---|---|---|---|"]
     for r in rates_all:
-        g = {n: ds.goodput.sel(rate_rps=r) for n, ds in a.items()}
+        g = {n: ds.goodput.sel(rate_rps=r).values for n, ds in a.items()}
         att = " / ".join(f"{float(ds.attainment.sel(rate_rps=r).median()) * 100:.0f}" for ds in a.values())
-        load_rows.append(f"| {r:g} req/s ({r / CAPACITY_RPS:.2f}×) | {_rng(g['no door'], 1)} | "
-                         f"{spread(g['reject'] - g['no door'], 1)} | {spread(g['queue'] - g['no door'], 1)} | "
-                         f"{att} |")
-
-    out_rows = ["| arm at " + f"{top:g} req/s | arrivals | " + " | ".join(OUTCOMES) + " |",
-                "|---|---|" + "---|" * len(OUTCOMES)]
-    for n, ds in a.items():
-        d = ds.sel(rate_rps=top)
-        o = outcomes(d)
-        out_rows.append(f"| {n} | {float(d.arrivals.median()):,.0f} | "
-                        + " | ".join(f"{float(o[k].median()):,.0f}" for k in OUTCOMES) + " |")
+        tt = " / ".join(f"{float(ds.ttft_p99.sel(rate_rps=r).median()) / 1000:.1f}" for ds in a.values())
+        load_rows.append(f"| {r:g} | {r / cap:.2f} | {np.median(g['no door']):.1f} | "
+                         f"{show(compare(g['reject'], g['no door'], 'absolute'), 1)} | "
+                         f"{show(compare(g['queue'], g['no door'], 'absolute'), 1)} | "
+                         f"{att} | {tt} |")
+    out_rows = ["| arm | arrivals | " + " | ".join(OUTCOMES) + " |", "|---|---|" + "---|" * len(OUTCOMES)]
+    for label, group in ((f"{top:g} req/s", {n: ds.sel(rate_rps=top) for n, ds in a.items()}), ("burst", b)):
+        for n, d in group.items():
+            o = outcomes(d)
+            out_rows.append(f"| {label}, {n} | {float(d.arrivals.median()):,.0f} | "
+                            + " | ".join(f"{float(o[k].median()):,.0f}" for k in OUTCOMES) + " |")
     n_runs, n_ok = conserved(data)
-
-    rej, que, nod = a["reject"], a["queue"], a["no door"]
-    ratio_r, ratio_q = num["reject"]["ratio"] * 100, num["queue"]["ratio"] * 100
-    left_pct = (num["falls"] / num["g_cap"] + 1) * 100
-    adm = rej.sel(rate_rps=top)
-    adm_att = adm.attainment * adm.arrivals / (adm.arrivals - adm.rejected) * 100
-    tp = {n: float(ds.tpot_p99.sel(rate_rps=top).median()) for n, ds in a.items()}
-    tt = {n: float(ds.ttft_p99.sel(rate_rps=top).median()) for n, ds in a.items()}
+    word = {1: "higher", -1: "lower", 0: "none"}
+    tests = ["| test | comparison (paired by seed), goodput | mean [95 % interval] | predicted | lead |",
+             "|---|---|---|---|---|"]
+    for name, (res, pred) in c.items():
+        if name == "falls":
+            what = f"no door at {top:g} req/s / no door at {at:g} req/s − 1"
+        elif name.startswith("burst-"):
+            what = f"{name[6:]} − no door, under the burst"
+        else:
+            arm_, r = name.split("@")
+            what = f"{arm_} − no door at {r} req/s"
+        unit = "%" if name == "falls" else "req/s"
+        tests.append(f"| {name} | {what} | {show(res, 1, unit)} | {word[pred]} | {word[res[3]]} |")
+    near = {n: held_near(data, n) * 100 for n in ("reject", "queue")}
+    held_gap = {n: compare(a[n].goodput.sel(rate_rps=top).values, a["no door"].goodput.sel(rate_rps=at).values,
+                           "absolute") for n in ("reject", "queue")}
+    ev = _burst_events(b["no door"])
+    mult = [e for e in ev if e.replica < 0]        # cluster-wide events: the rate multipliers
+    burst_rate = float(b["no door"].rate_rps) if "rate_rps" in b["no door"].coords else float("nan")
+    t0 = min(e.at_s for e in mult) if mult else float("nan")
+    t1 = max(e.at_s for e in mult) if mult else float("nan")
+    peak = max(float(e.value) for e in mult) if mult else float("nan")
+    bq, br = (compare(b[n].goodput.values, b["no door"].goodput.values, "absolute") for n in ("queue", "reject"))
+    qr = compare(b["queue"].goodput.values, b["reject"].goodput.values, "absolute")
+    bo = {n: outcomes(d) for n, d in b.items()}
+    v = verdict(data)
     pl = plain_limit(rates)
-    rej_all = data["reject"]
-    neigh = [c for c in np.atleast_1d(rej_all.admission_max_tokens.values) if c != x]
-    neigh_txt = "; ".join(
-        f"at {_k(c)} goodput {float(rej_all.goodput.sel(admission_max_tokens=c, rate_rps=top).median()):.1f} "
-        f"req/s and TPOT p99 {float(rej_all.tpot_p99.sel(admission_max_tokens=c, rate_rps=top).median()):.1f} ms"
-        for c in neigh)
-    tpot8 = rej.tpot_p99.sel(rate_rps=over)
-    tpot8_med = tpot8.median("seed")
-    nd_top = outcomes(nod.sel(rate_rps=top))
-    late, done = float(nd_top["completed late"].median()), float(nod.completed.sel(rate_rps=top).median())
     binding = ("inter-token latency, not TTFT, sets the threshold, as the seed says"
                if i + 1 < caps.size and float(med.ttft_p99[i + 1]) <= slo_ttft
                and float(med.tpot_p99[i + 1]) > slo_tpot else
                "TTFT, not only inter-token latency, limits it")
-    unf_fifo = float((que.unfinished - rej.unfinished).sel(rate_rps=top).median())
-    q_beat = [r for r, b in num["queue"]["beats"].items() if b == "below"]
-    rej_holds, que_holds = holds_goodput(num, "reject"), holds_goodput(num, "queue")
-
-    plain_txt = ("" if pl is None else
-                 f" Without a door (the grey curve: one replica offered 2–15 req/s) the SLO's medians "
-                 f"hold up to {pl[0]:g} req/s, at a mean batch of {pl[1]:.0f}, and fail at the next "
-                 f"rate, mean batch {pl[2]:.0f}, below the held curve's {float(med.batch_mean[i]):.0f}: "
-                 "plausibly because there the batch swings around its mean with the arrivals and "
-                 "the p99 follows the swings, while a door holds it near the cap (not measured "
-                 "here). That is why the threshold is read from the curve a door produces, and "
-                 "the batch converted to tokens by the door itself (each point's cap), not by an "
-                 "average number of tokens per sequence.")
     return "\n".join([
         "## Claim 9: what routing cannot fix", "",
         "**Prediction (the seed).** Routing balances load; it does not create capacity. When "
@@ -345,112 +371,102 @@ def section(data):
         "meets its target, no assignment helps, and the correct response is to refuse or to "
         "queue at the front door; where that threshold sits is read from the model's "
         "latency-versus-batch curve. So: beyond capacity, least_tokens' goodput falls without "
-        "admission control and is held near capacity with it (near: at least "
-        f"{NEAR * 100:.0f} % of the no-door goodput at capacity, on every seed).", "",
-        f"**Design.** `sweeps/token-routing-admission.toml`. (a) One default replica offered "
-        f"15 req/s (2 × its share of capacity) behind a front door that rejects while its "
-        f"outstanding tokens τ exceed a cap (token-model.md §6: a request is turned away when "
-        f"every eligible replica's τ is above `max_tokens`), caps {_k(caps[0])}–{_k(caps[-1])}, "
-        f"{n_held} seeds: each cap holds τ, and gives one point (mean batch, TTFT p99, TPOT p99) "
-        "of the latency-versus-batch curve, with the batch set in the door's own unit. The "
-        f"threshold is the largest cap at which the medians over seeds of TTFT p99 ≤ {slo_ttft:g} "
-        f"ms and TPOT p99 ≤ {slo_tpot:g} ms, there and at every smaller cap (a median over "
-        f"seeds, as for the rule that placed capacity at 60 req/s); it is computed by `admission.threshold` from the Dataset: "
-        f"**{x:,.0f} tokens**, a mean batch of {float(med.batch_mean[i]):.0f} sequences. (b) 8 "
-        f"replicas, least_tokens (claim 1's best), offered "
-        f"{', '.join(f'{r / CAPACITY_RPS:g}' for r in rates_all)} × 60 req/s, {n_seeds} seeds "
-        "(the same workload per seed in every arm): no door; reject at the threshold; queue "
-        "at the threshold (an unbounded FIFO at the router, its head placed as soon as a "
-        "replica's τ is at or below the cap). A sweep file holds numbers, so it runs reject at "
-        f"{', '.join(_k(c) for c in np.atleast_1d(rej_all.admission_max_tokens.values))} and queue "
-        f"at {_k(float(que.admission_max_tokens))}; the module checks that the curve's value is "
-        "among them and refuses to write this section otherwise. 10 s warm-up, 50 s measured; "
-        "goodput counts requests within both SLOs per second, attainment is over all arrivals.",
-        "", *curve_rows, "",
-        "Against offered load (goodput in requests/s; differences paired by seed, mean "
-        "[min, max]; attainment medians):", "",
+        "admission control, and a door (reject or queue) at the curve's threshold raises it; under "
+        "a burst that ends, too.", "",
+        f"**Design.** `sweeps/token-routing-admission.toml`; the default workload, "
+        f"{float(held.attrs['warmup_s']):g} s warm-up, {float(held.attrs['measure_s']):g} s window, drained "
+        f"cohorts, {SEEDS} seeds paired across arms. (a) One default replica offered "
+        f"{float(held.rate_rps):g} req/s behind a front door that rejects while its outstanding tokens τ "
+        f"exceed a cap (token-model.md §6), caps {_k(caps[0])}–{_k(caps[-1])}: each cap holds τ and gives one "
+        "point (mean batch, TTFT p99, TPOT p99) of the latency-versus-batch curve. The threshold is the "
+        f"largest cap at which the medians over seeds of TTFT p99 ≤ {slo_ttft:g} ms and TPOT p99 ≤ "
+        f"{slo_tpot:g} ms, there and at every smaller cap, computed by `admission.threshold`: "
+        f"**{x:,.0f} tokens**, a mean batch of {float(med.batch_mean[i]):.0f} sequences. (b) 8 replicas, "
+        f"{POLICY}, offered {', '.join(f'{r:g}' for r in rates_all)} req/s "
+        f"({', '.join(f'{r / cap:.2f}' for r in rates_all)} × {POLICY}' capacity at the SLO, {cap_txt}): "
+        "no door; reject at the threshold; queue at the threshold (an unbounded FIFO at the router, its head "
+        "placed as soon as a replica's τ is at or below the cap). The module checks that the sweep ran the "
+        "curve's value and refuses to write this section otherwise. (c) A burst that ends: "
+        f"{burst_rate:g} req/s ({burst_rate / cap:.2f} ×) through the warm-up, then {peak:g} × that "
+        f"({peak * burst_rate / cap:.2f} × capacity) from {t0:g} s to {t1:g} s, the window's first "
+        f"{t1 - t0:g} s, then back: the same three arms. Goodput counts cohort requests within both SLOs per "
+        "second of the window; attainment is over all arrivals.", "",
+        "The one-replica curve (medians over seeds):", "", *curve_rows, "",
+        "Steady state per load (no door; median over seeds: beyond capacity there is none, the backlog "
+        "grows):", "", steady_table(a["no door"], ("rate_rps",)), "",
+        "Against offered load (medians; door against no door: the paired mean [95 % interval]):", "",
         *load_rows, "",
-        f"Where every request went at {top:g} req/s (medians over seeds; each row's outcomes "
-        f"add up to its arrivals on every run — checked on {n_ok} of {n_runs} runs of the "
-        "sweep):", "",
-        *out_rows, "",
+        f"Where every request went (medians over seeds; each run's outcomes add up to its arrivals — checked "
+        f"on {n_ok} of {n_runs} runs):", "", *out_rows, "",
+        f"The claim's tests (verdict rule at the top; {SEEDS} seeds, paired; a door against no door is "
+        f"compared as a difference in req/s, material from {material(data):.1f} req/s — 5 % of no door's goodput "
+        "at capacity — since beyond capacity no door's goodput falls to 0, where a ratio is undefined):", "",
+        *tests, "",
+        *_sensitivity_text(data, x, top),
         "![Claim 9](../figures/lor-claim9-admission.png)", "",
-        f"**Reading.** Routing cannot create capacity: without a door, least_tokens' goodput "
-        f"at {top / CAPACITY_RPS:g} × capacity is {_rng(left_pct)} % of its goodput at "
-        f"capacity ({_rng(num['g_cap'], 1)} req/s; mean [min, max] over seeds)"
-        + (", a collapse on every seed" if lead(num["falls"]) == "below" else "")
-        + ". No request is turned away; they wait: the replicas' queues grow for the whole "
-        f"run, TTFT p99 reaches {tt['no door'] / 1000:.0f} s, most arrivals are still waiting "
-        f"at the horizon (unfinished), and of the {done:,.0f} that complete {late:,.0f} miss "
-        "the SLO (medians). "
-        f"Rejecting at the curve's threshold "
-        + ("holds goodput: " if rej_holds else "does not hold goodput by this test: ")
-        + f"at {top:g} req/s it is {_rng(ratio_r)} % of the no-door goodput at capacity, "
-        f"and above no door on every seed at "
-        + ", ".join(f"{r:g}" for r, b in num["reject"]["beats"].items() if b == "above")
-        + " req/s; the requests it loses are rejected at once ("
-        + f"{float(rej.rejected.sel(rate_rps=top).median()):,.0f}), and "
-        f"{_rng(adm_att)} % of the admitted meet the SLO. At capacity itself the "
-        f"door changes goodput by {spread(rej.goodput.sel(rate_rps=CAPACITY_RPS) - nod.goodput.sel(rate_rps=CAPACITY_RPS), 1)} "
-        f"req/s, and below capacity it never acts. Queueing at the same threshold "
-        + ("also holds goodput. " if que_holds else
-           f"does not: at {top:g} req/s its goodput is {_rng(ratio_q)} % of the "
-           "no-door goodput at capacity. The door protects the batch (TPOT p99 "
-           f"{tp['queue']:.0f} ms against {tp['no door']:.0f} ms without one) but TTFT counts "
-           f"the wait at the router, and an unbounded FIFO under sustained overload grows for "
-           f"the whole run (TTFT p99 {tt['queue'] / 1000:.0f} s); the requests it holds at the "
-           f"horizon are unfinished: {float(que.unfinished.sel(rate_rps=top).median()):,.0f} "
-           f"against the reject arm's {float(rej.unfinished.sel(rate_rps=top).median()):,.0f} at "
-           f"the same cap, and the difference, about {unf_fifo:,.0f}, is roughly what waits in "
-           "the router's FIFO (behind both doors the replicas hold τ near the cap). ")
-        + ("It is worse than no door on every seed at "
-           + ", ".join(f"{r:g}" for r in q_beat) + " req/s. " if q_beat else "")
-        + "A queue helps a burst that ends; against a load that stays above capacity only "
-        "refusal keeps goodput. (A queue that drops what waited too long would sit between "
-        "the two; the model's only deadline is the client's `timeout_ms`, which covers the "
-        "whole attempt, decoding included, so it cannot stand for a queue deadline here.)", "",
-        f"**The threshold.** On one replica the SLO's medians hold up to a cap of {x:,.0f} "
-        f"tokens (TPOT p99 {float(med.tpot_p99[i]):.1f} ms; the next cap misses it"
-        + (f", {float(med.tpot_p99[i + 1]):.1f} ms" if i + 1 < caps.size else "")
-        + f"): {binding}. On 8 replicas rejecting at {_k(x)}, the cluster's TPOT p99 above "
-        f"capacity has medians {float(tpot8_med.min()):.1f}–{float(tpot8_med.max()):.1f} ms by "
-        f"load (per seed {float(tpot8.min()):.1f}–{float(tpot8.max()):.1f} ms): the threshold "
-        "carries over to the cluster at the edge of the target, as it was read at the edge "
-        f"on one replica; TTFT p99 is {tt['reject']:.0f} ms at {top:g} req/s. Its neighbours on the grid, at "
-        f"{top:g} req/s: {neigh_txt} (against {float(rej.goodput.sel(rate_rps=top).median()):.1f} "
-        f"req/s and {tp['reject']:.1f} ms at the threshold)" + _neighbours(rej_all, x, top, slo_tpot)
-        + "." + plain_txt, ""])
+        f"**Reading.** Routing cannot create capacity: without a door {POLICY}' goodput at {top:g} req/s "
+        f"changes by {show(c['falls'][0], 0, '%')} against its goodput at {at:g} req/s. Rejecting at the "
+        f"curve's threshold gives at {top:g} req/s a goodput {show(held_gap['reject'], 1, 'req/s')} against no "
+        f"door's at {at:g} req/s (at least {NEAR * 100:g} % of it on "
+        f"{int((near['reject'] >= NEAR * 100).sum())} of {near['reject'].size} seeds), queueing "
+        f"{show(held_gap['queue'], 1, 'req/s')} ({int((near['queue'] >= NEAR * 100).sum())} of "
+        f"{near['queue'].size}): under sustained overload an "
+        "unbounded FIFO grows for the whole run, and its requests' TTFT counts the wait at the router. Under "
+        f"the burst, goodput against no door: reject {show(br, 1, 'req/s')}, queue {show(bq, 1, 'req/s')}; queue "
+        f"against reject {show(qr, 1, 'req/s')}. Without a door the burst's excess waits in the replicas' "
+        f"queues and most of the window's requests complete late ({float(bo['no door']['completed late'].median()):,.0f} "
+        f"of {float(b['no door'].arrivals.median()):,.0f}, medians); a door that queues moves the same wait to "
+        f"the router ({float(bo['queue']['completed late'].median()):,.0f} late) — with no deadline a FIFO "
+        "is no better than the replicas' own queues — while a door that rejects turns away "
+        f"{float(bo['reject']['rejected'].median()):,.0f} and serves "
+        f"{float(bo['reject']['within SLO'].median()):,.0f} within the SLO. So the claim holds for refusing "
+        "(beyond capacity and under the burst) and not for queueing, which under the burst leads the other "
+        "way; by the rule at the top a lead against the prediction makes it *does not hold* as stated, "
+        "refusal being the half that holds. (A queue that drops what waited too long would sit between "
+        "the two; the model's only deadlines are the client's timeouts, which this design does not set.) "
+        f"**The threshold.** On one replica the SLO's medians hold up to a cap of {x:,.0f} tokens (TPOT p99 "
+        f"{float(med.tpot_p99[i]):.1f} ms, TTFT p99 {float(med.ttft_p99[i]):.0f} ms"
+        + (f"; the next cap: {float(med.tpot_p99[i + 1]):.1f} ms and {float(med.ttft_p99[i + 1]):.0f} ms"
+           if i + 1 < caps.size else "")
+        + f"): {binding}."
+        + ("" if pl is None else
+           f" Without a door one replica meets the SLO's medians up to {pl[0]:g} req/s (mean batch "
+           f"{pl[1]:.0f}; the next rate {pl[2]:.0f}).")
+        + f" Verdict: {v}.", ""])
 
 
-def _neighbours(rej_all, x, top, slo_tpot):
-    """What the caps below and above the threshold do at the top load (medians)."""
-    at = lambda c, v: float(rej_all[v].sel(admission_max_tokens=c, rate_rps=top).median())  # noqa: E731
-    caps = np.atleast_1d(rej_all.admission_max_tokens.values)
-    if caps.size < 2 or "admission_max_tokens" not in rej_all.dims:
-        return ""          # one cap run: no neighbours to compare
-    g0, words = at(x, "goodput"), []
-    for c in caps[caps < x][-1:]:
-        words.append("a lower cap " + ("turns away goodput" if at(c, "goodput") < g0 else
-                                       "keeps as much goodput"))
-    for c in caps[caps > x][:1]:
-        more = at(c, "goodput") > 1.02 * g0
-        words.append("a higher one " + ("adds goodput" if more else "adds no goodput")
-                     + (" and misses the TPOT p99 target" if at(c, "tpot_p99") > slo_tpot else ""))
-    return (": " + ", ".join(words)) if words else ""
+def _sensitivity_text(data, x, top):
+    """The step-cost sensitivity rows (issue 23 item 6), or nothing if that sweep has not run."""
+    sens = sensitivity(data)
+    if not sens:
+        return []
+    rows = ["| step cost | threshold (tokens) | reject − no door, goodput req/s | the lead survives |",
+            "|---|---|---|---|",
+            f"| default | {x:,.0f} | {show(comparisons(data)[f'reject@{top:g}'][0], 1)} | — |"]
+    for v, (xv, c, ok) in sens.items():
+        if c is None:
+            h = curve(data[f"held-{v}"])
+            rows.append(f"| {VARIANTS[v]} | none: at the smallest cap, {_k(float(h.admission_max_tokens[0]))}, "
+                        f"TTFT p99 {float(h.ttft_p99[0]):,.0f} ms and TPOT p99 {float(h.tpot_p99[0]):.0f} ms "
+                        "(medians) | — | no: there is no threshold to reject at |")
+            continue
+        rows.append(f"| {VARIANTS[v]} | {xv:,.0f} | {show(c, 1)} | {'yes' if ok else 'no'} |")
+    return [f"**Sensitivity to the step cost.** The threshold is read from a curve the step-cost model sets, "
+            "so this verdict rests on it: `sweeps/token-routing-admission-cost.toml` reads each variant's "
+            f"threshold from its own one-replica curve and rejects at it, {SEEDS} seeds, against no door at the "
+            "top load (beyond capacity under every variant):", "", *rows, ""]
 
 
 def row(data):
     """(claim, prediction, measured, verdict) for the verdict table."""
     x = threshold(data["held"])
-    num = numbers(data)
-    top = num["top"]
-    r, q = num["reject"]["ratio"] * 100, num["queue"]["ratio"] * 100
-    falls = (num["falls"] / num["g_cap"] + 1) * 100
+    c = comparisons(data)
+    rates_all, over, at = loads(data)
+    top = max(rates_all)
     return ("9. What routing cannot fix",
-            "beyond capacity goodput falls without admission control and is held near capacity "
-            "with it (reject or queue), at a threshold read from one replica's latency-versus-batch curve",
-            f"threshold {x:,.0f} tokens per replica; goodput at {top / CAPACITY_RPS:g} × capacity as % of "
-            f"goodput at capacity: no door {falls.mean().item():.0f} % (per seed {falls.min().item():.0f} "
-            f"to {falls.max().item():.0f}), reject {r.mean().item():.0f} % ({r.min().item():.0f} to "
-            f"{r.max().item():.0f}), queue {q.mean().item():.0f} % ({q.min().item():.0f} to "
-            f"{q.max().item():.0f})", verdict(data))
+            "beyond capacity goodput falls without admission control; refusing or queueing at the "
+            "threshold of one replica's latency-versus-batch curve raises it, also under a burst",
+            f"threshold {x:,.0f} tokens; no door at {top:g} against {at:g} req/s {show(c['falls'][0], 0, '%')}; "
+            f"goodput against no door at {top:g} req/s: reject {show(c[f'reject@{top:g}'][0], 1, 'req/s')}, queue "
+            f"{show(c[f'queue@{top:g}'][0], 1, 'req/s')}; burst: reject {show(c['burst-reject'][0], 1, 'req/s')}, "
+            f"queue {show(c['burst-queue'][0], 1, 'req/s')} (refusing holds, queueing does not)", verdict(data))

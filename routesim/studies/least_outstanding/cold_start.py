@@ -1,15 +1,17 @@
 """Claim 6 of the least-outstanding-routing study: cold replicas get flooded.
-sweeps/token-routing-cold.toml (results/token-routing-cold/: cold.nc, cold_factor ×
-ready_delay_ms × slow_start_ms × seed × replica, the requests arriving in the recovery's
-first seconds; flood.nc and flood-ready.nc, the same arms over the first second after the
-replica becomes eligible, without and with the readiness delay).
+sweeps/token-routing-cold.toml (results/token-routing-cold/): ``before.nc`` (the 7 warm
+replicas' steady state before the recovery: seed), ``cold.nc`` (cold_factor ×
+ready_delay_ms × slow_start_ms × seed × replica: the requests arriving in the
+recovery's first seconds, drained), ``flood.nc`` and ``flood-ready.nc`` (the attempts
+routed in the first second after the replica becomes eligible, without and with the
+readiness delay: slow_start_ms × seed × replica).
 
 The recovered replica is the sweep's ``[cluster] start_down`` replica; the others are
 the "warm" replicas. Its TTFT is ``replica_ttft_p50/p99`` (the completed cohort requests
 that completed on it); the warm replicas' is the mean over them of theirs. The sweep
 has no retries and no failures, so the attempts routed to the recovered replica
-(``assigned``) are its requests, all of them in the cohort (it was down before), and
-``assigned - replica_completed`` are its unfinished ones."""
+(``assigned``) are its requests, all of them in the cohort (it was down before).
+Comparisons are paired by seed (:func:`common.compare`)."""
 
 from pathlib import Path
 
@@ -17,19 +19,32 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import FIGURES, lead, open_stage, save, spread
+from .common import FIGURES, capacity, compare, open_stage, save, show, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
-STAGES = ("cold", "flood", "flood-ready")
+STAGES = ("before", "cold", "flood", "flood-ready")
+POLICY = "least_requests"
 COLOURS = {"cold": "#c0392b", "warm": "#4f7cac", "waiting": "#e8a09a", "warmth": "#7f7f7f"}
 TIMELINE_INTERVAL_MS = 50.0
 
 
+def load_stages(root, folder, stages):
+    """{stage: Dataset} (:func:`common.open_stage`) of ``stages`` under ``root/folder``, or
+    None if any is missing; each Dataset's attrs keep ``results_root`` for
+    :func:`common.capacity` at document time. (Claims 6 and 7 share it; it belongs in
+    common.py, which this change does not edit.)"""
+    d = Path(root) / folder
+    data = {s: open_stage(d / f"{s}.nc") for s in stages}
+    if any(v is None for v in data.values()):
+        return None
+    for ds in data.values():
+        ds.attrs["results_root"] = str(root)
+    return data
+
+
 def load(root):
-    """{stage name: Dataset} of the three stages, or None if any is missing."""
-    d = Path(root) / "token-routing-cold"
-    data = {s: open_stage(d / f"{s}.nc") for s in STAGES}
-    return None if any(v is None for v in data.values()) else data
+    """{stage name: Dataset} of the four stages, or None if any is missing."""
+    return load_stages(root, "token-routing-cold", STAGES)
 
 
 # -- what the sweep says -------------------------------------------------------------
@@ -75,11 +90,16 @@ def arms(ds):
 
 def cold_factors(ds, warm=False):
     """The swept cold factors (> 1 only, unless ``warm``)."""
-    return [float(c) for c in ds.cold_factor.values if warm or c > 1]
+    return [float(c) for c in np.atleast_1d(ds.cold_factor.values) if warm or c > 1]
+
+
+def _sel(ds, **at):
+    """``ds.sel`` on the axes ``ds`` has (a stage that ran one value has none)."""
+    return ds.sel({k: v for k, v in at.items() if k in ds.dims})
 
 
 def one(ds, cf, rd, ss):
-    return ds.sel(cold_factor=cf, ready_delay_ms=rd, slow_start_ms=ss)
+    return _sel(ds, cold_factor=cf, ready_delay_ms=rd, slow_start_ms=ss)
 
 
 def ttft(ds, var, cf, rd, ss):
@@ -90,31 +110,23 @@ def ttft(ds, var, cf, rd, ss):
     return d.sel(replica=c), d.sel(replica=warm).mean("replica")
 
 
-def change(ds, var, cf, rd, ss):
-    """The recovered replica's ``var`` in an arm minus plain's, per seed (paired)."""
-    return ttft(ds, var, cf, rd, ss)[0] - ttft(ds, var, cf, 0.0, 0.0)[0]
-
-
 def share(ds, cf, rd, ss):
     """The recovered replica's share of the attempts routed in the window, per seed."""
     a = one(ds, cf, rd, ss).assigned
     return a.sel(replica=cold_replica(ds)) / a.sum("replica")
 
 
-def first_second(data, cf, rd, ss):
-    """Its share of the attempts routed in the first second after it became eligible."""
+def first_second(data, rd, ss):
+    """Its share of the attempts routed in the first second after it became eligible
+    (the flood stages' cold factor), per seed."""
     flood = data["flood-ready"] if rd > 0 else data["flood"]
-    d = flood.sel(cold_factor=cf, slow_start_ms=ss)
-    if "ready_delay_ms" in d.dims:
-        d = d.sel(ready_delay_ms=rd)
-    a = d.assigned
+    a = _sel(flood, ready_delay_ms=rd, slow_start_ms=ss).assigned
     return a.sel(replica=cold_replica(flood)) / a.sum("replica")
 
 
-def unfinished_cold(ds, cf, rd, ss):
-    """Requests routed to the recovered replica and not completed by the horizon, per seed."""
-    d = one(ds, cf, rd, ss).sel(replica=cold_replica(ds))
-    return d.assigned - d.replica_completed
+def flood_factor(data):
+    """The flood stages' cold factor (from the sweep: a one-valued axis is dropped)."""
+    return float(_stage_value(data["flood"], "cold_factor"))
 
 
 def fair(ds):
@@ -123,34 +135,28 @@ def fair(ds):
 
 # -- verdict -------------------------------------------------------------------------
 
-def findings(data):
-    """The verdict's three tests, at every cold factor > 1: (flooded: the recovered
-    replica gets more than 1/N of its first second's attempts on every seed under plain
-    least_requests; hurt: its TTFT p99 is above the warm replicas' mean on every seed;
-    cuts: {arm label: its TTFT p99 below plain's on every seed})."""
+def comparisons(data):
+    """{name: (compare result, predicted sign, what)} at the largest cold factor:
+    flood — plain least_requests' first-second share for the recovered replica against
+    the fair share 1/N (points); hurt — its TTFT p99 against the warm replicas' mean
+    (relative); and each remedy's TTFT p99 for it against plain's (relative)."""
     ds = data["cold"]
-    (_, _, _), *remedies = arms(ds)
-    cfs = cold_factors(ds)
-    flooded = all(lead(first_second(data, cf, 0.0, 0.0) - fair(ds)) == "above" for cf in cfs)
-    hurt = all(lead(np.subtract(*ttft(ds, "replica_ttft_p99", cf, 0.0, 0.0))) == "above" for cf in cfs)
-    cuts = {}
-    for label, rd, ss in remedies:
-        cuts[label] = all(lead(change(ds, "replica_ttft_p99", cf, rd, ss)) == "below" for cf in cfs)
-    return flooded, hurt, cuts
+    cf = max(cold_factors(ds))
+    fs = first_second(data, 0.0, 0.0).values
+    out = {"flood": (compare(fs, np.full(fs.shape, fair(ds)), "points"), +1,
+                     "first-second share − 1/N, pp")}
+    c, w = ttft(ds, "replica_ttft_p99", cf, 0.0, 0.0)
+    out["hurt"] = (compare(c.values, w.values), +1, "its TTFT p99 / the warm replicas' − 1, %")
+    for label, rd, ss in arms(ds)[1:]:
+        out[label] = (compare(ttft(ds, "replica_ttft_p99", cf, rd, ss)[0].values, c.values), -1,
+                      f"its TTFT p99 with {label} / plain's − 1, %")
+    return out
 
 
 def verdict(data):
-    """holds: at every cold factor > 1, plain least_requests floods the recovered replica
-    (first-second share above 1/N on every seed), its TTFT p99 is above the warm
-    replicas' on every seed, and the readiness delay, slow start and both each cut it
-    below plain's on every seed; with qualification when flood and harm hold but only
-    some remedies cut it on every seed; otherwise does not hold."""
-    flooded, hurt, cuts = findings(data)
-    if flooded and hurt and all(cuts.values()):
-        return "holds"
-    if flooded and hurt and any(cuts.values()):
-        return "holds with qualification"
-    return "does not hold in this model"
+    """:func:`common.verdict_of` over :func:`comparisons`' leads and predicted signs."""
+    c = comparisons(data)
+    return verdict_of([v[0][3] for v in c.values()], [v[1] for v in c.values()])
 
 
 # -- table row -----------------------------------------------------------------------
@@ -159,21 +165,16 @@ def row(data):
     """(claim, prediction, measured, verdict) for the verdict table."""
     ds = data["cold"]
     cf = max(cold_factors(ds))
-    plain, ready, slow, _ = arms(ds)
-    sh = first_second(data, cf, 0.0, 0.0) * 100
-    c, w = ttft(ds, "replica_ttft_p99", cf, 0.0, 0.0)
-    dr = change(ds, "replica_ttft_p99", cf, ready[1], ready[2])
-    dss = change(ds, "replica_ttft_p99", cf, slow[1], slow[2])
+    c = comparisons(data)
+    sh = first_second(data, 0.0, 0.0) * 100
+    _, ready, slow, both = arms(ds)
     return ("6. Cold replicas get flooded",
             "least_requests floods a just-recovered (cold) replica; a readiness delay and slow "
             "start cut the TTFT of the requests sent to it",
-            f"cold_factor {cf:g}: it gets {sh.median().item():.0f} % of its first second's "
-            f"attempts (per seed {sh.min().item():.0f} to {sh.max().item():.0f} %; fair "
-            f"{fair(ds) * 100:.1f} %); its TTFT p99 {c.median().item():,.0f} ms against "
-            f"{w.median().item():,.0f} ms on warm replicas; median change with {slow[0]} "
-            f"{dss.median().item():+,.0f} ms (per seed {dss.min().item():+,.0f} to "
-            f"{dss.max().item():+,.0f}), with {ready[0]} {dr.median().item():+,.0f} ms "
-            f"({dr.min().item():+,.0f} to {dr.max().item():+,.0f})",
+            f"first-second share {float(sh.median()):.0f} % (fair {fair(ds) * 100:.1f} %; "
+            f"{show(c['flood'][0], 1, 'pp')}); cold_factor {cf:g}: its TTFT p99 against warm "
+            f"{show(c['hurt'][0], 0, '%')}; {slow[0]} {show(c[slow[0]][0], 0, '%')}, {ready[0]} "
+            f"{show(c[ready[0]][0], 0, '%')}, both {show(c[both[0]][0], 0, '%')}",
             verdict(data))
 
 
@@ -185,7 +186,7 @@ def _summary_figure(data):
     ams = arms(ds)
     c_rep = cold_replica(ds)
     fig = Figure(figsize=(11.5, 5.6), layout="constrained")
-    gs = fig.add_gridspec(2, len(cfs) + 1, width_ratios=[1] * len(cfs) + [1.15])
+    gs = fig.add_gridspec(2, len(cfs) + 1, width_ratios=[1] * len(cfs) + [1.0])
     x = np.arange(len(ams))
     rng = np.random.default_rng(0)            # horizontal jitter of the seeds' dots only
     jit = rng.uniform(-0.09, 0.09, ds.sizes["seed"])
@@ -212,23 +213,17 @@ def _summary_figure(data):
             else:
                 ax.tick_params(labelleft=False)
     ax = fig.add_subplot(gs[:, -1])
-    markers = {1.0: "s", 3.0: "^", 5.0: "o"}
-    for j, cf in enumerate(cfs):
-        for i, (label, rd, ss) in enumerate(ams):
-            v = first_second(data, cf, rd, ss).values * 100
-            off = (j - (len(cfs) - 1) / 2) * 0.22
-            ax.plot(i + off + jit * 0.6, v, markers.get(cf, "o"), ms=3.2, color=COLOURS["cold"],
-                    alpha=0.25 + 0.3 * j, mfc="none" if cf == 1 else None)
+    for i, (label, rd, ss) in enumerate(ams):
+        v = first_second(data, rd, ss).values * 100
+        ax.plot(i + jit, v, "o", ms=3.2, color=COLOURS["cold"], alpha=0.55)
+        ax.plot([i - 0.25, i + 0.25], [np.median(v)] * 2, "-", color=COLOURS["cold"], lw=2)
     ax.axhline(fair(ds) * 100, color="k", ls="--", lw=0.9)
     ax.text(-0.45, fair(ds) * 100 + 1, f"fair share 1/{ds.sizes['replica']}", ha="left",
             va="bottom", fontsize=7.5)
     ax.set_xticks(x, ["plain", "ready\ndelay", "slow\nstart", "both"], fontsize=8)
     ax.set_ylabel(f"replica {c_rep}'s share of the attempts routed in\nthe first second it is eligible (%)")
-    ax.set_title("the flood (one dot per seed)", fontsize=9)
+    ax.set_title(f"the flood (cold_factor {flood_factor(data):g}; a dot per seed)", fontsize=9)
     ax.set_ylim(0, None)
-    ax.legend(handles=[Line2D([], [], marker=markers.get(cf, "o"), ls="", color=COLOURS["cold"],
-                              mfc="none" if cf == 1 else None, label=f"cold_factor {cf:g}") for cf in cfs],
-              fontsize=7.5, loc="upper right")
     rd = ams[1][1] / 1000
     ss = ams[2][2] / 1000
     fig.legend(handles=[Line2D([], [], marker="o", ls="", color=COLOURS["cold"],
@@ -239,21 +234,20 @@ def _summary_figure(data):
                                label=f"the {ds.sizes['replica'] - 1} warm replicas "
                                "(mean of their per-replica values)")],
                loc="outside lower center", ncol=2, fontsize=8)
-    fig.suptitle(f"Claim 6: least_requests, {rate_rps(ds):g} req/s on {ds.sizes['replica']} replicas; "
+    fig.suptitle(f"Claim 6: {POLICY}, {rate_rps(ds):g} req/s on {ds.sizes['replica']} replicas; "
                  f"TTFT of the requests arriving in the {_window_s(ds):g} s after replica {c_rep} recovers "
                  f"(ready delay {rd:g} s, slow start {ss:g} s; {ds.sizes['seed']} seeds)", fontsize=9.5)
     return fig
 
 
 def _window_s(ds):
-    """Seconds from the recovery to the stop of arrivals (the cohort's arrival window)."""
-    stop = min(e.at_s for e in _events(ds) if e.replica < 0)
-    return stop - float(ds.attrs["warmup_s"])
+    """Seconds from the recovery to the end of the cohort's arrival window."""
+    return float(ds.attrs["warmup_s"]) + float(ds.attrs["measure_s"]) - recovery_s(ds)
 
 
 def timeline(data, seed=None):
     """The batching trace of stage cold at the largest cold factor, every arm, one seed
-    (the first unless ``seed``), every 50 ms."""
+    (the first unless ``seed``), every 50 ms, to the end of the window + 10 s."""
     from ...timeline import trace
     ds = data["cold"]
     ams = arms(ds)
@@ -277,7 +271,7 @@ def _timeline_figure(data, tl):
     t_up = recovery_s(ds)
     stop = t_up + _window_s(ds)
     t = tl.time.values
-    lo, hi = t_up - 1.0, stop + 2.0
+    lo, hi = t_up - 1.0, stop + 0.25           # the trace ends at the horizon
     win = (t >= lo) & (t <= hi)
     warm = [r for r in tl.replica.values if int(r) != c_rep]
     fig = Figure(figsize=(9.5, 8.6), layout="constrained")
@@ -359,7 +353,7 @@ def _timeline_figure(data, tl):
                Line2D([], [], color=COLOURS["warm"], lw=1.0, label="average warm replica: attempts / running"),
                Line2D([], [], color="k", ls=":", lw=0.9, label=f"replica {c_rep} eligible"),
                mpatches.Patch(color="#f4ead9", label="slow-start ramp"),
-               mpatches.Patch(color="#d9d9d9", alpha=0.6, label="arrivals stopped (the cohort drains)")]
+               mpatches.Patch(color="#d9d9d9", alpha=0.6, label="after the measured cohort's arrivals")]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5)
     fig.suptitle(f"Cold start: least_requests, {float(tl.rate_rps):g} req/s on {tl.sizes['replica']} replicas, "
                  f"seed {int(tl.seed)}; replica {c_rep} looks empty when it comes back and draws the traffic",
@@ -369,7 +363,7 @@ def _timeline_figure(data, tl):
 
 def figure(data, figures_dir=FIGURES):
     """figures/lor-claim6-cold.png/.svg (TTFT per arm and the flood) and
-    figures/lor-claim6-timeline.png/.svg (a trace of seed 1 at the largest cold factor)."""
+    figures/lor-claim6-timeline.png/.svg (a trace of the first seed at the largest cold factor)."""
     paths = save(_summary_figure(data), "lor-claim6-cold", figures_dir)
     paths += save(_timeline_figure(data, timeline(data)), "lor-claim6-timeline", figures_dir)
     return paths
@@ -379,119 +373,101 @@ def figure(data, figures_dir=FIGURES):
 
 def section(data):
     ds = data["cold"]
+    before = data["before"]
+    root = Path(ds.attrs.get("results_root", "results"))
     ams = arms(ds)
     c_rep = cold_replica(ds)
     cfs_all = cold_factors(ds, warm=True)
-    cfs = cold_factors(ds)
+    cf_hi = max(cold_factors(ds))
+    n = ds.sizes["replica"]
     n_seed = ds.sizes["seed"]
+    rate = rate_rps(ds)
+    cap, lo, hi, measured = capacity(root, POLICY)
+    cap_txt = (f"{cap:g} req/s" + (f", seeds {lo:g}–{hi:g}" if measured and np.isfinite(lo) else
+                                   ", the README's provisional figure: the capacity stage has not run"))
+    c = comparisons(data)
     rows = ["| cold_factor | arm | first-second share % | window share % | its TTFT p50 ms | its TTFT p99 ms "
-            "| warm replicas' TTFT p99 ms | its p99 − plain's, per seed ms | its unfinished (all seeds) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| warm replicas' TTFT p99 ms | its p99 / plain's − 1 % |",
+            "|---|---|---|---|---|---|---|---|"]
     for cf in cfs_all:
         for label, rd, ss in ams:
-            c, w = ttft(ds, "replica_ttft_p99", cf, rd, ss)
+            cc, w = ttft(ds, "replica_ttft_p99", cf, rd, ss)
             c50 = ttft(ds, "replica_ttft_p50", cf, rd, ss)[0]
-            fs = first_second(data, cf, rd, ss) * 100
+            fs = (f"{float(first_second(data, rd, ss).median()) * 100:.0f}" if cf == flood_factor(data) else "—")
             ws = share(ds, cf, rd, ss) * 100
-            diff = "—" if rd == 0 and ss == 0 else spread(change(ds, "replica_ttft_p99", cf, rd, ss))
-            uf = int(unfinished_cold(ds, cf, rd, ss).sum())
-            routed = int(one(ds, cf, rd, ss).assigned.sel(replica=c_rep).sum())
-            rows.append(f"| {cf:g} | {label} | {fs.median().item():.0f} [{fs.min().item():.0f}, "
-                        f"{fs.max().item():.0f}] | {ws.median().item():.1f} | {c50.median().item():,.0f} | "
-                        f"{c.median().item():,.0f} [{c.min().item():,.0f}, {c.max().item():,.0f}] | "
-                        f"{w.median().item():,.0f} | {diff} | {uf} of {routed:,} |")
-    flooded, hurt, cuts = findings(data)
+            diff = ("—" if rd == 0 and ss == 0 else
+                    show(compare(cc.values, ttft(ds, "replica_ttft_p99", cf, 0.0, 0.0)[0].values)))
+            rows.append(f"| {cf:g} | {label} | {fs} | {float(ws.median()):.1f} | {float(c50.median()):,.0f} | "
+                        f"{float(cc.median()):,.0f} | {float(w.median()):,.0f} | {diff} |")
+    tests = ["| test | comparison (paired by seed) | mean [95 % interval] | predicted | lead |",
+             "|---|---|---|---|---|"]
+    word = {1: "higher", -1: "lower", 0: "none"}
+    for name, (res, pred, what) in c.items():
+        unit = "pp" if what.endswith("pp") else "%"
+        tests.append(f"| {name} | {what.rsplit(',', 1)[0]} | {show(res, 1, unit)} | {word[pred]} | "
+                     f"{word[res[3]]} |")
     plain, ready, slow, both = ams
-    cf_hi = max(cfs)
-    fs_all = np.concatenate([first_second(data, cf, 0.0, 0.0).values for cf in cfs_all]) * 100
-    fs_slow = np.concatenate([first_second(data, cf, 0.0, slow[2]).values for cf in cfs_all]) * 100
-    fs_ready = np.concatenate([first_second(data, cf, ready[1], 0.0).values for cf in cfs_all]) * 100
-    hurt_by = {cf: np.subtract(*ttft(ds, "replica_ttft_p99", cf, 0.0, 0.0)) for cf in cfs_all}
-    above_all = {}
-    for cf in cfs_all:
-        d = one(ds, cf, 0.0, 0.0).replica_ttft_p99
-        warm = [r for r in d.replica.values if int(r) != c_rep]
-        above_all[cf] = int((d.sel(replica=c_rep) > d.sel(replica=warm).max("replica")).sum())
-    p50_ctrl = np.subtract(*ttft(ds, "replica_ttft_p50", 1.0, 0.0, 0.0))
-    d_slow = change(ds, "replica_ttft_p99", cf_hi, 0.0, slow[2])
-    d_both = change(ds, "replica_ttft_p99", cf_hi, both[1], both[2])
-    # the readiness delay's exceptions: seeds where it raised the cold replica's p99
-    worse = {cf: change(ds, "replica_ttft_p99", cf, ready[1], 0.0) for cf in cfs_all}
-    worse_seeds = sorted({int(s) for cf in cfs for s in worse[cf].seed.values[worse[cf].values > 0]})
-    ctrl_worse = [int(s) for s in worse_seeds if float(worse[1.0].sel(seed=s)) > 0]
-    drain_s = float(ds.attrs["warmup_s"]) + float(ds.attrs["measure_s"]) - recovery_s(ds) - _window_s(ds)
-    unf = sum(int(unfinished_cold(ds, cf, rd, ss).sum()) for cf in cfs_all for _, rd, ss in ams)
-    unf_total = int(ds.unfinished.sum())
-    arr_total = int(ds.arrivals.sum())
-
-    def pct(v):
-        return f"{np.median(v):.0f} % (per seed {np.min(v):.0f} to {np.max(v):.0f} %)"
-
-    ready_text = (f"The {ready[0]} alone does not cut it on every seed: it changes replica {c_rep}'s "
-                  "p99 by "
-                  + " and ".join(f"{spread(worse[cf])} ms at cold_factor {cf:g}" for cf in cfs)
-                  + ", lower on "
-                  + " and ".join(f"{int((worse[cf] < 0).sum())} of {n_seed} seeds at {cf:g}" for cf in cfs)
-                  + f" but higher on seed{'s' if len(worse_seeds) != 1 else ''} "
-                  + ", ".join(str(s) for s in worse_seeds) + ". "
-                  + (f"On {'all' if len(ctrl_worse) == len(worse_seeds) else len(ctrl_worse)} of "
-                     f"{'them' if len(ctrl_worse) == len(worse_seeds) else 'those'} the warm control (cold_factor 1) "
-                     "with the same delay is worse than its plain arm too, so on those seeds the requests the "
-                     "delayed flood happens to catch, not the replica's warmth, decide its p99 (a p99 over a "
-                     "few dozen requests is nearly their maximum). "
-                     if ctrl_worse else "")
-                  + f"The delay does not prevent the flood: once the replica is eligible its first-second share "
-                  f"is {pct(fs_ready)}; it only lets the replica warm up first, so the flood meets a "
-                  "faster replica.") if not cuts[ready[0]] else \
-        (f"The {ready[0]} alone also cuts it on every seed at cold_factor {', '.join(f'{c:g}' for c in cfs)} "
-         f"(by {'; '.join(f'{spread(worse[cf])} ms at {cf:g}' for cf in cfs)}), without preventing the flood "
-         f"(first-second share {pct(fs_ready)}): the flood meets a faster replica.")
+    warm_ctrl = compare(*(x.values for x in ttft(ds, "replica_ttft_p99", 1.0, 0.0, 0.0))) if 1.0 in cfs_all else None
+    fs_slow = first_second(data, 0.0, slow[2]) * 100
+    fs_ready = first_second(data, ready[1], 0.0) * 100
+    fs_plain = first_second(data, 0.0, 0.0) * 100
+    unf, arr = int(ds.unfinished.sum()), int(ds.arrivals.sum())
+    v = verdict(data)
     return "\n".join([
         "## Claim 6: cold replicas get flooded", "",
         "**Prediction (the seed).** A replica that has just started has cold caches and serves "
         "its first requests slower than its steady-state rate; a router that floods it because "
         "its outstanding count is zero overloads it. Ramping traffic gradually (slow start) or "
         "excluding it until it reports ready cuts the TTFT of the requests sent to it.", "",
-        f"**Design.** `sweeps/token-routing-cold.toml`: least_requests, {ds.sizes['replica']} default "
-        f"replicas at {rate_rps(ds):g} req/s; replica {c_rep} is down from time 0 and recovers at "
-        f"{recovery_s(ds):g} s with an empty cache and cold (step time × 1 + (cold_factor − 1)·e^(−t/τ), "
+        f"**Design.** `sweeps/token-routing-cold.toml`: {POLICY}, {n} default replicas at {rate:g} req/s "
+        f"({rate / cap:.2f} × {POLICY}' capacity at the SLO on {n}, {cap_txt}; {rate / (cap * (n - 1) / n):.2f} × "
+        f"the {n - 1} replicas' share of it, which carry the load before the recovery), the default workload. "
+        f"Replica {c_rep} is down from time 0 and recovers at {recovery_s(ds):g} s, after a "
+        f"{recovery_s(ds):g} s warm-up, with an empty cache and cold (step time × 1 + (cold_factor − 1)·e^(−t/τ), "
         f"τ = {float(ds.attrs['cold_tau_ms']) / 1000:g} s), cold_factor "
-        f"{', '.join(f'{c:g}' for c in cfs_all)} (1: a warm recovery, the control). Arms: plain, "
+        f"{', '.join(f'{x:g}' for x in cfs_all)} (1: a warm recovery, the control). Arms: plain, "
         f"{ready[0]} (eligible from {recovery_s(ds) + ready[1] / 1000:g} s), {slow[0]} (Envoy's ramp, aggression "
         f"{float(ds.attrs['slow_start_aggression']):g}, from weight {float(ds.attrs['slow_start_min_weight']):g}) "
-        f"and both. The measurement window starts at the recovery and arrivals stop {_window_s(ds):g} s "
-        f"later (a rate multiplier of 1e-6), with the horizon {drain_s:g} s after that: the cohort is the "
-        "requests of the recovery's first seconds, and they have time to "
-        "complete. TTFT counts completed cohort requests only; ending the window at the horizon instead "
-        f"would leave many of them still running, more on the slow replica, and bias its TTFT low. Left "
-        f"unfinished here: {unf} of the requests routed to replica {c_rep} over all runs ({unf_total} of "
-        f"{arr_total:,} cohort requests on all replicas: generations still running {drain_s:g} s after "
-        "the last arrival). Per-replica TTFT is "
-        "`replica_ttft_p50`/`p99`; warm replicas' is the mean of the other replicas' values. The flood is "
-        f"measured directly by two more stages whose window is the first second after replica {c_rep} "
-        "becomes eligible (at the recovery, or at the end of the readiness delay). "
-        f"{n_seed} seeds, paired (every arm and cold factor sees the same workload per seed). Medians "
-        "[min, max] over seeds; the per-seed change is mean [min, max]:", "",
+        f"and both. The cohort is the requests arriving in the recovery's first {_window_s(ds):g} s, drained "
+        f"(drain_s = {float(ds.attrs['drain_s']):g}: each has time to complete, so the slow replica's TTFT is "
+        f"not biased low; left unfinished: {unf} of the {arr:,} cohort requests of all runs). The flood "
+        f"is measured by two more stages whose window is the first second after replica {c_rep} becomes "
+        f"eligible (at the recovery, or at the end of the readiness delay), at cold_factor "
+        f"{flood_factor(data):g}. {n_seed} seeds, paired (every arm and cold factor sees the same workload "
+        "per seed). The state before the recovery (stage `before`: the window "
+        f"[{float(before.attrs['warmup_s']):g} s, {float(before.attrs['warmup_s']) + float(before.attrs['measure_s']):g} s) "
+        f"on the {n - 1} replicas; median over seeds; the occupancy is the mean over all {n} replicas, the "
+        f"down one at 0):", "",
+        _steady(before), "",
+        "Medians over seeds per arm; the change against plain is the paired mean [95 % interval]:", "",
         *rows, "",
+        f"The claim's tests at cold_factor {cf_hi:g} (verdict rule at the top):", "",
+        *tests, "",
         "![Claim 6](../figures/lor-claim6-cold.png)", "",
         "![Claim 6, timeline](../figures/lor-claim6-timeline.png)", "",
-        f"**Reading.** The flood is real and does not depend on coldness: in the first second after it "
-        f"recovers, plain least_requests sends replica {c_rep} {pct(fs_all)} of the attempts (fair share "
-        f"{fair(ds) * 100:.1f} %), at every cold factor alike, since counts cannot see a cold replica. "
-        f"{'It is flooded on every seed. ' if flooded else 'Not on every seed. '}"
-        "What the flood costs depends on coldness. A warm recovery (cold_factor 1) takes its burst at "
-        f"full speed: its TTFT p99 minus the warm replicas' is {spread(hurt_by[1.0])} ms per seed"
-        + f" and its p50 {spread(p50_ctrl)} ms"
-        + ". Cold, the burst queues behind slow prefills; the same difference is "
-        + "; ".join(f"{spread(hurt_by[cf])} ms at cold_factor {cf:g} (replica {c_rep}'s p99 above every "
-                    f"warm replica's on {above_all[cf]} of {n_seed} seeds)" for cf in cfs)
-        + f"{' — above the warm mean on every seed' if hurt else ''}. "
-        f"Slow start removes the flood: replica {c_rep}'s first-second share is {pct(fs_slow)}. It changes "
-        f"its TTFT p99 by {spread(d_slow)} ms at cold_factor {cf_hi:g}"
-        + (" (lower on every seed at every cold factor > 1)" if cuts[slow[0]] else "")
-        + f"; with the readiness delay as well, by {spread(d_both)} ms"
-        + (" (every seed)" if cuts[both[0]] else "") + ". " + ready_text
-        + " In this model warmth returns with time since the recovery, not with work served, so a "
-        "readiness delay warms the replica for free; a replica that warms only by serving (compiling "
-        "kernels, filling caches on its first requests) would gain less from waiting. "
-        f"Verdict: {verdict(data)}.", ""])
+        f"**Reading.** The flood is real: in the first second after it recovers, plain {POLICY} sends "
+        f"replica {c_rep} a median {float(fs_plain.median()):.0f} % of the attempts (fair share "
+        f"{fair(ds) * 100:.1f} %; {show(c['flood'][0], 1, 'pp')} above it), since a count cannot see a cold "
+        "replica. What it costs depends on coldness"
+        + (f": a warm recovery (cold_factor 1) takes the burst at full speed (its TTFT p99 against the warm "
+           f"replicas' {show(warm_ctrl, 0, '%')}), a cold one queues it behind slow prefills "
+           if warm_ctrl is not None else ": ")
+        + f"({show(c['hurt'][0], 0, '%')} at cold_factor {cf_hi:g}). Slow start removes the flood (first-second "
+        f"share {float(fs_slow.median()):.0f} %) and changes the cold replica's TTFT p99 by "
+        f"{show(c[slow[0]][0], 0, '%')}; with the readiness delay as well by {show(c[both[0]][0], 0, '%')}. "
+        f"The {ready[0]} alone changes it by {show(c[ready[0]][0], 0, '%')}: it does not prevent the flood "
+        f"(first-second share once eligible {float(fs_ready.median()):.0f} %), it lets the replica warm first, "
+        "so the flood meets a faster replica. In this model warmth returns with time since the recovery, not "
+        "with work served, so a readiness delay warms the replica for free; a replica that warms only by "
+        "serving would gain less from waiting. "
+        f"Verdict: {v}.", "",
+        "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The flood is a property of the "
+        "router's counts (a replica with nothing outstanding draws the traffic), and the harm is the cold "
+        "factor's multiple of whatever the step costs, so the verdict does not rest on one step-cost "
+        "formula.", ""])
+
+
+def _steady(before):
+    """The steady-state table of stage before (one row: the plain arm)."""
+    ds = before.expand_dims(arm=["plain"]) if "arm" not in before.dims else before
+    return steady_table(ds, ("arm",))

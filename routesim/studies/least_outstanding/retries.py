@@ -1,498 +1,332 @@
-"""Claim 7 of the least-outstanding-routing study: the retry trap.
-sweeps/token-routing-retry.toml (results/token-routing-retry/): crash.nc (retry_budget ×
-seed), black-hole.nc (retry_avoid_previous × breaker_consecutive × seed), no-incident.nc
-(the crash's control: retry_budget × seed) and recovery.nc (scenario × warmup_s ×
-timeout_ms × retry_budget × seed: incidents that end, measured in two windows after they
-end, against the same seeds with no incident)."""
+"""Claim 7 of the least-outstanding-routing study: the retry trap, with realistic clients
+(issue 23 item 4). sweeps/token-routing-retry.toml (results/token-routing-retry/):
+``crash-a.nc`` and ``crash-b.nc`` (scenario none | crash × retry_budget × seed; clients
+a and b), ``black-hole.nc`` (retry_avoid_previous × breaker_consecutive × seed) and
+``after.nc`` (the crash-a arms measured in the next window).
+
+Every measure is per seed over the cohort (the requests arriving in the window), and the
+cohort is drained, so ``attempts`` counts every attempt of every cohort request:
+``attempts / arrivals`` is the attempts per request. Comparisons are paired by seed
+(:func:`common.compare`)."""
 
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
-from .common import CAPACITY_RPS, FIGURES, lead, open_stage, replicas_at, save, scenario_events, spread
+from .cold_start import load_stages
+from .common import (FIGURES, SEEDS, capacity, compare, replicas_at, save, scenario_events, show, steady_table,
+                     verdict_of)
 
 SWEEPS = ("sweeps/token-routing-retry.toml",)
+NAME = "token-routing-retry"
+STAGES = ("crash-a", "crash-b", "black-hole", "after")
 INF = float("inf")
-CONTROL = "none"
-"""The recovery stage's scenario with no incident (the paired control)."""
-ENDED = ("crash-recover", "black-hole")
-"""The recovery stage's incidents, both over before its first metrics window."""
-TIMELINE = dict(timeout_ms=10000, seed=[1, 2, 3], interval_ms=100.0)
-"""The timeline figure's condition: the 10 s timeout (the no-incident storm builds slowly
-enough there to see an incident move it), seeds 1-3, sampled every 100 ms."""
-COLOURS = {"none": "#444444", "crash-recover": "#d62728", "black-hole": "#1f77b4"}
-STATE = {"below": "stays degraded", "above": "is better than with no incident",
-         None: "is back at the no-incident level"}
-"""How the system stands after an incident, by the lead of its attainment over no incident."""
+BUDGET = 0.2
+"""The retry budget tested (Envoy's default)."""
+POLICY = "least_requests"
+CALM = (1.10, 0.90)
+"""The no-incident control is *calm* when its median attempts per request is at most
+1.10 and its median attainment at least 90 %: a control that is itself a retry storm
+(the former design's 1.93 attempts per request, 27 % attainment) cannot show what an
+incident adds."""
 
 
 def load(root):
-    """(crash, black hole, no-incident control, recovery) Datasets, or None if any is missing."""
-    d = Path(root) / "token-routing-retry"
-    out = tuple(open_stage(d / f"{s}.nc") for s in ("crash", "black-hole", "no-incident", "recovery"))
-    return None if any(x is None for x in out) else out
+    """{stage: Dataset} of :data:`STAGES`, or None if any is missing."""
+    return load_stages(root, NAME, STAGES)
 
 
-def amplification(ds):
+def per_request(ds):
+    """Attempts per cohort request, per run (drained: every retry counted)."""
     return ds.attempts / ds.arrivals
 
 
-def routed(ds):
-    """Attempts routed in the window (retries of earlier requests included) per request
-    arriving in it: the load the replicas are offered, relative to the arrivals. Unlike
-    attempts per cohort request, it does not miss the retries that fall after the horizon
-    (a short window with a long timeout would hide nearly all of them)."""
-    return ds.assigned.sum("replica") / ds.arrivals
+def arm(ds, scenario, budget):
+    return ds.sel(scenario=scenario, retry_budget=budget)
 
 
-def _value(ds, var):
-    if var == "amplification":
-        return amplification(ds)
-    if var == "routed":
-        return routed(ds)
-    return ds[var] * (100 if var == "attainment" else 1)
+def client(ds):
+    """'2 s to the first token, 30 s per attempt' from a stage's attrs."""
+    return (f"{float(ds.attrs['ttft_timeout_ms']) / 1000:g} s to the first token, "
+            f"{float(ds.attrs['timeout_ms']) / 1000:g} s per attempt")
 
 
-def after(rec, var, scenario):
-    """Per seed: var after the incident minus the same seed with no incident (dims
-    warmup_s × timeout_ms × retry_budget × seed); attainment in percentage points,
-    "amplification" for attempts per cohort request, "routed" for :func:`routed`."""
-    return _value(rec.sel(scenario=scenario), var) - _value(rec.sel(scenario=CONTROL), var)
+def calm(ds):
+    """(median attempts per request, median attainment, calm?) of a stage's no-incident
+    control without the budget."""
+    c = arm(ds, "none", INF)
+    a, t = float(per_request(c).median()), float(c.attainment.median())
+    return a, t, a <= CALM[0] and t >= CALM[1]
 
 
-def windows(rec):
-    """[(warm-up s, '[45 s, 65 s)')] of the recovery stage, earliest first."""
-    m = float(rec.attrs["measure_s"])
-    return [(float(w), f"[{w:g} s, {w + m:g} s)") for w in sorted(rec.warmup_s.values)]
+def comparisons(data):
+    """{name: (compare result, predicted sign, what it says)}: the claim's paired tests.
+
+    amplify-a — the crash raises attempts per request against no incident (no budget);
+    budget-a / budget-b — in the crash the budget lowers attempts per request (client a / b);
+    attain-a / attain-b — and raises attainment (points);
+    contain — in the black hole, breaker and retry_avoid_previous together raise
+    attainment over neither;
+    lingers — 30 s after the crash ends, without the budget, attainment is below the
+    no-incident control's (a degradation that outlasts its trigger)."""
+    out = {}
+    a = data["crash-a"]
+    amp = per_request(a)
+    out["amplify-a"] = (compare(amp.sel(scenario="crash", retry_budget=INF).values,
+                                amp.sel(scenario="none", retry_budget=INF).values), +1,
+                        "crash − no incident, attempts per request, %")
+    for k in ("a", "b"):
+        ds = data[f"crash-{k}"]
+        amp = per_request(ds).sel(scenario="crash")
+        att = ds.attainment.sel(scenario="crash")
+        out[f"budget-{k}"] = (compare(amp.sel(retry_budget=BUDGET).values, amp.sel(retry_budget=INF).values),
+                              -1, "budget − none, attempts per request, %")
+        out[f"attain-{k}"] = (compare(att.sel(retry_budget=BUDGET).values, att.sel(retry_budget=INF).values,
+                                      "points"), +1, "budget − none, attainment, pp")
+    h = data["black-hole"].attainment
+    out["contain"] = (compare(h.sel(retry_avoid_previous=True, breaker_consecutive=breaker(data)).values,
+                              h.sel(retry_avoid_previous=False, breaker_consecutive=0).values, "points"), +1,
+                      "breaker + retry_avoid_previous − neither, attainment, pp")
+    af = data["after"].attainment
+    out["lingers"] = (compare(af.sel(scenario="crash", retry_budget=INF).values,
+                              af.sel(scenario="none", retry_budget=INF).values, "points"), -1,
+                      "after the crash − no incident, attainment, pp")
+    return out
 
 
-def storm(rec):
-    """Per seed: attainment (pp) of the no-incident control without the budget minus with
-    it: < 0 when retries degrade the system with no incident at all."""
-    c = rec.sel(scenario=CONTROL)
-    return (c.attainment.sel(retry_budget=INF) - c.attainment.sel(retry_budget=0.2)) * 100
-
-
-def parts(data):
-    """The claim's tests, each True when every seed agrees:
-    budget — in the crash the 20 % budget cuts attempts per request and raises attainment;
-    contain — in the black hole breaker + retry_avoid_previous raise attainment over neither;
-    lingers / persists — after the crash ends, without the budget, attainment is below the
-    no-incident control at every timeout in the first / the last window;
-    cures — with the budget it is not (no window or timeout where every seed is below);
-    storm — without the budget, with no incident, attainment is below the budgeted
-    control's at every timeout in the last window (retries degrade the system by themselves)."""
-    crash, hole, _, rec = data
-    a = amplification(crash)
-    budget = (lead(a.sel(retry_budget=0.2) - a.sel(retry_budget=INF)) == "below"
-              and lead(crash.attainment.sel(retry_budget=0.2)
-                       - crash.attainment.sel(retry_budget=INF)) == "above")
-    both = hole.attainment.sel(retry_avoid_previous=True, breaker_consecutive=5)
-    neither = hole.attainment.sel(retry_avoid_previous=False, breaker_consecutive=0)
-    gap = after(rec, "attainment", "crash-recover")
-    (first, _), (last, _) = windows(rec)[0], windows(rec)[-1]
-    ts = rec.timeout_ms.values
-    below = lambda d: lead(d) == "below"  # noqa: E731
-    return dict(
-        budget=budget,
-        contain=lead(both - neither) == "above",
-        lingers=all(below(gap.sel(warmup_s=first, timeout_ms=t, retry_budget=INF)) for t in ts),
-        persists=all(below(gap.sel(warmup_s=last, timeout_ms=t, retry_budget=INF)) for t in ts),
-        cures=not any(below(gap.sel(warmup_s=w, timeout_ms=t, retry_budget=0.2))
-                      for w, _ in windows(rec) for t in ts),
-        storm=all(below(storm(rec).sel(warmup_s=last, timeout_ms=t)) for t in ts))
+def breaker(data):
+    return int(data["black-hole"].breaker_consecutive.values.max())
 
 
 def verdict(data):
-    """holds: the budget contains the crash, the breaker and retry_avoid_previous the black
-    hole, and without the budget the crash leaves a degradation that persists while the
-    budget removes it, in a system that is healthy without an incident (a metastable
-    trap); with qualification when the budget half holds, or the crash's degradation
-    lingers without the budget and the budget cures it."""
-    p = parts(data)
-    if p["budget"] and p["contain"] and p["lingers"] and p["persists"] and p["cures"] and not p["storm"]:
-        return "holds"
-    if p["budget"] or (p["lingers"] and p["cures"]):
-        return "holds with qualification"
-    return "does not hold in this model"
+    """:func:`common.verdict_of` over :func:`comparisons`' leads and predicted signs."""
+    c = comparisons(data)
+    return verdict_of([v[0][3] for v in c.values()], [v[1] for v in c.values()])
 
 
-# -- the figures ----------------------------------------------------------------------
+# -- the figure -----------------------------------------------------------------------
 
 def _arms(data):
-    crash, hole, control, _ = data
-    arms = [("no incident, no budget", control.sel(retry_budget=INF)),
-            ("no incident, 20 % budget", control.sel(retry_budget=0.2)),
-            ("crash, no budget", crash.sel(retry_budget=INF)),
-            ("crash, 20 % budget", crash.sel(retry_budget=0.2))]
-    for avoid in (False, True):
-        for brk in (0, 5):
-            arms.append((f"black hole, retry_avoid_previous={str(avoid).lower()}, breaker {brk}",
-                         hole.sel(retry_avoid_previous=avoid, breaker_consecutive=brk)))
-    return arms
+    """[(label, Dataset over seeds)] in the figure's and the table's order."""
+    out = []
+    for k in ("a", "b"):
+        ds = data[f"crash-{k}"]
+        for s in ("none", "crash"):
+            for b in (INF, BUDGET):
+                out.append((f"client {k}, {'no incident' if s == 'none' else 'crash'}, "
+                            f"{'no budget' if b == INF else f'{b * 100:g} % budget'}", arm(ds, s, b)))
+    h = data["black-hole"]
+    brk = breaker(data)
+    for av in (False, True):
+        for bk in (0, brk):
+            out.append((f"client a, black hole, avoid {'on' if av else 'off'}, breaker {'on' if bk else 'off'}",
+                        h.sel(retry_avoid_previous=av, breaker_consecutive=bk)))
+    af = data["after"]
+    for s in ("none", "crash"):
+        for b in (INF, BUDGET):
+            out.append((f"client a, next window, {'no incident' if s == 'none' else 'crash ended'}, "
+                        f"{'no budget' if b == INF else f'{b * 100:g} % budget'}", arm(af, s, b)))
+    return out
 
 
-def _figure_summary(data, figures_dir):
-    fig = Figure(figsize=(11.5, 4.0))
-    axes = fig.subplots(1, 3)
-    arms = _arms(data)
-    colours = ["#444444"] * 2 + ["#d62728"] * 2 + ["#1f77b4"] * 4
-    labels = [name.replace("retry_avoid_previous=", "avoid=") for name, _ in arms]
-    y = np.arange(len(arms))
-    for ax, (title, f) in zip(axes, (("attempts per request", amplification),
-                                     ("wasted tokens (millions)", lambda d: d.wasted_tokens / 1e6),
-                                     ("SLO attainment (%)", lambda d: d.attainment * 100))):
-        for i, (_, d) in enumerate(arms):
-            v = np.asarray(f(d))
-            ax.plot([v.min(), v.max()], [i, i], "-", color="#888888")
-            ax.plot(np.median(v), i, "o", color=colours[i])
-        ax.set_yticks(y, labels if ax is axes[0] else [""] * len(arms), fontsize=8)
-        ax.set_title(title, fontsize=10)
-        ax.invert_yaxis()
-    fig.suptitle("Claim 7: the retry trap, least_requests, 8 replicas at 50 req/s, 5 s "
-                 "timeouts, 3 attempts, window [10 s, 50 s) (median, min–max over seeds)", fontsize=10)
-    fig.tight_layout()
-    return save(fig, "lor-claim7-retry", figures_dir)
-
-
-def timeline_traces(rec):
-    """{scenario: trace} of the recovery stage at :data:`TIMELINE`, both budgets, to the
-    end of the last window."""
-    import routesim
-    last = windows(rec)[-1][0]
-    return {s: routesim.trace(rec, scenario=s, retry_budget=[INF, 0.2], warmup_s=last, **TIMELINE)
-            .squeeze(drop=True) for s in (CONTROL, *ENDED)}
-
-
-def _bins(t, per_interval, width_s=1.0):
-    """Per-interval counts (..., time) summed into bins of width_s: (bin end times, per second)."""
-    dt = float(t[1] - t[0])
-    k = max(1, int(round(width_s / dt)))
-    n = (per_interval.shape[-1] - 1) // k
-    x = per_interval[..., 1:1 + n * k].reshape(per_interval.shape[:-1] + (n, k)).sum(axis=-1)
-    return t[k:1 + n * k:k], x / (k * dt)
-
-
-def _figure_timeline(rec, tls, figures_dir):
-    start, end = incident_span(rec)
-    wins = windows(rec)
-    arrivals = float(np.atleast_1d(tls[CONTROL].rate_rps.values)[0])
-    fig = Figure(figsize=(11, 7.6), layout="constrained")
-    axes = fig.subplots(3, 2, sharex=True, sharey="row")
-    rows = ("attempts routed per second\n(first attempts and retries)", "retries routed per second",
-            "TTFT rolling p99 (s)\n(last 250 completions)")
-    for col, budget in enumerate((INF, 0.2)):
-        for scen, tl in tls.items():
-            colour = COLOURS[scen]
-            one = tl.sel(retry_budget=budget)
-            t = one.time.values
-            tb, att = _bins(t, one.attempts_interval.transpose("seed", "time").values)
-            _, ret = _bins(t, one.retries_interval.transpose("seed", "time").values)
-            axes[0, col].plot(tb, att.mean(0), color=colour, lw=1.2)
-            axes[1, col].plot(tb, ret.mean(0), color=colour, lw=1.2)
-            p99 = one.ttft_rolling_p99.transpose("seed", "time").values
-            ok = np.isfinite(p99).all(axis=0)
-            axes[2, col].plot(t[ok], np.median(p99[:, ok], axis=0) / 1000, color=colour, lw=1.1)
-        for ax in axes[:, col]:
-            ax.axvspan(start, end, color="#f2e3d5", lw=0, zorder=0)
-            for w, _ in wins:
-                ax.axvline(w, color="black", lw=0.8, ls="--")
-            ax.grid(alpha=0.3, lw=0.5)
-        axes[0, col].axhline(arrivals, color="#888888", lw=0.8, ls=":")
-        for k, (w, label) in enumerate(wins):
-            axes[0, col].text(w + 0.6, 0.98, f"window {k + 1}", transform=axes[0, col].get_xaxis_transform(),
-                              fontsize=8, va="top")
-        axes[0, col].set_title("no retry budget" if budget == INF else "20 % retry budget", fontsize=10)
-        axes[-1, col].set_xlabel("time (s)")
-        axes[-1, col].set_xlim(0, float(t[-1]))
-    for row, text in enumerate(rows):
-        axes[row, 0].set_ylabel(text, fontsize=9)
-    axes[0, 0].set_ylim(bottom=0)
-    axes[1, 0].set_ylim(bottom=0)
-    axes[2, 0].set_yscale("log")
-    axes[2, 0].set_ylim(top=150)
-    to = TIMELINE["timeout_ms"] / 1000
-    axes[2, 0].text(0.01, 0.97, f"steps near {to:g} s and {2 * to:g} s: first tokens that came\n"
-                    "after one or two timed-out attempts", transform=axes[2, 0].transAxes,
-                    fontsize=7.5, va="top", ha="left")
-    handles = [Line2D([], [], color=COLOURS[s], lw=1.3, label=describe(rec, s)) for s in (CONTROL, *ENDED)]
-    handles += [Patch(color="#f2e3d5", label="incident"),
-                Line2D([], [], color="black", lw=0.8, ls="--",
-                       label="metrics windows start: " + ", ".join(label for _, label in wins)),
-                Line2D([], [], color="#888888", lw=0.8, ls=":", label=f"arrivals ({arrivals:g} req/s)")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8.5)
-    seeds = ", ".join(str(int(s)) for s in np.atleast_1d(tls[CONTROL].seed.values))
-    fig.suptitle(f"Claim 7: during and after the incident — least_requests, 8 replicas at {arrivals:g} req/s, "
-                 f"{TIMELINE['timeout_ms'] / 1000:g} s timeout per attempt, up to 3 attempts\n"
-                 f"counts: mean of seeds {seeds} in 1 s bins; TTFT: median of the seeds", fontsize=10)
-    return save(fig, "lor-claim7-timeline", figures_dir)
+def _colour(label):
+    if "black hole" in label:
+        return "#1f77b4"
+    if "crash" in label:
+        return "#d62728"
+    return "#444444"
 
 
 def figure(data, figures_dir=FIGURES):
-    rec = data[3]
-    return _figure_summary(data, figures_dir) + _figure_timeline(rec, timeline_traces(rec), figures_dir)
+    """figures/lor-claim7-retry.png/.svg: attempts per request, wasted tokens and
+    attainment per arm (a dot per seed, a bar at the median)."""
+    arms = _arms(data)
+    fig = Figure(figsize=(12, 6.4), layout="constrained")
+    axes = fig.subplots(1, 3, sharey=True)
+    y = np.arange(len(arms))
+    rng = np.random.default_rng(0)          # vertical jitter of the seeds' dots only
+    for ax, (title, f) in zip(axes, (("attempts per request", per_request),
+                                     ("wasted tokens (thousands)", lambda d: d.wasted_tokens / 1e3),
+                                     ("SLO attainment (%)", lambda d: d.attainment * 100))):
+        for i, (label, d) in enumerate(arms):
+            v = np.asarray(f(d)).ravel()
+            ax.plot(v, i + rng.uniform(-0.18, 0.18, v.size), "o", ms=2.5, alpha=0.45, color=_colour(label))
+            ax.plot([np.median(v)] * 2, [i - 0.32, i + 0.32], "-", lw=2, color=_colour(label))
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", lw=0.3, alpha=0.5)
+        for edge in (3.5, 7.5, 11.5):
+            ax.axhline(edge, color="#bbbbbb", lw=0.6)
+    axes[0].set_yticks(y, [label for label, _ in arms], fontsize=7.5)
+    axes[0].invert_yaxis()
+    a = data["crash-a"]
+    fig.suptitle(f"Claim 7: the retry trap — {POLICY}, {a.sizes['replica']} replicas at "
+                 f"{float(a.attrs['rate_rps']):g} req/s, up to {int(a.attrs['max_attempts'])} attempts\n"
+                 f"client a: {client(a)}; client b: {client(data['crash-b'])} "
+                 f"({a.sizes['seed']} seeds: a dot each, bar at the median)", fontsize=9.5)
+    return save(fig, "lor-claim7-retry", figures_dir)
 
 
 # -- the document ---------------------------------------------------------------------
 
-def describe(rec, scenario):
-    """'replicas 3 and 6 crash, 20–40 s' (from the sweep's events) or 'no incident'."""
-    from ...results import sweep_of
-    events = sweep_of(rec).scenarios[scenario]
-    if not events:
-        return "no incident"
-    down = [e for e in events if e.kind.name in ("FAIL", "FAIL_FAST")]
-    reps = sorted({e.replica + 1 for e in down})
-    what = "crash" if down[0].kind.name == "FAIL" else "fail fast (black hole)"
-    who = (f"replica {reps[0]}" if len(reps) == 1 else "replicas " + _join([str(r) for r in reps]))
-    verb = what if len(reps) > 1 else {"crash": "crashes", "fail fast (black hole)": "fails fast (black hole)"}[what]
-    times = [e.at_s for e in events]
-    return f"{who} {verb}, {min(times):g}–{max(times):g} s"
-
-
-def incident_span(rec):
-    """(first event, last event) of the recovery stage's incidents, s."""
-    from ...results import sweep_of
-    sweep = sweep_of(rec)
-    times = [e.at_s for s in ENDED for e in sweep.scenarios[s]]
-    return min(times), max(times)
-
-
 def _join(xs):
+    xs = [str(x) for x in xs]
     return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
 
 
-def _states(rec, diff, budget):
-    """'stays degraded at 5, 10 and 20 s in [45 s, 65 s); … in [65 s, 85 s)' for one budget."""
-    out = []
-    for w, label in windows(rec):
-        groups = {}
-        for t in rec.timeout_ms.values:
-            groups.setdefault(STATE[lead(diff.sel(warmup_s=w, timeout_ms=t, retry_budget=budget))],
-                              []).append(f"{t / 1000:g}")
-        out.append(", and ".join(f"{s} at {_join(ts)} s" for s, ts in groups.items()) + f" in {label}")
-    return "; ".join(out)
+def _median(v, digits=1, scale=1.0):
+    return f"{float(np.median(np.asarray(v))) * scale:.{digits}f}"
 
 
-def _recovery_rows(rec):
-    rows = ["| timeout | budget | window | no incident: attainment % | attempts routed per arrival "
-            "| TTFT p99 ms | after the crash: Δ attainment pp | Δ attempts routed per arrival "
-            "| after the black hole: Δ attainment pp | Δ attempts routed per arrival |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    for t in rec.timeout_ms.values:
-        for b in (INF, 0.2):
-            for w, label in windows(rec):
-                c = rec.sel(scenario=CONTROL, timeout_ms=t, retry_budget=b, warmup_s=w)
-                cells = [f"{t / 1000:g} s", "none" if b == INF else f"{b * 100:g} %", label,
-                         f"{float(c.attainment.median()) * 100:.1f}", f"{float(routed(c).median()):.2f}",
-                         f"{float(c.ttft_p99.median()):,.0f}"]
-                for s in ENDED:
-                    sel = dict(warmup_s=w, timeout_ms=t, retry_budget=b)
-                    cells += [spread(after(rec, "attainment", s).sel(sel), 1),
-                              spread(after(rec, "routed", s).sel(sel), 2)]
-                rows.append("| " + " | ".join(cells) + " |")
+def _table(data):
+    rows = ["| arm | attempts per request | attainment % | failed % | TTFT p99 ms | wasted tokens |",
+            "|---|---|---|---|---|---|"]
+    for label, d in _arms(data):
+        rows.append(f"| {label} | {_median(per_request(d), 3)} | {_median(d.attainment, 1, 100)} | "
+                    f"{_median(d.failed / d.arrivals, 1, 100)} | {float(d.ttft_p99.median()):,.0f} | "
+                    f"{float(d.wasted_tokens.median()):,.0f} |")
     return rows
 
 
-def _reading_recovery(data):
-    _, _, _, rec = data
-    p = parts(data)
-    wins = windows(rec)
-    (first, _), (last, last_label) = wins[0], wins[-1]
-    _, end = incident_span(rec)
-    ts = rec.timeout_ms.values
-    n = rec.sizes["seed"]
-    crash_gap = after(rec, "attainment", "crash-recover")
-    hole_gap = after(rec, "attainment", "black-hole")
-    crash_load = after(rec, "routed", "crash-recover").sel(retry_budget=INF)
-    hole_batch = after(rec, "batch_mean", "black-hole").sel(retry_budget=INF)
-    ctrl = rec.sel(scenario=CONTROL)
-    st = storm(rec)
-    out = [f"**After the incident.** Both incidents end at {end:g} s; the windows are "
-           f"{_join([label for _, label in wins])}, "
-           + _join([f"{w - end:g}–{w + float(rec.attrs['measure_s']) - end:g} s" for w, _ in wins])
-           + " after. Against the same seeds with no incident, after the crash, without the budget, "
-           f"the system {_states(rec, crash_gap, INF)} (attainment {spread(crash_gap.sel(retry_budget=INF), 1)} "
-           f"pp over every window, timeout and seed; attempts routed per arrival "
-           f"{spread(crash_load, 2)}). With the budget it {_states(rec, crash_gap, 0.2)} "
-           f"({spread(crash_gap.sel(retry_budget=0.2), 1)} pp). After the black hole, without the budget, it "
-           f"{_states(rec, hole_gap, INF)} ({spread(hole_gap.sel(retry_budget=INF), 1)} pp); with the budget it "
-           f"{_states(rec, hole_gap, 0.2)} ({spread(hole_gap.sel(retry_budget=0.2), 1)} pp).", ""]
-    if not p["storm"]:
-        out += ["**What the model shows.** Without an incident the no-budget system is not below the budgeted "
-                f"one on every seed at every timeout ({spread(st.sel(warmup_s=last), 1)} pp in {last_label}), so "
-                "what remains after the crash is the incident's own doing"
-                + (" — and it persists to the last window: a metastable state, which the budget removes."
-                   if p["lingers"] and p["persists"] and p["cures"] else
-                   ", though not in every window at every timeout on every seed (table)."), ""]
-        return out
+def _tests(data):
+    c = comparisons(data)
+    rows = ["| test | comparison (paired by seed) | mean [95 % interval] | predicted | lead |",
+            "|---|---|---|---|---|"]
+    for name, (res, pred, what) in c.items():
+        unit = "pp" if "pp" in what else "%"
+        rows.append(f"| {name} | {what.rsplit(',', 1)[0]} | {show(res, 1 if unit == 'pp' else 1, unit)} | "
+                    f"{'higher' if pred > 0 else 'lower'} | "
+                    f"{ {1: 'higher', -1: 'lower', 0: 'none'}[res[3]]} |")
+    return rows
 
-    def control_path(budget):
-        """{timeout: (seeds falling from the first window to the last, median first, median last)}"""
-        c = ctrl.attainment.sel(retry_budget=budget) * 100
-        return {f"{t / 1000:g}": (int((c.sel(warmup_s=last, timeout_ms=t) < c.sel(warmup_s=first, timeout_ms=t)).sum()),
-                                  float(c.sel(warmup_s=first, timeout_ms=t).median()),
-                                  float(c.sel(warmup_s=last, timeout_ms=t).median())) for t in ts}
 
-    load = routed(ctrl.sel(retry_budget=INF))
-    load_first = {f"{t / 1000:g}": float(load.sel(warmup_s=first, timeout_ms=t).median()) for t in ts}
-    load_last = {f"{t / 1000:g}": float(load.sel(warmup_s=last, timeout_ms=t).median()) for t in ts}
-    closing = [f"{t / 1000:g}" for t in ts
-               if lead(crash_gap.sel(warmup_s=first, timeout_ms=t, retry_budget=INF)) == "below"
-               and lead(crash_gap.sel(warmup_s=last, timeout_ms=t, retry_budget=INF)) != "below"]
-    hole_cells = [lead(hole_gap.sel(warmup_s=w, timeout_ms=t, retry_budget=INF)) for w, _ in wins for t in ts]
-    held = [lead((ctrl.attainment.sel(warmup_s=last) - ctrl.attainment.sel(warmup_s=first))
-                 .sel(retry_budget=0.2, timeout_ms=t)) != "below" for t in ts]
-    text = ("**What the model shows.** "
-            + ("Retries do keep the system degraded after the crash is over, and the 20 % budget removes "
-               "that. " if p["lingers"] and p["cures"] else
-               "The crash's after-effect is not one direction on every seed at every timeout, or the budget "
-               "does not remove it everywhere (table). ")
-            + "But this is not a metastable trap in the strict sense — a healthy state that an incident "
-            "knocks the system out of and that it cannot regain: without the budget there is no healthy state "
-            "to leave. With no incident at all, the no-budget control's attainment is below the budgeted "
-            f"control's on every seed in {last_label} at every timeout ({spread(st.sel(warmup_s=last), 1)} pp), "
-            "and it falls from window to window — "
-            + "; ".join(f"at {t} s on {k} of {n} seeds, median {a:.1f} % → {b:.1f} %"
-                        for t, (k, a, b) in control_path(INF).items())
-            + " — while the attempts routed per arrival grow ("
-            + "; ".join(f"{load_first[t]:.2f} → {load_last[t]:.2f} at {t} s" for t in load_first)
-            + "): timed-out attempts are retried, the retries slow every generation, more attempts time "
-            "out, and the storm grows while nothing fails (the figure's grey line). A crash adds work (lost "
-            "generations, retries onto fewer replicas) and moves the system further along that road")
-    if closing:
-        crashed = rec.sel(scenario="crash-recover", retry_budget=INF).attainment * 100
-        text += (f"; where the gap closes by {last_label} (at {_join(closing)} s) it is because the control "
-                 "collapses too, not because the crashed system recovers (median attainment after the crash "
-                 + "; ".join(f"{float(crashed.sel(warmup_s=first, timeout_ms=float(t) * 1000).median()):.1f} % → "
-                             f"{float(crashed.sel(warmup_s=last, timeout_ms=float(t) * 1000).median()):.1f} % at {t} s"
-                             for t in closing) + ")")
-    n_above = sum(x == "above" for x in hole_cells)
-    text += (". A black hole, which fails its attempts for good within milliseconds instead of queueing them, "
-             f"sheds work: after it the replicas run smaller batches (batch_mean {spread(hole_batch, 0)} "
-             f"sequences against no incident, without the budget), and the system is better than the control "
-             f"on every seed in {n_above} of the {len(hole_cells)} windows × timeouts"
-             + (" and below it in none" if "below" not in hole_cells else "") + ". ")
-    budget_below = any(lead(after(rec, "attainment", s).sel(warmup_s=w, timeout_ms=t, retry_budget=0.2)) == "below"
-                       for s in ENDED for w, _ in wins for t in ts)
-    if all(held) and not budget_below:
-        text += ("With the budget the no-incident system holds its level (no timeout where every seed falls "
-                 "from the first window to the last: "
-                 + "; ".join(f"{a:.1f} % → {b:.1f} % at {t} s" for t, (_, a, b) in control_path(0.2).items())
-                 + f"), and after either incident it is at or above the control from the first window, "
-                 f"{first - end:g} s after the incident ends.")
-    else:
-        text += ("With the budget, the no-incident system does not hold its level at every timeout, or an "
-                 "incident leaves it below the control on every seed somewhere (table).")
-    return out + [text, ""]
+def _events(data):
+    a = data["crash-a"]
+    down, at = replicas_at(scenario_events(a, "crash"), "fail")
+    _, up = replicas_at(scenario_events(a, "crash"), "recover")
+    h = data["black-hole"]
+    hole, hat = replicas_at(scenario_events(h, h.attrs["scenario"]), "fail_fast")
+    _, hup = replicas_at(scenario_events(h, h.attrs["scenario"]), "recover")
+    return down, at[0], up[0], hole, hat[0], hup[0]
 
 
 def section(data):
-    crash, hole, control, rec = data
-    rows = ["| arm | attempts per request | wasted tokens | attainment % | failed % |",
-            "|---|---|---|---|---|"]
-    for name, d in _arms(data):
-        rows.append(f"| {name} | {float(amplification(d).median()):.2f} | "
-                    f"{float(d.wasted_tokens.median()):,.0f} | {float(d.attainment.median()) * 100:.1f} | "
-                    f"{float((d.failed / d.arrivals).median()) * 100:.1f} |")
-    a, ac = amplification(crash), amplification(control)
-    da = a.sel(retry_budget=0.2) - a.sel(retry_budget=INF)
-    dt = (crash.attainment.sel(retry_budget=0.2) - crash.attainment.sel(retry_budget=INF)) * 100
-    own_inf = a.sel(retry_budget=INF) - ac.sel(retry_budget=INF)
-    own_02 = a.sel(retry_budget=0.2) - ac.sel(retry_budget=0.2)
-    timeout_s = float(control.attrs["timeout_ms"]) / 1000
-    tokens_in_timeout = 1000 * timeout_s / float(control.tpot_p50.sel(retry_budget=0.2).median())
-    both = hole.attainment.sel(retry_avoid_previous=True, breaker_consecutive=5)
-    neither = hole.attainment.sel(retry_avoid_previous=False, breaker_consecutive=0)
-    dh = (both - neither) * 100
-    alone_better = all(float(hole.attainment.sel(retry_avoid_previous=av, breaker_consecutive=bk).median())
-                       > float(both.median()) for av, bk in ((True, 0), (False, 5)))
-    n_rep = crash.sizes["replica"]
-    rate = crash.attrs["rate_rps"]
-    budget = float(crash.retry_budget.values[np.isfinite(crash.retry_budget.values)][0])
-    down, down_at = replicas_at(scenario_events(crash, crash.attrs["scenario"]), "fail")
-    hole_events = scenario_events(hole, hole.attrs["scenario"])
-    hole_rep, hole_at = replicas_at(hole_events, "fail_fast")
-    _, hole_end = replicas_at(hole_events, "recover")
-    breaker = int(hole.breaker_consecutive.values.max())
-    start, end = incident_span(rec)
-    wins = windows(rec)
-    ts = _join([f"{t / 1000:g}" for t in rec.timeout_ms.values])
+    a, b, h, af = (data[s] for s in STAGES)
+    c = comparisons(data)
+    n = a.sizes["replica"]
+    rate = float(a.attrs["rate_rps"])
+    cap, lo, hi, measured = capacity(_root(a), POLICY)
+    down, t_down, t_up, hole, t_hole, t_hole_up = _events(data)
+    left = n - len(down)
+    survivors = cap * left / n
+    calm_a, calm_b = calm(a), calm(b)
+    w0 = float(a.attrs["warmup_s"])
+    m = float(a.attrs["measure_s"])
+    wa = float(af.attrs["warmup_s"])
+    lead_word = {1: "higher", -1: "lower", 0: "no lead"}
+    v = verdict(data)
+
+    def said(k, unit, digits=1):
+        res = c[k][0]
+        return f"{show(res, digits, unit)} ({lead_word[res[3]]})"
+
+    calm_txt = " and ".join(
+        f"client {k}: {x[0]:.3f} attempts per request, {x[1] * 100:.1f} % attainment"
+        for k, x in (("a", calm_a), ("b", calm_b)))
+    both_calm = calm_a[2] and calm_b[2]
+    hole_rows = {(av, bk): h.attainment.sel(retry_avoid_previous=av, breaker_consecutive=bk)
+                 for av in (False, True) for bk in (0, breaker(data))}
+    single = {name: compare(hole_rows[key].values, hole_rows[(False, 0)].values, "points")
+              for name, key in (("the breaker alone", (False, breaker(data))),
+                                ("retry_avoid_previous alone", (True, 0)))}
+    cap_txt = (f"{cap:g} req/s" + (f" (seeds {lo:g}–{hi:g})" if measured and np.isfinite(lo) else
+                                   " (the README's provisional figure: the capacity stage has not run)"))
     return "\n".join([
         "## Claim 7: the retry trap", "",
-        "**Prediction (the seed).** Retries add load to a degraded system; a retry budget "
-        "and a per-replica breaker at the router contain it. Issue 13 asks, too, whether the system "
+        "**Prediction (the seed).** Retries add load to a degraded system; a retry budget and a "
+        "per-replica breaker at the router contain it. Issue 13 asks, too, whether the system "
         "recovers after the incident ends or stays degraded (metastable).", "",
-        f"**Design.** `sweeps/token-routing-retry.toml`: least_requests, {n_rep} replicas at "
-        f"{rate:g} req/s ({rate / CAPACITY_RPS:.2f} × capacity), clients with a {timeout_s:g} s "
-        f"per-attempt timeout and up to {crash.attrs['max_attempts']} attempts. Crash: replicas "
-        f"{_join([str(i) for i in down])} fail at {_join([f'{x:g}' for x in down_at])} s for good "
-        f"({n_rep - len(down)} left, {(n_rep - len(down)) / n_rep * CAPACITY_RPS:g} req/s of "
-        f"capacity), without and with a {budget * 100:g} % retry budget, beside a control with no "
-        f"incident. Black hole: replica {_join([str(i) for i in hole_rep])} fails fast from "
-        f"{_join([f'{x:g}' for x in hole_at])} s to {_join([f'{x:g}' for x in hole_end])} s, with and "
-        f"without the breaker ({breaker} consecutive failures) and retry_avoid_previous. "
-        f"{crash.sizes['seed']} seeds, {crash.attrs['warmup_s']:g} s + {crash.attrs['measure_s']:g} s. "
-        f"Medians:", "",
-        *rows, "",
-        f"Recovery (stage `recovery`): incidents that end — replicas 3 and 6 crash from {start:g} s "
-        f"to {end:g} s, or the black hole above — against the same seeds with no incident, per-attempt "
-        f"timeouts of {ts} s, without and with the budget. The warm-up covers the incidents, so the "
-        f"metrics (the requests arriving in a window) start after they end, while the backlog they "
-        f"left is still there; two windows, {_join([label for _, label in wins])}, tell a gap that "
-        f"closes from one that stays. {rec.sizes['seed']} seeds. No-incident columns: medians; Δ "
-        f"columns: the incident minus no incident, per seed, mean [min, max]:", "",
-        *_recovery_rows(rec), "",
+        f"**Design.** `sweeps/token-routing-retry.toml`: {POLICY}, {n} default replicas at {rate:g} req/s "
+        f"({rate / cap:.2f} × {POLICY}' capacity at the SLO, {cap_txt}); the default workload, a "
+        f"{w0:g} s warm-up, a {m:g} s window [{w0:g} s, {w0 + m:g} s), drained cohorts (every retry of a "
+        f"cohort request counted), {a.sizes['seed']} seeds paired across arms. Clients with a first-token "
+        f"timeout and a whole-attempt timeout, up to {int(a.attrs['max_attempts'])} attempts: client a "
+        f"{client(a)}, client b {client(b)} (a 30 s attempt covers the chat class's outputs at the decode "
+        "rate; the former design's 5 s whole-attempt timeout failed every output longer than about 300 "
+        f"tokens, so its control was itself a retry storm). Crash: replicas {_join([r + 1 for r in down])} "
+        f"crash at {t_down:g} s and recover at {t_up:g} s: for {t_up - t_down:g} s the {left} survivors, "
+        f"about {survivors:.0f} req/s of capacity, are offered {rate:g} req/s ({rate / survivors:.2f} × "
+        f"theirs), without and with a {BUDGET * 100:g} % retry budget, beside the same seeds with no "
+        f"incident. Black hole: replica {_join([r + 1 for r in hole])} fails fast from {t_hole:g} s to "
+        f"{t_hole_up:g} s ({POLICY} sees it nearly empty), client a, breaker ({breaker(data)} consecutive "
+        "failures) and retry_avoid_previous off and on. After: client a's crash arms measured in the next "
+        f"window, [{wa:g} s, {wa + m:g} s), {wa - t_up:g} s after the crash ended. Runs: "
+        f"{sum(int(d.arrivals.size) for d in data.values())}.", "",
+        "Steady state before the incident (the no-incident control, client a; median over seeds):", "",
+        steady_table(a.sel(scenario="none"), ("retry_budget",)), "",
+        f"**The control is {'calm' if both_calm else 'not calm'}** (calm: median attempts per request at "
+        f"most {CALM[0]:g} and attainment at least {CALM[1] * 100:g} %): {calm_txt}, without the budget. "
+        "Medians per arm:", "",
+        *_table(data), "",
+        f"The claim's tests (verdict rule at the top: {SEEDS} seeds, paired, 95 % bootstrap intervals, "
+        "5 % relative or 1 pp material):", "",
+        *_tests(data), "",
         "![Claim 7](../figures/lor-claim7-retry.png)", "",
-        "![Claim 7, timeline](../figures/lor-claim7-timeline.png)", "",
-        f"**Reading.** In the crash, the budget changes attempts per request by {spread(da, 2)} "
-        f"and attainment by {spread(dt, 1)} pp (mean [min, max] over seeds). "
-        + ("Most of the amplification is not the crash's" if float((ac.sel(retry_budget=INF) - 1).median())
-           > float(own_inf.median()) else "Some of the amplification is not the crash's")
-        + f": with no incident, in the same window, the same clients already make "
-        f"{float(ac.sel(retry_budget=INF).median()):.2f} attempts per request without the budget "
-        f"({float(ac.sel(retry_budget=0.2).median()):.2f} with it); the crash adds {spread(own_inf, 2)} "
-        f"without and {spread(own_02, 2)} with. The {timeout_s:g} s timeout covers the whole attempt, "
-        f"and at the control's median TPOT it lasts about {tokens_in_timeout:,.0f} output tokens: longer "
-        "generations time out whatever the load, and without a budget their retries load the replicas, "
-        "which slows every generation and times out more. Wasted tokens "
-        + ("do not fall" if float(crash.wasted_tokens.sel(retry_budget=0.2).median())
-           >= float(crash.wasted_tokens.sel(retry_budget=INF).median()) else "fall")
-        + " with the budget (table). In the black hole, breaker and "
-        f"retry_avoid_previous together against neither change attainment by {spread(dh, 1)} pp"
-        + (", on every seed." if lead(dh) == "above" else
-           ", not in one direction on every seed: the 5 s timeout, not the black hole, "
-           "drives most retries at this load"
-           + (", and each containment alone does better in the median than both together"
-              if alone_better else "")
-           + "; this half of the claim is not confirmed here."), "",
-        *_reading_recovery(data)])
+        f"**Reading.** With clients that give an attempt time to finish, the system is calm without an "
+        f"incident ({calm_txt}) — the former design's retry storm was its 5 s whole-attempt timeout. "
+        f"Client a's {float(a.attrs['timeout_ms']) / 1000:g} s attempt is still shorter than many of the long "
+        "class's generations (median 2,000 output tokens), which time out and are retried from nothing: its "
+        f"control wastes {float(arm(a, 'none', INF).wasted_tokens.median()):,.0f} tokens per window against "
+        f"client b's {float(arm(b, 'none', INF).wasted_tokens.median()):,.0f} (medians). The "
+        f"crash does add attempts: {said('amplify-a', '%')} per request against no incident (client a). "
+        f"The budget's effect on the crash: attempts per request {said('budget-a', '%')} and attainment "
+        f"{said('attain-a', 'pp')} with client a, {said('budget-b', '%')} and {said('attain-b', 'pp')} with "
+        "client b"
+        + (": nothing material, because the retries a crash makes (the attempts it kills, and first "
+           "tokens late while the survivors are overloaded) are too few to meet a budget that allows "
+           f"max(3, {BUDGET * 100:g} % of attempts in flight)." if all(c[k][0][3] == 0 for k in
+                                                                    ("budget-a", "budget-b", "attain-a", "attain-b"))
+           else ". Plausibly what the budget cuts is the retries of first tokens that came too late (the "
+           "two timeouts' retries are not counted apart here): while the survivors are overloaded their "
+           "queues outlast a short first-token timeout, every retry joins another queue, and the budget "
+           "turns the surplus into failures at once (failed share in the crash: "
+           + "; ".join(f"client {k} {_median(arm(data[f'crash-{k}'], 'crash', INF).failed / arm(data[f'crash-{k}'], 'crash', INF).arrivals, 1, 100)} % → "
+                       f"{_median(arm(data[f'crash-{k}'], 'crash', BUDGET).failed / arm(data[f'crash-{k}'], 'crash', BUDGET).arrivals, 1, 100)} %"
+                       for k in ("a", "b"))
+           + "); the longer the first-token timeout, the fewer such retries and the less the budget "
+           "matters (the review's whole-attempt-only clients, 30 or 120 s, found it did nothing measurable).")
+        + f" In the black hole, breaker and retry_avoid_previous together "
+        f"against neither change attainment by {said('contain', 'pp')}; "
+        + "; ".join(f"{k} by {show(r, 1, 'pp')} ({lead_word[r[3]]})" for k, r in single.items())
+        + f" (medians {_median(hole_rows[(False, 0)], 1, 100)} % with neither, "
+        f"{_median(hole_rows[(True, breaker(data))], 1, 100)} % with both). "
+        f"{wa - t_up:g} s after the crash ends, attainment without the budget against no incident: "
+        f"{said('lingers', 'pp')}"
+        + (": the degradation does not outlast its trigger, so there is no metastable trap here."
+           if c["lingers"][0][3] != -1 else ": the degradation outlasts its trigger.")
+        + f" Verdict: {v}.", "",
+        "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The black hole's containment does "
+        "not depend on it (a fast failure takes milliseconds whatever a step costs); the crash's leads "
+        "depend on it only through the survivors' capacity against the load, which a costlier prefill at "
+        "the same load would change, so such a rerun would test a different overload, not this verdict "
+        "(placing it needs the capacity per step-cost model, which the capacity stage does not measure).", ""])
+
+
+def _root(ds):
+    """The results root the stage was loaded from (:func:`load`), for capacity()."""
+    return Path(ds.attrs.get("results_root", "results"))
 
 
 def row(data):
     """(claim, prediction, measured, verdict) for the verdict table."""
-    crash, hole, control, rec = data
-    a, ac = amplification(crash), amplification(control)
-    dt = (crash.attainment.sel(retry_budget=0.2) - crash.attainment.sel(retry_budget=INF)) * 100
-    gap = after(rec, "attainment", "crash-recover")
-    last, last_label = windows(rec)[-1]
-    g_inf, g_02 = gap.sel(retry_budget=INF), gap.sel(retry_budget=0.2)
-    st = storm(rec).sel(warmup_s=last)
+    c = comparisons(data)
+    ca = calm(data["crash-a"])
+    gap = float(data["after"].attrs["warmup_s"]) - _events(data)[2]
     return ("7. The retry trap",
-            "retries amplify an incident and keep the system degraded after it; a 20 % budget, "
-            "a breaker and retry_avoid_previous contain it",
-            f"crash: attempts per request {float(a.sel(retry_budget=INF).median()):.2f} → "
-            f"{float(a.sel(retry_budget=0.2).median()):.2f} with the budget (no incident: "
-            f"{float(ac.sel(retry_budget=INF).median()):.2f} → {float(ac.sel(retry_budget=0.2).median()):.2f}), "
-            f"attainment {dt.mean().item():+.0f} pp (per seed {dt.min().item():+.0f} to {dt.max().item():+.0f}); "
-            f"after a crash ends, attainment against no incident {float(g_inf.min()):+.0f} to "
-            f"{float(g_inf.max()):+.0f} pp without the budget, {float(g_02.min()):+.0f} to "
-            f"{float(g_02.max()):+.0f} pp with it (per seed, both windows, timeouts "
-            + _join([f"{t / 1000:g}" for t in rec.timeout_ms.values])
-            + (f" s), but with no incident the no-budget system is already {float(-st.max()):.0f} to "
-               f"{float(-st.min()):.0f} pp below the budgeted one in {last_label}: a retry storm without a "
-               "trigger, not a metastable trap" if parts(data)["storm"] else " s)")
-            + "; black hole: containment not confirmed, see claim 7", verdict(data))
+            "retries amplify an incident; a 20 % budget contains a crash, a breaker and "
+            "retry_avoid_previous a black hole",
+            f"control calm ({ca[0]:.2f} attempts per request, {ca[1] * 100:.0f} % attainment); crash: "
+            f"attempts per request {show(c['amplify-a'][0], 1, '%')} against no incident, budget "
+            f"{show(c['budget-a'][0], 1, '%')} attempts, {show(c['attain-a'][0], 1, 'pp')} attainment; "
+            f"black hole: breaker + avoid {show(c['contain'][0], 1, 'pp')}; {gap:g} s after the crash "
+            f"{show(c['lingers'][0], 1, 'pp')}", verdict(data))
