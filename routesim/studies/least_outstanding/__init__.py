@@ -85,29 +85,31 @@ def document(results_dir=RESULTS) -> str:
 
 
 def _window_note(results_dir) -> str:
-    """How much of each sweep's cohort was still in flight at the horizon (§7's cohort:
-    arrivals in [warm-up, horizon); percentiles cover the completed ones)."""
+    """The cohorts' ends, per sweep: the window and the drain (token-model.md §7: the
+    cohort is the arrivals in [warm-up, horizon); each is followed for up to drain_s
+    past the horizon), and how much of the cohort was still unfinished at the stop."""
     import xarray as xr
     rows = []
     for d in sorted(Path(results_dir).parent.glob("token-routing*")):
-        shares, windows = [], set()
+        shares, windows, drains = [], set(), set()
         for f in sorted(d.glob("*.nc")):
             with xr.open_dataset(f, engine="h5netcdf") as ds:
+                if "unfinished" not in ds or "arrivals" not in ds:
+                    continue   # (the capacity stage's files: their runs are in the capacity table)
                 shares.append(float((ds.unfinished.sum() / ds.arrivals.sum()).values) * 100)
                 windows.add(float(ds.attrs["measure_s"]))
+                drains.add(float(ds.attrs.get("drain_s", float("nan"))))
         if shares:
             w = "/".join(f"{x:g}" for x in sorted(windows))
-            rows.append(f"| `{d.name}` | {w} | {min(shares):.1f}–{max(shares):.1f} |")
+            dr = "/".join(f"{x:g}" for x in sorted(drains))
+            rows.append(f"| `{d.name}` | {w} | {dr} | {min(shares):.1f}–{max(shares):.1f} |")
     if not rows:
         return ""
     return "\n".join([
-        "**The measurement window.** Each stage measures the requests that arrive in its "
-        "window and stops at the window's end (token-model.md §7): a request still in flight "
-        "then counts as unfinished, and the latency percentiles cover the completed ones. "
-        "Below capacity the unfinished are mostly requests that arrived in the window's last "
-        "seconds (outputs take a few seconds; the long class over a minute); beyond it, also "
-        "the queues. Every comparison here is between arms with the same window and the same "
-        "arrivals, so the bias is shared, but the percentiles are those of requests that "
-        "finished, which leans towards shorter outputs. Unfinished share of the cohort, per "
-        "sweep (range over its stages, all runs together):", "",
-        "| results | window (s) | unfinished % |", "|---|---|---|", *rows])
+        "**The cohorts.** Each stage measures the requests that arrive in its window and, "
+        "after the window, stops taking new arrivals and follows the cohort for up to its "
+        "drain (token-model.md §7): a request still in the system then counts as unfinished, "
+        "and the latency percentiles cover the completed ones. With the drain, a cohort "
+        "request is unfinished only where the load stays beyond capacity. Unfinished share "
+        "of the cohort, per sweep (range over its stages, all runs together):", "",
+        "| results | window (s) | drain (s) | unfinished % |", "|---|---|---|---|", *rows])
