@@ -14,12 +14,12 @@ paired by seed; a difference is a *lead* only when every seed agrees.
 
 from pathlib import Path
 
-from . import (admission, affinity, choices, cold_start, counts, example, learning, preemption, retries,
-               staleness)
+from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
+               retries, staleness)
 
-CLAIMS = (counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
-"""The claims' modules in the document's order (``example`` is claim 1's worked
-example: a section without a row of its own)."""
+CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
+"""The claims' modules in the document's order (``capacities`` is the capacity table and
+``example`` claim 1's worked example: sections without a row of their own)."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
 RESULTS = Path("results/token-routing")
