@@ -63,29 +63,30 @@ def _criterion(ds):
     return capacity_mod.Criterion("ttft_p99", float(ds.attrs.get("slo_ttft_ms", 1000.0)), at_most=True)
 
 
+def _flat(ds):
+    """A stage's Dataset with every length-one axis but policy and seed dropped, and the
+    per-replica variables left out."""
+    ds = ds.isel({d: 0 for d in ds.dims if d not in ("policy", "seed") and ds.sizes[d] == 1}, drop=True)
+    return ds[[v for v in ds.data_vars if "replica" not in ds[v].dims]]
+
+
 def mooncake_runs(folder):
     """The mooncake stages' runs as one Dataset, policy × rate_rps × seed: rate_rps is
-    each time scale's offered rate (cohort arrivals / window, s⁻¹); the deterministic
-    policies' one seed stands for every seed (a trace's seed drives only the router
-    stream, token-model.md §1.2, so their runs would be identical)."""
-    parts = []
+    each time scale's offered rate (median cohort arrivals / window, s⁻¹, rounded to
+    0.01); the deterministic policies' one seed stands for every seed (a trace's seed
+    drives only the router stream, token-model.md §1.2, so their runs would be
+    identical)."""
+    parts, attrs = [], None
     for s in SCALES:
-        one = [squeeze(xr.load_dataset(Path(folder) / f"mooncake-{s}{pod}.nc", engine="h5netcdf"))
-               for pod in ("", "-pod")]
-        seeds = one[1].seed.values
-        det = one[0].isel(seed=0, drop=True).expand_dims(seed=seeds)
-        both = xr.concat([det, one[1]], "policy", data_vars="all", coords="minimal", compat="override",
-                         join="outer")
-        both = both.squeeze(drop=True) if "rate_rps" not in both.dims else both
-        measure = float(one[0].attrs.get("measure_s", np.nan)) if "measure_s" not in one[0].coords \
-            else float(one[0].measure_s)
-        rate = float(np.median(one[0].arrivals.values)) / measure
-        keep = [v for v in both.data_vars if "replica" not in both[v].dims]
-        parts.append(both[keep].drop_vars([c for c in both.coords if c not in ("policy", "seed")])
-                     .expand_dims(rate_rps=[round(rate, 2)]))
+        det, pod = (_flat(xr.load_dataset(Path(folder) / f"mooncake-{s}{x}.nc", engine="h5netcdf"))
+                    for x in ("", "-pod"))
+        det = det.isel(seed=0, drop=True).expand_dims(seed=pod.seed.values).transpose("policy", "seed")
+        both = xr.concat([det, pod.transpose("policy", "seed")], "policy")
+        rate = float(np.median(det.arrivals.values)) / float(det.attrs["measure_s"])
+        parts.append(both.expand_dims(rate_rps=[round(rate, 2)]))
+        attrs = attrs or dict(det.attrs)
     ds = xr.concat(parts, "rate_rps").transpose("policy", "rate_rps", "seed")
-    ds.attrs = dict(parts[0].attrs)
-    ds.attrs["slo_ttft_ms"] = float(one[0].attrs.get("slo_ttft_ms", 1000.0))
+    ds.attrs = attrs
     return ds
 
 
