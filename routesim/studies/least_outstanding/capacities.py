@@ -242,7 +242,7 @@ def section(data):
         text += [
             f"**How it was measured.** `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}` "
             f"(stage `default`): for each policy, the largest evaluated rate at which the median "
-            f"over {seeds} seeds of TTFT p99 is at most {bound:g} ms there and at every lower "
+            f"over {seeds} seeds of TTFT p99 is at most {bound:,.0f} ms there and at every lower "
             f"evaluated rate; the seeds' range is the same rule on each seed's own runs. The "
             f"study's baseline: 8 default replicas, the default workload with the long class "
             f"(p_long {float(d.attrs.get('p_long', 0.02)):g}), {float(d.attrs['warmup_s']):,.0f} s "
@@ -275,7 +275,7 @@ def section(data):
             "in trace seconds), so the three loads differ only in rate, and the rate shown is the "
             "window's (cohort arrivals / window). The seed drives only the router stream: "
             f"power_of_d ran {m.sizes['seed']} seeds, the deterministic policies one. Capacity by "
-            f"the same rule (median TTFT p99 ≤ {bound:g} ms):", "",
+            f"the same rule (median TTFT p99 ≤ {bound:,.0f} ms):", "",
             mooncake_table(m), "", _mooncake_reading(m), ""]
     return "\n".join(text)
 
@@ -309,10 +309,10 @@ def _mooncake_reading(m):
     prompts = _span_prompts()
     slow = float(np.mean(lone_prefill_ms(prompts) > bound)) * 100
     floor = float(np.percentile(lone_prefill_ms(prompts), 99))
-    return ((f"No policy meets the {bound:g} ms TTFT p99 even at the lightest load "
-             f"({float(m.rate_rps.values[0]):.1f} req/s; the best, {str(low.policy.values[int(low.argmin())])}, "
+    return ((f"No policy meets the {bound:,.0f} ms TTFT p99 even at the lightest load "
+             f"({float(m.rate_rps.values[0]):.1f} req/s; the best, {str(low.policy.values[int(np.argmin(low.values))])}, "
              f"{best:,.0f} ms): the excerpt's prompts are long: alone on an idle replica without a "
-             f"cache hit, {slow:.0f} % of the measured span's prompts would take more than {bound:g} ms "
+             f"cache hit, {slow:.0f} % of the measured span's prompts would take more than {bound:,.0f} ms "
              f"to prefill (their 99th percentile: {floor:,.0f} ms). Its TTFT tail is set by prefill, "
              "which cache hits shorten and routing cannot, so the study's SLO has no capacity here; "
              "claims that replay the excerpt place their loads as time scales.") if none else
