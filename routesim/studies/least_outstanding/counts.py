@@ -282,8 +282,25 @@ def condition_table(rows):
         lines.append(f"| {label} | {show(comps[('ttft_p99', 'least_requests')])} | "
                      f"{show(comps[('ttft_p99', 'round_robin')])} | {show(comps[('tpot_p99', 'least_requests')])} | "
                      f"{show(itl)} | {ranking(arms)} | {v} | "
-                     f"{'—' if name == 'fresh' else ('yes' if v == base else 'no')} |")
+                     f"{'—' if name == 'fresh' else survives(rows[0][2], comps)} |")
     return "\n".join(lines)
+
+
+def _short(var, b):
+    return f"{dict((v, n) for v, n, _, _ in METRICS)[var]} vs {b}"
+
+
+def survives(base, comps):
+    """Whether the baseline's verdict survives in another condition's comparisons:
+    "yes" (the same verdict from the same leads), "the verdict, not its leads: …"
+    (the same word for other reasons) or "no: …", naming the comparisons whose lead
+    changed (→ below / above / none)."""
+    word = {-1: "below", 1: "above", 0: "none"}
+    changed = [f"{_short(var, b)} → {word[comps[(var, b)][3]]}" for var, _, _, _ in METRICS for b in BASES
+               if comps[(var, b)][3] != base[(var, b)][3]]
+    if verdict_at(comps) != verdict_at(base):
+        return "no: " + ", ".join(changed)
+    return "yes" if not changed else "the verdict, not its leads: " + ", ".join(changed)
 
 
 def ranking(arms, var="ttft_p99"):
@@ -565,7 +582,9 @@ def section(data):
             "(`signal_mode = \"periodic\"`, `period_ms = 50`) and the same with the router's own "
             "placements added between scrapes (`periodic_local`); the Azure conversation trace's "
             "prompt and output lengths (`lengths = { trace = \"traces/azure-conv.csv\", format = "
-            "\"azure\" }`, token-model.md §1.3: no long class, so a lighter load); prefill twice and four "
+            "\"azure\" }`, token-model.md §1.3: no long class, so a lighter load; also at 90 req/s, about 0.9 × "
+            f"its own capacity by a probe, with {_warmup(data, 'azure')} s of warm-up: its KV cache stays "
+            "nearly empty, and the steady-state table below shows it level); prefill twice and four "
             "times as costly (`per_prefill_token` and `per_prefill_token_pair` scaled together); a "
             "2,048-token chunk budget (`max_batched_tokens = 2048`). 'Survives' compares the "
             f"verdict with the baseline's at {LOAD} req/s.",
@@ -636,19 +655,29 @@ def _mechanism_reading(mech):
         if ex is not None:
             extra = ("; knowing the outputs " + ("helps" if ex[3] < 0 else "hurts" if ex[3] > 0 else "adds nothing material")
                      + f" ({show(ex)} %)")
-        parts.append(f"with {r['name']}, least_tokens " + " and ".join(words) + extra)
-    return "**Reading.** " + "; ".join(parts) + "."
+        tp = r["tpot"]
+        tpot = (f"; its TPOT p99 against least_requests {show(tp)} %"
+                + {-1: " (a lead)", 1: " (a lead the other way)", 0: " (no lead)"}[tp[3]])
+        parts.append(f"with {r['name']}, least_tokens " + " and ".join(words) + tpot + extra)
+    text = "; ".join(parts)
+    return "**Reading** (TTFT p99 unless named). " + text[:1].upper() + text[1:] + "."
+
+
+def _warmup(data, stage):
+    ds = data.get(stage)
+    return f"{float(ds.attrs['warmup_s']):,.0f}" if ds is not None else "—"
 
 
 def _condition_reading(conds):
     base = conds[0]
     was = ranking(base[4])
-    kept = [label for name, label, _, v, _, _ in conds[1:] if v == base[3]]
-    changed = [f"{label} ({v})" for name, label, _, v, _, _ in conds[1:] if v != base[3]]
+    kept = [label for name, label, comps, _, _, _ in conds[1:] if survives(base[2], comps) == "yes"]
+    other = [label for name, label, comps, _, _, _ in conds[1:] if survives(base[2], comps) != "yes"]
     moved = [f"{label}: {ranking(arms)}" for name, label, _, _, arms, _ in conds[1:] if ranking(arms) != was]
     return (f"**Reading.** At {LOAD} req/s with fresh signals the verdict is *{base[3]}* and the ranking by TTFT "
-            f"p99 {was}. " + (f"The verdict survives {', '.join(kept)}. " if kept else "It survives no condition. ")
-            + (f"It changes under {', '.join(changed)}. " if changed else "")
+            f"p99 {was}. " + (f"Verdict and leads survive: {', '.join(kept)}. " if kept else
+                              "No condition keeps both the verdict and its leads. ")
+            + (f"Something changes (see the last column) under: {', '.join(other)}. " if other else "")
             + (f"The ranking changes: {'; '.join(moved)}." if moved else "The ranking does not change."))
 
 
