@@ -29,7 +29,9 @@ name, how :func:`.common.compare` compares, the predicted sign of the lead)."""
 CELLS = (("neither", "neither"), ("prompt-only", "long prompts only"), ("output-only", "long outputs only"),
          ("counts", "both (the default)"))
 """The factorial's cells: (stage, name); the long class keeps the traits named."""
-CONDITIONS = (("fresh", "the baseline (fresh signals)", 41), ("periodic", "50 ms periodic scrape", 41),
+CONDITIONS = (("fresh", "the baseline (fresh signals)", 41),
+              ("signals-fresh", "fresh signals, the scrape stages' warm-up (their control)", 41),
+              ("periodic", "50 ms periodic scrape", 41),
               ("periodic_local", "50 ms scrape + own placements (periodic_local)", 41),
               ("azure", "Azure conversation lengths (§1.3)", 41),
               ("azure", "Azure lengths at 90 req/s (about 0.9 × their capacity)", 90),
@@ -83,19 +85,19 @@ def _arm(data, stage, policy):
 
 def condition(data, name, load=LOAD):
     """{policy: Dataset over seeds} of one condition at ``load`` (:data:`CONDITIONS`);
-    None if not run. round_robin reads no signal: under a scrape its fresh runs stand."""
+    None if not run. round_robin reads no signal: under a scrape its fresh runs at the
+    same warm-up (stage signals-fresh) stand."""
     counts = data["counts"]
-    if name in ("fresh", "periodic", "periodic_local"):
+    if name == "fresh":
         if load not in counts.rate_rps.values:
             return None
-        fresh = {p: counts.sel(policy=p, rate_rps=load) for p in POLICIES}
-        if name == "fresh":
-            return fresh
-        sig = data.get("signals")
-        if sig is None:
+        return {p: counts.sel(policy=p, rate_rps=load) for p in POLICIES}
+    if name in ("periodic", "periodic_local"):
+        sig, control = data.get("signals"), condition(data, "signals-fresh", load)
+        if sig is None or control is None:
             return None
         one = sig.sel(signal_mode=name) if "signal_mode" in sig.dims else sig
-        return {"round_robin": fresh["round_robin"],
+        return {"round_robin": control["round_robin"],
                 **{p: one.sel(policy=p) for p in POLICIES if p != "round_robin"}}
     ds = data.get(name)
     if ds is None:
@@ -580,7 +582,10 @@ def section(data):
             f"recomputed at {LOAD} req/s under each condition, from the same six comparisons (TTFT "
             "p99, TPOT p99 and attainment against both baselines): a 50 ms periodic scrape "
             "(`signal_mode = \"periodic\"`, `period_ms = 50`) and the same with the router's own "
-            "placements added between scrapes (`periodic_local`); the Azure conversation trace's "
+            "placements added between scrapes (`periodic_local`), with "
+            f"{_warmup(data, 'signals')} s of warm-up (a periodic run costs many times a fresh one; steady, "
+            "see below) beside fresh runs at that warm-up as their control, round_robin (which reads no "
+            "signal) taken from those; the Azure conversation trace's "
             "prompt and output lengths (`lengths = { trace = \"traces/azure-conv.csv\", format = "
             "\"azure\" }`, token-model.md §1.3: no long class, so a lighter load; also at 90 req/s, about 0.9 × "
             f"its own capacity by a probe, with {_warmup(data, 'azure')} s of warm-up: its KV cache stays "
@@ -591,7 +596,7 @@ def section(data):
             "",
             condition_table(conds),
             "",
-            _condition_reading(conds),
+            _condition_reading(conds) + " " + _scrape_reading(data),
             "",
         ]
         steady = steady_rows(data)
@@ -666,6 +671,29 @@ def _mechanism_reading(mech):
 def _warmup(data, stage):
     ds = data.get(stage)
     return f"{float(ds.attrs['warmup_s']):,.0f}" if ds is not None else "—"
+
+
+def scrape_cost(data):
+    """{(mode, policy): compare(policy under the scrape, policy fresh)} at the same
+    warm-up (stages signals and signals-fresh), TTFT p99, relative."""
+    control = condition(data, "signals-fresh")
+    out = {}
+    for mode in ("periodic", "periodic_local"):
+        arms = condition(data, mode)
+        if arms is None or control is None:
+            continue
+        for p in POLICIES[1:]:
+            out[(mode, p)] = compare(arms[p].ttft_p99.values, control[p].ttft_p99.values)
+    return out
+
+
+def _scrape_reading(data):
+    cost = scrape_cost(data)
+    if not cost:
+        return ""
+    return ("What the scrape costs each policy (its TTFT p99 against its own fresh runs at the same "
+            f"{_warmup(data, 'signals')} s warm-up, %): " + "; ".join(f"{p} under {mode} {show(c)}" for (mode, p), c in cost.items())
+            + ".")
 
 
 def _condition_reading(conds):
