@@ -343,7 +343,7 @@ def steady_rows(data):
         parts.append(xr.concat([arms[p][list(STEADY)].drop_vars(
             [c for c in arms[p][list(STEADY)].coords if c != "seed"]) for p in POLICIES], "policy")
             .assign_coords(policy=list(POLICIES)))
-        names.append(name if name != "azure" else f"azure {load:g} req/s")
+        names.append(f"{name} {load:g} req/s")
     for r in mechanism_rows(data):
         if r["stage"] == "counts":
             continue
@@ -602,8 +602,9 @@ def section(data):
             "p99, TPOT p99 and attainment against both baselines): a 50 ms periodic scrape "
             "(`signal_mode = \"periodic\"`, `period_ms = 50`) and the same with the router's own "
             "placements added between scrapes (`periodic_local`), with "
-            f"{_warmup(data, 'signals')} s of warm-up (a periodic run costs many times a fresh one; steady, "
-            "see below) beside fresh runs at that warm-up as their control, round_robin (which reads no "
+            f"{_warmup(data, 'signals')} s of warm-up (a periodic run costs many times a fresh one; no backlog "
+            "grows, but the KV occupancy is still settling, by a few points, see below: their control, fresh "
+            "runs at the same warm-up, shares it, so the scrape's effect is paired within it), round_robin (which reads no "
             "signal) taken from those; the Azure conversation trace's "
             "prompt and output lengths (`lengths = { trace = \"traces/azure-conv.csv\", format = "
             "\"azure\" }`, token-model.md §1.3: no long class, so a lighter load; also at 90 req/s, about 0.9 × "
