@@ -15,14 +15,13 @@ interval that excludes 0 and a material effect; issue 23).
 
 from pathlib import Path
 
+from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
+               retries, staleness)
 from .common import RULE
 
-from . import (admission, affinity, choices, cold_start, counts, example, learning, preemption, retries,
-               staleness)
-
-CLAIMS = (counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
-"""The claims' modules in the document's order (``example`` is claim 1's worked
-example: a section without a row of its own)."""
+CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
+"""The claims' modules in the document's order (``capacities`` is the capacity table and
+``example`` claim 1's worked example: sections without a row of their own)."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
 RESULTS = Path("results/token-routing")

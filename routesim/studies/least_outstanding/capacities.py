@@ -1,0 +1,319 @@
+"""The least-outstanding study's capacity table (issue 23 item 1): each compared policy's
+capacity at the SLO (median over seeds of TTFT p99 at most 1 s, ``python -m
+routesim.capacity``'s criterion), on the default workload and on the Mooncake excerpt;
+the document's first section. Not a claim (``row`` is None): every claim places its
+loads against these figures (:func:`.common.capacity`).
+
+``run(results_root, quiet, resume)`` computes it (the study command calls it before the
+sweeps): stage ``default`` of sweeps/token-routing-capacity.toml by ``python -m
+routesim.capacity`` (results/token-routing-capacity/default-capacity.nc), and the
+``mooncake-*`` stages by ``python -m routesim.sweep``; a trace brings its own arrivals,
+so its load is set by ``time_scale``, not searched on ``rate_rps``: the capacity rule
+(:func:`routesim.capacity.capacity_of`) is applied over the three time scales, each
+read as the request rate of its window, and written as
+results/token-routing-capacity/mooncake-capacity.nc in ``python -m routesim.capacity``'s
+layout (``capacity_rps``: policy; ``capacity_rps_seed``: policy × seed; the runs: policy
+× rate_rps × seed)."""
+
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ... import capacity as capacity_mod
+from ... import steady
+from .common import CAPACITY_RESULTS, FIGURES, save, squeeze
+
+SWEEP = "sweeps/token-routing-capacity.toml"
+SWEEPS = (SWEEP,)
+"""Run by :func:`run` (the study command hands this file to it, not to the sweep loop)."""
+SEARCH = ("--stage", "default", "--points", "3", "--resolution", "2")
+"""The default stage's search: rates on multiples of 2 req/s, 3 a round, inside the
+stage's rate_rps bracket (36 to 48 req/s)."""
+POLICIES = ("round_robin", "least_requests", "least_tokens", "power_of_d", "least_kv", "least_cost")
+SCALES = ("0.5", "1", "1.5")
+"""The Mooncake stages' time scales (stages mooncake-<scale> and mooncake-<scale>-pod)."""
+
+
+def _mooncake_stages():
+    return [f"mooncake-{s}{pod}" for s in SCALES for pod in ("", "-pod")]
+
+
+def run(results_root, quiet=False, resume=False) -> int:
+    """Run the capacity stage into ``results_root``/token-routing-capacity/; under
+    ``resume`` a part whose capacity file exists is kept. Returns an exit status."""
+    from ... import sweep as sweep_cli
+    out = Path(results_root) / CAPACITY_RESULTS
+    if not (resume and (out / "default-capacity.nc").exists()):
+        rc = capacity_mod.main([SWEEP, *SEARCH, "--out", str(out)] + ["--quiet"] * quiet)
+        if rc:
+            return rc
+    if not (resume and (out / "mooncake-capacity.nc").exists()):
+        stages = [x for s in _mooncake_stages() for x in ("--stage", s)]
+        rc = sweep_cli.main([SWEEP, *stages, "--out", str(out)] + ["--quiet"] * quiet
+                            + ["--resume"] * resume)
+        if rc:
+            return rc
+        from ...results import write_atomic
+        write_atomic(mooncake_capacity(out), out / "mooncake-capacity.nc")
+    return 0
+
+
+def _criterion(ds):
+    return capacity_mod.Criterion("ttft_p99", float(ds.attrs.get("slo_ttft_ms", 1000.0)), at_most=True)
+
+
+def _flat(ds):
+    """A stage's Dataset with every length-one axis but policy and seed dropped, and the
+    per-replica variables left out."""
+    ds = ds.isel({d: 0 for d in ds.dims if d not in ("policy", "seed") and ds.sizes[d] == 1}, drop=True)
+    return ds[[v for v in ds.data_vars if "replica" not in ds[v].dims]]
+
+
+def mooncake_runs(folder):
+    """The mooncake stages' runs as one Dataset, policy × rate_rps × seed: rate_rps is
+    each time scale's offered rate (median cohort arrivals / window, s⁻¹, rounded to
+    0.01); the deterministic policies' one seed stands for every seed (a trace's seed
+    drives only the router stream, token-model.md §1.2, so their runs would be
+    identical)."""
+    parts, attrs = [], None
+    for s in SCALES:
+        det, pod = (_flat(xr.load_dataset(Path(folder) / f"mooncake-{s}{x}.nc", engine="h5netcdf"))
+                    for x in ("", "-pod"))
+        det = det.isel(seed=0, drop=True).expand_dims(seed=pod.seed.values).transpose("policy", "seed")
+        both = xr.concat([det, pod.transpose("policy", "seed")], "policy")
+        rate = float(np.median(det.arrivals.values)) / float(det.attrs["measure_s"])
+        parts.append(both.expand_dims(rate_rps=[round(rate, 2)]))
+        attrs = attrs or dict(det.attrs)
+    ds = xr.concat(parts, "rate_rps").transpose("policy", "rate_rps", "seed")
+    ds.attrs = attrs
+    return ds
+
+
+def mooncake_capacity(folder):
+    """mooncake-capacity.nc's Dataset: the runs of :func:`mooncake_runs` with
+    ``capacity_rps`` (policy) and ``capacity_rps_seed`` (policy × seed) by the
+    capacity rule, and the time scales in ``time_scales``."""
+    ds = mooncake_runs(folder)
+    crit = _criterion(ds)
+    rates = ds.rate_rps.values
+    m = ds[crit.metric].transpose("policy", "rate_rps", "seed").values
+    cap = np.array([capacity_mod.capacity_of(rates, crit.holds(crit.median(row, axis=1))) for row in m])
+    seed_cap = np.array([[capacity_mod.capacity_of(rates, crit.holds(row[:, k])) for k in range(row.shape[1])]
+                         for row in m])
+    ds["capacity_rps"] = ("policy", cap, {"units": "requests/s"})
+    ds["capacity_rps_seed"] = (("policy", "seed"), seed_cap, {"units": "requests/s"})
+    ds["time_scale"] = ("rate_rps", np.array([float(s) for s in SCALES]))
+    ds.attrs.update(capacity_metric=crit.metric, capacity_bound=crit.bound, capacity_at_most=1,
+                    capacity_low=float(rates.min()), capacity_high=float(rates.max()))
+    return ds
+
+
+def load(root):
+    """{"default": default-capacity.nc, "mooncake": mooncake-capacity.nc} (either None
+    if not run), or None if neither ran."""
+    folder = Path(root) / CAPACITY_RESULTS
+    out = {}
+    for stage in ("default", "mooncake"):
+        p = folder / f"{stage}-capacity.nc"
+        out[stage] = squeeze(xr.load_dataset(p, engine="h5netcdf")) if p.exists() else None
+    return out if any(v is not None for v in out.values()) else None
+
+
+def verdict(data):
+    return None
+
+
+def row(data):
+    return None
+
+
+COLORS = {"round_robin": "#888888", "least_requests": "#1f77b4", "least_tokens": "#d62728",
+          "power_of_d": "#9467bd", "least_kv": "#2ca02c", "least_cost": "#ff7f0e"}
+
+
+def figure(data, figures_dir=FIGURES):
+    """TTFT p99 (median over seeds) against the rate at every evaluated point, per
+    policy, the SLO and each capacity marked: default workload and Mooncake excerpt."""
+    from matplotlib.figure import Figure
+    shown = [(k, ds) for k, ds in (("default", data["default"]), ("mooncake", data["mooncake"])) if ds is not None]
+    fig = Figure(figsize=(5.5 * len(shown), 3.8))
+    axes = np.atleast_1d(fig.subplots(1, len(shown)))
+    for ax, (k, ds) in zip(axes, shown):
+        for p in ds.policy.values:
+            one = ds.sel(policy=p)
+            ran = one.arrivals.notnull().any("seed").values
+            x = ds.rate_rps.values[ran]
+            y = one.ttft_p99.median("seed").values[ran]
+            ax.plot(x, y, "o-", ms=3, color=COLORS.get(str(p), "#000000"), label=str(p))
+            c = float(one.capacity_rps)
+            if np.isfinite(c):
+                ax.plot([c], [float(one.ttft_p99.sel(rate_rps=c).median("seed"))], "s", ms=8, mfc="none",
+                        color=COLORS.get(str(p), "#000000"))
+        ax.axhline(float(ds.attrs["capacity_bound"]), color="#444444", lw=0.8, ls="--")
+        ax.set_yscale("log")
+        ax.set_xlabel("offered load (req/s)")
+        ax.set_ylabel("TTFT p99, median over seeds (ms)")
+        ax.set_title({"default": "default workload (squares: capacity)",
+                      "mooncake": "Mooncake excerpt (time scale 0.5, 1, 1.5)"}[k], fontsize=10)
+        ax.legend(fontsize=7)
+    fig.suptitle("Capacity at the SLO (dashed: TTFT p99 1 s), 8 default replicas", fontsize=10)
+    fig.tight_layout()
+    return save(fig, "lor-capacity", figures_dir)
+
+
+def at_capacity(ds, policy):
+    """(capacity, seeds' low, seeds' high, TTFT p99 there (median, ms), backlog growth
+    (median, requests), KV occupancy first and last quarter (medians, fractions),
+    steady) of ``policy``; NaNs when it has no capacity in the searched range."""
+    one = ds.sel(policy=policy)
+    c = float(one.capacity_rps)
+    seeds = one.capacity_rps_seed.values.astype(float)
+    fin = seeds[np.isfinite(seeds)]
+    lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (np.nan, np.nan)
+    if not np.isfinite(c):
+        return (c, lo, hi, np.nan, np.nan, np.nan, np.nan, None)
+    at = one.sel(rate_rps=c)
+    growth, rise = steady.trend(at)
+    return (c, lo, hi, float(np.nanmedian(at.ttft_p99)), float(np.nanmedian(at.backlog_growth)),
+            float(np.nanmedian(at.kv_occupancy_first)), float(np.nanmedian(at.kv_occupancy_last)),
+            steady.is_steady(growth, rise))
+
+
+def _cap_text(ds, c):
+    if np.isfinite(c):
+        return f"≥ {c:g}" if c >= ds.attrs["capacity_high"] else f"{c:g}"
+    return f"< {ds.attrs['capacity_low']:g}"
+
+
+def _rng(ds, lo, hi, seeds):
+    if not np.isfinite(hi):
+        return f"< {ds.attrs['capacity_low']:g}"
+    low = f"< {ds.attrs['capacity_low']:g}" if np.isnan(seeds).any() else f"{lo:g}"
+    return f"{low}–{hi:g}" if low != f"{hi:g}" else low
+
+
+def table(ds):
+    """Markdown rows: per policy, capacity, the seeds' range and the steady-state
+    figures of the runs at capacity."""
+    lines = ["| policy | capacity req/s | seeds' range | TTFT p99 at capacity ms | backlog growth | "
+             "KV occupancy first → last % | steady |", "|---|---|---|---|---|---|---|"]
+    for p in ds.policy.values:
+        c, lo, hi, ttft, growth, first, last, ok = at_capacity(ds, p)
+        seeds = ds.capacity_rps_seed.sel(policy=p).values.astype(float)
+        if not np.isfinite(c):
+            lines.append(f"| {p} | {_cap_text(ds, c)} | {_rng(ds, lo, hi, seeds)} | — | — | — | — |")
+            continue
+        lines.append(f"| {p} | {_cap_text(ds, c)} | {_rng(ds, lo, hi, seeds)} | {ttft:.0f} | {growth:+.0f} | "
+                     f"{first * 100:.0f} → {last * 100:.0f} | {'yes' if ok else 'no'} |")
+    return "\n".join(lines)
+
+
+def evaluated(ds):
+    """The rates the search ran (any policy), ascending."""
+    ran = ds.arrivals.notnull().any([d for d in ds.arrivals.dims if d != "rate_rps"])
+    return [float(r) for r in ds.rate_rps.values[ran.values]]
+
+
+def mooncake_table(ds):
+    """Markdown rows: per policy, TTFT p99 (median over seeds) at each time scale, and
+    the capacity."""
+    rates = ds.rate_rps.values
+    head = " | ".join(f"TTFT p99 ms at {r:.1f} req/s (×{s:g})" for r, s in zip(rates, ds.time_scale.values))
+    lines = [f"| policy | {head} | KV occupancy first → last % (highest load) | capacity req/s |",
+             "|---|" + "---|" * (len(rates) + 2)]
+    for p in ds.policy.values:
+        one = ds.sel(policy=p)
+        cells = " | ".join(f"{float(np.nanmedian(one.ttft_p99.sel(rate_rps=r))):,.0f}" for r in rates)
+        top = one.sel(rate_rps=rates[-1])
+        occ = (f"{float(np.nanmedian(top.kv_occupancy_first)) * 100:.0f} → "
+               f"{float(np.nanmedian(top.kv_occupancy_last)) * 100:.0f}")
+        lines.append(f"| {p} | {cells} | {occ} | {_cap_text(ds, float(one.capacity_rps))} |")
+    return "\n".join(lines)
+
+
+def section(data):
+    d, m = data["default"], data["mooncake"]
+    text = ["## Capacity at the SLO", ""]
+    if d is not None:
+        bound = float(d.attrs["capacity_bound"])
+        seeds = d.sizes["seed"]
+        unsteady = [str(p) for p in d.policy.values if at_capacity(d, p)[7] is False]
+        text += [
+            f"**How it was measured.** `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}` "
+            f"(stage `default`): for each policy, the largest evaluated rate at which the median "
+            f"over {seeds} seeds of TTFT p99 is at most {bound:,.0f} ms there and at every lower "
+            f"evaluated rate; the seeds' range is the same rule on each seed's own runs. The "
+            f"study's baseline: 8 default replicas, the default workload with the long class "
+            f"(p_long {float(d.attrs.get('p_long', 0.02)):g}), {float(d.attrs['warmup_s']):,.0f} s "
+            f"warm-up, a {float(d.attrs['measure_s']):g} s window, drained "
+            f"({float(d.attrs['drain_s']):g} s). Rates on multiples of "
+            f"{float(d.attrs['capacity_resolution']):g} req/s (so a capacity is exact to "
+            f"{float(d.attrs['capacity_resolution']):g} req/s: the true value lies below the next "
+            f"even rate), {int(d.attrs['capacity_points'])} a round inside each policy's bracket, "
+            f"from {float(d.attrs['capacity_low']):g} to {float(d.attrs['capacity_high']):g} req/s; "
+            f"evaluated: {', '.join(f'{r:g}' for r in evaluated(d))} req/s "
+            f"({int(d.arrivals.notnull().sum())} runs).", "",
+            "**Default workload.**", "", table(d), "",
+            "**The warm-up check.** The steady-state figures are those of the runs at each "
+            "policy's capacity (medians over seeds): backlog growth (requests in the system at "
+            "the window's end minus at its start) and the KV occupancy of the window's first and "
+            "last quarter. "
+            + ("Every row is steady by `routesim.steady`'s rule (" + steady.rule() + " would flag it): "
+               f"{float(d.attrs['warmup_s']):,.0f} s of warm-up is enough at these loads."
+               if not unsteady else
+               "Not steady by `routesim.steady`'s rule (" + steady.rule() + "): "
+               + ", ".join(unsteady) + "; their capacity is an upper bound."), ""]
+    if m is not None:
+        bound = float(m.attrs["capacity_bound"])
+        text += [
+            "**The Mooncake excerpt.** Replayed as in claim 4 (`traces/mooncake-conv.jsonl`, 8 "
+            "default replicas, 512-token hash blocks, so a conversation's later turns find their "
+            "earlier turns' prefix cached on the replica that served them), stages `mooncake-*` of "
+            f"`{SWEEP}`. A trace brings its own arrivals, so the load is its `time_scale`; every "
+            "time scale replays the same span of trace time (60 s of warm-up, then 300 s measured, "
+            "in trace seconds), so the three loads differ only in rate, and the rate shown is the "
+            "window's (cohort arrivals / window). The seed drives only the router stream: "
+            f"power_of_d ran {m.sizes['seed']} seeds, the deterministic policies one. Capacity by "
+            f"the same rule (median TTFT p99 ≤ {bound:,.0f} ms):", "",
+            mooncake_table(m), "", _mooncake_reading(m), ""]
+    return "\n".join(text)
+
+
+def lone_prefill_ms(prompt):
+    """A lone prompt's prefill on an idle default replica, no cache hit (ms): its
+    ceil(P / 8,192) chunk iterations by the step cost (token-model.md §2, step 3; the
+    attention term sums to c_attn · P² / 2 over the chunks)."""
+    from .counts import STEP
+    p = np.asarray(prompt, float)
+    return (STEP["base"] * np.ceil(p / 8192) + STEP["per_prefill_token"] * p
+            + STEP["per_prefill_token_pair"] * p * p / 2)
+
+
+SPAN_S = (60.0, 360.0)
+"""The measured span of trace time of every Mooncake stage (s)."""
+
+
+def _span_prompts():
+    from ... import traces
+    tr = traces.load_trace(Path(__file__).resolve().parents[3] / "traces" / "mooncake-conv.jsonl", "mooncake")
+    keep = (tr.t_ms >= SPAN_S[0] * 1000) & (tr.t_ms < SPAN_S[1] * 1000)
+    return tr.prompt[keep]
+
+
+def _mooncake_reading(m):
+    bound = float(m.attrs["capacity_bound"])
+    low = m.ttft_p99.sel(rate_rps=m.rate_rps.values[0]).median("seed")
+    best = float(low.min())
+    none = bool(np.isnan(m.capacity_rps.values).all())
+    prompts = _span_prompts()
+    slow = float(np.mean(lone_prefill_ms(prompts) > bound)) * 100
+    floor = float(np.percentile(lone_prefill_ms(prompts), 99))
+    return ((f"No policy meets the {bound:,.0f} ms TTFT p99 even at the lightest load "
+             f"({float(m.rate_rps.values[0]):.1f} req/s; the best, {str(low.policy.values[int(np.argmin(low.values))])}, "
+             f"{best:,.0f} ms): the excerpt's prompts are long: alone on an idle replica without a "
+             f"cache hit, {slow:.0f} % of the measured span's prompts would take more than {bound:,.0f} ms "
+             f"to prefill (their 99th percentile: {floor:,.0f} ms). Its TTFT tail is set by prefill, "
+             "which cache hits shorten and routing cannot, so the study's SLO has no capacity here; "
+             "claims that replay the excerpt place their loads as time scales.") if none else
+            "The capacities above apply the study's SLO to the excerpt.")

@@ -1,0 +1,142 @@
+"""The least-outstanding study's capacity table (routesim/studies/least_outstanding/
+capacities.py) on hand-built results whose capacities follow from the rule (the largest
+evaluated rate at which the median over seeds of TTFT p99 is at most 1 s there and at
+every lower one), read back by common.capacity; the study command runs it first and
+keeps it under --resume."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from routesim.results import write_atomic
+from routesim.studies.least_outstanding import __main__ as cli
+from routesim.studies.least_outstanding import capacities
+from routesim.studies.least_outstanding.common import CAPACITY_RESULTS, capacity
+
+DET = ("round_robin", "least_requests", "least_tokens", "least_kv", "least_cost")
+# TTFT p99 (ms) per time scale 0.5, 1, 1.5: least_tokens meets 1 s up to scale 1;
+# round_robin not even at 0.5; least_kv at 0.5 only; the others never
+TTFT = {"round_robin": (1200, 1300, 2000), "least_requests": (1100, 1200, 1300), "least_tokens": (700, 950, 1400),
+        "least_kv": (990, 1010, 900), "least_cost": (1500, 1500, 1500)}
+# power_of_d's four seeds at each scale: median (850 + 900) / 2 = 875 ms at 0.5,
+# (1000 + 1100) / 2 = 1050 ms at 1
+POD = ((800, 850, 900, 1200), (900, 1000, 1100, 1300), (1500, 1600, 1700, 1800))
+ARRIVALS = {"0.5": 900, "1": 900, "1.5": 900}      # the same trace span at every scale
+MEASURE = {"0.5": 600.0, "1": 300.0, "1.5": 200.0}
+
+
+def stage(policies, ttft, seeds, scale):
+    """One mooncake stage's Dataset as python -m routesim.sweep writes it: length-one
+    rate_rps, heterogeneity, scenario and trace_time_scale axes, a per-replica variable."""
+    shape = (len(policies), 1, 1, 1, len(seeds), 1)
+    dims = ("policy", "rate_rps", "heterogeneity", "scenario", "seed", "trace_time_scale")
+    t = np.asarray(ttft, float).reshape(shape)
+    full = np.ones(shape)
+    ds = xr.Dataset({"ttft_p99": (dims, t), "arrivals": (dims, ARRIVALS[scale] * full),
+                     "backlog_growth": (dims, 0 * full), "kv_occupancy_first": (dims, 0.9 * full),
+                     "kv_occupancy_last": (dims, 0.9 * full),
+                     "assigned": (dims + ("replica",), np.ones(shape + (8,)))},
+                    coords={"policy": list(policies), "rate_rps": [1.0], "heterogeneity": ["uniform8"],
+                            "scenario": ["steady"], "seed": list(seeds), "trace_time_scale": [float(scale)],
+                            "replica": np.arange(1, 9)})
+    ds.attrs.update(measure_s=MEASURE[scale], slo_ttft_ms=1000.0, warmup_s=60.0)
+    return ds
+
+
+@pytest.fixture
+def folder(tmp_path):
+    out = tmp_path / CAPACITY_RESULTS
+    for k, s in enumerate(capacities.SCALES):
+        write_atomic(stage(DET, [[TTFT[p][k]] for p in DET], [1], s), out / f"mooncake-{s}.nc")
+        write_atomic(stage(["power_of_d"], [POD[k]], [1, 2, 3, 4], s), out / f"mooncake-{s}-pod.nc")
+    return out
+
+
+def test_mooncake_capacity_by_the_rule(folder, tmp_path):
+    ds = capacities.mooncake_capacity(folder)
+    # the offered rates: 900 arrivals over 600, 300 and 200 s
+    assert list(ds.rate_rps.values) == [1.5, 3.0, 4.5]
+    cap = {str(p): float(ds.capacity_rps.sel(policy=p)) for p in ds.policy.values}
+    assert cap["least_tokens"] == 3.0
+    assert cap["least_kv"] == 1.5               # 900 ms at 1.5 does not count: 1.01 s failed below it
+    assert np.isnan(cap["round_robin"]) and np.isnan(cap["least_cost"]) and np.isnan(cap["least_requests"])
+    assert cap["power_of_d"] == 1.5             # median 875 ms at 0.5, 1,050 at 1
+    # each seed by itself: seed 1 800/900/1500 -> 3.0; seed 4 1200 -> none
+    seeds = ds.capacity_rps_seed.sel(policy="power_of_d").values
+    assert seeds[0] == 3.0 and np.isnan(seeds[3])
+    # a deterministic policy's one run stands for every seed
+    assert np.all(ds.capacity_rps_seed.sel(policy="least_tokens").values == 3.0)
+    write_atomic(ds, folder / "mooncake-capacity.nc")
+    assert capacity(tmp_path, "least_tokens", "mooncake") == (3.0, 3.0, 3.0, True)
+    c = capacity(tmp_path, "power_of_d", "mooncake")
+    assert c[0] == 1.5 and (c[1], c[2]) == (1.5, 3.0)
+    table = capacities.mooncake_table(ds)
+    assert "| least_tokens | 700 | 950 | 1,400 | 90 → 90 | 3 |" in table
+    assert "| round_robin | 1,200 | 1,300 | 2,000 | 90 → 90 | < 1.5 |" in table
+
+
+def default_capacity(tmp_path):
+    """A default-capacity.nc as python -m routesim.capacity writes it, by hand: rates
+    36, 40, 44, 48; capacity 44 for least_tokens (median TTFT p99 under 1 s to 44),
+    none for round_robin."""
+    rates = [36.0, 40.0, 44.0, 48.0]
+    pols = ["round_robin", "least_tokens"]
+    ttft = np.array([[[1100, 1200]] * 4, [[500, 600], [700, 800], [900, 950], [1500, 1600]]], float)
+    grow = np.zeros_like(ttft)
+    grow[1, 2] = [60, 60]                              # least_tokens' runs at 44: 60 of 2,640 arrivals
+    dims = ("policy", "rate_rps", "seed")
+    ds = xr.Dataset({"ttft_p99": (dims, ttft), "arrivals": (dims, np.full_like(ttft, 2640)),
+                     "backlog_growth": (dims, grow), "kv_occupancy_first": (dims, np.full_like(ttft, 0.8)),
+                     "kv_occupancy_last": (dims, np.full_like(ttft, 0.82)),
+                     "capacity_rps": ("policy", [np.nan, 44.0]),
+                     "capacity_rps_seed": (("policy", "seed"), [[np.nan, np.nan], [44.0, 44.0]])},
+                    coords={"policy": pols, "rate_rps": rates, "seed": [1, 2]})
+    ds.attrs.update(capacity_bound=1000.0, capacity_low=36.0, capacity_high=48.0, capacity_points=3,
+                    capacity_resolution=2.0, warmup_s=1200.0, measure_s=60.0, drain_s=600.0, p_long=0.02)
+    write_atomic(ds, tmp_path / CAPACITY_RESULTS / "default-capacity.nc")
+    return ds
+
+
+def test_default_table_and_the_warm_up_check(tmp_path):
+    default_capacity(tmp_path)
+    data = capacities.load(tmp_path)
+    assert data["mooncake"] is None
+    t = capacities.table(data["default"])
+    # 60 / 2,640 = 2.3 % of arrivals: above routesim.steady's 2 % bound, not steady
+    assert "| least_tokens | 44 | 44 | 925 | +60 | 80 → 82 | no |" in t
+    assert "| round_robin | < 36 | < 36 | — | — | — | — |" in t
+    text = capacities.section(data)
+    assert text.startswith("## Capacity at the SLO") and "least_tokens; their capacity is an upper bound" in text
+    assert capacities.row(data) is None and capacities.verdict(data) is None
+    paths = capacities.figure(data, tmp_path / "figures")
+    assert sorted(p.name for p in paths) == ["lor-capacity.png", "lor-capacity.svg"]
+
+
+def test_run_keeps_existing_files_under_resume(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(capacities.capacity_mod, "main", lambda argv: calls.append(("capacity", argv)) or 0)
+    from routesim import sweep as sweep_cli
+    monkeypatch.setattr(sweep_cli, "main", lambda argv: calls.append(("sweep", argv)) or 0)
+    out = tmp_path / CAPACITY_RESULTS
+    out.mkdir()
+    for stem in ("default", "mooncake"):
+        (out / f"{stem}-capacity.nc").write_bytes(b"")
+    assert capacities.run(tmp_path, quiet=True, resume=True) == 0
+    assert calls == []
+    # without --resume the search runs again, on the study's file and options
+    monkeypatch.setattr(capacities, "mooncake_capacity", lambda folder: xr.Dataset())
+    monkeypatch.setattr("routesim.results.write_atomic", lambda ds, path: None)
+    assert capacities.run(tmp_path, quiet=True, resume=False) == 0
+    assert calls[0] == ("capacity", [capacities.SWEEP, *capacities.SEARCH, "--out", str(out), "--quiet"])
+    assert calls[1][0] == "sweep" and calls[1][1].count("--stage") == 6
+
+
+def test_the_study_command_runs_it_before_the_sweeps(tmp_path, monkeypatch):
+    order = []
+    monkeypatch.setattr(cli, "SWEEPS", (capacities.SWEEP, "sweeps/token-routing-example.toml"))
+    monkeypatch.setattr(capacities, "run", lambda root, quiet, resume: order.append(("run", resume)) or 0)
+    monkeypatch.setattr(cli.sweep_cli, "main", lambda argv: order.append(("sweep", argv[0])) or 0)
+    rc = cli.main(["--quiet", "--resume", "--results-root", str(tmp_path / "results"),
+                   "--figures", str(tmp_path / "f"), "--out", str(tmp_path / "doc.md")])
+    assert rc == 0
+    assert order == [("run", True), ("sweep", "sweeps/token-routing-example.toml")]
