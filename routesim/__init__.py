@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 from . import compile_cache  # noqa: E402
 
 compile_cache.use()  # before any compiled module: the kernels' cache follows their source
+from . import nrt  # noqa: E402,F401  (before any compiled module: how a call's error exit is marked)
 
 from .config import ConfigError, load_sweep, parse_sweep  # noqa: E402
 from .study import run  # noqa: E402

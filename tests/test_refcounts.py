@@ -11,6 +11,10 @@ includes whatever LLVM inlined into it).
   every call. The functions of the event loop (``run_one_nb`` and everything it calls
   per time or per iteration) must keep at most the counts stated below, each with its
   reason; routesim/nrt.py says how a function is written so that Numba prunes them.
+- Allocations: the sweep is run again once compiled, and NRT's statistics
+  (``NUMBA_NRT_STATS``) must show every allocation freed once its results are gone:
+  routesim's functions borrow their arguments (routesim/nrt.py), so a wrong borrow
+  would show as a leak or an early free.
 - Signatures: a function compiled twice (a literal ``0``, ``True`` or an enum member
   where elsewhere a typed value is passed) costs a second compilation on every cold
   start. Every routesim dispatcher has exactly one.
@@ -51,60 +55,39 @@ OUT_OF_LOOP = {
 }
 """Functions whose reference counts are not per iteration (not checked)."""
 
-NOT_INLINED = "calls compiled functions that LLVM does not inline (each call's error exit)"
-
 ALLOWED = {
-    # name: (NRT_incref and NRT_decref calls at most, each; why)
-    "clear_replica_nb": (3, "a fail event only"),
-    "drop_nb": (1, "publications (periodic signals) and fail events only"),
-    "evict_nb": (10, NOT_INLINED),
-    "take_nb": (5, NOT_INLINED),
-    "unref_nb": (4, NOT_INLINED),
-    "choose_nb": (2, NOT_INLINED),
-    "prefix_affinity_nb": (2, NOT_INLINED),
-    "_admit_nb": (10, NOT_INLINED),
-    "_complete_nb": (10, NOT_INLINED),
-    "leave_nb": (3, NOT_INLINED),
-    "_preempt_nb": (10, "preemptions only"),
-    "cancel_nb": (12, "a timeout or a black-hole failure only"),
-    "crash_nb": (10, "a fail event only"),
-    "finish_nb": (19, NOT_INLINED),
-    "release_nb": (9, NOT_INLINED),
-    "start_nb": (17, NOT_INLINED),
-    "_score_nb": (13, NOT_INLINED),
-    "decide_nb": (15, NOT_INLINED),
-    "observe_failure_nb": (19, "attempt failures only"),
-    "place_nb": (21, NOT_INLINED),
-    "route_nb": (24, NOT_INLINED),
-    "start_decoding_nb": (6, NOT_INLINED),
-    "top_nb": (3, NOT_INLINED),
-    # scheduler = "vllm" (module.function where a name is also the reserve mode's)
-    "_evict_nb": (3, NOT_INLINED),
-    "_allocate_nb": (12, NOT_INLINED),
-    "_schedule_nb": (13, NOT_INLINED),
-    "vllm_replica.cancel_nb": (13, "a timeout or a black-hole failure only"),
+    # name (or module.function): (NRT_incref and NRT_decref calls at most, each; why)
 }
-"""Event-loop functions allowed some reference counts, and why: a rare path, or calls
-that are not inlined (a call's error exit merges with the normal return, which the
-pruning cannot see through; routesim/nrt.py). Lower a count when it falls; never raise
-one without a reason."""
+"""Event-loop functions allowed some reference counts, and why: none since routesim's
+functions borrow their arguments and mark a call's error exit as a raise
+(routesim/nrt.py). Add one only with its reason (a rare path); never raise one
+without a reason."""
 
 
 def _child(out: Path):
     """In the child: run the small example sweep, then write {name: {signatures, incref, decref}}."""
+    import gc
     import importlib
     import pkgutil
     import tempfile
 
     from numba.core.registry import CPUDispatcher
+    from numba.core.runtime import rtsys
 
     import routesim
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sweep.toml"
         path.write_text(small_example())
-        routesim.run(routesim.load_sweep(path), show_progress=False)
-    found = {}
+        routesim.run(routesim.load_sweep(path), show_progress=False)  # compiles (and starts NRT)
+        gc.collect()
+        before = rtsys.get_allocation_stats()
+        results = routesim.run(routesim.load_sweep(path), show_progress=False)
+        del results
+        gc.collect()
+        after = rtsys.get_allocation_stats()
+    found = {"NRT": {"alloc": after.alloc - before.alloc, "free": after.free - before.free,
+                     "mi_alloc": after.mi_alloc - before.mi_alloc, "mi_free": after.mi_free - before.mi_free}}
     for info in pkgutil.walk_packages(routesim.__path__, "routesim."):
         module = importlib.import_module(info.name)
         for attr, d in vars(module).items():
@@ -127,7 +110,7 @@ def _child(out: Path):
 def compiled(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("refcounts")
     out = tmp / "compiled.json"
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / "cache"), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp / "cache"), NUMBA_NRT_STATS="1", PYTHONPATH=str(ROOT))
     run = subprocess.run([sys.executable, __file__, str(out)], env=env, cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(out.read_text())
@@ -143,7 +126,7 @@ def test_the_engine_was_compiled(compiled):
 def test_event_loop_reference_counts_do_not_creep(compiled):
     over = {}
     for name, c in compiled.items():
-        if not name.startswith("routesim.batching.") or name.rsplit(".", 1)[1] in OUT_OF_LOOP:
+        if name == "NRT" or not name.startswith("routesim.batching.") or name.rsplit(".", 1)[1] in OUT_OF_LOOP:
             continue
         allowed = ALLOWED.get(name.removeprefix("routesim.batching."),
                               ALLOWED.get(name.rsplit(".", 1)[1], (0, "")))[0]
@@ -152,8 +135,16 @@ def test_event_loop_reference_counts_do_not_creep(compiled):
     assert not over, f"NRT_incref/NRT_decref calls left (see routesim/nrt.py): {over}"
 
 
+def test_every_allocation_is_freed_once(compiled):
+    """Borrowed arguments (routesim/nrt.py) neither leak nor free early: over the sweep,
+    once its results are gone, as many of NRT's allocations (and memory-info records)
+    freed as made."""
+    n = compiled["NRT"]
+    assert n["alloc"] == n["free"] and n["mi_alloc"] == n["mi_free"], n
+
+
 def test_one_signature_each(compiled):
-    many = {name: c["signatures"] for name, c in compiled.items() if len(c["signatures"]) != 1}
+    many = {name: c["signatures"] for name, c in compiled.items() if name != "NRT" and len(c["signatures"]) != 1}
     assert not many, f"compiled more than once: {many}"
 
 

@@ -309,11 +309,10 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
     Q = 0.0
     R = 0  # KV tokens the chunks attend to: Σ (m + c + x) (the roofline's memory time)
     chunks = 0
-    pre = prefill[i]
     if p.chunked_prefill:
         k = 0
         while k < r.n_pre and budget > 0:
-            q = req[pre[k]]
+            q = req[prefill[i, k]]
             x = min(q.u - q.c, budget)
             q.x = x
             U += x
@@ -336,7 +335,7 @@ def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, se
             cnt[1] += 1
             q.state = State.PREFILL
             run_append_nb(rep, req, i, s)
-            pre[r.n_pre] = s
+            prefill[i, r.n_pre] = s
             r.n_pre += 1
             q.x = x
             U += x
@@ -452,10 +451,9 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
                               n_done, cnt)
         s = next_due_nb(due, due_n, req, i, j, Due.DONE)
     # prefilling sequences that computed a chunk
-    pre = prefill[i]
     keep = 0
     for k in range(r.n_pre):
-        s = pre[k]
+        s = prefill[i, k]
         q = req[s]
         prefilling = True
         if q.x > 0:
@@ -482,10 +480,10 @@ def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
                 else:
                     start_decoding_nb(rep, req, due, due_n, grow, i, s, j + 1, p)
         if prefilling:
-            pre[keep] = s
+            prefill[i, keep] = s
             keep += 1
     r.n_pre = keep
-    hold((tab, heap, heap_n, due, due_n, grow, rep, req, pre, seg_key, seg_len, seg_off, done_log, cnt, gap_ms,
+    hold((tab, heap, heap_n, due, due_n, grow, rep, req, prefill, seg_key, seg_len, seg_off, done_log, cnt, gap_ms,
           gap_n, n_gap))
     return n_done
 
@@ -536,11 +534,10 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
             q.g = g_now_nb(rep, req, s)
             stop_decoding_nb(r, q, grow, i, r.started)
         else:  # prefilling: out of the prefill list, keeping its order
-            pre = prefill[i]
             keep = 0
             for k in range(r.n_pre):
-                if pre[k] != s:
-                    pre[keep] = pre[k]
+                if prefill[i, k] != s:
+                    prefill[i, keep] = prefill[i, k]
                     keep += 1
             r.n_pre = keep
             q.x = 0
