@@ -227,7 +227,7 @@ def assert_invariants(ds):
     assert ds.latency_p99.where(~done).isnull().all()
 
 
-VERDICTS = ("holds", "holds with qualification", "does not hold in this model")
+VERDICTS = ("holds", "holds with qualification", "does not hold", "does not hold in this model")
 
 
 def write_results(root, datasets) -> Path:
