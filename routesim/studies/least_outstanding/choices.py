@@ -312,7 +312,10 @@ def section(data):
         parts += ["**Sensitivity to the step cost** (the same comparisons; each variant's load "
                   "placed about as far below one random choice's capacity under that step cost "
                   "as the main design's, from exploratory runs written in the sweep file):", "",
-                  *sensitivity_rows(v, sens), ""]
+                  *sensitivity_rows(v, sens), "", "Their steady state (median over seeds):", ""]
+        for stage, words in SENSITIVITY:
+            if n8[stage] is not None:
+                parts += [f"*{words}*", "", steady_table(n8[stage], ("choices",)), ""]
     return "\n".join(parts)
 
 

@@ -233,12 +233,19 @@ def section(data):
         f"across every pair of the four policies, the one that placed less often above 90 % "
         f"also preempted less in {agree} of {n} comparisons (pairs where both differ): the "
         "tail of occupancy at placement is the measure the seed's mechanism is about, which "
-        "the mean over placements cannot show. " + " ".join(extra[:1]), ""]
+        "the mean over placements cannot show. The TPOT p99 rises instead of falling, on "
+        "every arm: a placement by occupancy does not look at how many sequences a replica "
+        "is decoding, and why that costs the TPOT tail (larger batches, more prefill beside "
+        "decoding) is not isolated here. " + " ".join(extra[:1]), ""]
     parts += extra[1:]
     if sens:
         parts += ["", "**Sensitivity to the step cost** (least_kv against least_requests; "
                   "each variant's load and pool in the sweep file):", "",
-                  *sensitivity_rows(fresh_kv, sens), ""]
+                  *sensitivity_rows(fresh_kv, sens), "",
+                  "Their steady state (median over seeds):", ""]
+        for stage, words in ARMS:
+            if _present(data, stage):
+                parts += [f"*{words}*", "", steady_table(data[stage], ("policy",)), ""]
     return "\n".join(parts)
 
 

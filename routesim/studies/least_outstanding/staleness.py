@@ -179,8 +179,9 @@ def section(data):
                    + ": there power of two has the lower TTFT p99 (a lead)") if flips and fresh_rank == 1
            else "; power of two leads at " + ", ".join(f"{p} ms" for p in flips) if flips else
            "; at no period does power of two lead")
-        + ". So the fresh-signal rankings of claims 1, 2, 4 and 5 flatter least_tokens "
-        + ("when the real signal is a scrape of that age." if flips else "less than feared here.")
+        + (". So the fresh-signal rankings of claims 1, 2, 4 and 5 flatter least_tokens where "
+           "the real signal is a scrape of that age." if flips else
+           ". At this load the two policies' fresh-signal ranking survives a scrape.")
         + f" The published reference (a trained simulator's weighted router: "
         f"+{PUBLISHED[10]:g} % at 10 ms, +{PUBLISHED[100]:g} % at 100 ms) degrades faster. "
         f"At {rate:g} req/s about {rate * 0.1:.1f} requests arrive in 100 ms across the "
