@@ -52,9 +52,9 @@ def test_the_verdict_by_construction():
 
 def test_the_ranking_change_is_said_plainly():
     assert choices._ranking_words({"fresh signals": -1, "a 50 ms periodic signal": 1}).endswith(
-        "the ranking changes once the signal is a scrape.")
+        "the ranking changes once the signal is a scrape")
     assert choices._ranking_words({"fresh signals": -1, "a 50 ms periodic signal": -1}).endswith(
-        "the ranking does not change.")
+        "the ranking does not change")
 
 
 @pytest.fixture(scope="module")

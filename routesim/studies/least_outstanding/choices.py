@@ -246,8 +246,8 @@ def _ranking_words(leads):
     name = {-1: "least_tokens ahead", 0: "no lead either way", 1: "power of two ahead"}
     said = f"Fresh: {name[fresh]}; " + "; ".join(f"{w}: {name[x]}" for w, x in stale.items())
     if any(x != fresh for x in stale.values()):
-        return said + ": the ranking changes once the signal is a scrape."
-    return said + ": the ranking does not change."
+        return said + ": the ranking changes once the signal is a scrape"
+    return said + ": the ranking does not change"
 
 
 def section(data):
