@@ -62,7 +62,7 @@ def test_relation_counts_pairs_where_both_differ():
 def out(tmp_path_factory):
     return run_reduced(tmp_path_factory.mktemp("preemption"), SWEEPS / "token-routing-preemption.toml",
                        {"warmup_s = 1200": "warmup_s = 300", "count = 16 }": "count = 4 }"},
-                       cut_before='[[stages]]\nname = "signals"')
+                       cut_before='[[stages]]\nname = "prefill2"')
 
 
 def test_claim5_kv_aware_routing_places_less_often_above_90_percent(out, tmp_path):
