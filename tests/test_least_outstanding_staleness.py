@@ -1,37 +1,67 @@
-"""Claim 3's herd (docs/least-outstanding-routing.md): the herd index by hand, and the
-direction the full study found recomputed from a reduced run's timeline."""
+"""Claim 3 of the least-outstanding-routing study (every signal is stale), rebuilt on issue
+23's rule: the verdict logic on hand-built Datasets whose answer is known by construction,
+and the comparisons recomputed from a reduced run of the same design
+(sweeps/token-routing-staleness.toml: 4 seeds, a 60 s warm-up and a 20 s window instead
+of 16 seeds, 300 s and 60 s). A change to the engine that stops a stale signal from
+hurting least_tokens fails here. The claim's row, section and figure are drawn from the
+same run."""
 
 import numpy as np
 import pytest
 import xarray as xr
 
-from conftest import SWEEPS, run_reduced
+from conftest import SWEEPS, assert_renders, run_reduced, write_results
 from routesim.studies.least_outstanding import staleness
 
-
-def test_herd_index_by_hand():
-    # 20 ms samples; warm-up 0.1 s; then two 100 ms windows: the first puts 4 of 5
-    # placements on replica 1, the second spreads 4 over four replicas.
-    a = np.zeros((15, 4), int)
-    a[0:5, 0] = 7                       # before the warm-up's end: ignored
-    a[5:9, 0] = 1
-    a[9, 1] = 1                         # window 1: 4 of 5 on replica 1
-    a[10, 0] = a[11, 1] = a[12, 2] = a[13, 3] = 1     # window 2: 1 of 4 each
-    tl = xr.Dataset({"assignments": (("policy", "time", "replica"), a[None])},
-                    coords={"policy": ["x"], "time": np.arange(1, 16) * 0.02},
-                    attrs={"warmup_s": 0.1})
-    assert staleness.herd_index(tl, "x") == pytest.approx((4 + 1) / (5 + 4))
+N = 16
+RNG = np.random.default_rng(5)
+FRESH = 400 * (1 + 0.1 * RNG.standard_normal(N))
 
 
-def test_stale_global_minimum_herds_and_power_of_two_does_not(tmp_path):
-    ds = run_reduced(tmp_path, SWEEPS / "token-routing-staleness.toml",
-                     {'mode = ["periodic", "periodic_local"]': 'mode = ["periodic"]',
-                      "period_ms = [0, 5, 10, 25, 50, 100, 250]": "period_ms = [100]",
-                      "routers = [1, 4]": "routers = [1]",
-                      "measure_s = 15": "measure_s = 6",
-                      "count = 4 }": "count = 1 }"})["staleness"]
-    tl = staleness.herd_trace(ds)
-    # The full study: 0.76 against 0.39; uniform placement of ~5 per window over 8
-    # replicas would give about 0.4.
-    assert staleness.herd_index(tl, "least_tokens") > 0.6
-    assert staleness.herd_index(tl, "power_of_d") < 0.5
+def noisy(x):
+    return x * (1 + 0.005 * RNG.standard_normal(N))
+
+
+def data_of(lt, pod, lt_local, pod_local):
+    """lt, pod: {period ms: factor on FRESH}; the local arm's factors at 50 ms."""
+    pols = ("least_tokens", "power_of_d")
+    seeds = np.arange(1, N + 1)
+    fresh = xr.Dataset({"ttft_p99": (("policy", "seed"), [noisy(FRESH), noisy(FRESH)])},
+                       coords={"policy": list(pols), "seed": seeds})
+    ps = sorted(lt)
+    per = xr.Dataset({"ttft_p99": (("policy", "period_ms", "seed"),
+                                   [[noisy(FRESH * f[p]) for p in ps] for f in (lt, pod)])},
+                     coords={"policy": list(pols), "period_ms": ps, "seed": seeds})
+    local = xr.Dataset({"ttft_p99": (("policy", "seed"), [noisy(FRESH * lt_local), noisy(FRESH * pod_local)])},
+                       coords={"policy": list(pols), "seed": seeds})
+    return {"fresh": fresh, "periodic": per, "local": local}
+
+
+def test_the_verdict_by_construction():
+    # least_tokens +50 % and +80 % stale, power of two +10 % and +20 %, periodic_local
+    # back to +5 %: every comparison as predicted
+    assert staleness.verdict(data_of({50: 1.5, 100: 1.8}, {50: 1.1, 100: 1.2}, 1.05, 1.0)) == "holds"
+    # power of two degrades as much as least_tokens: no lead there, the rest stands
+    assert staleness.verdict(data_of({50: 1.5, 100: 1.8}, {50: 1.5, 100: 1.8}, 1.05, 1.0)) == \
+        "holds with qualification"
+    # staleness does not hurt least_tokens and periodic_local is worse: reversed
+    assert staleness.verdict(data_of({50: 0.9, 100: 0.9}, {50: 1.0, 100: 1.0}, 1.2, 1.0)) == "does not hold"
+    # the ranking: power of two 20 % below least_tokens at 50 ms is a lead (-1)
+    d = data_of({50: 1.5, 100: 1.8}, {50: 1.2, 100: 1.2}, 1.05, 1.0)
+    assert staleness.ranking(d, 50)[3] == -1 and staleness.ranking(d, 0)[3] == 0
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return run_reduced(tmp_path_factory.mktemp("staleness"), SWEEPS / "token-routing-staleness.toml",
+                       {"warmup_s = 300": "warmup_s = 60", "measure_s = 60": "measure_s = 20",
+                        "count = 16 }": "count = 4 }"})
+
+
+def test_claim3_a_stale_signal_hurts_the_global_minimum(out, tmp_path):
+    data = staleness.load(write_results(tmp_path / "results", out))
+    assert staleness.degradation(data, "least_tokens", 100)[3] == 1
+
+
+def test_claim3_row_section_and_figure_render(out, tmp_path):
+    assert_renders(staleness, write_results(tmp_path / "results", out), tmp_path / "figures")

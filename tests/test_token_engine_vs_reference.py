@@ -28,6 +28,7 @@ COUNTS = ("arrivals", "completed", "failed", "rejected", "shed", "unfinished", "
 FLOATS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "e2e_p50",
           "e2e_p90", "e2e_p99", "e2e_mean", "attainment", "goodput", "throughput",
           "token_throughput", "prefix_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy",
+          "placement_occupancy_high",
           "itl_p50", "itl_p90", "itl_p99", "itl_max", "kv_occupancy_first", "kv_occupancy_last")
 VECTORS = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens",
            "replica_max_outstanding": "max_out"}
@@ -273,6 +274,7 @@ def test_the_cases_exercise_what_they_claim():
     seen = {case: _reference(case, "least_requests", 1) for case in CASES}
     got = {case: out for case, (out, _sim) in seen.items()}
     assert got["preempting"]["preemptions"] > 0
+    assert 0 < got["preempting"]["placement_occupancy_high"] < 1    # both sides of 0.9 are met
     assert got["queues-fill"]["shed"] > 0
     assert got["prefix-heavy"]["prefix_hit_rate"] > 0.3
     rr, _ = _reference("queues-fill", "round_robin", 2)

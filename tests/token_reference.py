@@ -116,7 +116,8 @@ Failures, retries, containment (§6)
      routing is not one); `retries` counts placements with attempt number >= 2;
      `assigned` counts placements by placement time.  `placement_occupancy` averages,
      over those placements, the chosen replica's referenced blocks / kv_blocks just
-     before it; `replica_max_outstanding` is the largest len(waiting) + len(running) +
+     before it, and `placement_occupancy_high` is the share of them where that was
+     above 0.9; `replica_max_outstanding` is the largest len(waiting) + len(running) +
      len(pending_ff) just after one of them (0 if none); `replica_ttft_p50/p99` are the
      percentiles of the completed cohort's TTFT grouped by the replica it completed on.
 Metrics (§7)
@@ -660,6 +661,7 @@ class _Sim:
         self.replica_completed = [0] * self.N
         self.replica_tokens = [0] * self.N
         self.occupancy_at_placement: list[float] = []
+        self.high_at_placement: list[bool] = []     # occupancy above 0.9 at each placement
         self.max_outstanding = [0] * self.N
         self.completions_window = 0
         self.tokens_window = 0
@@ -1717,6 +1719,7 @@ class _Sim:
         if window:
             self.assigned[i] += 1
             self.occupancy_at_placement.append(rep.count(REFERENCED) / self.kv_blocks)
+            self.high_at_placement.append(rep.count(REFERENCED) / self.kv_blocks > 0.9)
         if rep.fail_fast:
             a.ff_time = T + p["fail_fast_ms"]
             a.where = "ff"
@@ -2086,6 +2089,8 @@ class _Sim:
         out["replica_tokens"] = list(self.replica_tokens)
         occ = self.occupancy_at_placement
         out["placement_occupancy"] = sum(occ) / len(occ) if occ else math.nan
+        high = self.high_at_placement
+        out["placement_occupancy_high"] = sum(high) / len(high) if high else math.nan
         out["replica_max_outstanding"] = list(self.max_outstanding)
         out["replica_ttft_p50"] = [nearest_rank(v, 50) for v in ttft_on]
         out["replica_ttft_p99"] = [nearest_rank(v, 99) for v in ttft_on]

@@ -227,6 +227,7 @@ REPLICA = np.dtype(
         ("tokens_all", np.int64),   # tokens emitted here, the whole run
         ("max_out", np.int64),      # most attempts here (waiting, running, black-holed) just after a placement in [warm-up, horizon)
         ("occ_sum", np.float64),    # Σ referenced blocks / kv_blocks here at placements in [warm-up, horizon)
+        ("occ_high", np.int64),     # placements here in [warm-up, horizon) with referenced blocks > 0.9 kv_blocks
         ("ttft_p50", np.float64),   # TTFT percentiles of cohort requests completed here (finished at the end)
         ("ttft_p99", np.float64),
     ],
@@ -285,6 +286,7 @@ def start_replica_nb(r):
     r.tokens_all = 0
     r.max_out = 0
     r.occ_sum = 0.0
+    r.occ_high = 0
 
 
 REQUEST = np.dtype(
@@ -466,6 +468,7 @@ METRICS = np.dtype(
         ("prefix_hit_rate", np.float64), ("kv_occupancy", np.float64), ("batch_mean", np.float64),
         ("backlog_growth", np.int64), ("kv_occupancy_first", np.float64), ("kv_occupancy_last", np.float64),
         ("attempts", np.int64), ("retries", np.int64), ("placement_occupancy", np.float64),
+        ("placement_occupancy_high", np.float64),
         # closed-loop client (max_in_flight > 0; Dataset variables only then)
         ("client_wait_p50", np.float64), ("client_wait_p99", np.float64), ("client_wait_mean", np.float64),
         ("client_waiting", np.int64),

@@ -56,6 +56,8 @@ VARIABLES = {
     "retries": ("attempts", "attempts for cohort requests beyond each one's first"),
     "placement_occupancy": ("1", "mean, over attempts routed in [warm-up, horizon), of the chosen replica's "
                             "referenced KV blocks over its pool just before the placement"),
+    "placement_occupancy_high": ("1", "share of the attempts routed in [warm-up, horizon) whose chosen replica's "
+                                 "referenced KV blocks were above 0.9 of its pool just before the placement"),
     "assigned": ("requests", "attempts routed to the replica in [warm-up, horizon)"),
     "replica_completed": ("requests", "completions on the replica in (warm-up, horizon]"),
     "replica_tokens": ("tokens", "tokens the replica emitted in (warm-up, horizon]"),
@@ -202,14 +204,17 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     first = 0.0
     last = 0.0
     occ = 0.0
+    high = 0
     placed = 0
     for i in range(rep.shape[0]):
         area += rep[i].area
         first += rep[i].area_first
         last += rep[i].area_last
         occ += rep[i].occ_sum
+        high += rep[i].occ_high
         placed += rep[i].assigned
     mt.placement_occupancy = occ / placed if placed > 0 else np.nan
+    mt.placement_occupancy_high = high / placed if placed > 0 else np.nan
     mt.kv_occupancy = area / p.kv_blocks / rep.shape[0] / (p.horizon_ms - p.warmup_ms)
     mt.kv_occupancy_first = first / p.kv_blocks / rep.shape[0] / p.quarter_ms
     mt.kv_occupancy_last = last / p.kv_blocks / rep.shape[0] / p.quarter_ms

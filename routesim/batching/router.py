@@ -239,6 +239,8 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
     if window:
         r.assigned += 1
         r.occ_sum += (r.anon + r.idref) / p.kv_blocks
+        if 10 * (r.anon + r.idref) > 9 * p.kv_blocks:    # occupancy > 0.9, in integers
+            r.occ_high += 1
     r.placed += 1
     if r.fail_fast:
         q.state = State.BLACKHOLE

@@ -1,412 +1,255 @@
 """Claim 4 of the least-outstanding-routing study: the tie-break line matters.
-sweeps/token-routing-affinity.toml (results/token-routing-affinity/: zipf-tie.nc
-power_of_d × rate_rps × tie_tolerance × seed; zipf-affinity.nc prefix_affinity ×
-rate_rps × balance_abs × seed; zipf-baselines.nc least_tokens and least_cost × rate_rps ×
-seed; the same three on the Mooncake excerpt as mooncake-*.nc, the deterministic
-policies without a seed axis, since a trace's seed drives only the router stream)."""
+sweeps/token-routing-affinity.toml (results/token-routing-affinity/: ``tie`` power_of_d ×
+rate_rps × tie_tolerance × seed; ``baselines`` least_tokens and least_cost × rate_rps ×
+seed; ``affinity`` prefix_affinity × balance_abs × seed at the high load; the
+realistic-signal arm ``tie-signals`` (tie_tolerance × signal_mode) and
+``baselines-signals`` (least_tokens × signal_mode) at the high load)."""
 
-import json
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .common import FIGURES, lead, open_stage, save, spread
+from ..intervals import LEVEL
+from .choices import against, capacities, cell, stage_rate
+from .common import FIGURES, compare, open_stage, save, show, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
-STAGES = ("zipf-tie", "zipf-affinity", "zipf-baselines",
-          "mooncake-tie", "mooncake-affinity", "mooncake-baselines")
-TRACE = Path(__file__).resolve().parents[3] / "traces" / "mooncake-conv.jsonl"
-CAPACITY = 52.0   # req/s: this workload's capacity (the sweep file's comment says how measured)
-WHERE = (("zipf", 26.0, "Zipf groups, 26 req/s (0.5 × capacity)"),
-         ("zipf", 47.0, "Zipf groups, 47 req/s (0.9 × capacity)"),
-         ("mooncake", None, "Mooncake excerpt (time_scale 1.5)"))
-METRICS = ("prefix_hit_rate", "ttft_p50", "ttft_p99", "share", "gap")
+STAGES = ("tie", "baselines", "affinity", "tie-signals", "baselines-signals")
+TOLERANCE = 0.1
+"""The near-tie the verdict reads: a candidate within 10 % of the better score is tied
+(the seed's "similar load"); 0.5 is shown beside it."""
+SIGNAL_MODES = ("periodic", "periodic_local")
+CAPACITY = 40.0
+"""req/s: least_tokens' capacity at the SLO on this workload (the sweep file's comment
+says how it was found); the loads are 0.5 and 0.9 × this."""
 
 
 def load(root):
-    """{stage name: Dataset} of the six stages, or None if any is missing."""
+    """{stage: Dataset, "caps": capacities on the default workload} or None when the
+    fresh stages are missing (the signal stages may be missing)."""
     d = Path(root) / "token-routing-affinity"
-    stages = {name: open_stage(d / f"{name}.nc") for name in STAGES}
-    return None if any(ds is None for ds in stages.values()) else stages
-
-
-def hot(ds):
-    """The hot-replica measures, added to a stage's Dataset: ``share``, the largest
-    replica's share of the attempts routed in the window (1/8 when even), and ``gap``,
-    how far the most loaded replica's outstanding requests grew over the window beyond
-    the median replica's: assigned − replica_completed is, per replica, the change of its
-    outstanding requests between warm-up and horizon (no failures or retries here)."""
-    grew = ds.assigned - ds.replica_completed
-    return ds.assign(share=ds.assigned.max("replica") / ds.assigned.sum("replica"),
-                     gap=grew.max("replica") - grew.median("replica"))
-
-
-def arms(data, workload, rate=None):
-    """One Dataset (arm × seed) of METRICS for a workload (and a rate for the Zipf
-    groups): power_of_d at each tie_tolerance ("pod 0" … "pod 0.5"), least_tokens,
-    least_cost and prefix_affinity at each balance_abs ("PA 4" …). A policy run once (the
-    deterministic ones on the trace) is repeated over power_of_d's seeds."""
-    def pick(name):
-        ds = hot(data[f"{workload}-{name}"])
-        return ds.sel(rate_rps=rate) if rate is not None else ds
-    tie = pick("tie")
-    seeds = tie.seed
-    out, names = [], []
-
-    def add(name, ds):
-        ds = ds[list(METRICS)]
-        for dim in [d for d in ds.dims if d != "seed"]:
-            ds = ds.squeeze(dim, drop=True)
-        for c in [c for c in ds.coords if c != "seed"]:
-            ds = ds.drop_vars(c)
-        if "seed" not in ds.dims:
-            ds = ds.expand_dims(seed=seeds.values)
-        out.append(ds)
-        names.append(name)
-
-    for t in tie.tie_tolerance.values:
-        add(f"pod {t:g}", tie.sel(tie_tolerance=t))
-    base = pick("baselines")
-    for p in ("least_tokens", "least_cost"):
-        add(p, base.sel(policy=p))
-    aff = pick("affinity")
-    for b in aff.balance_abs.values:
-        add(f"PA {b:g}", aff.sel(balance_abs=b))
-    return xr.concat(out, dim=xr.DataArray(names, dims="arm", name="arm"))
-
-
-def tolerances(data):
-    return [float(t) for t in data["zipf-tie"].tie_tolerance.values]
-
-
-def tie_effects(a, tol):
-    """Per-seed differences of power_of_d at tie_tolerance ``tol`` minus at 0."""
-    d = a.sel(arm=f"pod {tol:g}") - a.sel(arm="pod 0")
-    return {m: d[m] for m in ("prefix_hit_rate", "ttft_p50", "ttft_p99")}
-
-
-def findings(data):
-    """Per workload: ``hits`` — the positive tolerances that raise the hit rate on every
-    seed; ``pays`` — those that also lower TTFT p50 on every seed without raising TTFT p99
-    on every seed; ``tail`` — those that raise TTFT p99 on every seed."""
-    out = {}
-    for workload, rate, label in WHERE:
-        a = arms(data, workload, rate)
-        f = {"hits": [], "pays": [], "tail": []}
-        for t in tolerances(data)[1:]:
-            e = tie_effects(a, t)
-            hit = lead(e["prefix_hit_rate"]) == "above"
-            faster = lead(e["ttft_p50"]) == "below"
-            tail = lead(e["ttft_p99"]) == "above"
-            f["hits"] += [t] * hit
-            f["pays"] += [t] * (hit and faster and not tail)
-            f["tail"] += [t] * tail
-        out[label] = f
+    out = {s: open_stage(d / f"{s}.nc") for s in STAGES}
+    if any(out[s] is None for s in ("tie", "baselines", "affinity")):
+        return None
+    out["caps"] = capacities(root, ("least_tokens", "power_of_d"))
     return out
 
 
+def rates(data):
+    ds = data["tie"]
+    return [float(r) for r in ds.rate_rps.values] if "rate_rps" in ds.dims else [stage_rate(ds)]
+
+
+def _at(ds, rate):
+    """``ds`` at one load (a stage run at one load has no rate axis)."""
+    return ds.sel(rate_rps=rate) if "rate_rps" in ds.dims else ds
+
+
+def high(data):
+    return max(rates(data))
+
+
+def hot(ds):
+    """``gap``: how far the most loaded replica's outstanding requests grew over the
+    window beyond the median replica's (assigned − replica_completed per replica; no
+    failures or retries here), and ``share``: the largest replica's share of the window's
+    attempts."""
+    grew = ds.assigned - ds.replica_completed
+    return ds.assign(gap=grew.max("replica") - grew.median("replica"),
+                     share=ds.assigned.max("replica") / ds.assigned.sum("replica"))
+
+
+def pod(data, tol, rate=None, mode=None):
+    """power_of_d at tie_tolerance ``tol`` (fresh, or a 50 ms signal ``mode``)."""
+    if mode is None:
+        return hot(_at(data["tie"], rate if rate is not None else high(data)).sel(tie_tolerance=tol))
+    return hot(data["tie-signals"].sel(tie_tolerance=tol, signal_mode=mode))
+
+
+def base(data, policy, rate=None, mode=None):
+    if mode is None:
+        return hot(_at(data["baselines"], rate if rate is not None else high(data)).sel(policy=policy))
+    return hot(data["baselines-signals"].sel(signal_mode=mode))
+
+
+def pa(data, balance):
+    return hot(data["affinity"].sel(balance_abs=balance))
+
+
+def tie_effects(a, b):
+    """power_of_d with the tie-break (``a``) against without (``b``): hit rate (points),
+    TTFT p50 and p99 (relative, %)."""
+    return {"hit rate": compare(a.prefix_hit_rate, b.prefix_hit_rate, "points"),
+            "TTFT p50": compare(a.ttft_p50, b.ttft_p50),
+            "TTFT p99": compare(a.ttft_p99, b.ttft_p99)}
+
+
+PREDICTED = {"hit rate": +1, "TTFT p50": -1, "TTFT p99": -1}
+
+
+def verdict_for(effects_list):
+    leads = [e[k][3] for e in effects_list for k in PREDICTED]
+    return verdict_of(leads, [PREDICTED[k] for _ in effects_list for k in PREDICTED])
+
+
 def verdict(data):
-    """The seed: favouring the replica that holds the prefix when loads are close raises
-    the hit rate and lowers TTFT. holds: on every workload (Zipf groups at 0.5 and 0.9 ×
-    capacity, Mooncake) some positive tie_tolerance raises power_of_d's hit rate and
-    lowers its TTFT p50 on every seed, without raising its TTFT p99 on every seed; with
-    qualification when that happens on some workload only; does not hold when on none
-    (whether or not the hit rate rises)."""
-    pays = [bool(f["pays"]) for f in findings(data).values()]
-    if all(pays):
-        return "holds"
-    if any(pays):
-        return "holds with qualification"
-    return "does not hold in this model"
+    """Under the study's rule: at both loads, fresh signals, power_of_d with
+    tie_tolerance :data:`TOLERANCE` against 0: the hit rate higher, TTFT p50 and p99 lower."""
+    return verdict_for([tie_effects(pod(data, TOLERANCE, r), pod(data, 0.0, r)) for r in rates(data)])
 
 
-@lru_cache(maxsize=None)
-def mooncake_reuse(path=TRACE):
-    """What any router could reach on the excerpt: the hit rate with an infinite cache
-    shared by every replica (the leading 512-token blocks of each prompt seen before,
-    over all prompt tokens), the part of it that is the one block every prompt starts
-    with, and the median number of requests between a shared prefix's last use and its
-    reuse, for reuses deeper than that first block; and the mean prompt (tokens)."""
-    seen, hit, tokens, gaps, first = {}, 0, 0, [], 0
-    with open(path) as f:
-        for k, line in enumerate(f):
-            r = json.loads(line)
-            ids = r["hash_ids"][:r["input_length"] // 512]
-            n = 0
-            while n < len(ids) and ids[n] in seen:
-                n += 1
-            hit += 512 * n
-            first += 512 * (n >= 1)
-            tokens += r["input_length"]
-            if n > 1:
-                gaps.append(k - seen[ids[n - 1]])
-            for i in ids:
-                seen[i] = k
-    return hit / tokens, first / tokens, float(np.median(gaps)), tokens / (k + 1)
+def overload(data):
+    """prefix_affinity with SGLang's balance_abs 64 against least_tokens at the high load:
+    (TTFT p99 relative, hot replica's backlog gap absolute)."""
+    a, b = pa(data, 64), base(data, "least_tokens")
+    return compare(a.ttft_p99, b.ttft_p99), compare(a.gap, b.gap, "absolute")
 
 
-# -- figure ------------------------------------------------------------------------
-
-COLORS = {"pod": "#1f77b4", "least_tokens": "#555555", "least_cost": "#2ca02c", "PA": "#d62728"}
-PANELS = (("prefix_hit_rate", "prefix hit rate (%)", 100, False),
-          ("ttft_p50", "TTFT p50 (ms)", 1, False),
-          ("ttft_p99", "TTFT p99 (ms)", 1, True),
-          ("share", "largest replica's share\nof assignments (%)", 100, False),
-          ("gap", "hot replica's backlog growth\nabove the median replica's (requests)", 1, False))
-
-
-def _color(arm):
-    return COLORS["PA"] if arm.startswith("PA") else COLORS.get(arm, COLORS["pod"])
+def arms(data):
+    """[(label, Dataset)] at the high load, fresh: the table's and the figure's arms."""
+    out = [(f"power_of_d, tie_tolerance {t:g}", pod(data, float(t))) for t in data["tie"].tie_tolerance.values]
+    out += [(p, base(data, p)) for p in ("least_tokens", "least_cost")]
+    out += [(f"prefix_affinity, balance_abs {b:g}", pa(data, int(b))) for b in data["affinity"].balance_abs.values]
+    return out
 
 
 def figure(data, figures_dir=FIGURES):
-    fig = Figure(figsize=(17, 9.5))
-    axes = fig.subplots(len(WHERE), len(PANELS))
-    for r, (workload, rate, label) in enumerate(WHERE):
-        a = arms(data, workload, rate)
-        names = [str(n) for n in a.arm.values]
-        npod = sum(n.startswith("pod") for n in names)
-        x = np.array([i if i < npod else i + 0.6 for i in range(len(names))], dtype=float)
-        for c, (var, title, scale, logy) in enumerate(PANELS):
-            ax = axes[r, c]
-            v = a[var] * scale
-            med, lo, hi = (np.asarray(v.median("seed")), np.asarray(v.min("seed")),
-                           np.asarray(v.max("seed")))
-            ax.plot(x[:npod], med[:npod], "o-", color=COLORS["pod"])
-            ax.fill_between(x[:npod], lo[:npod], hi[:npod], color=COLORS["pod"], alpha=0.15)
-            lt = names.index("least_tokens")
-            ax.axhline(med[lt], color=COLORS["least_tokens"], ls=":", lw=1)
-            for i in range(npod, len(names)):
-                ax.errorbar(x[i], med[i], yerr=[[med[i] - lo[i]], [hi[i] - med[i]]], fmt="o",
-                            color=_color(names[i]), capsize=3)
-            if var == "share":
-                ax.axhline(100 / data["zipf-tie"].sizes["replica"], color="k", ls="--", lw=0.8)
-            if logy:
-                ax.set_yscale("log")
-                ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 3, 5)))
-                ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-                ax.yaxis.set_minor_formatter(NullFormatter())
-            ax.set_xticks(x, [n.replace("pod ", "") for n in names], rotation=90, fontsize=8)
-            ax.axvline(npod - 0.2, color="#cccccc", lw=0.8)
-            if r == 0:
-                ax.set_title(title, fontsize=9)
-            if r == len(WHERE) - 1:
-                ax.set_xlabel("tie_tolerance  |  references", fontsize=8)
-            if c == 0:
-                ax.set_ylabel(label.replace(", ", ",\n", 1), fontsize=9)
-            ax.tick_params(axis="y", labelsize=8)
-    handles = [Line2D([], [], color=COLORS["pod"], marker="o"),
-               Patch(color=COLORS["pod"], alpha=0.15),
-               Line2D([], [], color=COLORS["least_tokens"], marker="o", ls=":"),
-               Line2D([], [], color=COLORS["least_cost"], marker="o", ls=""),
-               Line2D([], [], color=COLORS["PA"], marker="o", ls=""),
-               Line2D([], [], color="k", ls="--", lw=0.8)]
-    fig.legend(handles, ["power_of_d (d = 2, tokens) by tie_tolerance: median",
-                         "min–max over seeds", "least_tokens (no affinity; dotted: its median)",
-                         "least_cost", "prefix_affinity (PA) by balance_abs",
-                         "even share (1/8)"],
-               loc="upper center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, 0.965), frameon=False)
-    fig.suptitle("Claim 4: the cache tie-break of power_of_d against least_tokens, least_cost "
-                 "and prefix_affinity, 8 replicas (median over seeds; bars min–max; the "
-                 "trace's deterministic policies run once)", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig = Figure(figsize=(13, 4.2))
+    a1, a2, a3 = fig.subplots(1, 3)
+    labels, dss = zip(*arms(data))
+    x = np.arange(len(labels))
+    for ax, var, scale, title in ((a1, "prefix_hit_rate", 100, "prefix hit rate (%)"),
+                                  (a2, "ttft_p99", 1, "TTFT p99 (ms)")):
+        med = [float(d[var].median()) * scale for d in dss]
+        q1 = [float(d[var].quantile(0.25)) * scale for d in dss]
+        q3 = [float(d[var].quantile(0.75)) * scale for d in dss]
+        ax.errorbar(x, med, yerr=[np.subtract(med, q1), np.subtract(q3, med)], fmt="o", capsize=3)
+        ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+        ax.set_title(f"{title}: median, quartiles", fontsize=10)
+        if var == "ttft_p99":
+            ax.set_yscale("log")
+    rows = []
+    for r in rates(data):
+        for t in (TOLERANCE, 0.5):
+            rows.append((f"{r:g} req/s, tol {t:g}", tie_effects(pod(data, t, r), pod(data, 0.0, r))))
+    if data["tie-signals"] is not None:
+        for mode in SIGNAL_MODES:
+            rows.append((f"{high(data):g} req/s, {mode} 50 ms, tol {TOLERANCE:g}",
+                         tie_effects(pod(data, TOLERANCE, mode=mode), pod(data, 0.0, mode=mode))))
+    y = np.arange(len(rows))
+    for k, (key, color, mk) in enumerate((("hit rate", "#2ca02c", "o"), ("TTFT p50", "#1f77b4", "s"),
+                                          ("TTFT p99", "#d62728", "^"))):
+        m = np.array([e[key][0] for _, e in rows])
+        lo = np.array([e[key][1] for _, e in rows])
+        hi = np.array([e[key][2] for _, e in rows])
+        a3.errorbar(m, y + 0.2 * (k - 1), xerr=[m - lo, hi - m], fmt=mk, color=color, capsize=2,
+                    label=f"{key} ({'pp' if key == 'hit rate' else '%'})")
+    a3.axvline(0, color="k", lw=0.8)
+    a3.set_yticks(y, [n for n, _ in rows], fontsize=7)
+    a3.invert_yaxis()
+    a3.set_xlabel(f"tie-break against none, paired (mean, {LEVEL:.0%} interval)")
+    a3.legend(fontsize=7)
+    a3.set_title("What the tie-break changes", fontsize=10)
+    fig.suptitle(f"Claim 4: the cache tie-break, Zipf prefix groups, 8 replicas, {high(data):g} req/s "
+                 f"(left, middle), {data['tie'].sizes['seed']} seeds, steady state", fontsize=10)
+    fig.tight_layout()
     return save(fig, "lor-claim4-affinity", figures_dir)
 
 
-# -- document ----------------------------------------------------------------------
-
-def _table(a):
+def section(data):
+    tie = data["tie"]
+    seeds = tie.sizes["seed"]
+    hi_rate = high(data)
     rows = ["| arm | hit rate % | TTFT p50 ms | TTFT p99 ms | largest share % | backlog gap |",
             "|---|---|---|---|---|---|"]
-    for arm in a.arm.values:
-        m = a.sel(arm=arm).median("seed")
-        name = f"power_of_d, tie_tolerance {arm[4:]}" if arm.startswith("pod") else (
-            f"prefix_affinity, balance_abs {arm[3:]}" if arm.startswith("PA") else arm)
-        rows.append(f"| {name} | {float(m.prefix_hit_rate) * 100:.1f} | {float(m.ttft_p50):.0f} | "
-                    f"{float(m.ttft_p99):.0f} | {float(m.share) * 100:.1f} | {float(m.gap):.0f} |")
-    return rows
-
-
-def _tols(ts):
-    return ", ".join(f"{t:g}" for t in ts) if ts else "none"
-
-
-def design(data):
-    """The synthetic workload's prefix settings and the KV pool, from the Datasets' attrs:
-    groups, tokens, probability, Zipf exponent, the hottest group's share of all
-    requests, the groups' prefixes in KV blocks, and kv_blocks."""
-    a = data["zipf-tie"].attrs
-    g, s = int(a["prefix_groups"]), float(a["prefix_zipf"])
-    w = np.arange(1, g + 1, dtype=float) ** -s
-    tokens, p = int(a["prefix_tokens"]), float(a["prefix_probability"])
-    return dict(groups=g, zipf=s, tokens=tokens, probability=p,
-                hottest=p * w[0] / w.sum(), blocks=g * (tokens // int(a["block_tokens"])),
-                kv_blocks=int(a["kv_blocks"]), block_tokens=int(a["block_tokens"]))
-
-
-def section(data):
-    f = findings(data)
-    tols = tolerances(data)
-    tmax = tols[-1]
-    seeds = data["zipf-tie"].sizes["seed"]
-    replicas = data["zipf-tie"].sizes["replica"]
-    dz = design(data)
-    lo = arms(data, "zipf", 26.0)
-    hi = arms(data, "zipf", 47.0)
-    mc = arms(data, "mooncake")
-    e = tie_effects(hi, tmax)
-    e_mc = tie_effects(mc, tmax)
-    every = [(a, label) for (_, _, label), a in zip(WHERE, (lo, hi, mc))]
-
-    def med(a, arm, var, scale=1.0):
-        return float(a.sel(arm=arm)[var].median()) * scale
-
-    def diff(a, x, y, var):
-        return a.sel(arm=x)[var] - a.sel(arm=y)[var]
-
-    def short(label):
-        return label.split(" (")[0]
-
-    def per(key):
-        return "; ".join(f"{short(lab)}: {_tols(x[key])}" for lab, x in f.items())
-
-    p50_some = [t for t in tols[1:] if lead(tie_effects(hi, t)["ttft_p50"]) == "below"]
-    best_p99 = all(min(a.arm.values, key=lambda n: med(a, n, "ttft_p99")) == "least_tokens"
-                   for a, _ in every)
-    lc_worse = all(lead(diff(a, "least_cost", "least_tokens", "ttft_p99")) == "above"
-                   for a in (lo, hi))
-    tight_worse = lead(diff(hi, "PA 16", "least_tokens", "ttft_p99")) == "above"
-    pod_hot = max(med(a, f"pod {t:g}", "gap") for a, _ in every for t in tols)
-    lt_hot = max(med(a, "least_tokens", "gap") for a, _ in every)
-    ceiling, first, reuse, mean_prompt = mooncake_reuse()
-    pool = dz["kv_blocks"] * dz["block_tokens"]
-    parts = [
+    for label, d in arms(data):
+        m = d.median("seed")
+        rows.append(f"| {label} | {float(m.prefix_hit_rate) * 100:.1f} | {float(m.ttft_p50):,.0f} | "
+                    f"{float(m.ttft_p99):,.0f} | {float(m.share) * 100:.1f} | {float(m.gap):.0f} |")
+    eff = ["| where | tie_tolerance | Δ hit rate pp | TTFT p50 % | TTFT p99 % |", "|---|---|---|---|---|"]
+    for r in rates(data):
+        for t in (TOLERANCE, 0.5):
+            e = tie_effects(pod(data, t, r), pod(data, 0.0, r))
+            eff.append(f"| {r:g} req/s, fresh | {t:g} | {cell(e['hit rate'], 1, 'pp')} | "
+                       f"{cell(e['TTFT p50'])} | {cell(e['TTFT p99'])} |")
+    sig_text = ""
+    if data["tie-signals"] is not None and data["baselines-signals"] is not None:
+        sig_v = {}
+        for mode in SIGNAL_MODES:
+            e = tie_effects(pod(data, TOLERANCE, mode=mode), pod(data, 0.0, mode=mode))
+            sig_v[mode] = verdict_for([e])
+            eff.append(f"| {hi_rate:g} req/s, {mode} 50 ms | {TOLERANCE:g} | {cell(e['hit rate'], 1, 'pp')} | "
+                       f"{cell(e['TTFT p50'])} | {cell(e['TTFT p99'])} |")
+        ranks = []
+        for mode in (None,) + SIGNAL_MODES:
+            c = compare(pod(data, TOLERANCE, mode=mode).ttft_p99, base(data, "least_tokens", mode=mode).ttft_p99)
+            ranks.append(f"{cell(c)} {'with fresh signals' if mode is None else f'at a 50 ms {mode} signal'}")
+        sig_text = (f"Under 50 ms signals the tie-break's comparisons at {hi_rate:g} req/s give "
+                    + "; ".join(f"{m}: {v}" for m, v in sig_v.items())
+                    + f". power_of_d (tie_tolerance {TOLERANCE:g}) against least_tokens, TTFT p99: "
+                    + "; ".join(ranks) + ". ")
+    by = ("rate_rps",) if "rate_rps" in tie.dims else ()
+    steady = [steady_table(tie, by + ("tie_tolerance",)), "",
+              steady_table(data["baselines"], by + ("policy",)), "",
+              steady_table(data["affinity"], ("balance_abs",)), ""]
+    if data["tie-signals"] is not None:
+        steady += [steady_table(data["tie-signals"], ("signal_mode", "tie_tolerance")), ""]
+    p99, gap = overload(data)
+    a = tie.attrs
+    v = verdict(data)
+    return "\n".join([
         "## Claim 4: the tie-break line matters", "",
         "**Prediction (the seed).** When two replicas carry similar load, favour the one that "
-        "already holds the prompt's prefix: prefill over a cached prefix is close to free, so "
-        "\"a slightly busier replica with a warm prefix can finish sooner than an idle one "
-        "without it\" — the cache tie-break should raise the prefix hit rate and lower TTFT, "
-        "and a stable tie-break (cache affinity) is what the seed recommends when scores are "
-        "close. The seed does not say how close is \"similar\", nor warn of the other side, "
-        "which the issue adds: with too much affinity a popular prefix piles onto one replica "
-        "and overloads it.", "",
+        "already holds the prompt's prefix: \"a slightly busier replica with a warm prefix "
+        "can finish sooner than an idle one without it\" — the cache tie-break should raise "
+        "the prefix hit rate and lower TTFT. The issue adds the other side: with too much "
+        "affinity a popular prefix piles onto one replica and overloads it.", "",
         "**Design.** `sweeps/token-routing-affinity.toml`, 8 replicas. power_of_d as in the "
         "seed's `choose()` (d = 2, outstanding tokens + the request's), ties broken by the "
-        f"cached prefix, with `tie_tolerance` {_tols(tols)} (a candidate within that fraction "
-        "of the better score is tied; 0 = exact ties, which token scores rarely "
-        "produce); against least_tokens (no affinity), least_cost (new prefill blocks + "
-        "blocks in use) and prefix_affinity (SGLang's rule: follow the cache unless the "
-        "busiest replica has more than `balance_abs` requests more than the least busy one, "
-        "and 1.5 × as many), with `balance_abs` 4, 16 and 64 (SGLang's default). Synthetic "
-        f"Zipf prefix groups: {dz['groups']} groups of {dz['tokens']:,} tokens, "
-        f"{dz['probability'] * 100:.0f} % of prompts prefixed, Zipf {dz['zipf']:g}. The "
-        "default 32 groups of 1,536 tokens fit in every replica's cache, so every policy "
-        "already sits at the ceiling hit rate and routing cannot matter; here the prefixes "
-        f"take {dz['blocks']:,} KV blocks ({dz['blocks'] / dz['kv_blocks']:.0f} replicas' "
-        "whole pools: more than one replica keeps, less than the cluster can), and the "
-        f"hottest group is {dz['hottest'] * 100:.1f} % of all requests "
-        f"({dz['hottest'] * replicas:.1f} × a replica's even share). Loads 26 and 47 req/s, "
-        f"0.5 and 0.9 × this workload's capacity ({CAPACITY:.0f} req/s, measured as for the "
-        f"default workload), {seeds} seeds, 10 s + 40 s. The Mooncake excerpt replayed as in "
-        "`sweeps/mooncake-replay.toml` (time_scale 1.5, 30 s + 360 s); its seed drives only "
-        "power_of_d's draws, so the other policies run once. The hot replica: the largest "
-        "replica's share of the attempts routed in the window, and the *backlog gap*, how "
-        "much the most loaded replica's outstanding requests grew over the window (assigned "
-        "− completed) beyond the median replica's. Medians over seeds:", ""]
-    for a, label in every:
-        parts += [f"*{label}*", "", *_table(a), ""]
-    parts += [
+        "cached prefix with `tie_tolerance` "
+        + ", ".join(f"{t:g}" for t in tie.tie_tolerance.values)
+        + " (a candidate within that fraction of the better score is tied; 0 = exact ties); "
+        "against least_tokens, least_cost and prefix_affinity (SGLang's rule) with "
+        "`balance_abs` " + " and ".join(f"{b:g}" for b in data["affinity"].balance_abs.values)
+        + f". Zipf prefix groups: {int(a['prefix_groups'])} groups of {int(a['prefix_tokens']):,} "
+        f"tokens, {float(a['prefix_probability']) * 100:.0f} % of prompts prefixed, Zipf "
+        f"{float(a['prefix_zipf']):g} (the default workload's prefixes fit every replica's "
+        "cache, so no routing changes its hit rate). Loads "
+        + " and ".join(f"{r:g}" for r in rates(data))
+        + f" req/s, 0.5 and 0.9 × this workload's capacity for least_tokens (about "
+        f"{CAPACITY:g} req/s, from exploratory runs written in the sweep file; on the "
+        f"default workload {hi_rate:g} req/s would be {against(hi_rate, data['caps'])}); "
+        f"{seeds} seeds, {a['warmup_s']:g} s of warm-up, a {a['measure_s']:g} s window, "
+        "drained. The realistic-signal arm (a 50 ms scrape) was cut for cost: a periodic "
+        "signal's run costs about 20 fresh ones at these horizons (claim 3's design). "
+        "prefix_affinity at the high load is not steady (its TTFT p99 runs to tens of "
+        "seconds: the overload the issue warns of). The former design's Mooncake excerpt is left out: no policy meets "
+        "the SLO on it (docs/scheduler-modes.md), so it has no steady state. The verdict "
+        f"reads tie_tolerance {TOLERANCE:g} (a near-tie) against 0 at both loads; 0.5 is "
+        "shown beside it. The hot replica: the largest replica's share of the window's "
+        "attempts, and the *backlog gap*, how much the most loaded replica's outstanding "
+        f"requests grew over the window beyond the median replica's. Medians over seeds at "
+        f"{hi_rate:g} req/s:", "",
+        *rows, "",
+        "Steady state (median over seeds):", "",
+        *steady,
+        f"The tie-break against none, paired by seed (mean [{LEVEL:.0%} interval]; bold: a lead):", "",
+        *eff, "",
         "![Claim 4](../figures/lor-claim4-affinity.png)", "",
-        "**Reading.** The tie-break does move prefixes. Tolerances that raise power_of_d's "
-        f"hit rate on every seed: {per('hits')}. At 0.9 × capacity, tie_tolerance {tmax:g} "
-        f"adds {spread(e['prefix_hit_rate'], 1, 100)} points (mean [min, max] over seeds). "
-        "It does not buy latency: there TTFT p50 changes by "
-        f"{spread(e['ttft_p50'], 1)} ms (of {med(hi, 'pod 0', 'ttft_p50'):.0f} ms; lower on "
-        f"{int((e['ttft_p50'] < 0).sum())} of {seeds} seeds"
-        + ("; lower on every seed at tolerance " + _tols(p50_some) if p50_some else
-           ", and on every seed at no tolerance")
-        + f"), while TTFT p99 rises by {spread(e['ttft_p99'])} ms (tolerances raising it on "
-        f"every seed: {per('tail')}). Tolerances that raise the hit rate and lower TTFT p50 "
-        f"on every seed without raising TTFT p99 on every seed: {per('pays')}. Plausibly, "
-        "with only two candidates the warm replica is often not among them, so the hit rate "
-        "moves little; what the tie-break gives up is balance — a candidate up to "
-        f"{tmax * 100:g} % busier is taken for its prefix — and the tail pays for it. It "
-        "does not pile onto one hot replica: power_of_d's backlog gap stays at most "
-        f"{pod_hot:.0f} requests at any tolerance and load, least_tokens' at most "
-        f"{lt_hot:.0f}.", "",
-        "Affinity itself is worth something in the median: prefix_affinity with SGLang's "
-        f"defaults reaches a hit rate of {med(hi, 'PA 64', 'prefix_hit_rate', 100):.1f} % "
-        f"against {med(hi, 'least_tokens', 'prefix_hit_rate', 100):.1f} % for least_tokens at "
-        "0.9 × capacity, and the lowest TTFT p50 "
-        f"({spread(diff(hi, 'PA 64', 'least_tokens', 'ttft_p50'))} ms against least_tokens, "
-        "per seed). And it is where too much affinity overloads a hot replica: the rule "
-        "follows the cache until the busiest replica is balance_abs requests ahead, and a "
-        f"replica serves about {CAPACITY / replicas:.1f} req/s, so 64 queued requests are "
-        f"seconds of wait. Its backlog gap is {med(hi, 'PA 64', 'gap'):.0f} requests at 0.9 × "
-        f"capacity and {med(lo, 'PA 64', 'gap'):.0f} even at 0.5 × (where the hottest group "
-        f"alone is {dz['hottest'] * WHERE[0][1] / (CAPACITY / replicas):.2f} of a replica's "
-        "capacity), "
-        f"against {med(hi, 'least_tokens', 'gap'):.0f} for least_tokens; with balance_abs 16 "
-        f"and 4 it falls to {med(hi, 'PA 16', 'gap'):.0f} and {med(hi, 'PA 4', 'gap'):.0f}. "
-        f"TTFT p99 follows: {med(hi, 'PA 64', 'ttft_p99') / 1000:.1f} s with balance_abs 64, "
-        f"{med(hi, 'PA 16', 'ttft_p99') / 1000:.1f} s with 16, "
-        f"{med(hi, 'PA 4', 'ttft_p99') / 1000:.1f} s with 4 (plausibly because its "
-        "least_requests branch, then taken often, balances counts rather than work), against "
-        f"{med(hi, 'least_tokens', 'ttft_p99') / 1000:.2f} s for least_tokens. The largest "
-        "share of assignments hides this on the Zipf groups "
-        f"({med(hi, 'PA 64', 'share', 100):.1f} % against "
-        f"{med(hi, 'least_tokens', 'share', 100):.1f} %): the guard caps how far the hot "
-        "replica's count can run ahead, and the damage is in its queue, not its share. On "
-        f"Mooncake it shows: {med(mc, 'PA 64', 'share', 100):.1f} % of the assignments go to "
-        f"one replica, and TTFT p99 is {med(mc, 'PA 64', 'ttft_p99') / 1000:.0f} s. "
-        "least_cost raises the hit rate "
-        f"({med(hi, 'least_cost', 'prefix_hit_rate', 100):.1f} % at 0.9 × capacity) but its "
-        "load term counts blocks in use, blind to the waiting queue; its TTFT p99 is "
-        + ("above least_tokens' on every seed at both loads." if lc_worse else
-           "not below least_tokens' on every seed at both loads."), "",
-        "On the Mooncake excerpt routing has little to work with: an infinite cache shared by "
-        f"all replicas would reach a hit rate of {ceiling * 100:.0f} % "
-        f"({first * 100:.1f} points of it the one 512-token block every prompt starts with), "
-        "but a conversation's next turn comes a median of "
-        f"{reuse:.0f} requests after its previous one, by when each replica has taken in "
-        f"about {reuse / replicas * mean_prompt / pool:.1f} pools' worth of prompt "
-        f"({reuse / replicas:.0f} prompts of {mean_prompt:,.0f} tokens on average). Every "
-        f"policy stays between {float(mc.prefix_hit_rate.median('seed').min()) * 100:.1f} % "
-        f"and {float(mc.prefix_hit_rate.median('seed').max()) * 100:.1f} %; tie_tolerance "
-        f"{tmax:g} changes power_of_d's hit rate by {spread(e_mc['prefix_hit_rate'], 1, 100)} "
-        f"points and its TTFT p99 by {spread(e_mc['ttft_p99'])} ms.", "",
-        "In this model the tie-break line costs little at small tolerances and the tail at "
-        "wide ones, and the latency it promises does not appear; "
-        + ("the simplest policy without affinity, least_tokens, has the lowest TTFT p99 on "
-           "every workload here." if best_p99 else
-           "least_tokens, without affinity, does not have the lowest TTFT p99 everywhere.")
-        + " Affinity strong enough to lower the median (prefix_affinity) is strong enough "
-        "to overload the replica holding the hottest prefix; a tighter balance guard "
-        "shrinks the overload"
-        + (", but even with balance_abs 16 its TTFT p99 is above least_tokens' on every "
-           "seed at 0.9 × capacity." if tight_worse else
-           ", and with balance_abs 16 its TTFT p99 is not above least_tokens' on every seed "
-           "at 0.9 × capacity."), ""]
-    return "\n".join(parts)
+        f"**Reading.** Fresh signals: verdict {v}. " + sig_text
+        + f"Too much affinity: prefix_affinity with balance_abs 64 against least_tokens at "
+        f"{hi_rate:g} req/s, TTFT p99 {cell(p99)}, the hot replica's backlog gap "
+        f"{cell(gap, 1, 'requests')}.", ""])
 
 
 def row(data):
     """(claim, prediction, measured, verdict) for the verdict table."""
-    tmax = tolerances(data)[-1]
-    hi = arms(data, "zipf", 47.0)
-    e = tie_effects(hi, tmax)
-    pa = hi.sel(arm="PA 64").gap - hi.sel(arm="least_tokens").gap
+    parts = []
+    for r in rates(data):
+        e = tie_effects(pod(data, TOLERANCE, r), pod(data, 0.0, r))
+        parts.append(f"{r:g} req/s: hit rate {show(e['hit rate'], 1, 'pp')}, TTFT p50 "
+                     f"{show(e['TTFT p50'], 0, '%')}, p99 {show(e['TTFT p99'], 0, '%')}")
     return ("4. The tie-break line matters",
-            "breaking near-ties by cached prefix raises the hit rate and lowers TTFT; "
-            "too much affinity overloads a hot replica",
-            f"Zipf groups at 0.9 × capacity, power_of_d tie_tolerance {tmax:g} against 0: hit "
-            f"rate {spread(e['prefix_hit_rate'], 1, 100)} points, TTFT p50 "
-            f"{spread(e['ttft_p50'], 1)} ms, TTFT p99 {spread(e['ttft_p99'])} ms; "
-            f"prefix_affinity's hot replica {spread(pa)} requests of backlog beyond "
-            "least_tokens'", verdict(data))
+            "breaking near-ties by cached prefix raises the hit rate and lowers TTFT",
+            f"power_of_d tie_tolerance {TOLERANCE:g} vs 0: " + "; ".join(parts), verdict(data))
