@@ -1,5 +1,6 @@
-"""What every claim of the least-outstanding-routing study shares: paired comparisons by
-seed, the per-seed range written in the document, loading a stage's Dataset, and how
+"""What every claim of the least-outstanding-routing study shares: the verdict rule
+(paired comparisons by seed, bootstrap intervals, a material effect), the steady-state
+rows, the measured capacities, loading a stage's Dataset, and how
 its figures are saved (:mod:`routesim.studies.plotting`: PNG and SVG, fixed SVG hash
 salt, no dates)."""
 
@@ -15,7 +16,6 @@ import xarray as xr  # noqa: E402
 from .. import plotting  # noqa: E402
 from ..intervals import LEVEL, RESAMPLES, excludes_zero, interval  # noqa: E402
 
-CAPACITY_RPS = 60.0     # 8 default replicas, 10 s + 50 s windows without drain (the former sweeps/batching-capacity.toml; issue 23 re-measures it with python -m routesim.capacity)
 PROVISIONAL_CAPACITY = {"round_robin": 40.0, "random": 38.0, "least_requests": 45.0, "least_tokens": 46.0,
                         "least_kv": 46.0, "least_cost": 46.0, "power_of_d": 46.0, "rate_weighted": 37.0}
 """Capacity at the 1 s TTFT p99 SLO of 8 default replicas, default workload, 1,200 s
@@ -146,27 +146,6 @@ def steady_table(ds, by, dims=("seed",)):
                      + f" | {float(one.backlog_growth):+.0f} | {float(one.kv_occupancy_first) * 100:.0f} → "
                        f"{float(one.kv_occupancy_last) * 100:.0f} |")
     return "\n".join(lines)
-
-
-def paired(ds, var, a, b):
-    """Per-seed difference var[a] - var[b] (a Dataset with a policy and a seed axis)."""
-    return ds[var].sel(policy=a) - ds[var].sel(policy=b)
-
-
-def lead(diff):
-    """'below' if every seed's difference is < 0, 'above' if every one is > 0, else None."""
-    d = np.asarray(diff)
-    if (d < 0).all():
-        return "below"
-    if (d > 0).all():
-        return "above"
-    return None
-
-
-def spread(d, digits=0, scale=1.0):
-    """'mean [min, max]' of per-seed values, signed."""
-    d = np.asarray(d) * scale
-    return f"{np.mean(d):+.{digits}f} [{np.min(d):+.{digits}f}, {np.max(d):+.{digits}f}]"
 
 
 def squeeze(ds):

@@ -227,7 +227,7 @@ def section(data):
         "bold: a lead):", "",
         *eff, "",
         "![Claim 5](../figures/lor-claim5-preemption.png)", "",
-        f"**Reading.** Fresh signals, against least_requests, "
+        "**Reading.** Fresh signals, against least_requests, "
         + ". ".join(f"{p}: " + tally([(var, c, -1) for var, c in effects(ds, p).items()]) for p in KV_AWARE)
         + f". Verdict: {v} (least_kv alone: {fresh_kv}). Within a seed, "
         f"across every pair of the four policies, the one that placed less often above 90 % "

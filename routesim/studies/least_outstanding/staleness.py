@@ -168,7 +168,7 @@ def section(data):
         "The ranking of the two policies at each signal age:", "",
         *rank_rows, "",
         "![Claim 3](../figures/lor-claim3-staleness.png)", "",
-        f"**Reading.** least_tokens' TTFT p99 changes by "
+        "**Reading.** least_tokens' TTFT p99 changes by "
         + ", ".join(f"{show(g[p], 0, '%')} at {p} ms" for p in ps[1:])
         + " against fresh signals; power of two's by "
         + ", ".join(f"{show(pod[p], 0, '%')} at {p} ms" for p in ps[1:]) + ". "
