@@ -29,14 +29,19 @@ RESULTS = Path("results/token-routing")
 OUT = Path("docs/least-outstanding-routing.md")
 
 LEAVES_OUT = (
-    "Output lengths are drawn from two log-normal classes, not from a real "
-    "tokenizer and model; the step cost is one 8B-class formula for every "
-    "replica; the router knows prompt lengths exactly and adds a fixed output "
-    "allowance; there is no network, no tokenization cost at the router, no "
-    "speculative decoding, no multi-GPU parallelism and no autoscaling. A cold replica "
-    "warms with time since its recovery, not with the work it serves; the front door has "
-    "no deadline of its own (the client's timeout covers the whole attempt); KV "
-    "occupancy is recorded as a mean at placement, not as its tail.")
+    "Output lengths are drawn from two log-normal classes (claim 1 also replays the Azure "
+    "trace's lengths), not from a real tokenizer and model; the step cost is one 8B-class "
+    "formula for every replica (claims 1, 2, 5 and 9 rerun with prefill twice and four "
+    "times as costly and a 2,048-token chunk budget); the router knows prompt lengths "
+    "exactly and adds a fixed output allowance (claim 1's clairvoyant arm bounds what "
+    "knowing the output would be worth); there is no network, no tokenization cost at the "
+    "router, no speculative decoding, no multi-GPU parallelism and no autoscaling. A cold "
+    "replica warms with time since its recovery, not with the work it serves; the front "
+    "door has no deadline of its own (the clients' first-token and whole-attempt timeouts "
+    "stand for one). Only claim 5 has a scheduler = \"vllm\" arm (a vllm run costs about "
+    "6 to 14 reserve runs); claims 4 and 5 were not rerun at a periodic scrape (a 50 ms "
+    "scrape makes a run several times costlier: every publication scans the whole block "
+    "table), and the scrape stages of claims 1 to 3 use a 300 s warm-up.")
 
 
 def is_study(results_dir) -> bool:

@@ -29,14 +29,18 @@ stages ``default`` and ``mooncake``: ``python -m routesim.capacity``'s files).""
 
 def capacity(root, policy, stage="default"):
     """(capacity req/s, seeds' low, seeds' high, measured) of ``policy`` under the
-    results root ``root``: the study's capacity stage if it ran (measured True), else
-    :data:`PROVISIONAL_CAPACITY` (measured False, the seeds' range NaN)."""
+    results root ``root``: the study's capacity stage if it ran and searched that policy
+    (measured True), else :data:`PROVISIONAL_CAPACITY` (measured False, the seeds' range
+    NaN; e.g. rate_weighted, which the capacity stage does not search)."""
     path = Path(root) / CAPACITY_RESULTS / f"{stage}-capacity.nc"
     if path.exists():
         with xr.open_dataset(path, engine="h5netcdf") as ds:
             ds = squeeze(ds)
-            c = float(ds.capacity_rps.sel(policy=policy).squeeze())
-            seeds = ds.capacity_rps_seed.sel(policy=policy).values.astype(float).ravel()
+            searched = policy in ds.policy.values
+            if searched:
+                c = float(ds.capacity_rps.sel(policy=policy).squeeze())
+                seeds = ds.capacity_rps_seed.sel(policy=policy).values.astype(float).ravel()
+        if searched:
             fin = seeds[np.isfinite(seeds)]
             lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (np.nan, np.nan)
             return (c, lo, hi, True)
