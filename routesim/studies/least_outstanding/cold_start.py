@@ -19,27 +19,13 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import FIGURES, capacity, compare, open_stage, save, show, steady_table, verdict_of
+from .common import FIGURES, capacity, compare, load_stages, save, show, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
 STAGES = ("before", "cold", "flood", "flood-ready")
 POLICY = "least_requests"
 COLOURS = {"cold": "#c0392b", "warm": "#4f7cac", "waiting": "#e8a09a", "warmth": "#7f7f7f"}
 TIMELINE_INTERVAL_MS = 50.0
-
-
-def load_stages(root, folder, stages):
-    """{stage: Dataset} (:func:`common.open_stage`) of ``stages`` under ``root/folder``, or
-    None if any is missing; each Dataset's attrs keep ``results_root`` for
-    :func:`common.capacity` at document time. (Claims 6 and 7 share it; it belongs in
-    common.py, which this change does not edit.)"""
-    d = Path(root) / folder
-    data = {s: open_stage(d / f"{s}.nc") for s in stages}
-    if any(v is None for v in data.values()):
-        return None
-    for ds in data.values():
-        ds.attrs["results_root"] = str(root)
-    return data
 
 
 def load(root):

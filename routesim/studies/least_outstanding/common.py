@@ -174,6 +174,19 @@ def open_stage(path):
     return squeeze(ds).squeeze(drop=True)
 
 
+def load_stages(root, folder, stages):
+    """{stage: Dataset} (:func:`common.open_stage`) of ``stages`` under ``root/folder``, or
+    None if any is missing; each Dataset's attrs keep ``results_root`` for
+    :func:`common.capacity` at document time."""
+    d = Path(root) / folder
+    data = {s: open_stage(d / f"{s}.nc") for s in stages}
+    if any(v is None for v in data.values()):
+        return None
+    for ds in data.values():
+        ds.attrs["results_root"] = str(root)
+    return data
+
+
 def save(fig, stem, figures_dir):
     """Write ``stem``.png (at :data:`DPI`) and ``stem``.svg into figures_dir, their layout
     frozen first (:func:`routesim.studies.plotting.save`); returns both paths."""

@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .cold_start import load_stages
-from .common import (FIGURES, SEEDS, capacity, compare, replicas_at, save, scenario_events, show, steady_table,
+from .common import (FIGURES, SEEDS, capacity, compare, load_stages, replicas_at, save, scenario_events, show, steady_table,
                      verdict_of)
 
 SWEEPS = ("sweeps/token-routing-retry.toml",)
