@@ -19,7 +19,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from .common import FIGURES, SEEDS, capacity, compare, save, show, squeeze, steady_table, verdict_of
+from .common import FIGURES, SEEDS, capacity, compare, results_root, save, show, squeeze, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
 NAME = "token-routing-admission"
@@ -65,7 +65,7 @@ def load(root):
 
 def capacity_of(data):
     """(least_tokens' capacity req/s, seeds' low, high, measured) for this results root."""
-    return capacity(Path(data["open"].attrs.get("results_root", "results")), POLICY)
+    return capacity(results_root(data["open"]), POLICY)
 
 
 # -- the one-replica curve and its threshold ------------------------------------------

@@ -4,11 +4,7 @@ power_of_d with a ``choices`` axis × seed, ``global`` least_tokens × seed, the
 step-cost sensitivity ``prefill2``, ``prefill4``, ``chunk2048``) and
 sweeps/token-routing-scale-32.toml (results/token-routing-scale-32/pod.nc). The
 realistic-signal arm is claim 3's runs (sweeps/token-routing-staleness.toml, at this
-load: power_of_d d = 2 and least_tokens, fresh and at 50 ms signals).
-
-Also the helpers that claims 2–5 share for the rebuilt study (issue 23): a load placed
-against each compared policy's capacity, a comparison shown with its lead, and the
-sensitivity rows."""
+load: power_of_d d = 2 and least_tokens, fresh and at 50 ms signals)."""
 
 from pathlib import Path
 
@@ -16,8 +12,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (FIGURES, capacity, compare, open_stage, save, show, steady_table,
-                     verdict_of)
+from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
+                     stage_rate, steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-scale-8.toml", "sweeps/token-routing-scale-32.toml")
 NS = (8, 32)
@@ -29,66 +25,6 @@ TAIL = "ttft_p99"
 FIRST_STEP = 20.0
 """Claim 2's bound for "beats one choice by a lot": d = 2's TTFT p99 at least 20 % below
 d = 1's (mean over seeds of the ratio − 1), four times the study's 5 % for a lead."""
-
-
-# -- shared by claims 2-5 ----------------------------------------------------------
-
-def capacities(root, policies):
-    """{policy: (capacity req/s, seeds' low, high, measured)} from :func:`common.capacity`
-    (``power_of_d`` with one choice is ``random``)."""
-    out = {}
-    for p in policies:
-        try:
-            out[p] = capacity(root, p)
-        except (KeyError, ValueError):
-            out[p] = (np.nan, np.nan, np.nan, False)
-    return out
-
-
-def against(rate, caps):
-    """'0.76 × least_tokens' 46 req/s, …' for a load ``rate`` (req/s) and
-    :func:`capacities`' dict; each capacity marked measured or provisional."""
-    parts = []
-    for p, (c, lo, hi, measured) in caps.items():
-        if not np.isfinite(c):
-            parts.append(f"{p}'s capacity not measured")
-            continue
-        seeds = f", seeds {lo:g}–{hi:g}" if measured and np.isfinite(lo) else ""
-        how = "measured" if measured else "provisional, README"
-        parts.append(f"{rate / c:.2f} × {p}'s {c:g} req/s ({how}{seeds})")
-    return "; ".join(parts)
-
-
-def cell(c, digits=0, unit="%"):
-    """A comparison as 'mean [low, high] unit', bold with its direction when a lead."""
-    text = show(c, digits, unit)
-    return f"**{text}**" if c[3] else text
-
-
-def tally(named):
-    """Words for [(name, comparison, predicted sign)]: which led as predicted, which the
-    other way, which did not lead."""
-    groups = {"as predicted": [], "the other way": [], "without a lead": []}
-    for name, c, pred in named:
-        key = ("without a lead" if c[3] == 0 or pred == 0 and c[3] == 0 else
-               "as predicted" if c[3] == pred else "the other way")
-        groups[key].append(name)
-    return "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items() if v)
-
-
-def sensitivity_rows(main_verdict, variants):
-    """Markdown rows 'variant | load | comparisons | verdict | survives' for
-    ``variants``: (words, load req/s, [(label, comparison, digits, unit)], verdict)."""
-    rows = ["| step cost | load req/s | comparisons | verdict | survives |", "|---|---|---|---|---|"]
-    for words, rate, comps, v in variants:
-        shown = "; ".join(f"{label} {cell(c, d, u)}" for label, c, d, u in comps)
-        rows.append(f"| {words} | {rate:g} | {shown} | {v} | {'yes' if v == main_verdict else 'no'} |")
-    return rows
-
-
-def stage_rate(ds):
-    """A stage's one load (req/s), an axis dropped by :func:`common.open_stage`."""
-    return float(ds.attrs["rate_rps"]) if "rate_rps" not in ds.dims else float(ds.rate_rps.values[0])
 
 
 # -- claim 2 -----------------------------------------------------------------------

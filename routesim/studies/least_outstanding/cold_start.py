@@ -13,13 +13,12 @@ has no retries and no failures, so the attempts routed to the recovered replica
 (``assigned``) are its requests, all of them in the cohort (it was down before).
 Comparisons are paired by seed (:func:`common.compare`)."""
 
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import FIGURES, capacity, compare, load_stages, save, show, steady_table, verdict_of
+from .common import FIGURES, capacity, compare, load_stages, results_root, save, show, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
 STAGES = ("before", "cold", "flood", "flood-ready")
@@ -360,7 +359,7 @@ def figure(data, figures_dir=FIGURES):
 def section(data):
     ds = data["cold"]
     before = data["before"]
-    root = Path(ds.attrs.get("results_root", "results"))
+    root = results_root(ds)
     ams = arms(ds)
     c_rep = cold_replica(ds)
     cfs_all = cold_factors(ds, warm=True)

@@ -49,6 +49,70 @@ def capacity(root, policy, stage="default"):
     return (PROVISIONAL_CAPACITY[policy], np.nan, np.nan, False)
 
 
+def capacities(root, policies):
+    """{policy: (capacity req/s, seeds' low, high, measured)} from :func:`common.capacity`
+    (``power_of_d`` with one choice is ``random``)."""
+    out = {}
+    for p in policies:
+        try:
+            out[p] = capacity(root, p)
+        except (KeyError, ValueError):
+            out[p] = (np.nan, np.nan, np.nan, False)
+    return out
+
+
+def against(rate, caps):
+    """'0.76 × least_tokens' 46 req/s, …' for a load ``rate`` (req/s) and
+    :func:`capacities`' dict; each capacity marked measured or provisional."""
+    parts = []
+    for p, (c, lo, hi, measured) in caps.items():
+        if not np.isfinite(c):
+            parts.append(f"{p}'s capacity not measured")
+            continue
+        seeds = f", seeds {lo:g}–{hi:g}" if measured and np.isfinite(lo) else ""
+        how = "measured" if measured else "provisional, README"
+        parts.append(f"{rate / c:.2f} × {p}'s {c:g} req/s ({how}{seeds})")
+    return "; ".join(parts)
+
+
+def cell(c, digits=0, unit="%"):
+    """A comparison as 'mean [low, high] unit', bold with its direction when a lead."""
+    text = show(c, digits, unit)
+    return f"**{text}**" if c[3] else text
+
+
+def tally(named):
+    """Words for [(name, comparison, predicted sign)]: which led as predicted, which the
+    other way, which did not lead."""
+    groups = {"as predicted": [], "the other way": [], "without a lead": []}
+    for name, c, pred in named:
+        key = ("without a lead" if c[3] == 0 or pred == 0 and c[3] == 0 else
+               "as predicted" if c[3] == pred else "the other way")
+        groups[key].append(name)
+    return "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items() if v)
+
+
+def sensitivity_rows(main_verdict, variants):
+    """Markdown rows 'variant | load | comparisons | verdict | survives' for
+    ``variants``: (words, load req/s, [(label, comparison, digits, unit)], verdict)."""
+    rows = ["| step cost | load req/s | comparisons | verdict | survives |", "|---|---|---|---|---|"]
+    for words, rate, comps, v in variants:
+        shown = "; ".join(f"{label} {cell(c, d, u)}" for label, c, d, u in comps)
+        rows.append(f"| {words} | {rate:g} | {shown} | {v} | {'yes' if v == main_verdict else 'no'} |")
+    return rows
+
+
+def stage_rate(ds):
+    """A stage's one load (req/s), an axis dropped by :func:`common.open_stage`."""
+    return float(ds.attrs["rate_rps"]) if "rate_rps" not in ds.dims else float(ds.rate_rps.values[0])
+
+
+def results_root(ds):
+    """The results root a Dataset was loaded from (:func:`load_stages` and the claims' own
+    loaders keep it in ``attrs["results_root"]``), for :func:`capacity` at document time."""
+    return Path(ds.attrs.get("results_root", "results"))
+
+
 FIGURES = Path("figures")
 DPI = 110
 """Resolution of the study's PNGs."""

@@ -3,22 +3,20 @@ over-learns, tested within sustained capacity (issue 23 item 7).
 sweeps/token-routing-hetero.toml (results/token-routing-hetero/hetero.nc: policy ×
 rate_rps × seed × replica). Comparisons are paired by seed (:func:`common.compare`)."""
 
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import FIGURES, SEEDS, capacity, compare, open_stage, save, show, steady_table, verdict_of
+from .common import FIGURES, SEEDS, capacity, compare, load_stages, results_root, save, show, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing-hetero.toml",)
 POLICIES = ("round_robin", "least_tokens", "rate_weighted")
 
 
 def load(root):
-    ds = open_stage(Path(root) / "token-routing-hetero" / "hetero.nc")
-    if ds is not None:
-        ds.attrs["results_root"] = str(root)       # for capacity(root, policy) at document time
-    return ds
+    """The hetero stage's Dataset (its results root kept: :func:`common.load_stages`), or None."""
+    data = load_stages(root, "token-routing-hetero", ("hetero",))
+    return data and data["hetero"]
 
 
 def rates(ds):
@@ -96,7 +94,7 @@ def figure(ds, figures_dir=FIGURES):
 
 
 def section(ds):
-    root = Path(ds.attrs.get("results_root", "results"))
+    root = results_root(ds)
     rs = rates(ds)
     c = comparisons(ds)
     cs = capacity_share(ds) * 100

@@ -14,8 +14,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
-from .choices import against, capacities, cell, sensitivity_rows, stage_rate, tally
-from .common import FIGURES, compare, open_stage, save, show, steady_table, verdict_of
+from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
+                     stage_rate, steady_table, tally, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-preemption.toml",)
 POLICIES = ("least_kv", "least_cost", "least_requests", "least_tokens")

@@ -9,13 +9,12 @@ cohort is drained, so ``attempts`` counts every attempt of every cohort request:
 ``attempts / arrivals`` is the attempts per request. Comparisons are paired by seed
 (:func:`common.compare`)."""
 
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (FIGURES, SEEDS, capacity, compare, load_stages, replicas_at, save, scenario_events, show, steady_table,
-                     verdict_of)
+from .common import (FIGURES, SEEDS, capacity, compare, load_stages, replicas_at, results_root, save, scenario_events,
+                     show, steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-retry.toml",)
 NAME = "token-routing-retry"
@@ -214,7 +213,7 @@ def section(data):
     c = comparisons(data)
     n = a.sizes["replica"]
     rate = float(a.attrs["rate_rps"])
-    cap, lo, hi, measured = capacity(_root(a), POLICY)
+    cap, lo, hi, measured = capacity(results_root(a), POLICY)
     down, t_down, t_up, hole, t_hole, t_hole_up = _events(data)
     left = n - len(down)
     survivors = cap * left / n
@@ -309,11 +308,6 @@ def section(data):
         "depend on it only through the survivors' capacity against the load, which a costlier prefill at "
         "the same load would change, so such a rerun would test a different overload, not this verdict "
         "(placing it needs the capacity per step-cost model, which the capacity stage does not measure).", ""])
-
-
-def _root(ds):
-    """The results root the stage was loaded from (:func:`load`), for capacity()."""
-    return Path(ds.attrs.get("results_root", "results"))
 
 
 def row(data):

@@ -9,8 +9,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .choices import against, capacities, cell, stage_rate
-from .common import FIGURES, compare, open_stage, save, show, steady_table, verdict_of
+from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, show, stage_rate, steady_table,
+                     verdict_of)
 
 SWEEPS = ("sweeps/token-routing-staleness.toml",)
 STAGES = ("fresh", "periodic", "local")
