@@ -14,7 +14,7 @@ then, so that reading a sweep file compiles nothing):
 - ``metrics``: ``VARIABLES`` (units and description of every result variable);
 - ``summary``: ``policy_table(ds)``, the table ``python -m routesim.sweep`` prints;
 - ``timeline``: ``run`` (a narrowed stage's timelines) and ``summary(ds)``;
-- ``engine``: ``run_batch_nb``, the compiled batch kernel.
+- ``engine``: ``KERNEL``, the compiled function every run goes through.
 """
 
 import importlib
@@ -124,12 +124,12 @@ class ReplicaModel:
         return self.part("grid").simulate_range(grid, lo, hi)
 
     def kernel_loads(self) -> int:
-        """How many times this process loaded its batch kernel from Numba's disk cache or
-        compiled it (0 when the model's engine was never imported here)."""
+        """How many times this process loaded its engine's ``KERNEL`` from Numba's disk
+        cache or compiled it (0 when the model's engine was never imported here)."""
         engine = sys.modules.get(f"{self.package}.engine")
         if engine is None:
             return 0
-        st = engine.run_batch_nb.stats
+        st = engine.KERNEL.stats
         return sum(st.cache_hits.values()) + sum(st.cache_misses.values())
 
     # results

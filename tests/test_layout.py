@@ -33,7 +33,7 @@ INTERFACE = {
     "metrics": ("VARIABLES",),
     "summary": ("policy_table",),
     "timeline": ("run", "summary"),
-    "engine": ("run_batch_nb",),
+    "engine": ("KERNEL",),
 }
 
 

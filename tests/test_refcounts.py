@@ -46,8 +46,7 @@ def small_example() -> str:
 
 OUT_OF_LOOP = {
     # run once per run, not per iteration: they allocate (and free) arrays
-    "run_batch_nb", "run_one_nb", "finish_metrics_nb", "_per_replica_ttft", "of_weighted_nb",
-    "_no_timeline_nb",
+    "run_one_nb", "finish_metrics_nb", "_per_replica_ttft", "of_weighted_nb",
     # growth, outside the event loop's inner loop: a new, larger array each
     "reserve_nb", "_gap_room_nb",
     # scheduler = "vllm": every prompt block's key, once per run before the event loop

@@ -1,6 +1,6 @@
 """The batching model's engine (token-model.md §2–§7), compiled: the event loop.
 
-``run_batch_nb`` is only the ``prange`` loop over runs; ``run_one_nb`` simulates one
+``run_batch`` is only the loop over runs (Python threads); ``run_one_nb`` simulates one
 run in exact event time: at each time T at which anything happens, in the order of
 §4 — (1) iteration ends, replicas in id order; (2) scenario events; (3) attempt
 failures (crashes, black holes, timeouts), observed in request order: breaker, then
@@ -17,12 +17,13 @@ chunk size; the block table holds only resident id'd blocks (see ``blocks``).
 """
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numba as nb
 import numpy as np
 
 from .. import ieee_math
-from ..conf import JIT, JIT_PARALLEL
+from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
 from . import timers as tm
@@ -672,30 +673,54 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, samples, cluster, si):
     clu.ttft_timeouts = cum[5]
 
 
-@nb.njit(**JIT)
-def _no_timeline_nb(nrep):
-    """Empty timeline arrays: a run of a grid records no samples."""
-    return (np.zeros(0), np.zeros((0, nrep), SAMPLE), np.zeros(0, CLUSTER_SAMPLE), np.zeros(0, KEPT))
+def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off):
+    """The arguments of :func:`run_one_nb` for run ``r`` of a batch, up to its router
+    stream (views, no copies): its PARAMS record, ``rep`` (replicas,) REPLICA (the run's
+    own), its scenario events, its workload's requests and their segment offsets, its
+    workload's router stream. Shapes as in :func:`run_batch`."""
+    p = params[r]
+    w = int(p["workload"])
+    lo, hi = int(wl_off[w]), int(wl_off[w + 1])
+    a = int(p["event_start"])
+    return (p, rep, events[a:a + int(p["event_count"])], wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi],
+            seg_key, seg_len, seg_off[lo + w:hi + w + 1], ru[int(ru_off[w]):int(ru_off[w + 1])])
 
 
-@nb.njit(**JIT_PARALLEL)
-def run_batch_nb(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru,
-                 ru_off, metrics):
-    """Simulate every run (the only job of this kernel is the loop over runs).
+def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off,
+              metrics):
+    """Simulate every run: one call of the compiled :func:`run_one_nb` per run, spread over
+    ``numba.get_num_threads()`` Python threads (it releases the GIL), each taking the next
+    run when it is free.
 
     params (runs,) PARAMS; rep (runs, replicas) REPLICA with ``factor`` set; events
     (rows,) EVENT; wl_* flat workload arrays, workload w spanning
     ``wl_off[w]:wl_off[w + 1]``; its requests' segments at ``seg_off[wl_off[w] + w + k]``
     (one more offset per workload, into the flat seg_key/seg_len); ru/ru_off the
-    router streams; metrics (runs,).
+    router streams; metrics (runs,) METRICS. A run writes only its own rows of ``rep``
+    and ``metrics``, so the result is the same whatever the threads.
+
+    Not a ``prange`` kernel: Numba compiles a ``prange`` loop into two more functions,
+    each holding the whole event loop again (about a fifth of a cold start), to save a
+    Python call per run that costs microseconds against a run's milliseconds.
     """
-    no_samples, no_rep_samples, no_cluster_samples, no_keep = _no_timeline_nb(rep.shape[1])
-    for r in nb.prange(params.shape[0]):
-        p = params[r]
-        w = p.workload
-        lo = wl_off[w]
-        hi = wl_off[w + 1]
-        run_one_nb(p, rep[r], events[p.event_start:p.event_start + p.event_count],
-                   wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], seg_key, seg_len,
-                   seg_off[lo + w:hi + w + 1], ru[ru_off[w]:ru_off[w + 1]], metrics[r],
-                   no_samples, no_rep_samples, no_cluster_samples, no_keep)
+    nrep = rep.shape[1]
+    none = (np.zeros(0), np.zeros((0, nrep), SAMPLE), np.zeros(0, CLUSTER_SAMPLE), np.zeros(0, KEPT))
+
+    def one(r):
+        run_one_nb(*run_args(params, r, rep[r], events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off,
+                             wl_off, ru, ru_off), metrics[r], *none)
+
+    runs = params.shape[0]
+    threads = min(nb.get_num_threads(), runs)
+    if threads <= 1:
+        for r in range(runs):
+            one(r)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(one, range(runs)):  # (re-raises a run's error)
+            pass
+
+
+KERNEL = run_one_nb
+"""The compiled function every run goes through (loaded from Numba's cache or compiled
+once per process: ``routesim.schema``'s ``kernel_loads``)."""

@@ -3,7 +3,7 @@
 ``params_row`` turns one run's flat parameter values (the names of
 token-interface.md, flattened as the config does: ``step_ms_base``,
 ``breaker_consecutive`` …) into a ``PARAMS`` record; ``Packed`` concatenates
-workloads; ``simulate`` runs a set of runs through the batch kernel.
+workloads; ``simulate`` runs a set of runs through the engine.
 """
 
 from dataclasses import dataclass
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Scheduler, Score, Signals, StepCost
-from .engine import run_batch_nb
+from .engine import run_batch
 from .params import MODEL
 from .policies import uniforms_per_decision
 from .workload import TokenWorkload
@@ -124,7 +124,7 @@ def simulate(params: np.ndarray, factors: np.ndarray, events: np.ndarray, packed
     rep = np.zeros(factors.shape, REPLICA)
     rep["factor"] = factors
     metrics = np.zeros(runs, METRICS)
-    run_batch_nb(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
+    run_batch(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
                  packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics)
     return metrics, rep
 

@@ -36,7 +36,7 @@ from ..ranks import nearest_rank
 from ..tables import fmt
 from ..timeline import ROLLING_COMPLETIONS, THROUGHPUT_WINDOW_MS, summary_table
 from .dtypes import CLUSTER_SAMPLE, EVENT_NAMES, KEPT, METRICS, REPLICA, SAMPLE, Fate
-from .engine import run_one_nb
+from .engine import run_args, run_one_nb
 
 
 VARIABLES = {
@@ -86,7 +86,7 @@ def record(g, r: int, sample_ms: np.ndarray):
     samples (samples, replicas) SAMPLE, cluster (samples,) CLUSTER_SAMPLE, keep
     (requests,) KEPT, send times (requests,) ms (the arrivals in an open loop), output tokens
     (requests,)), sliced
-    exactly as :func:`engine.run_batch_nb` slices a grid's run."""
+    exactly as :func:`engine.run_batch` slices a grid's run."""
     p = g.params[r]
     w = int(p["workload"])
     pk = g.packed
@@ -97,11 +97,9 @@ def record(g, r: int, sample_ms: np.ndarray):
     samples = np.zeros((sample_ms.shape[0], g.replicas), SAMPLE)
     cluster = np.zeros(sample_ms.shape[0], CLUSTER_SAMPLE)
     keep = np.zeros(hi - lo, KEPT)
-    a, b = int(p["event_start"]), int(p["event_start"] + p["event_count"])
-    run_one_nb(g.params[r:r + 1][0], rep, g.events[a:b], pk.t[lo:hi], pk.prompt[lo:hi], pk.output[lo:hi],
-               pk.key[lo:hi], pk.seg_key, pk.seg_len, pk.seg_off[lo + w:hi + w + 1],
-               g.ru[g.ru_off[w]:g.ru_off[w + 1]], mt[0:1][0], np.ascontiguousarray(sample_ms), samples,
-               cluster, keep)
+    run_one_nb(*run_args(g.params, r, rep, g.events, pk.t, pk.prompt, pk.output, pk.key, pk.seg_key, pk.seg_len,
+                         pk.seg_off, pk.off, g.ru, g.ru_off),
+               mt[0:1][0], np.ascontiguousarray(sample_ms), samples, cluster, keep)
     return mt[0], rep, samples, cluster, keep, keep["sent_ms"], pk.output[lo:hi]  # latencies from the send
 
 

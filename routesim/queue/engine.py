@@ -378,3 +378,8 @@ def run_batch_nb(params, rep, router, work, levels, req, req_off, wl_t, wl_deman
         simulate_nb(p, rep[r], router[r], work[r], levels[r], run_req, ru[ua:ub], wl_t[a:b],
                     wl_demand[a:b], wl_jitter[a:b], events[e0:e0 + p.event_count])
         run_metrics_nb(p, rep[r], router[r], levels[r], run_req, wl_t[a:b], out[r])
+
+
+KERNEL = run_batch_nb
+"""The compiled function every run goes through (loaded from Numba's cache or compiled
+once per process: ``routesim.schema``'s ``kernel_loads``)."""
