@@ -343,6 +343,19 @@ def section(suite):
                     "batching.warm_cpu_s": best.cpu, "batching.warm_rss": best.max_rss,
                     "batching.peak_rss": max(cold.max_rss, best.max_rss)})
         suite.note_load()
+        # Compilation alone: the example shrunk to 3 s, one load and one seed (every policy,
+        # so the same kernels: tests/test_refcounts.py's small example), cold then warm in
+        # one cache; the difference is what compiling costs a first run.
+        small = suite.tmp / "batching-small.toml"
+        small.write_text(from_tests("test_refcounts").small_example())
+        cenv = dict(env, NUMBA_CACHE_DIR=str(suite.tmp / "cache-compile"))
+        argv = [sys.executable, "-m", "routesim.sweep", str(small), "--quiet", "--out", str(suite.tmp / "sout")]
+        log("batching: compilation alone (the example shrunk to 3 s), cold then warm")
+        c_cold = run_measured(argv, env=cenv, timeout=3600)
+        c_warm = run_measured(argv, env=cenv, timeout=3600)
+        fig.update({"batching.compile_s": c_cold.wall - c_warm.wall,
+                    "batching.compile_cpu_s": c_cold.cpu - c_warm.cpu})
+        suite.note_load()
         # The least-outstanding study: every sweep, figures and document into TMP. Its
         # first run compiles what the example did not (the timeline kernels); the second
         # is the warm figure.

@@ -51,6 +51,8 @@ ROWS = [
     # the batching model (benchmarks/batching.py)
     ("batching.cold_s", "batching example, whole command, cold (empty compilation cache)", "s", 1, "low"),
     ("batching.cold_cpu_s", "batching example, whole command, cold: CPU time", "s", 1, "low"),
+    ("batching.compile_s", "batching kernels, compilation alone (cold minus warm, the example shrunk to 3 s)", "s", 1, "low"),
+    ("batching.compile_cpu_s", "batching kernels, compilation alone: CPU time", "s", 1, "low"),
     ("batching.warm_s", "batching example, whole command, warm", "s", 1, "low"),
     ("batching.warm_cpu_s", "batching example, whole command, warm: CPU time", "s", 1, "low"),
     ("batching.peak_rss", "batching example, peak RSS (cold or warm)", "MiB", 2**-20, "low"),
