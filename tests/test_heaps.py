@@ -6,6 +6,8 @@ keeps exactly the live entries and pops them in key order. The lists: the batchi
 model's waiting and running lists hold what Python lists doing the same operations
 hold, in the same order, both ways, with the head, tail and count fields agreeing (the
 queue model's FIFO is held to tests/reference.py by tests/test_engine_vs_reference.py).
+The segment table's owners' lists (routesim/batching/blocks.py) hold exactly each
+owner's entries, through insertions, backward-shift deletions and growth.
 """
 
 import numpy as np
@@ -61,7 +63,7 @@ def test_eviction_heap_compaction_keeps_the_live_entries_in_key_order():
     cached segments stay (the stale entries, of segments referenced again or gone, go)
     and pop smallest last_use first."""
     cap = 8
-    tab = np.zeros(64, dtypes.SEG)
+    tab = blocks.table_nb(64)
     rep = np.zeros(1, dtypes.REPLICA)
     heap = np.zeros((1, cap), dtypes.CACHED)
     heap_n = np.zeros(1, np.int64)
@@ -85,6 +87,48 @@ def test_eviction_heap_compaction_keeps_the_live_entries_in_key_order():
         got.append((float(e["last"]), int(e["key"])))
         blocks.evict_nb(tab, heap, heap_n, rep, i, np.int64(2))
     assert got == live
+
+
+def _owner_lists(tab, owners):
+    """{owner: keys} by the lists, checking each link both ways."""
+    out = {}
+    for o in range(owners):
+        keys, prev, h = [], -1, int(tab[o]["head"])
+        while h >= 0:
+            e = tab[h]
+            assert e["used"] and int(e["replica"]) == o and int(e["prev"]) == prev
+            keys.append(int(e["key"]))
+            prev, h = h, int(e["next"])
+        out[o] = sorted(keys)
+    return out
+
+
+def test_segment_table_owner_lists_hold_each_owners_entries():
+    """Random insertions (set_len_nb), deletions (by slot, and drop_nb of an owner) and
+    growth (reserve_nb) in a small table, where probe chains collide and wrap: each
+    owner's list holds that owner's entries, as a scan of the table finds them."""
+    rng = np.random.default_rng(11)
+    owners = 5
+    tab = blocks.table_nb(np.int64(8))
+    held = {o: set() for o in range(owners)}
+    for step in range(3000):
+        o = np.int64(rng.integers(owners))
+        u = rng.random()
+        if u < 0.55:
+            tab = blocks.reserve_nb(tab, np.int64(sum(map(len, held.values()))), np.int64(1))
+            key = np.int64(rng.integers(40))
+            blocks.set_len_nb(tab, o, key, np.int64(1))
+            held[int(o)].add(int(key))
+        elif u < 0.97 and held[int(o)]:
+            key = np.int64(rng.choice(sorted(held[int(o)])))
+            blocks._delete_nb(tab, blocks.find_nb(tab, o, key))
+            held[int(o)].discard(int(key))
+        else:
+            assert blocks.drop_nb(tab, o) == len(held[int(o)])
+            held[int(o)] = set()
+        scan = {o: sorted(int(e["key"]) for e in tab if e["used"] and e["replica"] == o) for o in range(owners)}
+        assert _owner_lists(tab, owners) == scan == {o: sorted(k) for o, k in held.items()}, step
+    assert tab.shape[0] < 1024  # (the test stays small: chains collide)
 
 
 def _walk(rep, req, head, nxt, i):

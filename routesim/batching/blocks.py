@@ -20,10 +20,18 @@ resident and cached (an *orphan*: no hit reaches it; eviction takes it first, by
 position). While referenced, a segment is resident whole.
 
 Storage grows with what is resident, never with ``kv_blocks`` as such: one
-open-addressing table keyed by (replica, segment key) (``tab``, grown by
-:func:`reserve_nb`), and per replica a min-heap (routesim/heaps.py) of cached segments in eviction order
+open-addressing table keyed by (replica, segment key) (``tab``, made by :func:`table_nb`,
+grown by :func:`reserve_nb`), and per replica a min-heap (routesim/heaps.py) of cached segments in eviction order
 (row ``i`` of ``heap`` (replicas, capacity) CACHED; stale entries dropped lazily). Anonymous blocks are
 only counted (``rep.anon``); free blocks are ``kv_blocks − anon − idref − cached``.
+
+**Owners' lists.** A table's entries of one owner (``SEG.replica``: a replica, or a view's
+owner, see :func:`set_len_nb`) are also a doubly linked list through the slots
+(``prev``/``next``), the first slot of owner o's being ``tab[o].head`` (a field of slot o,
+whatever entry it holds; so a table has at least as many slots as owners). Insertion and
+deletion keep the lists (an entry moved by backward-shift deletion keeps its place in
+its list), so one owner's entries are enumerated, or dropped (:func:`drop_nb`), in time
+proportional to their number, not to the table's size.
 """
 
 import numba as nb
@@ -63,6 +71,32 @@ def find_nb(tab, replica, key):
 
 
 @nb.njit(**JIT)
+def table_nb(size):
+    """An empty table (cap,) SEG of at least ``size`` slots, a power of two; ``size`` at
+    least the owners it will hold."""
+    cap = 1
+    while cap < size:
+        cap *= 2
+    tab = np.zeros(cap, SEG)
+    for h in range(cap):
+        tab[h].head = -1
+    return tab
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _link_nb(tab, h):
+    """Make slot h's list neighbours (``prev``, ``next``; its owner's head when it is
+    first) point to it."""
+    e = tab[h]
+    if e.prev >= 0:
+        tab[e.prev].next = h
+    else:
+        tab[e.replica].head = h
+    if e.next >= 0:
+        tab[e.next].prev = h
+
+
+@nb.njit(**JIT)
 def _put_nb(tab, replica, key, length, ref, last, pos0, gen, full, comp, tail):
     mask = tab.shape[0] - 1
     h = _home(tab.shape[0], replica, key)
@@ -80,14 +114,25 @@ def _put_nb(tab, replica, key, length, ref, last, pos0, gen, full, comp, tail):
     e.full = full
     e.comp = comp
     e.tail = tail
+    e.prev = -1  # first of its owner's list
+    e.next = tab[replica].head
+    _link_nb(tab, h)
     return h
 
 
 @nb.njit(**JIT)
 def _delete_nb(tab, h):
-    """Remove slot h (backward-shift deletion keeps every probe chain whole)."""
+    """Remove slot h (backward-shift deletion keeps every probe chain whole, and the
+    owners' lists)."""
     cap = tab.shape[0]
     mask = cap - 1
+    e = tab[h]  # out of its owner's list
+    if e.prev >= 0:
+        tab[e.prev].next = e.next
+    else:
+        tab[e.replica].head = e.next
+    if e.next >= 0:
+        tab[e.next].prev = e.prev
     i = h
     j = (h + 1) & mask
     while tab[j].used:
@@ -109,6 +154,9 @@ def _delete_nb(tab, h):
             a.full = b.full
             a.comp = b.comp
             a.tail = b.tail
+            a.prev = b.prev
+            a.next = b.next
+            _link_nb(tab, i)
             i = j
         j = (j + 1) & mask
     tab[i].used = False
@@ -123,7 +171,7 @@ def reserve_nb(tab, used, extra):
     cap = tab.shape[0]
     while 2 * (used + extra) > cap:
         cap *= 2
-    out = np.zeros(cap, SEG)
+    out = table_nb(cap)
     for h in range(tab.shape[0]):
         e = tab[h]
         if e.used:
@@ -354,27 +402,19 @@ def set_len_nb(tab, owner, key, length):
 
 
 @nb.njit(**JIT)
-def drop_nb(tab, i, n):
-    """Delete every entry whose owner is i modulo n. Returns how many."""
+def drop_nb(tab, owner):
+    """Delete every entry of ``owner`` (in time proportional to their number). Returns how many."""
     deleted = 0
-    gone = True
-    while gone:  # a deletion may shift a wrapped chain's entry behind the scan
-        gone = False
-        h = _ZERO  # (typed: a literal 0 would compile _delete_nb once more)
-        while h < tab.shape[0]:
-            if tab[h].used and tab[h].replica % n == i:
-                _delete_nb(tab, h)
-                deleted += 1
-                gone = True
-            else:
-                h += 1
+    while tab[owner].head >= 0:
+        _delete_nb(tab, tab[owner].head)
+        deleted += 1
     return deleted
 
 
 @nb.njit(**JIT)
 def clear_replica_nb(tab, rep, heap_n, i):
     """Empty replica i's cache (a crash). Returns the table entries deleted."""
-    deleted = drop_nb(tab, i, rep.shape[0])
+    deleted = drop_nb(tab, i)
     r = rep[i]
     r.anon = 0
     r.idref = 0

@@ -418,21 +418,25 @@ request's attempt number is ``token``."""
 SEG = np.dtype(
     [
         ("key", np.int64),          # id of the segment's first block
-        ("replica", np.int64),
-        ("used", np.bool_),
+        ("replica", np.int64),      # its owner (a view's: see blocks.py)
         ("length", np.int64),       # resident blocks: a prefix of the segment (all of it while referenced)
         ("full", np.int64),         # the segment's blocks
         ("comp", np.int64),         # computed blocks: a prefix of the resident ones
-        ("tail", np.bool_),         # its last block is computed (a capped hit computed it alone);
-                                    # with length < full, that block is resident beyond a hole
         ("ref", np.int64),          # refcount (of every block of it)
         ("last", np.float64),       # last_use (ms)
         ("pos0", np.int64),         # position of its first block in the prompt that made it resident
         ("gen", np.int64),          # bumped each time it becomes cached (validates heap entries)
+        ("prev", np.int64),         # slots of the owner's entries before and after it in its list, -1 none
+        ("next", np.int64),
+        ("head", np.int64),         # not of the entry: of the slot, the first slot of owner <slot>'s list
+        ("used", np.bool_),
+        ("tail", np.bool_),         # its last block is computed (a capped hit computed it alone);
+                                    # with length < full, that block is resident beyond a hole
     ],
     align=True,
 )
-"""A resident segment of one replica, in an open-addressing table keyed by (replica, key)."""
+"""A resident segment of one replica, in an open-addressing table keyed by (replica, key);
+each owner's entries are also a doubly linked list (blocks.py)."""
 
 CACHED = np.dtype(
     [("last", np.float64), ("negpos", np.int64), ("lastid", np.int64), ("key", np.int64),

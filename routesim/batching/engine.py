@@ -30,7 +30,7 @@ from . import timers as tm
 from . import vllm_blocks as vb
 from . import vllm_replica as vm
 from .blocks import free_nb
-from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, SEG, TIMER, VIEW, Admission, EventKind,
+from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, TIMER, VIEW, Admission, EventKind,
                      Fate, Scheduler, Signals, State, start_replica_nb, start_request_nb)
 from .metrics import finish_metrics_nb
 from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb,
@@ -157,7 +157,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         seg_off = pk_off
     # what is resident: a table of segments grown as needed, a heap of cached ones per
     # replica (at most one live entry per cached segment; stale ones compacted away)
-    tab = np.zeros(1024, SEG)
+    tab = bk.table_nb(max(1024, nrep))
     most = 16  # segments of a prompt at most: admission's scratch, the routers' room (phase 6) per request
     for k in range(n):
         most = max(most, seg_off[k + 1] - seg_off[k])
@@ -192,8 +192,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     pub = np.zeros((nrep, 4), np.int64)          # o, τ, referenced, resident id'd blocks
     pub_k = np.zeros(nrep, np.int64)             # publications so far
     locc = np.zeros((R, nrep, 3), np.int64)      # o, τ, resident blocks added
-    snap = np.zeros(64 if periodic else 1, SEG)  # published resident segments, owner i
-    loc = np.zeros(64 if local else 1, SEG)      # routed segments, owner ro·N + i
+    snap = bk.table_nb(max(64, nrep) if periodic else 1)  # published resident segments, owner i
+    loc = bk.table_nb(max(64, R * nrep) if local else 1)  # routed segments, owner ro·N + i
     snap_n = np.int64(0)
     loc_n = np.int64(0)
     # scratch
@@ -515,19 +515,20 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 i = next_pub  # replicas publish in turn: (i+1)·period/N + k·period
                 next_pub = (next_pub + 1) % nrep
                 pub_k[i] += 1
-                snap_n -= bk.drop_nb(snap, i, nrep)
+                snap_n -= bk.drop_nb(snap, i)
                 if rep[i].healthy:  # a replica that is down publishes its empty state
                     truth_nb(rep, i, pub, i)
-                    for h in range(tab.shape[0]):  # room made before this time
-                        if tab[h].used and tab[h].replica == i:
-                            bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
-                            snap_n += 1
+                    h = tab[i].head  # its resident segments (room made before this time)
+                    while h >= 0:
+                        bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
+                        snap_n += 1
+                        h = tab[h].next
                 else:
                     for c in range(4):
                         pub[i, c] = 0
                 if local:
-                    loc_n -= bk.drop_nb(loc, i, nrep)
                     for ro in range(R):
+                        loc_n -= bk.drop_nb(loc, ro * nrep + i)
                         for c in range(3):
                             locc[ro, i, c] = 0
             # rate_weighted's window: completions in (t - window, t]

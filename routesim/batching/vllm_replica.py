@@ -331,7 +331,7 @@ def crash_nb(tab, bl, vq, vr, rep, req, i, victims):
             _clear_nb(vr, s)
             victims[nv] = s
             nv += 1
-    gone = bk.drop_nb(tab, i, rep.shape[0])
+    gone = bk.drop_nb(tab, i)
     vb.reset_pool_nb(bl, vq, i)
     r.anon = 0
     r.idref = 0
