@@ -29,7 +29,7 @@ import token_reference as ref
 from routesim import traces
 from routesim.batching import runs as br
 from routesim.batching.dtypes import CLUSTER_SAMPLE, KEPT, METRICS, REPLICA, SAMPLE, Fate
-from routesim.batching.engine import run_one_nb
+from routesim.batching.engine import run_args, run_one_nb
 from routesim.batching.workload import from_replay, generate
 from test_token_config import BASE, assert_refused, bad, run_cli  # noqa: F401 (a fixture)
 from test_token_engine_vs_reference import (COUNTS, FLOAT_VECTORS, FLOATS, VECTORS, _close, _engine,
@@ -183,10 +183,11 @@ def _records(wl, values, factors, policy="least_tokens", seed=1):
     rep["factor"] = factors
     mt = np.zeros(1, METRICS)
     keep = np.zeros(len(wl), KEPT)
-    n = len(wl)
-    run_one_nb(p.reshape(1)[0], rep, br.event_rows([]), packed.t[0:n], packed.prompt[0:n], packed.output[0:n],
-               packed.key[0:n], packed.seg_key, packed.seg_len, packed.seg_off[0:n + 1], ru[0:count], mt[0:1][0],
-               np.zeros(0), np.zeros((0, len(factors)), SAMPLE), np.zeros(0, CLUSTER_SAMPLE), keep)
+    run_one_nb(mt=mt[0:1][0], sample_t=np.zeros(0), samples=np.zeros((0, len(factors)), SAMPLE),
+               cluster=np.zeros(0, CLUSTER_SAMPLE), keep=keep,
+               **run_args(p.reshape(1), 0, rep, br.event_rows([]), packed.t, packed.prompt, packed.output,
+                          packed.key, packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru,
+                          np.array([0, count])))
     return mt[0], keep
 
 

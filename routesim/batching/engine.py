@@ -116,7 +116,7 @@ def _close_window_nb(rep, req):
 
 @nb.njit(**JIT)
 def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, ru, mt,
-               sample_t, samples, cluster, keep):
+               sample_t, samples, cluster, keep, vst):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
 
     wl_* (requests,) the workload (``wl_t`` ms: arrivals, or with ``p.max_in_flight = N > 0``
@@ -127,7 +127,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     A timeline (empty arrays otherwise): at each of ``sample_t`` (ms, ascending) the
     state after everything at times ≤ it goes to ``samples`` (samples, replicas) SAMPLE
     and ``cluster`` (samples,) CLUSTER_SAMPLE, and ``keep`` (requests,) KEPT gets
-    what became of each request.
+    what became of each request. ``vst``: ``None`` for ``scheduler = "reserve"``, else
+    the vllm mode's state, :func:`vllm_state_nb`. (An argument, not a test of ``p``:
+    Numba drops the branches of a ``vst is None`` test at compile time, so a run of
+    either scheduler compiles none of the other's functions.)
     """
     n = wl_t.shape[0]
     nrep = rep.shape[0]
@@ -147,11 +150,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         start_replica_nb(rep[i])
     # scheduler = "vllm" (vllm_replica.py): its pools, and every prompt block's key; the
     # routers see its hash map in ``tab`` and each prompt as one-block segments of keys
-    vllm = p.scheduler == Scheduler.VLLM
-    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens, vllm)
-    bl, vq, vr, vs, vp = vm.state_nb(n, nrep, p.kv_blocks, p.max_batch, vllm)
     evicted = np.zeros(1, np.int64)
-    if vllm:
+    if vst is not None:
+        bl, vq, vr, vs, vp, pk, pk_off, pk_len, gbase = vst
         seg_key = pk
         seg_len = pk_len
         seg_off = pk_off
@@ -258,7 +259,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 r = rep[i]
                 if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
                     need = grow[i, r.started % p.block_tokens]
-                    if vllm:
+                    if vst is not None:
                         # room in the hash map for every block a step can hash (vllm_replica.start_nb)
                         room = cnt[0] + p.max_batched_tokens // p.block_tokens + p.max_batch + 2
                         if 2 * room > tab.shape[0]:
@@ -374,7 +375,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                     integrate_nb(r, t, p)
                     before = n_done
-                    if vllm:
+                    if vst is not None:
                         n_done = vm.finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt,
                                               done_log, n_done, gap_ms, gap_n, n_gap)
                     elif r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
@@ -402,7 +403,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 elif e.kind == EventKind.FAIL:
                     if rep[i].healthy:
                         integrate_nb(rep[i], t, p)
-                        if vllm:
+                        if vst is not None:
                             nv, gone = vm.crash_nb(tab, bl, vq, vr, rep, req, i, due_req)
                         else:
                             nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
@@ -433,7 +434,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 s = timers[tm.BLACK_HOLES, 0].req
                 tm.pop_nb(timers, tn, tm.BLACK_HOLES)
                 i = req[s].replica
-                if vllm:
+                if vst is not None:
                     vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
                 else:
                     cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt)
@@ -458,7 +459,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if fails:
                     i = q.replica
                     integrate_nb(rep[i], t, p)
-                    if vllm:
+                    if vst is not None:
                         vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
                     else:
                         cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off,
@@ -674,17 +675,33 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, samples, cluster, si):
     clu.ttft_timeouts = cum[5]
 
 
+@nb.njit(**JIT)
+def vllm_state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """The vllm mode's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests
+    (segments as :func:`run_one_nb` is given them): its pools ``bl, vq, vr, vs, vp``
+    (vllm_replica.state_nb) and every prompt block's key ``pk, pk_off, pk_len, gbase``
+    (vllm_blocks.prompt_keys_nb)."""
+    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens)
+    bl, vq, vr, vs, vp = vm.state_nb(wl_P.shape[0], nrep, p.kv_blocks, p.max_batch)
+    return bl, vq, vr, vs, vp, pk, pk_off, pk_len, gbase
+
+
 def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off):
-    """The arguments of :func:`run_one_nb` for run ``r`` of a batch, up to its router
-    stream (views, no copies): its PARAMS record, ``rep`` (replicas,) REPLICA (the run's
-    own), its scenario events, its workload's requests and their segment offsets, its
-    workload's router stream. Shapes as in :func:`run_batch`."""
+    """The arguments of :func:`run_one_nb` for run ``r`` of a batch but the metrics record
+    and the timeline's arrays, by name (views, no copies): its PARAMS record, ``rep``
+    (replicas,) REPLICA (the run's own), its scenario events, its workload's requests and
+    their segment offsets, its workload's router stream, and the vllm mode's state
+    (``vst``: ``None`` unless its scheduler is vllm). Shapes as in :func:`run_batch`."""
     p = params[r]
     w = int(p["workload"])
     lo, hi = int(wl_off[w]), int(wl_off[w + 1])
     a = int(p["event_start"])
-    return (p, rep, events[a:a + int(p["event_count"])], wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi],
-            seg_key, seg_len, seg_off[lo + w:hi + w + 1], ru[int(ru_off[w]):int(ru_off[w + 1])])
+    args = dict(p=p, rep=rep, events=events[a:a + int(p["event_count"])], wl_t=wl_t[lo:hi], wl_P=wl_P[lo:hi],
+                wl_O=wl_O[lo:hi], wl_key=wl_key[lo:hi], seg_key=seg_key, seg_len=seg_len,
+                seg_off=seg_off[lo + w:hi + w + 1], ru=ru[int(ru_off[w]):int(ru_off[w + 1])], vst=None)
+    if p["scheduler"] == Scheduler.VLLM:
+        args["vst"] = vllm_state_nb(p, rep.shape[0], seg_key, seg_len, args["seg_off"], args["wl_P"], args["wl_O"])
+    return args
 
 
 def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off,
@@ -705,11 +722,12 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
     Python call per run that costs microseconds against a run's milliseconds.
     """
     nrep = rep.shape[1]
-    none = (np.zeros(0), np.zeros((0, nrep), SAMPLE), np.zeros(0, CLUSTER_SAMPLE), np.zeros(0, KEPT))
+    none = dict(sample_t=np.zeros(0), samples=np.zeros((0, nrep), SAMPLE), cluster=np.zeros(0, CLUSTER_SAMPLE),
+                keep=np.zeros(0, KEPT))
 
     def one(r):
-        run_one_nb(*run_args(params, r, rep[r], events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off,
-                             wl_off, ru, ru_off), metrics[r], *none)
+        run_one_nb(mt=metrics[r], **none, **run_args(params, r, rep[r], events, wl_t, wl_P, wl_O, wl_key, seg_key,
+                                                     seg_len, seg_off, wl_off, ru, ru_off))
 
     runs = params.shape[0]
     threads = min(nb.get_num_threads(), runs)

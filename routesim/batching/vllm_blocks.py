@@ -253,13 +253,13 @@ def _mix(z):
 
 
 @nb.njit(**JIT)
-def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, on):
+def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
     """Every request's prompt block keys (spec22b 5): ``intern(parent, id)`` — an id
     seen first under this parent is its own key; the same id under another parent gets a
     fresh key (negative, below every request's own keys). Returns (pk, pk_off, ones,
     gbase): keys, offsets per request, a length-1 "segment" per block (the routers'
-    views), and each request's base of own keys. Empty unless ``on``."""
-    n = wl_P.shape[0] if on else 0
+    views), and each request's base of own keys."""
+    n = wl_P.shape[0]
     pk_off = np.zeros(n + 1, np.int64)
     gbase = np.zeros(n, np.int64)
     g = 0

@@ -35,11 +35,8 @@ VR_FIELDS = 4
 
 
 @nb.njit(**JIT)
-def state_nb(n, nrep, kv_blocks, max_batch, on):
-    """The mode's per-run arrays (empty when ``on`` is false): bl, vq, vr, vs, vp."""
-    if not on:
-        return (np.zeros((0, vb.FIELDS, 0), np.int64), np.zeros((nrep, vb.VQ_FIELDS), np.int64),
-                np.zeros((0, VR_FIELDS), np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0, 3), np.int64))
+def state_nb(n, nrep, kv_blocks, max_batch):
+    """The mode's per-run arrays: bl, vq, vr, vs, vp."""
     bl = np.empty((nrep, vb.FIELDS, kv_blocks), np.int64)
     vq = np.zeros((nrep, vb.VQ_FIELDS), np.int64)
     for i in range(nrep):
