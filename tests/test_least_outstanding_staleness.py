@@ -2,7 +2,7 @@
 23's rule: the verdict logic on hand-built Datasets whose answer is known by construction,
 and the comparisons recomputed from a reduced run of the same design
 (sweeps/token-routing-staleness.toml: 4 seeds, a 60 s warm-up and a 20 s window instead
-of 16 seeds, 300 s and 60 s). A change to the engine that stops a stale signal from
+of 16 seeds, 1,200 s and 60 s; every stage, the 10 ms period and four routers too). A change to the engine that stops a stale signal from
 hurting least_tokens fails here. The claim's row, section and figure are drawn from the
 same run."""
 
@@ -12,6 +12,7 @@ import xarray as xr
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
 from routesim.studies.least_outstanding import staleness
+from routesim.studies.least_outstanding.common import compare
 
 N = 16
 RNG = np.random.default_rng(5)
@@ -22,8 +23,9 @@ def noisy(x):
     return x * (1 + 0.005 * RNG.standard_normal(N))
 
 
-def data_of(lt, pod, lt_local, pod_local):
-    """lt, pod: {period ms: factor on FRESH}; the local arm's factors at 50 ms."""
+def data_of(lt, pod, lt_local, pod_local, lt_routers, pod_routers=1.0):
+    """lt, pod: {period ms: factor on FRESH}; the local arm's factors at 50 ms, with one
+    router and with four."""
     pols = ("least_tokens", "power_of_d")
     seeds = np.arange(1, N + 1)
     fresh = xr.Dataset({"ttft_p99": (("policy", "seed"), [noisy(FRESH), noisy(FRESH)])},
@@ -34,33 +36,55 @@ def data_of(lt, pod, lt_local, pod_local):
                      coords={"policy": list(pols), "period_ms": ps, "seed": seeds})
     local = xr.Dataset({"ttft_p99": (("policy", "seed"), [noisy(FRESH * lt_local), noisy(FRESH * pod_local)])},
                        coords={"policy": list(pols), "seed": seeds})
-    return {"fresh": fresh, "periodic": per, "local": local}
+    routers = xr.Dataset({"ttft_p99": (("policy", "seed"), [noisy(FRESH * lt_routers), noisy(FRESH * pod_routers)])},
+                         coords={"policy": list(pols), "seed": seeds})
+    return {"fresh": fresh, "periodic": per, "local": local, "routers": routers}
 
 
 def test_the_verdict_by_construction():
-    # least_tokens +50 % and +80 % stale, power of two +10 % and +20 %, periodic_local
-    # back to +5 %: every comparison as predicted
-    assert staleness.verdict(data_of({50: 1.5, 100: 1.8}, {50: 1.1, 100: 1.2}, 1.05, 1.0)) == "holds"
+    # least_tokens +20 %, +50 % and +80 % stale, power of two +5 %, +10 % and +20 %,
+    # periodic_local back to +5 %, with four routers +25 % (between): every comparison as
+    # predicted
+    lt, pod = {10: 1.2, 50: 1.5, 100: 1.8}, {10: 1.05, 50: 1.1, 100: 1.2}
+    assert staleness.verdict(data_of(lt, pod, 1.05, 1.0, 1.25)) == "holds"
     # power of two degrades as much as least_tokens: no lead there, the rest stands
-    assert staleness.verdict(data_of({50: 1.5, 100: 1.8}, {50: 1.5, 100: 1.8}, 1.05, 1.0)) == \
-        "holds with qualification"
+    assert staleness.verdict(data_of(lt, lt, 1.05, 1.0, 1.25)) == "holds with qualification"
+    # four routers lose all of periodic_local's recovery (+50 %, periodic's): 4 vs 1 is a
+    # lead up as predicted, 4 vs periodic no lead: qualification
+    assert staleness.verdict(data_of(lt, pod, 1.05, 1.0, 1.5)) == "holds with qualification"
+    # a 10 ms signal costs least_tokens 2 % (below the 5 % bound): no lead at 10 ms
+    c = staleness.comparisons(data_of({10: 1.02, 50: 1.5, 100: 1.8}, pod, 1.05, 1.0, 1.25))
+    assert c["least_tokens at 10 ms vs fresh"][0][3] == 0
     # staleness does not hurt least_tokens and periodic_local is worse: reversed
-    assert staleness.verdict(data_of({50: 0.9, 100: 0.9}, {50: 1.0, 100: 1.0}, 1.2, 1.0)) == "does not hold"
+    assert staleness.verdict(data_of({10: 0.9, 50: 0.9, 100: 0.9}, {10: 1.0, 50: 1.0, 100: 1.0}, 1.2, 1.0,
+                                     1.2)) == "does not hold"
     # the ranking: power of two 20 % below least_tokens at 50 ms is a lead (-1)
-    d = data_of({50: 1.5, 100: 1.8}, {50: 1.2, 100: 1.2}, 1.05, 1.0)
+    d = data_of({10: 1.2, 50: 1.5, 100: 1.8}, {10: 1.2, 50: 1.2, 100: 1.2}, 1.05, 1.0, 1.25)
     assert staleness.ranking(d, 50)[3] == -1 and staleness.ranking(d, 0)[3] == 0
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     return run_reduced(tmp_path_factory.mktemp("staleness"), SWEEPS / "token-routing-staleness.toml",
-                       {"warmup_s = 300": "warmup_s = 60", "measure_s = 60": "measure_s = 20",
+                       {"warmup_s = 1200": "warmup_s = 60", "measure_s = 60": "measure_s = 20",
                         "count = 16 }": "count = 4 }"})
 
 
 def test_claim3_a_stale_signal_hurts_the_global_minimum(out, tmp_path):
     data = staleness.load(write_results(tmp_path / "results", out))
     assert staleness.degradation(data, "least_tokens", 100)[3] == 1
+
+
+def test_claim3_older_signals_and_more_routers_hurt_more(out, tmp_path):
+    data = staleness.load(write_results(tmp_path / "results", out))
+    lt = "least_tokens"
+    # a 100 ms signal lets ten times the arrivals of a 10 ms one through on the same
+    # stale minimum
+    assert compare(staleness.at(data, lt, 100), staleness.at(data, lt, 10))[3] == 1
+    # with four routers each adds only its own quarter of the placements since the
+    # publication: periodic_local's correction is partial, TTFT p99 higher than one router's
+    four, one = (staleness.at(data, lt, staleness.LOCAL_MS, m) for m in ("routers", "local"))
+    assert compare(four, one)[3] == 1
 
 
 def test_claim3_row_section_and_figure_render(out, tmp_path):

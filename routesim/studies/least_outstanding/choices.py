@@ -206,7 +206,7 @@ def section(data):
     if sig:
         warm = data["signals"]["fresh"].attrs["warmup_s"]
         lt_lead = {words: c[3] for words, c in sig}
-        rank_text += (f". The realistic-signal arm (claim 3's runs at this load, {warm:g} s of "
+        rank_text += (f". The realistic-signal arm (claim 3's runs at this load, {warm:,.0f} s of "
                       "warm-up on every arm): least_tokens against d = 2, "
                       + "; ".join(f"{cell(c)} with {words}" for words, c in sig) + ". "
                       + _ranking_words(lt_lead))
