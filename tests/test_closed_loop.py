@@ -28,8 +28,8 @@ import routesim
 import token_reference as ref
 from routesim import traces
 from routesim.batching import runs as br
-from routesim.batching.dtypes import CLUSTER_SAMPLE, KEPT, METRICS, REPLICA, SAMPLE, Fate
-from routesim.batching.engine import run_args, run_one_nb
+from routesim.batching.dtypes import KEPT, METRICS, REPLICA, Fate
+from routesim.batching.engine import no_timeline, run_args, run_one_nb
 from routesim.batching.workload import from_replay, generate
 from test_token_config import BASE, assert_refused, bad, run_cli  # noqa: F401 (a fixture)
 from test_token_engine_vs_reference import (COUNTS, FLOAT_VECTORS, FLOATS, VECTORS, _close, _engine,
@@ -183,8 +183,7 @@ def _records(wl, values, factors, policy="least_tokens", seed=1):
     rep["factor"] = factors
     mt = np.zeros(1, METRICS)
     keep = np.zeros(len(wl), KEPT)
-    run_one_nb(mt=mt[0:1][0], sample_t=np.zeros(0), samples=np.zeros((0, len(factors)), SAMPLE),
-               cluster=np.zeros(0, CLUSTER_SAMPLE), keep=keep,
+    run_one_nb(mt=mt[0:1][0], **dict(no_timeline(len(factors)), keep=keep),
                **run_args(p.reshape(1), 0, rep, br.event_rows([]), packed.t, packed.prompt, packed.output,
                           packed.key, packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru,
                           np.array([0, count])))

@@ -704,6 +704,13 @@ def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len,
     return args
 
 
+def no_timeline(nrep):
+    """:func:`run_one_nb`'s timeline arguments for a run that records none (empty arrays,
+    by name): a run of a grid."""
+    return dict(sample_t=np.zeros(0), samples=np.zeros((0, nrep), SAMPLE), cluster=np.zeros(0, CLUSTER_SAMPLE),
+                keep=np.zeros(0, KEPT))
+
+
 def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off,
               metrics):
     """Simulate every run: one call of the compiled :func:`run_one_nb` per run, spread over
@@ -721,9 +728,7 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
     each holding the whole event loop again (about a fifth of a cold start), to save a
     Python call per run that costs microseconds against a run's milliseconds.
     """
-    nrep = rep.shape[1]
-    none = dict(sample_t=np.zeros(0), samples=np.zeros((0, nrep), SAMPLE), cluster=np.zeros(0, CLUSTER_SAMPLE),
-                keep=np.zeros(0, KEPT))
+    none = no_timeline(rep.shape[1])
 
     def one(r):
         run_one_nb(mt=metrics[r], **none, **run_args(params, r, rep[r], events, wl_t, wl_P, wl_O, wl_key, seg_key,

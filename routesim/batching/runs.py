@@ -125,7 +125,7 @@ def simulate(params: np.ndarray, factors: np.ndarray, events: np.ndarray, packed
     rep["factor"] = factors
     metrics = np.zeros(runs, METRICS)
     run_batch(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
-                 packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics)
+              packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics)
     return metrics, rep
 
 
