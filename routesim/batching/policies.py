@@ -55,16 +55,24 @@ def score_nb(kind, p, o, tau, ref, hit, prompt, allowance, ramp):
 
 
 @nb.njit(**JIT)
-def argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h):
-    """argmin of the score over cand[:nc]; ties (≤ best·(1 + tie_tolerance)) go to the
-    largest hit, then the smallest tie hash."""
+def tie_bound_nb(kind, cand, nc, p, v, prompt, allowance):
+    """The largest score of score ``kind`` that ties with the best of cand[:nc]:
+    best·(1 + tie_tolerance). A candidate whose score is not above it is tied."""
     best = math.inf
     for k in range(nc):
         x = v[cand[k]]
         s = score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp)
         if s < best:
             best = s
-    bound = best * (1.0 + p.tie_tolerance)
+    hold((cand, v))
+    return best * (1.0 + p.tie_tolerance)
+
+
+@nb.njit(**JIT)
+def argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h):
+    """argmin of the score over cand[:nc]; ties (≤ best·(1 + tie_tolerance)) go to the
+    largest hit, then the smallest tie hash."""
+    bound = tie_bound_nb(kind, cand, nc, p, v, prompt, allowance)
     pick = np.int64(-1)  # (typed: see REQUESTS)
     for k in range(nc):
         i = cand[k]
@@ -203,15 +211,30 @@ def choose_nb(code, cand, nc, p, v, prompt, allowance, h):
     elif code == Policy.PREFIX_AFFINITY:
         pick = prefix_affinity_nb(cand, nc, p, v, prompt, allowance, h)
     else:  # an argmin of the policy's score
-        kind = np.int64(p.score)
-        if code == Policy.LEAST_REQUESTS:
-            kind = REQUESTS
-        elif code == Policy.LEAST_TOKENS:
-            kind = TOKENS
-        elif code == Policy.LEAST_KV:
-            kind = KV
-        elif code == Policy.LEAST_COST:
-            kind = COST
-        pick = argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h)
+        pick = argmin_tied_nb(kind_nb(code, p), cand, nc, p, v, prompt, allowance, h)
     hold((cand, v))
     return pick
+
+
+@nb.njit(**JIT)
+def kind_nb(code, p):
+    """The score (a Score code) by which argmin policy ``code`` ranks."""
+    kind = np.int64(p.score)
+    if code == Policy.LEAST_REQUESTS:
+        kind = REQUESTS
+    elif code == Policy.LEAST_TOKENS:
+        kind = TOKENS
+    elif code == Policy.LEAST_KV:
+        kind = KV
+    elif code == Policy.LEAST_COST:
+        kind = COST
+    return kind
+
+
+@nb.njit(**JIT)
+def hits_for_ties_nb(code, p):
+    """Does policy ``code`` (one that scores) read a candidate's hit only to break a tie
+    (:func:`argmin_tied_nb` by a score that is not the cost)? Then a hit is needed only
+    for the tied candidates, and only when at least two tie: with one, its hit is never
+    read. prefix_affinity and the cost score read every candidate's."""
+    return code != Policy.PREFIX_AFFINITY and kind_nb(code, p) != COST

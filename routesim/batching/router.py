@@ -19,9 +19,14 @@ from ..nrt import hold
 from . import blocks as bk
 from . import timers as tm
 from .dtypes import Fate, Signals, State
-from .policies import choose_nb, sample_nb, scoreless_nb, slow_start_nb, uniforms_nb, weigh_nb
+from .policies import (choose_nb, hits_for_ties_nb, kind_nb, sample_nb, score_nb, scoreless_nb, slow_start_nb,
+                       tie_bound_nb, uniforms_nb, weigh_nb)
 from .lists import push_back_nb
 from .replica import in_window_nb, settle_nb
+
+EVERY_HIT = np.int64(-1)
+"""seen_hits_nb's ``kind`` when every candidate's hit is read (typed: a literal would
+compile it once more)."""
 
 
 @nb.njit(**JIT)
@@ -90,14 +95,30 @@ def view_nb(rep, p, ro, i, pub, locc):
 
 
 @nb.njit(**JIT)
-def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg_off, cap, v):
-    """v[i].hit for each candidate i of cand[:nc]: the leading prompt blocks of request s
-    router ro believes resident on i (the truth when fresh), capped at ``cap``. One
-    call for all candidates: the arrays cross one call boundary, not one per replica."""
+def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg_off, cap, v, kind, bound,
+                 prompt, allowance):
+    """v[i].hit for each candidate i of cand[:nc] whose hit the policy will read: the
+    leading prompt blocks of request s router ro believes resident on i (the truth when
+    fresh), capped at ``cap``. With ``kind`` >= 0 only the candidates tied under score
+    ``kind`` (not above ``bound``, policies.tie_bound_nb), and only when at least two
+    are (policies.hits_for_ties_nb); with ``kind`` < 0 every candidate. The others'
+    ``hit`` is left as it was, unread. One call for all candidates: the arrays cross one
+    call boundary, not one per replica."""
     fresh = p.signal_mode == Signals.FRESH
     local = p.signal_mode == Signals.PERIODIC_LOCAL
+    lazy = kind >= 0
+    tied = 0
+    if lazy:
+        for c in range(nc):
+            x = v[cand[c]]
+            if not score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp) > bound:
+                tied += 1
     for c in range(nc):
         i = cand[c]
+        if lazy:
+            x = v[i]
+            if tied < 2 or score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp) > bound:
+                continue
         lead = 0
         for k in range(seg_off[s], seg_off[s + 1]):
             if fresh:
@@ -160,7 +181,13 @@ def _score_nb(tab, snap, loc, pub, locc, rep, p, s, t, nc, cand, wl_P, wl_key, s
         if ramped and t - rep[i].t_e < p.slow_start_ms:
             x.ramp = max(p.slow_start_min_weight,
                          ieee_math.power((t - rep[i].t_e) / p.slow_start_ms, 1.0 / p.slow_start_aggression))
-    seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, v)
+    kind = EVERY_HIT
+    bound = math.inf
+    if hits_for_ties_nb(code, p):
+        kind = kind_nb(code, p)
+        bound = tie_bound_nb(kind, cand, nc, p, v, prompt, allowance)
+    seen_hits_nb(tab, snap, loc, p, ro, cand, nc, n, s, seg_key, seg_len, seg_off, cap, v, kind, bound, prompt,
+                 allowance)
     pick = choose_nb(code, cand, nc, p, v, prompt, allowance, wl_key[s])
     hold((tab, snap, loc, pub, locc, rep, cand, wl_P, wl_key, seg_key, seg_len, seg_off, v))
     return pick
