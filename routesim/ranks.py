@@ -1,9 +1,9 @@
 """Nearest-rank percentiles, the one definition every metric and timeline uses: the
 ``p``-th percentile (``p`` a whole number) of ``n`` values is ``sorted[ceil(p·n/100) - 1]``,
-NaN when ``n = 0``. Besides the index, four ways to find it: in sorted values, by
-selection (several ranks of one unsorted array, each search starting where the last
-left off), by a scan that keeps the few largest (a high percentile of a short window),
-of values with repeat counts, and in Python (timelines)."""
+NaN when ``n = 0``. Besides the index, four ways to find it: by selection (several ranks
+of one unsorted array, each search starting where the last left off), by a scan that
+keeps the few largest (a high percentile of a short window), of values with repeat
+counts, and in Python (timelines)."""
 
 import numba as nb
 import numpy as np
@@ -16,15 +16,6 @@ def rank_nb(p, n):
     """The 0-based index of the nearest-rank percentile ``p`` (an integer) of ``n``
     sorted values, ``ceil(p·n/100) - 1``, computed exactly in integers (-1 when n = 0)."""
     return (p * n + 99) // 100 - 1
-
-
-@nb.njit(**JIT)
-def of_sorted_nb(sorted_values, p):
-    """Nearest rank ``p`` of values sorted ascending (shape (n,)); NaN when empty."""
-    n = sorted_values.shape[0]
-    if n == 0:
-        return np.nan
-    return sorted_values[rank_nb(p, n)]
 
 
 @nb.njit(**JIT)
@@ -123,6 +114,23 @@ def of_weighted_nb(values, counts, ps):
                 k -= below + equal
                 before += below + equal
                 left = gt + 1
+    return out
+
+
+@nb.njit(**JIT)
+def of_selected_nb(values, ps):
+    """Nearest ranks ``ps`` (ascending integers, shape (r,)) of ``values`` (shape (n,),
+    any order; permuted in place) by selection, each search starting where the last
+    one's rank left the largest values (:func:`select_nb`): the values a sort would
+    give, in O(n) on average. Returns shape (r,), NaN when empty."""
+    n = values.shape[0]
+    out = np.full(ps.shape[0], np.nan)
+    lo = n - n  # 0, typed as n is: a literal 0 would compile select_nb once more
+    if n > 0:
+        for j in range(ps.shape[0]):
+            k = rank_nb(ps[j], n)
+            out[j] = select_nb(values, lo, k)
+            lo = k
     return out
 
 

@@ -12,7 +12,7 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
-from ..ranks import of_sorted_nb, of_weighted_nb
+from ..ranks import of_selected_nb, of_weighted_nb
 from .dtypes import Fate
 
 VARIABLES = {
@@ -86,8 +86,11 @@ ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any",
                 "iterations", "entered", "entered_cohort", "left", "left_cohort", "preempted_emitting")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
 
-P50, P90, P99 = np.int64(50), np.int64(90), np.int64(99)
-"""Nearest ranks as typed values (a literal argument would compile ``of_sorted_nb`` once per rank)."""
+RANKS = np.array([50, 90, 99], np.int64)
+"""The nearest ranks of a latency's ``_p50``, ``_p90`` and ``_p99``."""
+
+REPLICA_RANKS = np.array([50, 99], np.int64)
+"""The nearest ranks of a replica's TTFT (``ttft_p50``, ``ttft_p99``) and of the client's wait."""
 
 ITL_RANKS = np.array([50, 90, 99, 100], np.int64)
 """The nearest ranks of ``itl_p50``, ``itl_p90``, ``itl_p99`` and ``itl_max`` (rank 100: the largest)."""
@@ -96,9 +99,9 @@ ITL_RANKS = np.array([50, 90, 99, 100], np.int64)
 @nb.njit(**JIT)
 def _per_replica_ttft(rep, ttft, where):
     """Each replica's TTFT p50 and p99 over the completed cohort requests that completed
-    on it: ttft (n,) ms, where (n,) 0-based replica; one sort, then buckets in order."""
+    on it: ttft (n,) ms, where (n,) 0-based replica; buckets by replica, then selection
+    in each."""
     nrep = rep.shape[0]
-    order = np.argsort(ttft, kind="mergesort")
     start = np.zeros(nrep + 1, np.int64)
     for k in range(where.shape[0]):
         start[where[k] + 1] += 1
@@ -106,14 +109,14 @@ def _per_replica_ttft(rep, ttft, where):
         start[i + 1] += start[i]
     fill = start[:nrep].copy()
     bucket = np.empty(ttft.shape[0])
-    for k in order:
+    for k in range(ttft.shape[0]):
         i = where[k]
         bucket[fill[i]] = ttft[k]
         fill[i] += 1
     for i in range(nrep):
-        mine = bucket[start[i]:start[i + 1]]
-        rep[i].ttft_p50 = of_sorted_nb(mine, P50)
-        rep[i].ttft_p99 = of_sorted_nb(mine, P99)
+        r = of_selected_nb(bucket[start[i]:start[i + 1]], REPLICA_RANKS)
+        rep[i].ttft_p50 = r[0]
+        rep[i].ttft_p99 = r[1]
 
 
 @nb.njit(**JIT)
@@ -175,22 +178,15 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
         else:
             mt.unfinished += 1
     _per_replica_ttft(rep, ttft[:nt], ttft_rep[:nt])
-    a = np.sort(ttft[:nt])
-    mt.ttft_p50 = of_sorted_nb(a, P50)
-    mt.ttft_p90 = of_sorted_nb(a, P90)
-    mt.ttft_p99 = of_sorted_nb(a, P99)
-    a = np.sort(tpot[:np_])
-    mt.tpot_p50 = of_sorted_nb(a, P50)
-    mt.tpot_p90 = of_sorted_nb(a, P90)
-    mt.tpot_p99 = of_sorted_nb(a, P99)
-    a = np.sort(e2e[:nt])
-    mt.e2e_p50 = of_sorted_nb(a, P50)
-    mt.e2e_p90 = of_sorted_nb(a, P90)
-    mt.e2e_p99 = of_sorted_nb(a, P99)
+    a = of_selected_nb(ttft[:nt], RANKS)  # (after _per_replica_ttft: selection reorders ttft)
+    mt.ttft_p50, mt.ttft_p90, mt.ttft_p99 = a[0], a[1], a[2]
+    a = of_selected_nb(tpot[:np_], RANKS)
+    mt.tpot_p50, mt.tpot_p90, mt.tpot_p99 = a[0], a[1], a[2]
+    a = of_selected_nb(e2e[:nt], RANKS)
+    mt.e2e_p50, mt.e2e_p90, mt.e2e_p99 = a[0], a[1], a[2]
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
-    a = np.sort(wait[:nw])
-    mt.client_wait_p50 = of_sorted_nb(a, P50)
-    mt.client_wait_p99 = of_sorted_nb(a, P99)
+    a = of_selected_nb(wait[:nw], REPLICA_RANKS)
+    mt.client_wait_p50, mt.client_wait_p99 = a[0], a[1]
     mt.client_wait_mean = wait_sum / nw if nw > 0 else np.nan
     itl = of_weighted_nb(gap_ms, gap_n, ITL_RANKS)
     mt.itl_p50, mt.itl_p90, mt.itl_p99, mt.itl_max = itl[0], itl[1], itl[2], itl[3]
