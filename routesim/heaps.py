@@ -12,7 +12,8 @@ compiled functions:
 - ``before(h, w, a, b)``: does entry ``a`` of heap ``w`` come strictly before entry
   ``b`` in its key order? Entries that compare equal are never exchanged, so ties
   leave in the order these sifts put them in, as in each heap's own code before;
-- ``swap(h, w, a, b)``: exchange entries ``a`` and ``b``, every field.
+- ``swap(h, w, a, b)``: exchange entries ``a`` and ``b``, every field;
+- ``move(h, w, dst, src)`` (the pop's): copy entry ``src`` over ``dst``, every field.
 
 The caller holds the heap's size (an array ``hn[w]``, or a record field) and sets it.
 These functions are not dispatchers of their own (``register_jitable``, inlined at
@@ -23,7 +24,7 @@ callers (njit functions that pass another njit function as an argument). Loops e
 a flag, not ``break``, and each function ends by ``hold`` of its arrays, so Numba
 prunes their reference counts (routesim/nrt.py).
 
-A pop exchanges the top with the last entry and sifts the new top down. Stale entries
+A pop moves the last entry to the top and sifts it down, by moves into a hole. Stale entries
 (the batching heaps drop them lazily) go by the same pop when they reach the top, or
 all at once by :func:`compact_nb`, which keeps the live ones and heapifies them.
 """
@@ -66,12 +67,28 @@ def sift_down_nb(h, w, k, n, before, swap):
 
 
 @register_jitable(inline="always")
-def pop_nb(h, w, n, before, swap):
+def pop_nb(h, w, n, before, move):
     """Remove the top of the ``n``-entry heap ``w`` (``n >= 1``); it then has ``n - 1``
-    entries (the old top is left at ``n - 1``)."""
-    top = n - n  # 0, typed as n is: a literal 0 would compile the caller's swap once more
-    swap(h, w, top, n - 1)
-    sift_down_nb(h, w, top, n - 1, before, swap)
+    entries (what is left at ``n - 1`` is not an entry). The last entry sifts down from
+    the top as in :func:`sift_down_nb`, the same comparisons and the same places, but
+    it stays at ``n - 1`` (never inside the ``n - 1`` entries, so the comparisons can
+    read it there) while each smaller child moves up into the hole, and it is written
+    once, where it stops: ``move(h, w, dst, src)`` copies entry ``src`` over ``dst``,
+    every field, one copy per level where a swap is two."""
+    last = n - 1
+    hole = n - n  # 0, typed as n is: a literal 0 would compile the caller's move once more
+    going = True
+    while going and 2 * hole + 1 < last:
+        c = 2 * hole + 1
+        if c + 1 < last and before(h, w, c + 1, c):
+            c += 1
+        if before(h, w, c, last):
+            move(h, w, hole, c)
+            hole = c
+        else:
+            going = False
+    if hole != last:
+        move(h, w, hole, last)
     hold(h)
 
 

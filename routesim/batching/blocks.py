@@ -203,6 +203,13 @@ def _swap(heap, i, a, b):
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _move(heap, i, dst, src):
+    x = heap[i, dst]
+    y = heap[i, src]
+    x.last, x.negpos, x.lastid, x.key, x.gen, x.length = y.last, y.negpos, y.lastid, y.key, y.gen, y.length
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _valid(tab, replica, x):
     """Is heap entry x still the live state of its cached segment?"""
     h = find_nb(tab, replica, x.key)
@@ -256,7 +263,7 @@ def evict_nb(tab, heap, heap_n, rep, i, need):
         n = heap_n[i]
         top = heap[i, 0]
         if not _valid(tab, i, top):  # stale: dropped
-            heaps.pop_nb(heap, i, n, _less, _swap)
+            heaps.pop_nb(heap, i, n, _less, _move)
             heap_n[i] = n - 1
         else:
             h = find_nb(tab, i, top.key)
@@ -287,7 +294,7 @@ def evict_nb(tab, heap, heap_n, rep, i, need):
             if e.length == 0:
                 _delete_nb(tab, h)
                 deleted += 1
-                heaps.pop_nb(heap, i, n, _less, _swap)
+                heaps.pop_nb(heap, i, n, _less, _move)
                 heap_n[i] = n - 1
             else:
                 _set_entry(heap[i, 0], e)

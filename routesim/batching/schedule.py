@@ -34,6 +34,13 @@ def _due_swap(d, i, a, b):
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _due_move(d, i, dst, src):
+    x = d[i, dst]
+    y = d[i, src]
+    x.j, x.adm, x.kind, x.req, x.epoch = y.j, y.adm, y.kind, y.req, y.epoch
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _due_live(req, i, e):
     q = req[e.req]
     return q.epoch == e.epoch and q.state == State.DECODE and q.replica == i
@@ -69,7 +76,7 @@ def next_due_nb(due, due_n, req, i, j, kind):
             going = False
         else:
             s = e.req
-            heaps.pop_nb(due, i, due_n[i], _due_less, _due_swap)
+            heaps.pop_nb(due, i, due_n[i], _due_less, _due_move)
             due_n[i] -= 1
             if live:
                 out = s

@@ -41,6 +41,13 @@ def swap_nb(h, w, a, b):
     y.t, y.req, y.token = t, q, k
 
 
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def move_nb(h, w, dst, src):
+    x = h[w, dst]
+    y = h[w, src]
+    x.t, x.req, x.token = y.t, y.req, y.token
+
+
 @nb.njit(**JIT)
 def push_nb(h, hn, w, t, s, token):
     """Add (t, s, token) to heap w."""
@@ -57,7 +64,7 @@ def push_nb(h, hn, w, t, s, token):
 @nb.njit(**JIT)
 def pop_nb(h, hn, w):
     """Remove the top of heap w."""
-    heaps.pop_nb(h, w, hn[w], less_nb, swap_nb)
+    heaps.pop_nb(h, w, hn[w], less_nb, move_nb)
     hn[w] -= 1
     hold((h, hn))
 

@@ -141,6 +141,11 @@ def _heap_swap_nb(work, w, a, b):
     x.heap_t, x.heap_i, y.heap_t, y.heap_i = y.heap_t, y.heap_i, x.heap_t, x.heap_i
 
 
+@nb.njit(inline="always", **JIT)
+def _heap_move_nb(work, w, dst, src):
+    work[dst].heap_t, work[dst].heap_i = work[src].heap_t, work[src].heap_i
+
+
 @nb.njit(**JIT)
 def _heap_push_nb(t, i, router, work):
     n = router.heap_n
@@ -153,7 +158,7 @@ def _heap_push_nb(t, i, router, work):
 def _heap_pop_nb(router, work):
     """Remove the earliest completion; return its replica."""
     top = work[0].heap_i
-    heaps.pop_nb(work, _ONE_HEAP, router.heap_n, _heap_less_nb, _heap_swap_nb)
+    heaps.pop_nb(work, _ONE_HEAP, router.heap_n, _heap_less_nb, _heap_move_nb)
     router.heap_n -= 1
     return top
 
