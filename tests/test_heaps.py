@@ -131,6 +131,47 @@ def test_segment_table_owner_lists_hold_each_owners_entries():
     assert tab.shape[0] < 1024  # (the test stays small: chains collide)
 
 
+def test_publish_makes_the_view_the_replicas_entries():
+    """publish_nb against its definition: after each publication of an owner, the view
+    holds under that owner exactly the replica table's (key, length) pairs, and every
+    other owner's view entries are untouched, while the replica table changes at random
+    between publications (puts, length changes, deletions) in small tables whose probe
+    chains collide and wrap; the owner lists stay whole, and the counts returned match."""
+    rng = np.random.default_rng(5)
+    owners = 4
+    tab = blocks.table_nb(np.int64(8))
+    view = blocks.table_nb(np.int64(8))
+    truth = {o: {} for o in range(owners)}   # the replica table, key -> length
+    seen = {o: {} for o in range(owners)}    # what the view should hold
+    stamps = [0] * owners
+    for step in range(2500):
+        o = np.int64(rng.integers(owners))
+        u = rng.random()
+        if u < 0.4:
+            tab = blocks.reserve_nb(tab, np.int64(sum(map(len, truth.values()))), np.int64(1))
+            key = np.int64(rng.integers(30))
+            length = np.int64(rng.integers(1, 9))
+            blocks.set_len_nb(tab, o, key, length)
+            truth[int(o)][int(key)] = int(length)
+        elif u < 0.75 and truth[int(o)]:
+            key = np.int64(rng.choice(sorted(truth[int(o)])))
+            blocks._delete_nb(tab, blocks.find_nb(tab, o, key))
+            del truth[int(o)][int(key)]
+        else:
+            view = blocks.reserve_nb(view, np.int64(sum(map(len, seen.values()))), np.int64(len(truth[int(o)])))
+            stamps[int(o)] += 1
+            put, gone = blocks.publish_nb(view, tab, o, np.int64(stamps[int(o)]))
+            old = seen[int(o)]
+            new = dict(truth[int(o)])
+            assert (put, gone) == (len(new.keys() - old.keys()), len(old.keys() - new.keys())), step
+            seen[int(o)] = new
+        got = {q: {int(e["key"]): int(e["length"]) for e in view if e["used"] and e["replica"] == q}
+               for q in range(owners)}
+        assert got == seen, step
+        assert _owner_lists(view, owners) == {q: sorted(k) for q, k in seen.items()}, step
+    assert view.shape[0] < 1024  # (the test stays small: chains collide)
+
+
 def _walk(rep, req, head, nxt, i):
     out, s = [], rep[i][head]
     while s >= 0:

@@ -409,6 +409,43 @@ def set_len_nb(tab, owner, key, length):
 
 
 @nb.njit(**JIT)
+def publish_nb(view, tab, owner, stamp):
+    """Make ``view``'s entries under ``owner`` the resident segments of ``tab``'s
+    replica ``owner``, key and length (room reserved by the caller), changing only what
+    differs: each of the replica's entries is found in the view (its length set) or put
+    there, stamped ``stamp`` in ``gen`` (larger than any stamp of this owner before); then
+    the owner's view entries without it, gone from the replica since its last
+    publication, are deleted. The same entries as deleting all of the owner's and
+    putting the replica's again (:func:`drop_nb`, :func:`set_len_nb`), in time
+    proportional to the owner's entries with no deletion or insertion of an entry that
+    stayed. Returns (entries put, entries deleted)."""
+    put = 0
+    h = tab[owner].head
+    while h >= 0:
+        e = tab[h]
+        g = find_nb(view, owner, e.key)
+        if g >= 0:
+            view[g].length = e.length
+            view[g].gen = stamp
+        else:
+            _put_nb(view, owner, e.key, e.length, _ZERO, 0.0, _ZERO, stamp, e.length, _ZERO, _NO)
+            put += 1
+        h = e.next
+    deleted = 0
+    g = view[owner].head
+    while g >= 0:
+        nxt = view[g].next
+        if view[g].gen != stamp:
+            after = view[max(nxt, 0)].key  # a deletion may shift the next entry to another slot
+            _delete_nb(view, g)
+            deleted += 1
+            if nxt >= 0:
+                nxt = find_nb(view, owner, after)
+        g = nxt
+    return put, deleted
+
+
+@nb.njit(**JIT)
 def drop_nb(tab, owner):
     """Delete every entry of ``owner`` (in time proportional to their number). Returns how many."""
     deleted = 0

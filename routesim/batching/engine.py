@@ -516,15 +516,12 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 i = next_pub  # replicas publish in turn: (i+1)·period/N + k·period
                 next_pub = (next_pub + 1) % nrep
                 pub_k[i] += 1
-                snap_n -= bk.drop_nb(snap, i)
                 if rep[i].healthy:  # a replica that is down publishes its empty state
                     truth_nb(rep, i, pub, i)
-                    h = tab[i].head  # its resident segments (room made before this time)
-                    while h >= 0:
-                        bk.set_len_nb(snap, i, tab[h].key, tab[h].length)
-                        snap_n += 1
-                        h = tab[h].next
+                    put, gone = bk.publish_nb(snap, tab, i, pub_k[i])  # its resident segments
+                    snap_n += put - gone                              # (room made before this time)
                 else:
+                    snap_n -= bk.drop_nb(snap, i)
                     for c in range(4):
                         pub[i, c] = 0
                 if local:
