@@ -47,15 +47,41 @@ def test_interleaved_pushes_and_pops_pop_the_minimum():
     live = []
     for k in range(1000):
         if live and rng.random() < 0.45:
-            top = h[timers.ENDS, 0]
+            top = h[timers.DEADLINES, 0]
             assert (float(top["t"]), int(top["req"])) == min(live)
             live.remove(min(live))
-            timers.pop_nb(h, hn, timers.ENDS)
+            timers.pop_nb(h, hn, timers.DEADLINES)
         elif len(live) < 299:
             t, s = float(rng.integers(0, 20)), int(rng.integers(0, 50))
-            timers.push_nb(h, hn, timers.ENDS, t, np.int64(s), np.int64(k))
+            timers.push_nb(h, hn, timers.DEADLINES, t, np.int64(s), np.int64(k))
             live.append((t, s))
-    assert int(hn[timers.ENDS]) == len(live)
+    assert int(hn[timers.DEADLINES]) == len(live)
+
+
+def test_iteration_end_tree_gives_the_earliest_end_lower_replica_first():
+    """The tournament tree of iteration ends, against a Python dict: after each random
+    set or clear (inf) of a replica's end, the root is the (time, replica) minimum of the
+    ends set, with its iteration; for fleets of 1, 3 (a tree with empty leaves), 8 and 37."""
+    rng = np.random.default_rng(13)
+    for nrep in (1, 3, 8, 37):
+        leaf, win = timers.ends_nb(np.int64(nrep))
+        ends = {}
+        for k in range(600):
+            i = int(rng.integers(nrep))
+            if ends and rng.random() < 0.3:
+                i = min((t, j) for j, (t, _) in ends.items())[1] if rng.random() < 0.5 else i
+                timers.set_end_nb(leaf, win, np.int64(i), np.inf, np.int64(0))
+                ends.pop(i, None)
+            else:
+                t = float(rng.integers(0, 12))  # many ties in time
+                timers.set_end_nb(leaf, win, np.int64(i), t, np.int64(k))
+                ends[i] = (t, k)
+            top = leaf[win[1]]
+            if ends:
+                t, j = min((t, j) for j, (t, _) in ends.items())
+                assert (float(top["t"]), int(top["req"]), int(top["token"])) == (t, j, ends[j][1]), (nrep, k)
+            else:
+                assert top["t"] == np.inf, (nrep, k)
 
 
 def test_eviction_heap_compaction_keeps_the_live_entries_in_key_order():

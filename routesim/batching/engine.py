@@ -171,9 +171,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     found = np.zeros(most, np.bool_)  # admission's scratch: which of a prompt's segments are resident
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
     # timers: deadlines, black-hole failures, retries due; iteration ends (end, replica,
-    # iteration: at most one live each)
+    # iteration: one each at most)
     timers = np.zeros((tm.HEAPS, max(n * p.max_attempts, nrep) + 16), TIMER)
     tn = np.zeros(tm.HEAPS, np.int64)
+    ends, e_win = tm.ends_nb(nrep)
     # routers
     cursor = np.zeros(R, np.int64)
     brk = np.zeros((R, nrep), np.int64)
@@ -267,13 +268,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         else:
                             integrate_nb(r, t, p)
                             vm.start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, evicted)
-                            tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
+                            tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
                     elif r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
                         integrate_nb(r, t, p)
                         r.anon += need  # decoding only, new blocks free: no call into the pool
                         r.kv_dec += r.n_dec
                         begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, NONE, 0.0, NONE, NONE)
-                        tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
+                        tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
                     else:
                         # room in the table for every admission this start can make
                         room = cnt[0] + min(r.n_wait, p.max_batch - r.n_run) * most
@@ -283,7 +284,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                             integrate_nb(r, t, p)
                             start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
                                      seg_len, seg_off, mt, cnt, found)
-                            tm.push_nb(timers, tn, tm.ENDS, r.end_ms, i, r.started)
+                            tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
                 if tab_need == 0:
                     marked[i] = False
                     c7 += 1
@@ -306,10 +307,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     t = rel_t[rel_h]
             if ev < n_ev and events[ev].t_ms < t:
                 t = events[ev].t_ms
-            while tn[tm.ENDS] > 0 and not _end_live(timers[tm.ENDS, 0], rep[timers[tm.ENDS, 0].req]):
-                tm.pop_nb(timers, tn, tm.ENDS)
-            if tn[tm.ENDS] > 0:
-                t = min(t, timers[tm.ENDS, 0].t)
+            while ends[e_win[1]].t < np.inf and not _end_live(ends[e_win[1]], rep[e_win[1]]):
+                tm.set_end_nb(ends, e_win, e_win[1], np.inf, NONE)  # abandoned
+            t = min(t, ends[e_win[1]].t)
             if ready_pending:
                 ready_pending = False
                 for i in range(nrep):
@@ -366,10 +366,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if tm.in_flight_nb(req[s]):
                         req[s].gw = g_now_nb(rep, req, s)
             # (1) iteration ends, replicas in id order
-            while tn[tm.ENDS] > 0 and timers[tm.ENDS, 0].t == t:
-                i = timers[tm.ENDS, 0].req
-                live = _end_live(timers[tm.ENDS, 0], rep[i])
-                tm.pop_nb(timers, tn, tm.ENDS)
+            while ends[e_win[1]].t == t and t < np.inf:
+                i = e_win[1]
+                live = _end_live(ends[i], rep[i])
+                tm.set_end_nb(ends, e_win, i, np.inf, NONE)
                 if live:
                     r = rep[i]
                     n_dirty = _mark_nb(marked, dirty, n_dirty, i)

@@ -1,9 +1,16 @@
-"""Timed entries of one run (token-model.md §2, §6), compiled: min-heaps (routesim/heaps.py)
-of (time, request) over ``TIMER`` records, the rows of one array ``timers`` (heaps, capacity)
-with their sizes in ``tn`` (heaps,): deadlines (0), black-hole failures (1), retries
-due (2), each entry valid while its request's attempt number is the one it was pushed
-with, and iteration ends (3: ``req`` the replica, ``token`` its iteration). Stale
-entries are dropped when they reach the top.
+"""Timed entries of one run (token-model.md §2, §6), compiled.
+
+Deadlines (0), black-hole failures (1) and retries due (2): min-heaps (routesim/heaps.py)
+of (time, request) over ``TIMER`` records, the rows of one array ``timers`` (heaps,
+capacity) with their sizes in ``tn`` (heaps,), each entry valid while its request's
+attempt number is the one it was pushed with; stale entries are dropped when they reach
+the top.
+
+Iteration ends: at most one per replica, in a tournament tree (:func:`ends_nb`): a leaf
+per replica (a ``TIMER`` record: end time, the replica, its iteration; time inf when
+none) and, above them, the replica with the earliest end, ties to the lower replica —
+the (time, replica) order. Setting a replica's end replays its path to the root, one
+comparison per level and no data-dependent loop.
 
 Every heap function takes the whole 2-D array and a row number, never a row view,
 and its loops end by a flag, not ``break``: then Numba prunes every reference count
@@ -16,10 +23,10 @@ import numpy as np
 from .. import heaps
 from ..conf import JIT
 from ..nrt import hold
-from .dtypes import State
+from .dtypes import TIMER, State
 
-DEADLINES, BLACK_HOLES, RETRIES, ENDS = np.int64(0), np.int64(1), np.int64(2), np.int64(3)  # typed: no literal arguments
-HEAPS = 4
+DEADLINES, BLACK_HOLES, RETRIES = np.int64(0), np.int64(1), np.int64(2)  # typed: no literal arguments
+HEAPS = 3
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
@@ -101,3 +108,46 @@ def top_nb(timers, tn, w, req):
         t = timers[w, 0].t
     hold((timers, tn, req))
     return t
+
+
+@nb.njit(**JIT)
+def ends_nb(nrep):
+    """An empty iteration-end tree of ``nrep`` replicas: (leaves (m,) TIMER, winners (m,)
+    int64), m the power of two at least max(nrep, 2). Leaf i is replica i's end (``t``
+    inf: none; ``req`` = i); winners[k], k in 1..m-1, is the replica with the earliest
+    end under node k, whose children are nodes 2k and 2k+1, node m + i being leaf i;
+    winners[1] the earliest of all."""
+    m = 2
+    while m < nrep:
+        m *= 2
+    leaf = np.zeros(m, TIMER)
+    win = np.zeros(m, np.int64)
+    for i in range(m):
+        leaf[i].t = np.inf
+        leaf[i].req = i
+    for k in range(m - 1, 0, -1):  # every end inf: each node's leftmost replica
+        win[k] = _winner_nb(leaf, win, 2 * k, m)
+    return leaf, win
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _winner_nb(leaf, win, node, m):
+    """The replica with the earliest end under ``node`` (a leaf: its replica)."""
+    return node - m if node >= m else win[node]
+
+
+@nb.njit(**JIT)
+def set_end_nb(leaf, win, i, t, token):
+    """Replica i's iteration ``token`` ends at t (inf: none); the winners on its path to
+    the root follow: at each node the earlier of its children's, the left one (the lower
+    replicas) on a tie."""
+    m = leaf.shape[0]
+    leaf[i].t = t
+    leaf[i].token = token
+    k = (m + i) >> 1
+    while k >= 1:
+        a = _winner_nb(leaf, win, 2 * k, m)
+        b = _winner_nb(leaf, win, 2 * k + 1, m)
+        win[k] = b if leaf[b].t < leaf[a].t else a
+        k >>= 1
+    hold((leaf, win))
