@@ -55,26 +55,94 @@ def select_nb(a, lo, k):
     return a[k]
 
 
+NARROW = 4096
+"""Buckets of :func:`of_weighted_nb`'s first pass, when it has more values than this."""
+
+INF_BITS = np.int64(0x7FF0000000000000)
+"""The bit pattern of +inf: a non-negative float64's is below it unless infinite or NaN."""
+
+
 @nb.njit(**JIT)
 def of_weighted_nb(values, counts, ps):
     """Nearest ranks ``ps`` (ascending integers) of a multiset given as ``values``
     (shape (m,), any order), each repeated ``counts`` times (shape (m,), integers >= 1):
     the same exact integer ranks as :func:`rank_nb` over all ``Σ counts`` of them; NaN
-    when empty. By selection on copies (a weighted quickselect with a three-way
-    partition, each rank's search starting where the last one's value began), O(m) on
-    average, where a sort is O(m log m). Returns shape (len(ps),)."""
+    when empty. By selection on copies (:func:`_weighted_select_nb`), O(m) on average,
+    where a sort is O(m log m). More than ``NARROW`` values, none negative, none NaN or
+    infinite (inter-token gaps: a run's window has tens of thousands): first one pass
+    counts them in ``NARROW`` buckets of their float64 bit patterns (ordered as the values
+    are, for these), and the selection runs only on the values of the buckets that hold
+    the ranks, with the counts below each. Returns shape (len(ps),)."""
     out = np.full(ps.shape[0], np.nan)
     total = np.int64(0)  # (typed: a literal 0 would compile rank_nb once more)
     for c in counts:
         total += c
     if total == 0:
         return out
-    v = values.copy()
-    w = counts.copy()
+    ks = np.empty(ps.shape[0], np.int64)
+    for j in range(ps.shape[0]):
+        ks[j] = rank_nb(ps[j], total)
+    m = values.shape[0]
+    bits = values.view(np.int64)
+    lo = bits[0]
+    hi = bits[0]
+    for b in bits:
+        lo = min(lo, b)
+        hi = max(hi, b)
+    if m <= NARROW or lo < 0 or hi >= INF_BITS:  # (negative, -0.0; infinite or NaN)
+        _weighted_select_nb(values.copy(), counts.copy(), ks, out)
+        return out
+    shift = 0
+    while (hi - lo) >> shift >= NARROW:
+        shift += 1
+    weight = np.zeros(NARROW, np.int64)  # counts per bucket
+    size = np.zeros(NARROW, np.int64)    # values per bucket
+    for i in range(m):
+        b = (bits[i] - lo) >> shift
+        weight[b] += counts[i]
+        size[b] += 1
+    where = np.empty(ps.shape[0], np.int64)  # each rank's bucket, and the counts below it
+    below = np.empty(ps.shape[0], np.int64)
+    b = 0
+    acc = np.int64(0)
+    for j in range(ps.shape[0]):  # ks ascending: one walk up the buckets
+        while acc + weight[b] <= ks[j]:
+            acc += weight[b]
+            b += 1
+        where[j] = b
+        below[j] = acc
+    j = 0
+    while j < ps.shape[0]:  # each bucket holding ranks: its values, then its ranks among them
+        b = where[j]
+        v = np.empty(size[b])
+        w = np.empty(size[b], np.int64)
+        n = 0
+        for i in range(m):
+            if (bits[i] - lo) >> shift == b:
+                v[n] = values[i]
+                w[n] = counts[i]
+                n += 1
+        e = j
+        while e < ps.shape[0] and where[e] == b:
+            e += 1
+        sub = ks[j:e] - below[j]
+        got = np.empty(e - j)
+        _weighted_select_nb(v, w, sub, got)
+        out[j:e] = got
+        j = e
+    return out
+
+
+@nb.njit(**JIT)
+def _weighted_select_nb(v, w, ks, out):
+    """out[j] = the ks[j]-th smallest (0-based; ks ascending) of the multiset of values v
+    (shape (m,)) each repeated w (shape (m,), integers >= 1) times, by a weighted
+    quickselect with a three-way partition, each rank's search starting where the last
+    one's value began; v and w are reordered in place."""
     lo = 0       # v[:lo] hold values no larger than any after them ...
     base = 0     # ... and this many counts
-    for j in range(ps.shape[0]):
-        k = rank_nb(ps[j], total) - base  # 0-based, counted from v[lo]
+    for j in range(ks.shape[0]):
+        k = ks[j] - base  # 0-based, counted from v[lo]
         left = lo
         before = base
         hi = v.shape[0] - 1
@@ -114,7 +182,6 @@ def of_weighted_nb(values, counts, ps):
                 k -= below + equal
                 before += below + equal
                 left = gt + 1
-    return out
 
 
 @nb.njit(**JIT)

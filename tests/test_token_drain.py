@@ -338,3 +338,39 @@ def test_weighted_nearest_rank_is_the_rank_of_the_repeated_values():
         want = [full[rank_nb(p, full.size)] for p in ps]
         assert list(of_weighted_nb(v, c, ps)) == want, (v, c)
     assert np.isnan(of_weighted_nb(np.zeros(0), np.zeros(0, np.int64), ps)).all()
+
+
+def test_weighted_nearest_rank_of_many_values_narrowed_by_buckets():
+    """Beyond ranks.NARROW values (inter-token gaps of a whole window), of_weighted_nb
+    first counts the values in buckets and selects only in the ones holding the ranks:
+    the same ranks as the values written out and sorted, with ties across and within
+    buckets, values spread over many octaves or packed in a few ulps, ranks in one
+    bucket, and the fallbacks (a negative value, -0.0, an infinity) alike."""
+    from routesim.ranks import NARROW, of_weighted_nb, rank_nb
+
+    rng = np.random.default_rng(1)
+    ps = np.array([1, 50, 50, 90, 99, 100])
+    cases = []
+    for trial in range(24):
+        m = int(rng.integers(NARROW + 1, 3 * NARROW))
+        kind = trial % 6
+        if kind == 0:
+            v = rng.lognormal(3.0, 1.5, m)                      # many octaves
+        elif kind == 1:
+            v = np.round(rng.lognormal(3.0, 0.5, m), 1)         # ties across buckets
+        elif kind == 2:
+            v = 20.0 + rng.integers(0, 50, m) * np.spacing(20.0)  # a few ulps apart
+        elif kind == 3:
+            v = np.full(m, 7.5)                                 # one value
+        elif kind == 4:
+            v = rng.random(m)
+            v[:m // 2] = 0.0                                    # zeros, then tiny to 1
+        else:
+            v = rng.lognormal(3.0, 1.0, m)
+            v[int(rng.integers(m))] = (-1.0, -0.0, np.inf)[trial % 3]  # not narrowed
+        c = rng.integers(1, 6, m)
+        cases.append((v, c))
+    for v, c in cases:
+        full = np.sort(np.repeat(v, c))
+        want = [full[rank_nb(p, full.size)] for p in ps]
+        assert list(of_weighted_nb(v, c, ps)) == want
