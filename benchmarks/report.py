@@ -88,7 +88,7 @@ TARGETS = [
     ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
     ("batching.floor_ratio", "batching: engine per iteration vs the floor kernel", "<=", 3.0, "x", 1),
     ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 40.0, "s", 1),
-    ("batching.study_s", "least-outstanding study, whole command warm", "<=", 300.0, "s", 1),
+    ("batching.study_s", "least-outstanding study, whole command warm", "<=", 600.0, "s", 1),  # issue 23
 ]
 
 
