@@ -94,11 +94,13 @@ def tally(named):
 
 def sensitivity_rows(main_verdict, variants):
     """Markdown rows 'variant | load | comparisons | verdict | survives' for
-    ``variants``: (words, load req/s, [(label, comparison, digits, unit)], verdict)."""
+    ``variants``: (words, load req/s (a number, or the loads as words), [(label,
+    comparison, digits, unit)], verdict)."""
     rows = ["| step cost | load req/s | comparisons | verdict | survives |", "|---|---|---|---|---|"]
     for words, rate, comps, v in variants:
         shown = "; ".join(f"{label} {cell(c, d, u)}" for label, c, d, u in comps)
-        rows.append(f"| {words} | {rate:g} | {shown} | {v} | {'yes' if v == main_verdict else 'no'} |")
+        load = rate if isinstance(rate, str) else f"{rate:g}"
+        rows.append(f"| {words} | {load} | {shown} | {v} | {'yes' if v == main_verdict else 'no'} |")
     return rows
 
 
