@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
-                     stage_rate, steady_table, verdict_of)
+                     stage_rate, steady_table, steady_words, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
 SENSITIVITY = (("tie-prefill2", "prefill ×2 as costly"), ("tie-prefill4", "prefill ×4 as costly"),
@@ -207,7 +207,8 @@ def figure(data, figures_dir=FIGURES):
                              tie_effects(pod(data, TOLERANCE, r, mode), pod(data, 0.0, r, mode))))
     for stage, words in SENSITIVITY:
         if data.get(stage) is not None:
-            rows += [(f"{r:g} req/s, {words}, tol {TOLERANCE:g}", e) for r, e in variant_effects(data[stage]).items()]
+            short = {"tie-prefill2": "prefill ×2", "tie-prefill4": "prefill ×4", "tie-chunk2048": "chunk 2,048"}[stage]
+            rows += [(f"{r:g} req/s, {short}, tol {TOLERANCE:g}", e) for r, e in variant_effects(data[stage]).items()]
     y = np.arange(len(rows))
     for k, (key, color, mk) in enumerate((("hit rate", "#2ca02c", "o"), ("TTFT p50", "#1f77b4", "s"),
                                           ("TTFT p99", "#d62728", "^"))):
@@ -355,17 +356,22 @@ def _sensitivity_part(data, v):
              "factor claim 2 found for that variant's load (26/35 with prefill ×2, 20/35 with "
              "prefill ×4, 1 with the chunk budget: sweeps/token-routing-scale-8.toml, the "
              "largest load at which one random choice stays steady; claim 5 scales its load "
-             "and pool the same way); cache hits shorten this workload's prefills, so a "
-             "costlier prefill takes less of its capacity than of the default workload's, "
-             "and the scaled loads are no closer to capacity than the main ones (their steady "
-             f"state below). 'Survives': the same verdict as the main design's (*{v}*).", "",
+             "and pool the same way; cache hits shorten this workload's prefills, so a "
+             "costlier prefill should take less of its capacity than of the default "
+             "workload's). Their steady state, below: "
+             + "; ".join(f"{words}: {steady_words(data[s], _by(data[s]) + ('tie_tolerance',))}"
+                         for s, words in SENSITIVITY if data.get(s) is not None)
+             + f". 'Survives': the same verdict as the main design's (*{v}*).", "",
              *sensitivity_rows(v, sens), "", "Their steady state (median over seeds):", ""]
     for stage, words in SENSITIVITY:
         ds = data.get(stage)
         if ds is not None:
-            by = ("rate_rps",) if "rate_rps" in ds.dims else ()
-            parts += [f"*{words}*", "", steady_table(ds, by + ("tie_tolerance",)), ""]
+            parts += [f"*{words}*", "", steady_table(ds, _by(ds) + ("tie_tolerance",)), ""]
     return parts
+
+
+def _by(ds):
+    return ("rate_rps",) if "rate_rps" in ds.dims else ()
 
 
 def row(data):

@@ -218,6 +218,22 @@ def steady_table(ds, by, dims=("seed",)):
     return "\n".join(lines)
 
 
+def steady_words(ds, by=("policy",)):
+    """Whether each cell of the axes ``by`` of ``ds`` was steady by
+    :func:`routesim.steady.is_steady` (medians over seeds), in words (the rule itself is
+    stated once, under the capacity table)."""
+    import itertools
+
+    from ... import steady
+    by = (by,) if isinstance(by, str) else tuple(by)
+    flags = {", ".join(f"{v:g}" if isinstance(v, (int, float, np.number)) else str(v) for v in key):
+             steady.is_steady(*steady.trend(ds.sel(dict(zip(by, key)))))
+             for key in itertools.product(*(ds[b].values for b in by))}
+    if all(flags.values()):
+        return "every arm steady by `routesim.steady`'s rule"
+    return "not steady by `routesim.steady`'s rule: " + ", ".join(k for k, f in flags.items() if not f)
+
+
 def squeeze(ds):
     """Drop the heterogeneity and scenario axes when they hold one value."""
     for dim in ("heterogeneity", "scenario"):

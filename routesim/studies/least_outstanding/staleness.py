@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
-                     stage_rate, steady_table, verdict_of)
+                     stage_rate, steady_table, steady_words, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-staleness.toml",)
 STAGES = ("fresh", "periodic", "local", "routers")
@@ -181,19 +181,25 @@ def figure(data, figures_dir=FIGURES):
     comps = list(comparisons(data).items())
     comps += [(f"power_of_d vs least_tokens, {'fresh' if p == 0 else f'{p} ms'}", (ranking(data, p), 0))
               for p in ps]
+    groups = [len(comparisons(data)), len(comps)]        # where a group of rows ends
     for words, _, cs, _ in sensitivity(data):
         comps += [(f"{words}: {label}", (c, 0)) for label, c, _, _ in cs]
+        groups.append(len(comps))
     y = np.arange(len(comps))
     m = np.array([c[0][0] for _, c in comps])
     lo = np.array([c[0][1] for _, c in comps])
     hi = np.array([c[0][2] for _, c in comps])
     ax2.errorbar(m, y, xerr=[m - lo, hi - m], fmt="o", color="#333333", capsize=3)
     ax2.axvline(0, color="k", lw=0.8)
+    for x in (-5, 5):                                  # the study's material bound
+        ax2.axvline(x, color="#888888", lw=0.8, ls=":")
+    for g in groups[:-1]:
+        ax2.axhline(g - 0.5, color="#bbbbbb", lw=0.6)
     ax2.set_yticks(y, [name for name, _ in comps], fontsize=7)
     ax2.invert_yaxis()
     ax2.set_xlabel(f"TTFT p99 change, % (mean over seeds, {LEVEL:.0%} interval)")
-    ax2.set_title("Paired comparisons" + (" (below: the step-cost variants at 50 ms)" if sensitivity(data) else ""),
-                  fontsize=10)
+    ax2.set_title("Paired comparisons (dotted: ±5 %, the material bound)"
+                  + ("; below: the step-cost variants at 50 ms" if sensitivity(data) else ""), fontsize=10)
     rate = stage_rate(data["fresh"])
     fig.suptitle(f"Claim 3: stale signals, {data['fresh'].sizes['replica']} replicas at {rate:g} req/s, "
                  f"{data['fresh'].sizes['seed']} seeds, steady state", fontsize=10)
@@ -306,8 +312,27 @@ def _sensitivity_part(data):
              "of claims 1, 2, 4 and 5), and leaves out 10 and 100 ms (a 10 ms run costs "
              "about 24 fresh ones). Every variant's arm runs against its own fresh signals, "
              "paired by seed. 'Survives' compares its verdict with the main design's on the "
-             f"same {n} comparisons: *{base}*. lt: least_tokens; pod: power_of_d (d = 2).", "",
-             *sensitivity_rows(base, sens), "", "Their steady state (median over seeds):", ""]
+             f"same {n} comparisons: *{base}*. lt: least_tokens; pod: power_of_d (d = 2). "
+             "Steady state: " + "; ".join(
+                 f"{words}: {steady_words(data['sensitivity'][s]['whole'], ('signal_mode', 'policy'))}"
+                 + ("" if steady_words(data['sensitivity'][s]['routers']).startswith("every")
+                    else f" (4 routers {steady_words(data['sensitivity'][s]['routers'])})")
+                 for s, words in SENSITIVITY if s in data["sensitivity"]) + ".", "",
+             *sensitivity_rows(base, sens), ""]
+    main = {name: c[3] for name, (c, _) in comparisons(restricted(data)).items()}
+    word = {-1: "lower (a lead)", 0: "no lead", 1: "higher (a lead)"}
+    moved = []
+    for stage, words in SENSITIVITY:
+        v = data["sensitivity"].get(stage)
+        if v is not None:
+            ch = [f"{name}: {word[c[3]]}, against {word[main[name]]} in the main design"
+                  for name, (c, _) in comparisons(v).items() if c[3] != main[name]]
+            if ch:
+                moved.append(f"under {words}, " + "; ".join(ch))
+    parts += [("**Reading.** Every comparison leads as in the main design under every variant." if not moved else
+               "**Reading.** The comparisons whose lead differs from the main design's: " + ". ".join(moved)
+               + ". The rest lead as in the main design."), "",
+              "Their steady state (median over seeds):", ""]
     for stage, words in SENSITIVITY:
         v = data["sensitivity"].get(stage)
         if v is not None:
