@@ -362,7 +362,24 @@ def _sensitivity_part(data, v):
              + "; ".join(f"{words}: {steady_words(data[s], _by(data[s]) + ('tie_tolerance',))}"
                          for s, words in SENSITIVITY if data.get(s) is not None)
              + f". 'Survives': the same verdict as the main design's (*{v}*).", "",
-             *sensitivity_rows(v, sens), "", "Their steady state (median over seeds):", ""]
+             *sensitivity_rows(v, sens), ""]
+    # the main design's leads by load rank (lower, higher load), against each variant's
+    main = [tie_effects(pod(data, TOLERANCE, r), pod(data, 0.0, r)) for r in rates(data)]
+    word = {-1: "lower (a lead)", 0: "no lead", 1: "higher (a lead)"}
+    moved = []
+    for stage, words in SENSITIVITY:
+        if data.get(stage) is None:
+            continue
+        eff = list(variant_effects(data[stage]).items())
+        n = min(len(eff), len(main))                     # aligned from the highest load down
+        for (r, e), m in zip(eff[-n:], main[-n:]):
+            moved += [f"under {words} at {r:g} req/s, {k}: {word[e[k][3]]}, against {word[m[k][3]]} in the "
+                      "main design at the same rank of load" for k in PREDICTED if e[k][3] != m[k][3]]
+    parts += [("**What changes.** Nothing: every comparison leads as in the main design at the same rank of "
+               "load (the lower or the higher), under every variant." if not moved else
+               "**What changes.** The comparisons whose lead differs from the main design's at the same rank "
+               "of load: " + "; ".join(moved) + ". The rest lead as in the main design."), "",
+              "Their steady state (median over seeds):", ""]
     for stage, words in SENSITIVITY:
         ds = data.get(stage)
         if ds is not None:

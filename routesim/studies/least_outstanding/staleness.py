@@ -329,8 +329,8 @@ def _sensitivity_part(data):
                   for name, (c, _) in comparisons(v).items() if c[3] != main[name]]
             if ch:
                 moved.append(f"under {words}, " + "; ".join(ch))
-    parts += [("**Reading.** Every comparison leads as in the main design under every variant." if not moved else
-               "**Reading.** The comparisons whose lead differs from the main design's: " + ". ".join(moved)
+    parts += [("**What changes.** Every comparison leads as in the main design under every variant." if not moved else
+               "**What changes.** The comparisons whose lead differs from the main design's: " + ". ".join(moved)
                + ". The rest lead as in the main design."), "",
               "Their steady state (median over seeds):", ""]
     for stage, words in SENSITIVITY:
