@@ -32,13 +32,14 @@ def parse(stages: str, head: str = HEAD):
 SWEEPS = ROOT / "sweeps"
 
 
-def run_reduced(tmp_path, sweep, replace=None, cut_before=None) -> dict:
+def run_reduced(tmp_path, sweep, replace=None, cut_before=None, stages=None) -> dict:
     """Run a shipped sweep file (a Path, e.g. ``SWEEPS / "token-routing.toml"``, or its
     text) reduced: with ``cut_before``, the text from that marker on is dropped first (to
     leave out later stages); then each ``{old: new}`` of ``replace`` is made in turn, and
     each ``old`` must occur. Written to ``tmp_path / "sweep.toml"`` (a trace path relative
     to sweeps/ must be replaced by an absolute one); returns {stage: Dataset} as
-    routesim.run does, without progress bars."""
+    routesim.run does, without progress bars (``stages``: only those, as routesim.run's
+    argument)."""
     text = sweep.read_text() if isinstance(sweep, Path) else sweep
     if cut_before is not None:
         assert cut_before in text, cut_before
@@ -48,7 +49,7 @@ def run_reduced(tmp_path, sweep, replace=None, cut_before=None) -> dict:
         text = text.replace(old, new)
     p = tmp_path / "sweep.toml"
     p.write_text(text)
-    return routesim.run(routesim.load_sweep(p), show_progress=False)
+    return routesim.run(routesim.load_sweep(p), stages=stages, show_progress=False)
 
 
 def scenario_events(text: str, name: str) -> list:

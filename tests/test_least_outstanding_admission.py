@@ -5,7 +5,9 @@ recomputed from a reduced run of sweeps/token-routing-admission.toml: the one-re
 curve (4 seeds, a 300 s warm-up) gives the threshold, and the 8-replica arms are run at
 that threshold (as the full study must be) at 1 and 2 × capacity and under the burst
 (moved with the warm-up), 4 seeds; then the claim's row, section and figure from those
-runs, written as the sweep writes them."""
+runs, written as the sweep writes them. The step-cost sensitivity
+(sweeps/token-routing-admission-cost.toml) the same way: each variant's curve, reduced,
+gives its threshold, and its door is run at it."""
 
 import numpy as np
 import pytest
@@ -131,3 +133,49 @@ def test_claim9_row_section_and_figure_render(runs, tmp_path):
     text = assert_renders(admission, write_results(tmp_path / "results", runs), tmp_path / "figures")
     x = admission.threshold(admission.load(tmp_path / "results")["held"])
     assert f"**{x:,.0f} tokens**" in text
+
+
+COST = SWEEPS / "token-routing-admission-cost.toml"
+
+
+@pytest.fixture(scope="module")
+def cost_runs(tmp_path_factory):
+    """The step-cost sensitivity (sweeps/token-routing-admission-cost.toml), reduced as the
+    main design (4 seeds, a 300 s warm-up): each variant's one-replica curve, then no door
+    and a door rejecting at the threshold that curve gives (as the full study must),
+    beyond capacity."""
+    tmp = tmp_path_factory.mktemp("admission-cost")
+    held = run_reduced(tmp, COST, REDUCE, stages=[f"held-{v}" for v in admission.VARIANTS])
+    x = {}
+    for v in admission.VARIANTS:
+        try:
+            x[v] = admission.threshold(admission.prepare(held)[f"held-{v}"])
+        except admission.Mismatch:
+            x[v] = None
+    text = COST.read_text()
+    runs = [s for v in admission.VARIANTS if f'name = "reject-{v}"' in text for s in (f"open-{v}", f"reject-{v}")]
+    cap = {"prefill-x2": "admission_max_tokens = [125000]", "chunk-2048": "admission_max_tokens = [275000]"}
+    assert all(x[v] is not None for v in cap), x     # the reduced curves give a threshold to reject at
+    doors = run_reduced(tmp, COST, {**REDUCE, **{cap[v]: f"admission_max_tokens = [{x[v]:.0f}]" for v in cap}},
+                        stages=runs)
+    return {**held, **doors}, x
+
+
+def test_claim9_the_step_cost_variants(runs, cost_runs):
+    stages, x = cost_runs
+    data = admission.prepare({**runs, **stages})
+    rows = admission.sensitivity(data)
+    assert set(rows) == set(admission.VARIANTS)
+    # with prefill four times as costly one long-class prompt's prefill alone takes about
+    # 1.4 s (12,000 tokens: 0.0792 ms a token plus the pair term), above the 1 s TTFT SLO,
+    # and the long class is 2 % of requests: the TTFT p99 misses the SLO at every cap, so
+    # there is no threshold to reject at
+    assert 0.0792 * 12000 + 3.36e-6 * 12000 ** 2 > 1000.0
+    assert x["prefill-x4"] is None and rows["prefill-x4"][1] is None and not rows["prefill-x4"][2]
+    for v in ("prefill-x2", "chunk-2048"):
+        threshold, c, survives = rows[v]
+        assert threshold == x[v]
+        # at twice capacity without a door the replicas' queues grow for the whole window
+        # and few requests finish within the SLO; a door that refuses above the
+        # threshold keeps the admitted ones within it: higher goodput, a lead
+        assert c[3] == 1 and survives, (v, c)

@@ -3,8 +3,9 @@ issue 23's rule: the verdict logic on hand-built Datasets whose answer is known 
 construction, and the comparisons recomputed from a reduced run of the same design
 (sweeps/token-routing-affinity.toml at its high load: 4 seeds, a 100 s warm-up and a 30 s
 window instead of 16 seeds, 1,200 s and 60 s), the realistic-signal arm's (a 50 ms
-periodic and periodic_local scrape) too. The claim's row, section and figure are drawn
-from the same run."""
+periodic and periodic_local scrape) too, and the step-cost sensitivity's stages (prefill
+×2, ×4, a 2,048-token chunk budget; the verdict's two arms at their own two loads). The
+claim's row, section and figure are drawn from the same run."""
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import xarray as xr
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
 from routesim.studies.least_outstanding import affinity
+from routesim.studies.least_outstanding.common import sensitivity_rows
 
 N = 16
 RNG = np.random.default_rng(11)
@@ -119,3 +121,45 @@ def test_claim4_under_a_scrape_the_tie_break_still_raises_the_hit_rate_and_least
     # replica that looked emptiest (claim 3's herd); power of two's random pairs spread
     # them: power_of_d's TTFT p99 is the lower one there
     assert affinity.ranking(data, mode="periodic")[3] == -1
+
+
+def test_the_step_cost_sensitivity_by_construction():
+    fresh = tie_stage(0.05, 0.9, 0.9)                                   # holds at both loads
+    data = {"tie": fresh,
+            # the variants as sweeps write them: power_of_d × rate_rps × tie_tolerance × seed
+            "tie-prefill2": tie_stage(0.05, 0.9, 0.9),                  # as the main design
+            "tie-prefill4": tie_stage(0.05, 1.0, 1.0),                  # hits only: qualification
+            "tie-chunk2048": tie_stage(0.05, 1.0, 1.2)}                 # TTFT p99 up: the other way
+    for stage in ("tie", "tie-prefill2", "tie-prefill4", "tie-chunk2048"):
+        data[stage] = data[stage].assign(assigned=(("seed", "replica"), np.full((N, 8), 100.0)),
+                                         replica_completed=(("seed", "replica"), np.full((N, 8), 100.0)))
+    rows = affinity.sensitivity(data)
+    assert [r[3] for r in rows] == ["holds", "holds with qualification", "does not hold"]
+    assert rows[0][1] == "20 and 36"                                    # the stage's own loads
+    # six comparisons per variant: three at each load, each the tie-break against none
+    assert [label for label, *_ in rows[0][2]] == [f"{r} req/s: {k}" for r in (20, 36)
+                                                   for k in ("hit rate", "TTFT p50", "TTFT p99")]
+    assert rows[2][2][5][1][0] == pytest.approx(20.0, abs=1.0)          # TTFT p99 +20 %
+    table = sensitivity_rows(affinity.verdict_for(effects(fresh)), rows)
+    assert [line.rsplit("|", 2)[1].strip() for line in table[2:]] == ["yes", "no", "no"]
+
+
+def test_claim4_the_step_cost_variants(out, tmp_path):
+    data = affinity.load(write_results(tmp_path / "results", out))
+    rows = {words: r for words, *r in affinity.sensitivity(data)}
+    assert len(rows) == 3
+    # the loads: the main loads (20 and 36 req/s) scaled by claim 2's factor for the variant
+    # (sweeps/token-routing-scale-8.toml: 26/35 with prefill ×2, 20/35 with ×4), rounded to
+    # whole req/s; the chunk budget at the grid's loads (here reduced to 36 req/s)
+    scale8 = (SWEEPS / "token-routing-scale-8.toml").read_text()
+    assert 'name = "prefill2"\nrate_rps = [26]' in scale8 and 'name = "prefill4"\nrate_rps = [20]' in scale8
+    expected = {"tie-prefill2": [round(x * 26 / 35) for x in (20, 36)],
+                "tie-prefill4": [round(x * 20 / 35) for x in (20, 36)], "tie-chunk2048": affinity.rates(data)}
+    for stage, words in affinity.SENSITIVITY:
+        ds = data[stage]
+        eff = affinity.variant_effects(ds)
+        assert list(eff) == [float(r) for r in expected[stage]], stage
+        assert rows[words][2] == affinity.verdict_for(list(eff.values()))
+        # a near-tie (10 %) broken by the cached prefix sends more requests where their
+        # prefix is, whatever a step costs: a higher hit rate at the higher load
+        assert eff[max(eff)]["hit rate"][3] == 1, stage

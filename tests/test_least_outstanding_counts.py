@@ -3,7 +3,9 @@ the verdict logic on hand-built Datasets whose answer follows from the rule
 (common.RULE: a lead is a 95 % interval of the paired mean that excludes 0 and a
 material mean, 5 % for a tail, 1 point for attainment), and the verdict's main
 comparison recomputed from a reduced run of the same design (sweeps/token-routing.toml:
-one load, 4 seeds, short windows), its row, section and figures rendered."""
+one load, 4 seeds, short windows), its row, section and figures rendered; and every
+condition the section recomputes the verdict under (the 50 ms scrape, periodic_local,
+the Azure lengths, the step-cost variants) from a reduced run of its own stages."""
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import xarray as xr
 
 from conftest import SWEEPS, run_reduced, write_results
 from routesim.studies.least_outstanding import counts
+from routesim.studies.least_outstanding.common import compare
 
 RATES = (23.0, 35.0, 41.0)
 
@@ -142,3 +145,54 @@ def test_row_section_and_figures_render(reduced, tmp_path):
     assert stems == ["lor-claim1-cdf", "lor-claim1-counts"]   # only the main design ran
     import re
     assert sorted(re.findall(r"\(\.\./figures/([^)]+)\.png\)", text)) == stems
+
+
+@pytest.fixture(scope="module")
+def conditions(tmp_path_factory):
+    """Every condition under which the section recomputes the verdict (the 50 ms scrape and
+    periodic_local, the Azure lengths, prefill ×2 and ×4 at both loads, the 2,048-token
+    chunk budget) beside their control, the main design at 23 and 41 req/s: 4 seeds, 60 s
+    of warm-up (the Azure stages' 300 s too) and a 20 s window, the trace read from
+    traces/."""
+    stages = ["counts", "signals", "azure", "prefill-x2", "prefill-x4", "prefill-x2-light",
+              "prefill-x4-light", "chunk-2048"]
+    return run_reduced(tmp_path_factory.mktemp("claim1-conditions"), SWEEPS / "token-routing.toml",
+                       {"rate_rps = [23, 35, 41]": "rate_rps = [23, 41]", "warmup_s = 1200": "warmup_s = 60",
+                        "warmup_s = 300": "warmup_s = 60", "measure_s = 60": "measure_s = 20",
+                        "count = 16 }": "count = 4 }",
+                        '"../traces/azure-conv.csv"': f'"{SWEEPS.parent / "traces" / "azure-conv.csv"}"'},
+                       stages=stages)
+
+
+def test_every_condition_recomputes_the_verdict(conditions, tmp_path):
+    d = counts.load(write_results(tmp_path / "results", conditions))
+    rows = counts.condition_rows(d)
+    # every condition of the section ran, each with its six comparisons and its verdict
+    # by the same rule
+    assert [(name, load) for name, _, _, _, _, load in rows] == [(n, l) for n, _, l in counts.CONDITIONS]
+    for name, label, comps, v, arms, load in rows:
+        assert len(comps) == 6 and v == counts.verdict_at(counts.comparisons(arms)), label
+        assert counts.survives(counts._base_of(rows, load), comps).startswith(("yes", "no: ", "the verdict")), label
+    fresh = {load: counts.condition(d, "fresh", load) for load in (23.0, 41.0)}
+    for name, load in (("prefill-x2", 41.0), ("prefill-x4", 41.0), ("prefill-x2-light", 23.0),
+                       ("prefill-x4-light", 23.0)):
+        # a costlier prefill at the same arrivals: every policy's first tokens come later
+        arms = counts.condition(d, name, load)
+        for p in counts.POLICIES:
+            c = compare(arms[p].ttft_p99.values, fresh[load][p].ttft_p99.values)
+            assert c[3] == 1, (name, p, c)
+    # the Azure conversations have no long class (no 12,000-token prompt): a far lower TTFT
+    # tail than the default workload's at the same 41 req/s, for every policy
+    az = counts.condition(d, "azure", 41.0)
+    for p in counts.POLICIES:
+        assert compare(az[p].ttft_p99.values, fresh[41.0][p].ttft_p99.values)[3] == -1, p
+
+
+def test_the_scrape_makes_the_global_minimum_herd(conditions, tmp_path):
+    d = counts.load(write_results(tmp_path / "results", conditions))
+    # a 50 ms old count sends a period's arrivals to the replica that looked emptiest:
+    # least_tokens' TTFT p99 above its own fresh runs (the baseline's, paired by seed)
+    assert counts.scrape_cost(d)[("periodic", "least_tokens")][3] == 1
+    # with its own placements added between scrapes it no longer herds: below periodic's
+    lt = {m: counts.condition(d, m)["least_tokens"].ttft_p99.values for m in ("periodic", "periodic_local")}
+    assert compare(lt["periodic_local"], lt["periodic"])[3] == -1

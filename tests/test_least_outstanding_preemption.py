@@ -6,7 +6,8 @@ periodic and periodic_local scrape: 4 seeds and a 300 s warm-up instead of 16 se
 1,200 s). The full design found least_kv preempting less and placing less
 often on a replica above 90 % than least_requests, with a higher TPOT p99; a change to the
 engine that flips the tail of occupancy at placement fails here. The claim's row, section
-and figure are drawn from the same run."""
+and figure are drawn from the same run. The step-cost variants and the scheduler = "vllm"
+arm are recomputed the same way from a reduced run of their own stages."""
 
 import numpy as np
 import pytest
@@ -112,3 +113,55 @@ def test_claim5_under_a_scrape(out, tmp_path):
     lr = data["signals"].sel(policy="least_requests")
     assert not np.array_equal(lr.ttft_p99.sel(signal_mode="periodic").values,
                               lr.ttft_p99.sel(signal_mode="periodic_local").values)
+
+
+def test_the_step_cost_rows_and_the_vllm_words_by_construction():
+    base = arms(-5, -0.05, -0.02, 0.9)                             # least_kv alone: holds
+    steady = {"backlog_growth": (("policy", "seed"), np.zeros((3, N))),
+              "arrivals": (("policy", "seed"), np.full((3, N), 2000.0)),
+              "kv_occupancy_first": (("policy", "seed"), np.full((3, N), 0.6)),
+              "kv_occupancy_last": (("policy", "seed"), np.full((3, N), 0.6))}
+    data = {"preemption": base,
+            "prefill2": arms(-5, -0.05, -0.02, 0.9).assign_attrs(kv_blocks=6144, rate_rps=26.0),
+            "prefill4": arms(-5, -0.05, 0.0, 0.9).assign_attrs(kv_blocks=4608, rate_rps=20.0),
+            "chunk2048": arms(-5, -0.05, 0.0, 1.25).assign_attrs(kv_blocks=8192, rate_rps=35.0),
+            "vllm": arms(-5, -0.05, 0.0, 1.25).assign(**steady).assign_attrs(warmup_s=1200)}
+    rows = preemption.sensitivity(data)
+    assert [(r[1], r[3]) for r in rows] == [(26.0, "holds"), (20.0, "holds with qualification"),
+                                            (35.0, "does not hold")]
+    assert rows[0][0] == "prefill ×2 as costly, 6,144 blocks"
+    # the vllm arm: flat occupancy and backlog, so steady; TPOT p99 +25 %: does not hold,
+    # against holds with the default scheduler
+    words = preemption.vllm_words(data)
+    assert "1,200 s of warm-up" in words and "every arm steady" in words
+    assert "*does not hold*, against *holds* with the default scheduler" in words
+    # occupancy rising 10 points over the window: not steady, named
+    rising = data["vllm"].assign(kv_occupancy_last=(("policy", "seed"), np.full((3, N), 0.7)))
+    assert "not steady" in preemption.vllm_words(dict(data, vllm=rising))
+
+
+@pytest.fixture(scope="module")
+def sens(tmp_path_factory):
+    """The step-cost variants and the scheduler = "vllm" arm, reduced as :func:`out`
+    (4 seeds, 300 s of warm-up; each variant's load and pool as the sweep file sets them)."""
+    return run_reduced(tmp_path_factory.mktemp("preemption-sens"), SWEEPS / "token-routing-preemption.toml",
+                       {"warmup_s = 1200": "warmup_s = 300", "count = 16 }": "count = 4 }"},
+                       stages=["preemption"] + [s for s, _ in preemption.ARMS] + ["vllm"])
+
+
+def test_claim5_the_step_cost_variants_and_vllm(sens, tmp_path):
+    data = preemption.load(write_results(tmp_path / "results", sens))
+    # the vllm arm runs at the warm-up every other stage of the sweep runs at
+    assert data["vllm"].attrs["warmup_s"] == data["preemption"].attrs["warmup_s"] == 300
+    assert data["vllm"].attrs["scheduler"] == "vllm"
+    rows = {words.rsplit(", ", 1)[0]: r for words, *r in preemption.sensitivity(data)}
+    assert len(rows) == 3
+    for stage, words in preemption.ARMS + (("vllm", None),):
+        ds = data[stage]
+        if words is not None:
+            assert rows[words][2] == preemption.verdict_for(ds, ("least_kv",))
+        # scoring by occupancy steers placements away from a replica above 90 %, which a
+        # count of requests does not look at, whatever a step costs or whichever scheduler
+        e = preemption.effects(ds, "least_kv")
+        assert e["placement_occupancy_high"][3] == -1, (stage, e["placement_occupancy_high"])
+    assert preemption.vllm_words(data).startswith('With `scheduler = "vllm"` (300 s of warm-up')

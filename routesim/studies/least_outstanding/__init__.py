@@ -31,8 +31,9 @@ OUT = Path("docs/least-outstanding-routing.md")
 LEAVES_OUT = (
     "Output lengths are drawn from two log-normal classes (claim 1 also replays the Azure "
     "trace's lengths), not from a real tokenizer and model; the step cost is one 8B-class "
-    "formula for every replica (claims 1, 2, 5 and 9 rerun with prefill twice and four "
-    "times as costly and a 2,048-token chunk budget); the router knows prompt lengths "
+    "formula for every replica (claims 1 to 5 and 9 rerun with prefill twice and four "
+    "times as costly and a 2,048-token chunk budget, claim 3 at its 50 ms period only); the "
+    "router knows prompt lengths "
     "exactly and adds a fixed output allowance (claim 1's clairvoyant arm bounds what "
     "knowing the output would be worth); there is no network, no tokenization cost at the "
     "router, no speculative decoding, no multi-GPU parallelism and no autoscaling. A cold "

@@ -4,7 +4,9 @@ rate_rps × tie_tolerance × seed; ``baselines`` least_tokens and least_cost × 
 seed; ``affinity`` prefix_affinity × balance_abs × seed at the high load; the
 realistic-signal arm, a 50 ms scrape: ``tie-signals`` (power_of_d × rate_rps ×
 tie_tolerance 0 and 0.1 × signal_mode) and ``baselines-signals`` (least_tokens ×
-rate_rps × signal_mode), signal_mode periodic and periodic_local)."""
+rate_rps × signal_mode), signal_mode periodic and periodic_local; the step-cost
+sensitivity ``tie-prefill2``, ``tie-prefill4``, ``tie-chunk2048``: power_of_d ×
+rate_rps × tie_tolerance 0 and 0.1 × seed, fresh signals)."""
 
 from pathlib import Path
 
@@ -12,11 +14,16 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, show, stage_rate, steady_table,
-                     verdict_of)
+from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
+                     stage_rate, steady_table, steady_words, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
-STAGES = ("tie", "baselines", "affinity", "tie-signals", "baselines-signals")
+SENSITIVITY = (("tie-prefill2", "prefill ×2 as costly"), ("tie-prefill4", "prefill ×4 as costly"),
+               ("tie-chunk2048", "max_batched_tokens = 2,048"))
+"""The step-cost variants (issue 23 item 6): stage name, words. Each reruns the
+verdict's two arms (power_of_d, tie_tolerance 0 and :data:`TOLERANCE`) at two loads,
+the main loads scaled by the factor claim 2 found for that variant."""
+STAGES = ("tie", "baselines", "affinity", "tie-signals", "baselines-signals") + tuple(s for s, _ in SENSITIVITY)
 TOLERANCE = 0.1
 """The near-tie the verdict reads: a candidate within 10 % of the better score is tied
 (the seed's "similar load"); 0.5 is shown beside it."""
@@ -116,6 +123,29 @@ def verdict(data, mode=None):
     return verdict_for([tie_effects(pod(data, TOLERANCE, r, mode), pod(data, 0.0, r, mode)) for r in rates(data)])
 
 
+def variant_effects(ds):
+    """{load: :func:`tie_effects` of tie_tolerance :data:`TOLERANCE` against 0} in a
+    step-cost variant's stage (power_of_d × rate_rps × tie_tolerance × seed)."""
+    loads = [float(r) for r in ds.rate_rps.values] if "rate_rps" in ds.dims else [stage_rate(ds)]
+    return {r: tie_effects(hot(_at(ds, r).sel(tie_tolerance=TOLERANCE)), hot(_at(ds, r).sel(tie_tolerance=0.0)))
+            for r in loads}
+
+
+def sensitivity(data):
+    """[(words, loads, comparisons, verdict)] of the step-cost variants that ran: the
+    verdict's comparisons at the variant's two loads, the verdict by the same rule."""
+    out = []
+    for stage, words in SENSITIVITY:
+        ds = data.get(stage)
+        if ds is None:
+            continue
+        eff = variant_effects(ds)
+        comps = [(f"{r:g} req/s: {k}", e[k], 1 if k == "hit rate" else 0, "pp" if k == "hit rate" else "%")
+                 for r, e in eff.items() for k in PREDICTED]
+        out.append((words, " and ".join(f"{r:g}" for r in eff), comps, verdict_for(list(eff.values()))))
+    return out
+
+
 def ranking(data, rate=None, mode=None):
     """power_of_d (tie_tolerance :data:`TOLERANCE`) against least_tokens, TTFT p99
     (relative), at ``rate`` (default the high load), fresh or under signal ``mode``."""
@@ -152,7 +182,7 @@ def arms(data):
 
 
 def figure(data, figures_dir=FIGURES):
-    fig = Figure(figsize=(14, 4.8) if signals(data) else (13, 4.2))
+    fig = Figure(figsize=(14, 6.0 if sensitivity(data) else 4.8) if signals(data) else (13, 4.2))
     a1, a2, a3 = fig.subplots(1, 3, gridspec_kw={"width_ratios": (1, 1, 1.25)})
     labels, dss = zip(*arms(data))
     x = np.arange(len(labels))
@@ -175,6 +205,10 @@ def figure(data, figures_dir=FIGURES):
             for mode in SIGNAL_MODES:
                 rows.append((f"{r:g} req/s, {mode}, tol {TOLERANCE:g}",
                              tie_effects(pod(data, TOLERANCE, r, mode), pod(data, 0.0, r, mode))))
+    for stage, words in SENSITIVITY:
+        if data.get(stage) is not None:
+            short = {"tie-prefill2": "prefill ×2", "tie-prefill4": "prefill ×4", "tie-chunk2048": "chunk 2,048"}[stage]
+            rows += [(f"{r:g} req/s, {short}, tol {TOLERANCE:g}", e) for r, e in variant_effects(data[stage]).items()]
     y = np.arange(len(rows))
     for k, (key, color, mk) in enumerate((("hit rate", "#2ca02c", "o"), ("TTFT p50", "#1f77b4", "s"),
                                           ("TTFT p99", "#d62728", "^"))):
@@ -306,7 +340,55 @@ def section(data):
         f"**Reading.** Fresh signals: verdict {v}. " + sig_text
         + f"Too much affinity: prefix_affinity with balance_abs 64 against least_tokens at "
         f"{hi_rate:g} req/s, TTFT p99 {cell(p99)}, the hot replica's backlog gap "
-        f"{cell(gap, 1, 'requests')}.", ""])
+        f"{cell(gap, 1, 'requests')}.", "", *_sensitivity_part(data, v)])
+
+
+def _sensitivity_part(data, v):
+    """The step-cost sensitivity's paragraph, table and steady-state tables ([] if none ran)."""
+    sens = sensitivity(data)
+    if not sens:
+        return []
+    parts = ["**Sensitivity to the step cost** (issue 23 item 6; the verdict's comparisons, "
+             f"power_of_d at tie_tolerance {TOLERANCE:g} against 0, at two loads each, fresh "
+             "signals, the study's seeds and 1,200 s of warm-up). Prefill twice and four times "
+             "as costly (`per_prefill_token` and `per_prefill_token_pair` scaled together) and a "
+             "2,048-token chunk budget. Each variant's loads are the main loads scaled by the "
+             "factor claim 2 found for that variant's load (26/35 with prefill ×2, 20/35 with "
+             "prefill ×4, 1 with the chunk budget: sweeps/token-routing-scale-8.toml, the "
+             "largest load at which one random choice stays steady; claim 5 scales its load "
+             "and pool the same way; cache hits shorten this workload's prefills, so a "
+             "costlier prefill should take less of its capacity than of the default "
+             "workload's). Their steady state, below: "
+             + "; ".join(f"{words}: {steady_words(data[s], _by(data[s]) + ('tie_tolerance',))}"
+                         for s, words in SENSITIVITY if data.get(s) is not None)
+             + f". 'Survives': the same verdict as the main design's (*{v}*).", "",
+             *sensitivity_rows(v, sens), ""]
+    # the main design's leads by load rank (lower, higher load), against each variant's
+    main = [tie_effects(pod(data, TOLERANCE, r), pod(data, 0.0, r)) for r in rates(data)]
+    word = {-1: "lower (a lead)", 0: "no lead", 1: "higher (a lead)"}
+    moved = []
+    for stage, words in SENSITIVITY:
+        if data.get(stage) is None:
+            continue
+        eff = list(variant_effects(data[stage]).items())
+        n = min(len(eff), len(main))                     # aligned from the highest load down
+        for (r, e), m in zip(eff[-n:], main[-n:]):
+            moved += [f"under {words} at {r:g} req/s, {k}: {word[e[k][3]]}, against {word[m[k][3]]} in the "
+                      "main design at the same rank of load" for k in PREDICTED if e[k][3] != m[k][3]]
+    parts += [("**What changes.** Nothing: every comparison leads as in the main design at the same rank of "
+               "load (the lower or the higher), under every variant." if not moved else
+               "**What changes.** The comparisons whose lead differs from the main design's at the same rank "
+               "of load: " + "; ".join(moved) + ". The rest lead as in the main design."), "",
+              "Their steady state (median over seeds):", ""]
+    for stage, words in SENSITIVITY:
+        ds = data.get(stage)
+        if ds is not None:
+            parts += [f"*{words}*", "", steady_table(ds, _by(ds) + ("tie_tolerance",)), ""]
+    return parts
+
+
+def _by(ds):
+    return ("rate_rps",) if "rate_rps" in ds.dims else ()
 
 
 def row(data):

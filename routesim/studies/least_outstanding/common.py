@@ -94,11 +94,13 @@ def tally(named):
 
 def sensitivity_rows(main_verdict, variants):
     """Markdown rows 'variant | load | comparisons | verdict | survives' for
-    ``variants``: (words, load req/s, [(label, comparison, digits, unit)], verdict)."""
+    ``variants``: (words, load req/s (a number, or the loads as words), [(label,
+    comparison, digits, unit)], verdict)."""
     rows = ["| step cost | load req/s | comparisons | verdict | survives |", "|---|---|---|---|---|"]
     for words, rate, comps, v in variants:
         shown = "; ".join(f"{label} {cell(c, d, u)}" for label, c, d, u in comps)
-        rows.append(f"| {words} | {rate:g} | {shown} | {v} | {'yes' if v == main_verdict else 'no'} |")
+        load = rate if isinstance(rate, str) else f"{rate:g}"
+        rows.append(f"| {words} | {load} | {shown} | {v} | {'yes' if v == main_verdict else 'no'} |")
     return rows
 
 
@@ -214,6 +216,22 @@ def steady_table(ds, by, dims=("seed",)):
                      + f" | {float(one.backlog_growth):+.0f} | {float(one.kv_occupancy_first) * 100:.0f} → "
                        f"{float(one.kv_occupancy_last) * 100:.0f} |")
     return "\n".join(lines)
+
+
+def steady_words(ds, by=("policy",)):
+    """Whether each cell of the axes ``by`` of ``ds`` was steady by
+    :func:`routesim.steady.is_steady` (medians over seeds), in words (the rule itself is
+    stated once, under the capacity table)."""
+    import itertools
+
+    from ... import steady
+    by = (by,) if isinstance(by, str) else tuple(by)
+    flags = {", ".join(f"{v:g}" if isinstance(v, (int, float, np.number)) else str(v) for v in key):
+             steady.is_steady(*steady.trend(ds.sel(dict(zip(by, key)))))
+             for key in itertools.product(*(ds[b].values for b in by))}
+    if all(flags.values()):
+        return "every arm steady by `routesim.steady`'s rule"
+    return "not steady by `routesim.steady`'s rule: " + ", ".join(k for k, f in flags.items() if not f)
 
 
 def squeeze(ds):

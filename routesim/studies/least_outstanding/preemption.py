@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
 from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
-                     stage_rate, steady_table, tally, verdict_of)
+                     stage_rate, steady_table, steady_words, tally, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-preemption.toml",)
 POLICIES = ("least_kv", "least_cost", "least_requests", "least_tokens")
@@ -127,7 +127,7 @@ def sensitivity(data):
 
 def figure(data, figures_dir=FIGURES):
     ds = data["preemption"]
-    fig = Figure(figsize=(12, 4.2))
+    fig = Figure(figsize=(12, 4.8))
     a1, a2 = fig.subplots(1, 2)
     for p in POLICIES:
         s = ds.sel(policy=p)
@@ -157,7 +157,8 @@ def figure(data, figures_dir=FIGURES):
     a2.set_xlabel(f"against least_requests, paired (mean, {LEVEL:.0%} interval)")
     a2.legend(handles=[Line2D([], [], marker="o", ls="", color="#333333", label="Δ preemptions (count)"),
                        Line2D([], [], marker="s", ls="", color="#d62728",
-                              label="Δ placements above 90 % (pp)")], fontsize=8)
+                              label="Δ placements above 90 % (pp)")], fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.14), ncol=2)
     a2.set_title("KV-aware policy minus least_requests", fontsize=10)
     fig.suptitle(f"Claim 5: KV pressure, 8 replicas, {int(ds.attrs['kv_blocks']):,} blocks each, "
                  f"{stage_rate(ds):g} req/s, {ds.sizes['seed']} seeds, steady state", fontsize=10)
@@ -219,6 +220,38 @@ def _scrape_reading(data, fresh_verdict):
     return " ".join(words)
 
 
+VLLM_600 = ("does not hold", "Δ preemptions -10.2 [-15.4, -5.9], Δ occupancy at placement +0.1 [-0.7, +0.9] "
+            "pp, Δ placements above 90 % -8.5 [-11.7, -5.5] pp, TPOT p99 +31 [+27, +36] %", "63 → 70",
+            {"preemptions": -1, "placement_occupancy": 0, "placement_occupancy_high": -1, "tpot_p99": 1})
+"""The vllm arm as it ran before issue 23's warm-up reached it (600 s; the former
+document): least_kv's verdict against least_requests, its comparisons, the KV
+occupancy's first → last quarter (medians, %: rising 7 points, not steady by
+routesim.steady's rule) and each comparison's lead."""
+
+
+def vllm_words(data):
+    """The vllm arm's verdict, its steady state and how both compare with the reserve
+    scheduler's (least_kv alone) and with the arm's former 600 s run."""
+    vl = data["vllm"]
+    v, fresh = verdict_for(vl, ("least_kv",)), verdict_for(data["preemption"], ("least_kv",))
+    old_v, old_leads, old_occ, old_sign = VLLM_600
+    word = {-1: "lower (a lead)", 0: "no lead", 1: "higher (a lead)"}
+    now = effects(vl, "least_kv")
+    moved = [f"{var} from {word[old_sign[var]]} to {word[now[var][3]]}" for var in old_sign
+             if var in now and now[var][3] != old_sign[var]]
+    return (f"With `scheduler = \"vllm\"` ({vl.attrs['warmup_s']:,.0f} s of warm-up, the study's; "
+            f"{steady_words(vl)}), least_kv against least_requests: *{v}*, "
+            + (f"as with the default scheduler (least_kv alone: *{fresh}*): the verdict does not change "
+               "with vLLM's scheduling." if v == fresh else
+               f"against *{fresh}* with the default scheduler (least_kv alone): the verdict changes "
+               "with vLLM's scheduling.")
+            + f" At the former 600 s of warm-up (not steady: KV occupancy {old_occ} % from the window's "
+            f"first quarter to its last) it was *{old_v}* ({old_leads})"
+            + ("; the longer warm-up does not change it" if v == old_v else "; the longer warm-up changes it")
+            + (" (its comparisons that moved: " + "; ".join(moved) + ")." if moved else
+               ", nor any of its comparisons' leads."))
+
+
 def section(data):
     ds = data["preemption"]
     rate = stage_rate(ds)
@@ -239,8 +272,7 @@ def section(data):
         eff += _effect_rows("scheduler vllm", vl, ("least_kv",))
         steady += [f"*scheduler = \"vllm\" ({vl.attrs['warmup_s']:g} s of warm-up)*", "",
                    steady_table(vl, ("policy",)), ""]
-        extra.append(f"With `scheduler = \"vllm\"` (warm-up {vl.attrs['warmup_s']:g} s), least_kv "
-                     f"against least_requests: {verdict_for(vl, ('least_kv',))}; medians:")
+        extra.append(vllm_words(data) + " Medians:")
         extra += ["", *_table(vl, ("least_kv", BASE)), ""]
     agree, n = relation(ds)
     sens = sensitivity(data)

@@ -1,8 +1,11 @@
 """Claim 3 of the least-outstanding-routing study: every signal is stale.
 sweeps/token-routing-staleness.toml (results/token-routing-staleness/: ``fresh``
 policy × seed; ``periodic`` policy × period_ms × seed; ``local`` (periodic_local, 50 ms,
-one router) and ``routers`` (the same with four routers) policy × seed). Claim 2 reads
-these runs as its realistic-signal arm."""
+one router) and ``routers`` (the same with four routers) policy × seed; the step-cost
+sensitivity ``prefill2``, ``prefill4``, ``chunk2048`` (policy × signal_mode fresh,
+periodic and periodic_local at 50 ms × seed) and ``<variant>-routers`` (least_tokens,
+periodic_local at 50 ms, four routers × seed)). Claim 2 reads these runs as its
+realistic-signal arm."""
 
 from pathlib import Path
 
@@ -10,8 +13,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, show, stage_rate, steady_table,
-                     verdict_of)
+from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
+                     stage_rate, steady_table, steady_words, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-staleness.toml",)
 STAGES = ("fresh", "periodic", "local", "routers")
@@ -22,16 +25,55 @@ LOCAL_MS = 50
 ROUTERS = 4
 """Routers of the ``routers`` stage (periodic_local at :data:`LOCAL_MS`); ``local`` has one."""
 TAIL = "ttft_p99"
+SENSITIVITY = (("prefill2", "prefill ×2 as costly"), ("prefill4", "prefill ×4 as costly"),
+               ("chunk2048", "max_batched_tokens = 2,048"))
+"""The step-cost variants (issue 23 item 6): stage name (its four-router stage is
+``<name>-routers``), words. Each reruns the verdict's comparisons at :data:`LOCAL_MS`
+only (:data:`SENSITIVITY_PERIODS`), at claim 2's load for that variant."""
+SENSITIVITY_PERIODS = (LOCAL_MS,)
+"""The periods the sensitivity reruns: the 50 ms one, at which every part of the
+prediction is compared (herding, power of two degrading less, periodic_local's recovery,
+four routers); the 10 ms period costs about 24 fresh runs a run."""
 
 
 def load(root):
-    """{stage: Dataset, "caps": capacities} or None if a stage is missing."""
+    """{stage: Dataset, "caps": capacities, "sensitivity": {variant: the dict
+    :func:`variant` makes}} or None if a main stage is missing (a step-cost variant
+    missing is left out)."""
     d = Path(root) / "token-routing-staleness"
     out = {s: open_stage(d / f"{s}.nc") for s in STAGES}
     if any(v is None for v in out.values()):
         return None
     out["caps"] = capacities(root, POLICIES)
+    sens = {}
+    for stage, _ in SENSITIVITY:
+        ds, routers = open_stage(d / f"{stage}.nc"), open_stage(d / f"{stage}-routers.nc")
+        if ds is not None and routers is not None:
+            sens[stage] = variant(ds, routers)
+    out["sensitivity"] = sens
     return out
+
+
+def _with_policy(ds, policy="least_tokens"):
+    """``ds`` with its policy axis (a stage of one policy has it dropped)."""
+    return ds if "policy" in ds.dims else ds.expand_dims(policy=[policy])
+
+
+def variant(ds, routers):
+    """A step-cost variant's stages as the main design's dict ({"fresh", "periodic",
+    "local", "routers"}), so that :func:`at` and :func:`comparisons` read it unchanged:
+    ``ds`` (policy × signal_mode fresh / periodic / periodic_local × seed, one period)
+    and ``routers`` (least_tokens, periodic_local, four routers)."""
+    period = int(ds.attrs["period_ms"]) if "period_ms" not in ds.dims else int(ds.period_ms.values[0])
+    mode = lambda m: ds.sel(signal_mode=m, drop=True)   # noqa: E731
+    return {"fresh": mode("fresh"), "periodic": mode("periodic").expand_dims(period_ms=[period]),
+            "local": mode("periodic_local"), "routers": _with_policy(routers), "whole": ds}
+
+
+def restricted(data, periods=SENSITIVITY_PERIODS):
+    """The main design cut to the periods ``periods``: what its verdict is when only the
+    comparisons a step-cost variant reruns are counted."""
+    return dict(data, periodic=data["periodic"].sel(period_ms=list(periods)))
 
 
 def at(data, policy, period=0, mode="periodic"):
@@ -73,9 +115,37 @@ def comparisons(data):
 
 
 def verdict(data):
-    """Under the study's rule from :func:`comparisons`."""
+    """Under the study's rule from :func:`comparisons` (of the main design, or of a
+    step-cost variant's dict: :func:`variant`)."""
     c = comparisons(data).values()
     return verdict_of([x[3] for x, _ in c], [p for _, p in c])
+
+
+SHORT = {"vs fresh": "lt at {p} ms vs fresh", "degradation": "pod's degradation vs lt's at {p} ms",
+         "periodic_local vs periodic": "local vs periodic", "routers vs 1": "4 routers vs 1",
+         "(local) vs periodic": "4 routers vs periodic"}
+"""Short labels of :func:`comparisons`' names for the sensitivity table."""
+
+
+def _short(name, p):
+    for key, label in SHORT.items():
+        if key in name:
+            return label.format(p=p)
+    return name
+
+
+def sensitivity(data):
+    """[(words, load, comparisons, verdict)] of the step-cost variants that ran: the
+    comparisons of :func:`comparisons` at :data:`SENSITIVITY_PERIODS`, the verdict by the
+    same rule."""
+    out = []
+    for stage, words in SENSITIVITY:
+        v = data.get("sensitivity", {}).get(stage)
+        if v is None:
+            continue
+        comps = [(_short(name, LOCAL_MS), c, 0, "%") for name, (c, _) in comparisons(v).items()]
+        out.append((words, stage_rate(v["whole"]), comps, verdict(v)))
+    return out
 
 
 def ranking(data, period, mode="periodic"):
@@ -88,7 +158,7 @@ def periods(data):
 
 
 def figure(data, figures_dir=FIGURES):
-    fig = Figure(figsize=(13.5, 4.8))
+    fig = Figure(figsize=(13.5, 7.2 if sensitivity(data) else 4.8))
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": (1, 1.2)})
     ps = periods(data)
     x = np.array([2] + ps[1:], float)        # fresh drawn at 2 ms on the log axis
@@ -111,16 +181,25 @@ def figure(data, figures_dir=FIGURES):
     comps = list(comparisons(data).items())
     comps += [(f"power_of_d vs least_tokens, {'fresh' if p == 0 else f'{p} ms'}", (ranking(data, p), 0))
               for p in ps]
+    groups = [len(comparisons(data)), len(comps)]        # where a group of rows ends
+    for words, _, cs, _ in sensitivity(data):
+        comps += [(f"{words}: {label}", (c, 0)) for label, c, _, _ in cs]
+        groups.append(len(comps))
     y = np.arange(len(comps))
     m = np.array([c[0][0] for _, c in comps])
     lo = np.array([c[0][1] for _, c in comps])
     hi = np.array([c[0][2] for _, c in comps])
     ax2.errorbar(m, y, xerr=[m - lo, hi - m], fmt="o", color="#333333", capsize=3)
     ax2.axvline(0, color="k", lw=0.8)
+    for x in (-5, 5):                                  # the study's material bound
+        ax2.axvline(x, color="#888888", lw=0.8, ls=":")
+    for g in groups[:-1]:
+        ax2.axhline(g - 0.5, color="#bbbbbb", lw=0.6)
     ax2.set_yticks(y, [name for name, _ in comps], fontsize=7)
     ax2.invert_yaxis()
     ax2.set_xlabel(f"TTFT p99 change, % (mean over seeds, {LEVEL:.0%} interval)")
-    ax2.set_title("Paired comparisons", fontsize=10)
+    ax2.set_title("Paired comparisons (dotted: ±5 %, the material bound)"
+                  + ("; below: the step-cost variants at 50 ms" if sensitivity(data) else ""), fontsize=10)
     rate = stage_rate(data["fresh"])
     fig.suptitle(f"Claim 3: stale signals, {data['fresh'].sizes['replica']} replicas at {rate:g} req/s, "
                  f"{data['fresh'].sizes['seed']} seeds, steady state", fontsize=10)
@@ -210,7 +289,57 @@ def section(data):
             f"{g[p][0]:+.0f} % at {p} ms" for p in sorted(PUBLISHED) if p in g) + ". "
         f"At {rate:g} req/s about {rate * 0.1:.1f} requests arrive in 100 ms across the "
         f"cluster ({rate * 0.1 / fresh.sizes['replica']:.2f} per replica), so one stale period "
-        f"misplaces a handful of requests. Verdict: {v}.", ""])
+        f"misplaces a handful of requests. Verdict: {v}.", "", *_sensitivity_part(data)])
+
+
+def _sensitivity_part(data):
+    """The step-cost sensitivity's paragraph, table and steady-state tables ([] if none ran)."""
+    sens = sensitivity(data)
+    if not sens:
+        return []
+    base = verdict(restricted(data))
+    n = len(comparisons(restricted(data)))
+    parts = ["**Sensitivity to the step cost** (issue 23 item 6). Prefill twice and four times "
+             "as costly (`per_prefill_token` and `per_prefill_token_pair` scaled together) and a "
+             "2,048-token chunk budget, each at claim 2's load for that variant (the largest "
+             "load at which one random choice stays steady under it, from exploratory runs "
+             "written in sweeps/token-routing-scale-8.toml; claim 5 places its variants the "
+             "same way), both policies, the study's seeds and 1,200 s of warm-up. To keep it "
+             f"affordable each variant reruns the verdict's comparisons at {LOCAL_MS} ms only "
+             f"({n} of its {len(comparisons(data))}: least_tokens' herding, power of two "
+             "degrading less, periodic_local's recovery and what four routers lose of it; "
+             "every part of the prediction is compared at that period, the realistic scrape "
+             "of claims 1, 2, 4 and 5), and leaves out 10 and 100 ms (a 10 ms run costs "
+             "about 24 fresh ones). Every variant's arm runs against its own fresh signals, "
+             "paired by seed. 'Survives' compares its verdict with the main design's on the "
+             f"same {n} comparisons: *{base}*. lt: least_tokens; pod: power_of_d (d = 2). "
+             "Steady state: " + "; ".join(
+                 f"{words}: {steady_words(data['sensitivity'][s]['whole'], ('signal_mode', 'policy'))}"
+                 + ("" if steady_words(data['sensitivity'][s]['routers']).startswith("every")
+                    else f" (4 routers {steady_words(data['sensitivity'][s]['routers'])})")
+                 for s, words in SENSITIVITY if s in data["sensitivity"]) + ".", "",
+             *sensitivity_rows(base, sens), ""]
+    main = {name: c[3] for name, (c, _) in comparisons(restricted(data)).items()}
+    word = {-1: "lower (a lead)", 0: "no lead", 1: "higher (a lead)"}
+    moved = []
+    for stage, words in SENSITIVITY:
+        v = data["sensitivity"].get(stage)
+        if v is not None:
+            ch = [f"{name}: {word[c[3]]}, against {word[main[name]]} in the main design"
+                  for name, (c, _) in comparisons(v).items() if c[3] != main[name]]
+            if ch:
+                moved.append(f"under {words}, " + "; ".join(ch))
+    parts += [("**What changes.** Every comparison leads as in the main design under every variant." if not moved else
+               "**What changes.** The comparisons whose lead differs from the main design's: " + ". ".join(moved)
+               + ". The rest lead as in the main design."), "",
+              "Their steady state (median over seeds):", ""]
+    for stage, words in SENSITIVITY:
+        v = data["sensitivity"].get(stage)
+        if v is not None:
+            parts += [f"*{words}*", "", steady_table(v["whole"], ("signal_mode", "policy")), "",
+                      steady_table(v["routers"], ("policy",)).replace("| policy |", "| 4 routers, periodic_local |", 1),
+                      ""]
+    return parts
 
 
 def _routers_words(data):
