@@ -601,11 +601,14 @@ def section(suite):
     if sweep_note:
         texts += [f"Whole command{sweep_note}.", ""]
     else:
+        import tomllib
+        sim = tomllib.loads(sweep.read_text())["simulation"]
         texts += [
             "### Whole command",
             "",
             "`python -m routesim.sweep sweeps/batching.toml --out TMP` (432 runs: 9 policies x "
-            "3 loads x 16 seeds, 10 s + 50 s, 8 replicas; table printed, Datasets written), 2 "
+            f"3 loads x 16 seeds, {sim['warmup_s']:,g} s of warm-up + {sim['measure_s']:,g} s, "
+            f"drained for up to {sim['drain_s']:,g} s, 8 replicas; table printed, Datasets written), 2 "
             "threads. *Cold*: `NUMBA_CACHE_DIR` at a new, empty folder (every kernel compiles, "
             "as on a fresh clone); *warm*: the same command again with that folder, best of 2. "
             f"Cold {report.fmt(fig['batching.cold_s'])} s wall, {report.fmt(fig['batching.cold_cpu_s'])} s "
