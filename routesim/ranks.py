@@ -111,24 +111,30 @@ def of_weighted_nb(values, counts, ps):
             b += 1
         where[j] = b
         below[j] = acc
+    held = np.empty(ps.shape[0], np.int64)  # the distinct buckets holding ranks, ascending ...
+    off = np.zeros(ps.shape[0] + 1, np.int64)  # ... their values' places in v and w
+    nh = 0
+    for j in range(ps.shape[0]):
+        if nh == 0 or where[j] != held[nh - 1]:
+            held[nh] = where[j]
+            off[nh + 1] = off[nh] + size[where[j]]
+            nh += 1
+    v = np.empty(off[nh])
+    w = np.empty(off[nh], np.int64)
+    fill = off[:nh].copy()
+    for i in range(m):  # one pass gathers them all
+        b = (bits[i] - lo) >> shift
+        for q in range(nh):
+            if held[q] == b:
+                v[fill[q]] = values[i]
+                w[fill[q]] = counts[i]
+                fill[q] += 1
     j = 0
-    while j < ps.shape[0]:  # each bucket holding ranks: its values, then its ranks among them
-        b = where[j]
-        v = np.empty(size[b])
-        w = np.empty(size[b], np.int64)
-        n = 0
-        for i in range(m):
-            if (bits[i] - lo) >> shift == b:
-                v[n] = values[i]
-                w[n] = counts[i]
-                n += 1
+    for q in range(nh):  # each bucket's ranks among its values
         e = j
-        while e < ps.shape[0] and where[e] == b:
+        while e < ps.shape[0] and where[e] == held[q]:
             e += 1
-        sub = ks[j:e] - below[j]
-        got = np.empty(e - j)
-        _weighted_select_nb(v, w, sub, got)
-        out[j:e] = got
+        _weighted_select_nb(v[off[q]:off[q + 1]], w[off[q]:off[q + 1]], ks[j:e] - below[j], out[j:e])
         j = e
     return out
 

@@ -170,11 +170,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     prefill = np.empty((nrep, p.max_batch), np.int64)
     found = np.zeros(most, np.bool_)  # admission's scratch: which of a prompt's segments are resident
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
-    # timers: deadlines, black-hole failures, retries due; iteration ends (end, replica,
-    # iteration: one each at most)
+    # timers: deadlines, black-hole failures, retries due
     timers = np.zeros((tm.HEAPS, max(n * p.max_attempts, nrep) + 16), TIMER)
     tn = np.zeros(tm.HEAPS, np.int64)
-    ends, e_win = tm.ends_nb(nrep)
+    ends, e_win = tm.ends_nb(nrep)  # iteration ends: one per replica at most
     # routers
     cursor = np.zeros(R, np.int64)
     brk = np.zeros((R, nrep), np.int64)

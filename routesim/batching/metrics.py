@@ -86,10 +86,10 @@ ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any",
                 "iterations", "entered", "entered_cohort", "left", "left_cohort", "preempted_emitting")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
 
-RANKS = np.array([50, 90, 99], np.int64)
+P50_P90_P99 = np.array([50, 90, 99], np.int64)
 """The nearest ranks of a latency's ``_p50``, ``_p90`` and ``_p99``."""
 
-REPLICA_RANKS = np.array([50, 99], np.int64)
+P50_P99 = np.array([50, 99], np.int64)
 """The nearest ranks of a replica's TTFT (``ttft_p50``, ``ttft_p99``) and of the client's wait."""
 
 ITL_RANKS = np.array([50, 90, 99, 100], np.int64)
@@ -114,7 +114,7 @@ def _per_replica_ttft(rep, ttft, where):
         bucket[fill[i]] = ttft[k]
         fill[i] += 1
     for i in range(nrep):
-        r = of_selected_nb(bucket[start[i]:start[i + 1]], REPLICA_RANKS)
+        r = of_selected_nb(bucket[start[i]:start[i + 1]], P50_P99)
         rep[i].ttft_p50 = r[0]
         rep[i].ttft_p99 = r[1]
 
@@ -178,14 +178,14 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
         else:
             mt.unfinished += 1
     _per_replica_ttft(rep, ttft[:nt], ttft_rep[:nt])
-    a = of_selected_nb(ttft[:nt], RANKS)  # (after _per_replica_ttft: selection reorders ttft)
+    a = of_selected_nb(ttft[:nt], P50_P90_P99)  # (after _per_replica_ttft: selection reorders ttft)
     mt.ttft_p50, mt.ttft_p90, mt.ttft_p99 = a[0], a[1], a[2]
-    a = of_selected_nb(tpot[:np_], RANKS)
+    a = of_selected_nb(tpot[:np_], P50_P90_P99)
     mt.tpot_p50, mt.tpot_p90, mt.tpot_p99 = a[0], a[1], a[2]
-    a = of_selected_nb(e2e[:nt], RANKS)
+    a = of_selected_nb(e2e[:nt], P50_P90_P99)
     mt.e2e_p50, mt.e2e_p90, mt.e2e_p99 = a[0], a[1], a[2]
     mt.e2e_mean = e2e_sum / nt if nt > 0 else np.nan
-    a = of_selected_nb(wait[:nw], REPLICA_RANKS)
+    a = of_selected_nb(wait[:nw], P50_P99)
     mt.client_wait_p50, mt.client_wait_p99 = a[0], a[1]
     mt.client_wait_mean = wait_sum / nw if nw > 0 else np.nan
     itl = of_weighted_nb(gap_ms, gap_n, ITL_RANKS)
