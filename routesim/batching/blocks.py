@@ -117,6 +117,7 @@ def _put_nb(tab, replica, key, length, ref, last, pos0, gen, full, comp, tail):
     e.prev = -1  # first of its owner's list
     e.next = tab[replica].head
     _link_nb(tab, h)
+    tab[replica].mods += 1
     return h
 
 
@@ -127,6 +128,7 @@ def _delete_nb(tab, h):
     cap = tab.shape[0]
     mask = cap - 1
     e = tab[h]  # out of its owner's list
+    tab[e.replica].mods += 1
     if e.prev >= 0:
         tab[e.prev].next = e.next
     else:
@@ -176,6 +178,8 @@ def reserve_nb(tab, used, extra):
         e = tab[h]
         if e.used:
             _put_nb(out, e.replica, e.key, e.length, e.ref, e.last, e.pos0, e.gen, e.full, e.comp, e.tail)
+    for h in range(tab.shape[0]):  # (the same entries: no change for a publication to see)
+        out[h].mods = tab[h].mods
     return out
 
 
@@ -287,6 +291,7 @@ def evict_nb(tab, heap, heap_n, rep, i, need):
                             allowed = min(allowed, max(k, 1))
                 take = min(need, allowed)
                 e.length -= take
+                tab[i].mods += 1
                 e.comp = e.length  # cached: every resident block is computed
                 e.tail = False
                 r.cached -= take
@@ -339,12 +344,14 @@ def add_nb(tab, rep, i, key, length, pos0, t):
 
 
 @nb.njit(**JIT)
-def extend_nb(e, r):
-    """A referenced, partly resident segment (table entry e of replica record r) gets
-    its missing blocks (already made free, uncomputed; an orphan last block is
-    referenced as it is)."""
+def extend_nb(tab, h, r):
+    """A referenced, partly resident segment (slot h of ``tab``, of the replica whose
+    record is r) gets its missing blocks (already made free, uncomputed; an orphan last
+    block is referenced as it is)."""
+    e = tab[h]
     r.idref += e.full - resident_nb(e)
     e.length = e.full
+    tab[e.replica].mods += 1
 
 
 @nb.njit(**JIT)
@@ -362,6 +369,7 @@ def unref_nb(tab, heap, heap_n, rep, i, key, t):
         r.idref -= e.length
         if e.comp < e.full:  # some block is uncomputed: the resident prefix shrinks to the computed one
             e.length = e.comp
+            tab[i].mods += 1
         res = resident_nb(e)
         r.cached += res
         if res == 0:

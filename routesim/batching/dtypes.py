@@ -429,6 +429,8 @@ SEG = np.dtype(
         ("prev", np.int64),         # slots of the owner's entries before and after it in its list, -1 none
         ("next", np.int64),
         ("head", np.int64),         # not of the entry: of the slot, the first slot of owner <slot>'s list
+        ("mods", np.int32),         # not of the entry: of the slot, owner <slot>'s changes of a key or a
+                                    # length (wrapping; it tells a publication whether anything changed)
         ("used", np.bool_),
         ("tail", np.bool_),         # its last block is computed (a capped hit computed it alone);
                                     # with length < full, that block is resident beyond a hole

@@ -42,6 +42,9 @@ FIRST = np.bool_(False)
 literal ``False`` (Numba would compile them again for a literal argument)."""
 NONE = np.int64(0)
 """A typed zero, for the same reason."""
+UNPUBLISHED = np.int64(1 << 40)
+"""``pub_mods``' value for a replica whose segments the view does not hold as they were
+at a count of changes: out of an int32's range, so never equal to ``tab[i].mods``."""
 
 
 @nb.njit(**JIT)
@@ -192,6 +195,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     local = p.signal_mode == Signals.PERIODIC_LOCAL
     pub = np.zeros((nrep, 4), np.int64)          # o, τ, referenced, resident id'd blocks
     pub_k = np.zeros(nrep, np.int64)             # publications so far
+    pub_mods = np.full(nrep, UNPUBLISHED)        # tab[i].mods when i's segments were last published
     locc = np.zeros((R, nrep, 3), np.int64)      # o, τ, resident blocks added
     snap = bk.table_nb(max(64, nrep) if periodic else 1)  # published resident segments, owner i
     loc = bk.table_nb(max(64, R * nrep) if local else 1)  # routed segments, owner ro·N + i
@@ -517,10 +521,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 pub_k[i] += 1
                 if rep[i].healthy:  # a replica that is down publishes its empty state
                     truth_nb(rep, i, pub, i)
-                    put, gone = bk.publish_nb(snap, tab, i, pub_k[i])  # its resident segments
-                    snap_n += put - gone                              # (room made before this time)
+                    if tab[i].mods != pub_mods[i]:  # its resident segments, if any changed since
+                        put, gone = bk.publish_nb(snap, tab, i, pub_k[i])
+                        snap_n += put - gone          # (room made before this time)
+                        pub_mods[i] = tab[i].mods
                 else:
                     snap_n -= bk.drop_nb(snap, i)
+                    pub_mods[i] = UNPUBLISHED
                     for c in range(4):
                         pub[i, c] = 0
                 if local:

@@ -193,7 +193,7 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
                 elif not found[k - seg_off[s]]:  # an id twice in the prompt, added just now: one block, two references
                     bk.ref_nb(e, r, t)
                 elif e.length < seg_len[k]:
-                    bk.extend_nb(e, r)
+                    bk.extend_nb(tab, h, r)
                 pos += seg_len[k]
             r.anon += (total + b - 1) // b - q.P // b
             q.kv = total
