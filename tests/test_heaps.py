@@ -198,6 +198,57 @@ def test_publish_makes_the_view_the_replicas_entries():
     assert view.shape[0] < 1024  # (the test stays small: chains collide)
 
 
+def test_every_change_a_publication_carries_moves_its_owners_count():
+    """The engine publishes a replica's segments only when its slot's ``mods`` moved
+    (engine.py, signals): so after every operation of the replica side at random
+    (admissions, computing, releases to cached or free, references again and
+    extensions, evictions, crashes), each owner whose (key, length) pairs changed has a
+    different count, and growing the table changes none."""
+    rng = np.random.default_rng(3)
+    owners, keys = 3, 24
+    full = {k: int(rng.integers(1, 7)) for k in range(keys)}
+    tab = blocks.table_nb(np.int64(8))
+    rep = np.zeros(owners, dtypes.REPLICA)
+    heap = np.zeros((owners, 512), dtypes.CACHED)
+    heap_n = np.zeros(owners, np.int64)
+
+    def pairs(o):
+        return {int(e["key"]): int(e["length"]) for e in tab if e["used"] and e["replica"] == o}
+
+    changed = 0
+    for step in range(4000):
+        t = float(step)
+        i = np.int64(rng.integers(owners))
+        key = np.int64(rng.integers(keys))
+        before = [pairs(o) for o in range(owners)]
+        mods = [int(tab[o]["mods"]) for o in range(owners)]
+        h = blocks.find_nb(tab, i, key)
+        u = rng.random()
+        if u < 0.05:
+            blocks.clear_replica_nb(tab, rep, heap_n, i)
+        elif u < 0.2 and rep[i]["cached"] > 0:
+            blocks.evict_nb(tab, heap, heap_n, rep, i, np.int64(rng.integers(1, rep[i]["cached"] + 1)))
+        elif h < 0:
+            used = sum(len(b) for b in before)
+            tab = blocks.reserve_nb(tab, np.int64(used), np.int64(1 + 8 * (rng.random() < 0.1)))
+            assert [int(tab[o]["mods"]) for o in range(owners)] == mods, step   # growth: no change
+            blocks.add_nb(tab, rep, i, key, np.int64(full[int(key)]), np.int64(0), t)
+        elif tab[h]["ref"] > 0 and rng.random() < 0.5:
+            comp = int(tab[h]["comp"])
+            blocks.computed_nb(tab, i, key, np.int64(comp), np.int64(rng.integers(comp, full[int(key)] + 1)))
+        elif tab[h]["ref"] > 0:
+            blocks.unref_nb(tab, heap, heap_n, rep, i, key, t)
+        else:
+            blocks.ref_nb(tab[h], rep[i], t)
+            if tab[h]["length"] < tab[h]["full"]:
+                blocks.extend_nb(tab, h, rep[i])
+        for o in range(owners):
+            if pairs(o) != before[o]:
+                changed += 1
+                assert int(tab[o]["mods"]) != mods[o], (step, o)
+    assert changed > 1000   # (the operations change the pairs often)
+
+
 def _walk(rep, req, head, nxt, i):
     out, s = [], rep[i][head]
     while s >= 0:
