@@ -60,3 +60,24 @@ def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "bad.toml" in err[0] and "p_long" in err[0], err
     assert not (tmp_path / "results").exists() and not (tmp_path / "doc.md").exists()
+
+
+def test_a_results_file_is_read_once_while_it_stays_the_same(tmp_path):
+    """common.read: what xarray reads from the file, each caller's own copy (attrs),
+    the shared values read-only, and the file read again once it has changed."""
+    import numpy as np
+    import pytest
+
+    from routesim.studies.least_outstanding.common import read
+
+    path = tmp_path / "stage.nc"
+    xr.Dataset({"x": ("seed", np.arange(3.0))}, attrs={"a": 1}).to_netcdf(path, engine="h5netcdf")
+    first = read(path)
+    xr.testing.assert_identical(first, xr.load_dataset(path, engine="h5netcdf"))
+    first.attrs["results_root"] = "elsewhere"
+    assert "results_root" not in read(path).attrs
+    with pytest.raises(ValueError):
+        first.x.values[0] = 7.0
+    xr.Dataset({"x": ("seed", np.arange(4.0))}, attrs={"a": 2}).to_netcdf(path, engine="h5netcdf")
+    again = read(path)
+    assert again.attrs["a"] == 2 and again.x.values.tolist() == [0.0, 1.0, 2.0, 3.0]

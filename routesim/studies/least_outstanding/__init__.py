@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
                retries, staleness)
-from .common import RULE
+from .common import RULE, read
 
 CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
 """The claims' modules in the document's order (``capacities`` is the capacity table and
@@ -93,17 +93,16 @@ def _window_note(results_dir) -> str:
     """The cohorts' ends, per sweep: the window and the drain (token-model.md §7: the
     cohort is the arrivals in [warm-up, horizon); each is followed for up to drain_s
     past the horizon), and how much of the cohort was still unfinished at the stop."""
-    import xarray as xr
     rows = []
     for d in sorted(Path(results_dir).parent.glob("token-routing*")):
         shares, windows, drains = [], set(), set()
         for f in sorted(d.glob("*.nc")):
-            with xr.open_dataset(f, engine="h5netcdf") as ds:
-                if "unfinished" not in ds or "arrivals" not in ds:
-                    continue   # (the capacity stage's files: their runs are in the capacity table)
-                shares.append(float((ds.unfinished.sum() / ds.arrivals.sum()).values) * 100)
-                windows.add(float(ds.attrs["measure_s"]))
-                drains.add(float(ds.attrs.get("drain_s", float("nan"))))
+            ds = read(f)
+            if "unfinished" not in ds or "arrivals" not in ds:
+                continue   # (the capacity stage's files: their runs are in the capacity table)
+            shares.append(float((ds.unfinished.sum() / ds.arrivals.sum()).values) * 100)
+            windows.add(float(ds.attrs["measure_s"]))
+            drains.add(float(ds.attrs.get("drain_s", float("nan"))))
         if shares:
             w = "/".join(f"{x:g}" for x in sorted(windows))
             dr = "/".join(f"{x:g}" for x in sorted(drains))

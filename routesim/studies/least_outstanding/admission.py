@@ -16,10 +16,9 @@ naming the value the curve gives, when they have not. Comparisons are paired by 
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
 from matplotlib.figure import Figure
 
-from .common import FIGURES, SEEDS, capacity, compare, results_root, save, show, squeeze, steady_table, verdict_of
+from .common import FIGURES, SEEDS, capacity, compare, read, results_root, save, show, squeeze, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
 NAME = "token-routing-admission"
@@ -53,11 +52,11 @@ def load(root):
     paths = {k: d / f"{k}.nc" for k in STAGES}
     if not all(p.exists() for p in paths.values()):
         return None
-    data = prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in paths.items()})
+    data = prepare({k: read(p) for k, p in paths.items()})
     cost = Path(root) / COST          # the sensitivity sweep: optional, read when it has run
     for v in VARIANTS:
         files = {f"{s}-{v}": cost / f"{s}-{v}.nc" for s in ("held", "open", "reject")}
-        data.update(prepare({k: xr.open_dataset(p, engine="h5netcdf") for k, p in files.items() if p.exists()}))
+        data.update(prepare({k: read(p) for k, p in files.items() if p.exists()}))
     for ds in data.values():
         ds.attrs["results_root"] = str(root)       # for capacity(root, policy) at document time
     return data

@@ -22,7 +22,7 @@ import xarray as xr
 
 from ... import capacity as capacity_mod
 from ... import steady
-from .common import CAPACITY_RESULTS, FIGURES, save, squeeze
+from .common import CAPACITY_RESULTS, FIGURES, read, save, squeeze
 
 SWEEP = "sweeps/token-routing-capacity.toml"
 SWEEPS = (SWEEP,)
@@ -78,7 +78,7 @@ def mooncake_runs(folder):
     identical)."""
     parts, attrs = [], None
     for s in SCALES:
-        det, pod = (_flat(xr.load_dataset(Path(folder) / f"mooncake-{s}{x}.nc", engine="h5netcdf"))
+        det, pod = (_flat(read(Path(folder) / f"mooncake-{s}{x}.nc"))
                     for x in ("", "-pod"))
         det = det.isel(seed=0, drop=True).expand_dims(seed=pod.seed.values).transpose("policy", "seed")
         both = xr.concat([det, pod.transpose("policy", "seed")], "policy")
@@ -116,7 +116,7 @@ def load(root):
     out = {}
     for stage in ("default", "mooncake"):
         p = folder / f"{stage}-capacity.nc"
-        out[stage] = squeeze(xr.load_dataset(p, engine="h5netcdf")) if p.exists() else None
+        out[stage] = squeeze(read(p)) if p.exists() else None
     return out if any(v is not None for v in out.values()) else None
 
 

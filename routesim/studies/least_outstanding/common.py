@@ -27,6 +27,27 @@ CAPACITY_RESULTS = "token-routing-capacity"
 stages ``default`` and ``mooncake``: ``python -m routesim.capacity``'s files)."""
 
 
+_READ = {}
+
+
+def read(path):
+    """The Dataset in the results file ``path``, in memory and read-only, read once per
+    process while the file stays the same (its path, modification time and size): the
+    document and the figures read most files several times, and h5netcdf takes about half
+    a second to open one of this study's (tens of variables over five or six axes). A
+    shallow copy each time, so a caller's attrs and variables are its own."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (path, st.st_mtime_ns, st.st_size)
+    ds = _READ.get(key)
+    if ds is None:
+        ds = xr.load_dataset(path, engine="h5netcdf")
+        for v in ds.variables.values():
+            v.values.flags.writeable = False   # (a shared array: changing it in place raises)
+        _READ[key] = ds
+    return ds.copy(deep=False)
+
+
 def capacity(root, policy, stage="default"):
     """(capacity req/s, seeds' low, seeds' high, measured) of ``policy`` under the
     results root ``root``: the study's capacity stage if it ran and searched that policy
@@ -34,13 +55,10 @@ def capacity(root, policy, stage="default"):
     NaN; e.g. rate_weighted, which the capacity stage does not search)."""
     path = Path(root) / CAPACITY_RESULTS / f"{stage}-capacity.nc"
     if path.exists():
-        with xr.open_dataset(path, engine="h5netcdf") as ds:
-            ds = squeeze(ds)
-            searched = policy in ds.policy.values
-            if searched:
-                c = float(ds.capacity_rps.sel(policy=policy).squeeze())
-                seeds = ds.capacity_rps_seed.sel(policy=policy).values.astype(float).ravel()
-        if searched:
+        ds = squeeze(read(path))
+        if policy in ds.policy.values:
+            c = float(ds.capacity_rps.sel(policy=policy).squeeze())
+            seeds = ds.capacity_rps_seed.sel(policy=policy).values.astype(float).ravel()
             fin = seeds[np.isfinite(seeds)]
             lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (np.nan, np.nan)
             return (c, lo, hi, True)
@@ -248,7 +266,7 @@ def open_stage(path):
     path = Path(path)
     if not path.exists():
         return None
-    ds = xr.open_dataset(path, engine="h5netcdf")
+    ds = read(path)
     for dim, n in ds.sizes.items():
         if n == 1 and dim in ds.coords:
             v = ds[dim].values[0]
