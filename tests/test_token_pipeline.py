@@ -480,3 +480,19 @@ def test_random_small_clusters_keep_the_books_and_match_the_reference(case):
     bad += [f"{n}: engine {list(rep[f])} reference {list(want[n])}" for n, f in VECTORS.items()
             if list(rep[f]) != list(want[n])]
     assert not bad, f"{policy} seed {seed} rate {rate} factors {factors} events {events}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_default_chunks_keep_every_thread_busy(monkeypatch, threads):
+    """A chunk's runs are shared by the kernel's threads (engine.run_batch), so the
+    default chunk is a multiple of their number: batch's 8 runs on 2 threads are not 8
+    chunks of one run (a core idle throughout) but 4 of two; policies' 144 runs stay
+    about batch.MIN_CHUNKS chunks (9 runs a chunk: 10 on 2 threads, 9 on 3)."""
+    from routesim import grid as grid_mod
+    from routesim.batching import grid as token_grid
+
+    monkeypatch.setattr(token_grid.nb, "get_num_threads", lambda: threads)
+    s = sweep()
+    sizes = {st_.name: batch.default_chunk_size(grid_mod.build(s, st_)) for st_ in s.stages}
+    assert sizes == {1: {"policies": 9, "batch": 1}, 2: {"policies": 10, "batch": 2},
+                     3: {"policies": 9, "batch": 3}}[threads]

@@ -12,6 +12,7 @@ trace workload is packed once per seed). Scenario rate changes do not apply to i
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 import xarray as xr
 
@@ -102,9 +103,13 @@ class Outcome(FlatOutcome):
 
 
 def default_chunk_size(grid: Grid) -> int:
-    """Runs per chunk: at least ``MIN_CHUNKS`` chunks (a run's scratch lives in the
-    kernel, one run per thread: only progress counts)."""
-    return max(1, -(-grid.runs // MIN_CHUNKS))
+    """Runs per chunk: about ``MIN_CHUNKS`` chunks (a run's scratch lives in the kernel,
+    one run per thread: only progress counts), each a multiple of the kernel's threads
+    (``numba.get_num_threads()``), which share a chunk's runs: a chunk of one run on two
+    threads leaves a core idle for the whole run, one of three for a third of it."""
+    threads = nb.get_num_threads()
+    per_chunk = -(-grid.runs // MIN_CHUNKS)
+    return max(1, -(-per_chunk // threads) * threads)
 
 
 def simulate_range(grid: Grid, lo: int, hi: int) -> Outcome:
