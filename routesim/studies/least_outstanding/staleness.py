@@ -33,7 +33,8 @@ only (:data:`SENSITIVITY_PERIODS`), at claim 2's load for that variant."""
 SENSITIVITY_PERIODS = (LOCAL_MS,)
 """The periods the sensitivity reruns: the 50 ms one, at which every part of the
 prediction is compared (herding, power of two degrading less, periodic_local's recovery,
-four routers); a 10 ms run costs about 12 fresh ones (24 before commit 5a1e9f0)."""
+four routers); a 10 ms run costs about 4 fresh ones (12 before commit 96aaf57, 24 before
+5a1e9f0)."""
 
 
 def load(root):
@@ -309,8 +310,8 @@ def _sensitivity_part(data):
              f"({n} of its {len(comparisons(data))}: least_tokens' herding, power of two "
              "degrading less, periodic_local's recovery and what four routers lose of it; "
              "every part of the prediction is compared at that period, the realistic scrape "
-             "of claims 1, 2, 4 and 5), and leaves out 10 and 100 ms (a 10 ms run costs "
-             "about 12 fresh ones). Every variant's arm runs against its own fresh signals, "
+             "of claims 1, 2, 4 and 5), and leaves out 10 and 100 ms (a 10 ms run cost "
+             "about 12 fresh ones when this design was made, about 4 now). Every variant's arm runs against its own fresh signals, "
              "paired by seed. 'Survives' compares its verdict with the main design's on the "
              f"same {n} comparisons: *{base}*. lt: least_tokens; pod: power_of_d (d = 2). "
              "Steady state: " + "; ".join(
