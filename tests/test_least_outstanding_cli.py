@@ -81,3 +81,26 @@ def test_a_results_file_is_read_once_while_it_stays_the_same(tmp_path):
     xr.Dataset({"x": ("seed", np.arange(4.0))}, attrs={"a": 2}).to_netcdf(path, engine="h5netcdf")
     again = read(path)
     assert again.attrs["a"] == 2 and again.x.values.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_files_read_at_once_in_worker_processes_are_what_xarray_reads(tmp_path, monkeypatch):
+    """common.read_all: the files read in worker processes are held by read() as
+    xarray reads them in this process, and read() then reads no file again."""
+    import numpy as np
+
+    from routesim.studies.least_outstanding import common
+
+    paths = []
+    for k in range(3):
+        path = tmp_path / f"s{k}.nc"
+        xr.Dataset({"x": (("seed", "replica"), np.arange(6.0).reshape(2, 3) + k)},
+                   coords={"seed": [1, 2]}, attrs={"k": k}).to_netcdf(path, engine="h5netcdf")
+        paths.append(path)
+    monkeypatch.setattr(common, "PARALLEL_READS", 2)
+    monkeypatch.setattr(common.os, "sched_getaffinity", lambda pid: {0, 1})   # (two workers on any machine)
+    monkeypatch.setattr(common, "_READ", {})
+    common.read_all(paths)
+    assert len(common._READ) == 3
+    monkeypatch.setattr(common, "_load", None)   # read() may not load again
+    for path in paths:
+        xr.testing.assert_identical(common.read(path), xr.load_dataset(path, engine="h5netcdf"))

@@ -4,6 +4,7 @@ rows, the measured capacities, loading a stage's Dataset, and how
 its figures are saved (:mod:`routesim.studies.plotting`: PNG and SVG, fixed SVG hash
 salt, no dates)."""
 
+import os
 from pathlib import Path
 
 import matplotlib
@@ -28,6 +29,41 @@ stages ``default`` and ``mooncake``: ``python -m routesim.capacity``'s files).""
 
 
 _READ = {}
+PARALLEL_READS = 16
+"""From this many unread files on, :func:`read_all` reads them in worker processes, one
+per core (below it, starting the workers costs more than it saves)."""
+
+
+def _key(path):
+    st = path.stat()
+    return (path, st.st_mtime_ns, st.st_size)
+
+
+def _load(path):
+    return xr.load_dataset(path, engine="h5netcdf")
+
+
+def read_all(paths):
+    """Read the results files ``paths`` into :func:`read`'s memory at once: in worker
+    processes, one per core, when there are at least :data:`PARALLEL_READS` not read
+    yet (h5netcdf holds the interpreter while it reads, so threads would not help)."""
+    todo = [p for p in (Path(p).resolve() for p in paths) if _key(p) not in _READ]
+    cores = len(os.sched_getaffinity(0))
+    if len(todo) < PARALLEL_READS or cores < 2:
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    keys = [_key(p) for p in todo]
+    with ProcessPoolExecutor(min(cores, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for key, ds in zip(keys, pool.map(_load, todo)):
+            _keep(key, ds)
+
+
+def _keep(key, ds):
+    for v in ds.variables.values():
+        v.values.flags.writeable = False   # (a shared array: changing it in place raises)
+    _READ[key] = ds
 
 
 def read(path):
@@ -36,16 +72,10 @@ def read(path):
     document and the figures read most files several times, and h5netcdf takes about half
     a second to open one of this study's (tens of variables over five or six axes). A
     shallow copy each time, so a caller's attrs and variables are its own."""
-    path = Path(path).resolve()
-    st = path.stat()
-    key = (path, st.st_mtime_ns, st.st_size)
-    ds = _READ.get(key)
-    if ds is None:
-        ds = xr.load_dataset(path, engine="h5netcdf")
-        for v in ds.variables.values():
-            v.values.flags.writeable = False   # (a shared array: changing it in place raises)
-        _READ[key] = ds
-    return ds.copy(deep=False)
+    key = _key(Path(path).resolve())
+    if key not in _READ:
+        _keep(key, _load(key[0]))
+    return _READ[key].copy(deep=False)
 
 
 def capacity(root, policy, stage="default"):
