@@ -7,7 +7,7 @@ import re
 
 import xarray as xr
 
-from conftest import SWEEPS, VERDICTS
+from conftest import ROOT, SWEEPS, VERDICTS
 from routesim.studies.least_outstanding import __main__ as cli
 from routesim.studies.least_outstanding import counts
 
@@ -104,3 +104,32 @@ def test_files_read_at_once_in_worker_processes_are_what_xarray_reads(tmp_path, 
     monkeypatch.setattr(common, "_load", None)   # read() may not load again
     for path in paths:
         xr.testing.assert_identical(common.read(path), xr.load_dataset(path, engine="h5netcdf"))
+
+
+def test_files_are_read_in_this_process_from_a_script_run_by_its_path(tmp_path):
+    """A script run by its path (or from standard input), calling read_all at its top
+    level with no ``if __name__ == "__main__"`` guard: spawned workers would run it again
+    (or fail to start); the files are read in the script's process instead, and read()
+    gives what xarray reads."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    for k in range(3):
+        xr.Dataset({"x": ("seed", np.arange(3.0) + k)}).to_netcdf(tmp_path / f"s{k}.nc", engine="h5netcdf")
+    script = tmp_path / "mine.py"
+    script.write_text(
+        "import sys, pathlib, xarray as xr\n"
+        "from routesim.studies.least_outstanding import common\n"
+        "common.PARALLEL_READS = 2\n"
+        "common.os.sched_getaffinity = lambda pid: {0, 1}\n"
+        f"paths = sorted(pathlib.Path({str(tmp_path)!r}).glob('s*.nc'))\n"
+        "common.read_all(paths)\n"
+        "print(len(common._READ))\n"
+        "assert all(common.read(p).identical(xr.load_dataset(p, engine='h5netcdf')) for p in paths)\n")
+    for run in ([sys.executable, str(script)], [sys.executable, "-"]):
+        out = subprocess.run(run, input=script.read_text() if run[-1] == "-" else None, capture_output=True,
+                             text=True, cwd=ROOT, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split() == ["0"]

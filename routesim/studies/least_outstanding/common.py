@@ -5,6 +5,7 @@ its figures are saved (:mod:`routesim.studies.plotting`: PNG and SVG, fixed SVG 
 salt, no dates)."""
 
 import os
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -49,7 +50,7 @@ def read_all(paths):
     yet (h5netcdf holds the interpreter while it reads, so threads would not help)."""
     todo = [p for p in (Path(p).resolve() for p in paths) if _key(p) not in _READ]
     cores = len(os.sched_getaffinity(0))
-    if len(todo) < PARALLEL_READS or cores < 2:
+    if len(todo) < PARALLEL_READS or cores < 2 or not _can_spawn():
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -58,6 +59,16 @@ def read_all(paths):
     with ProcessPoolExecutor(min(cores, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
         for key, ds in zip(keys, pool.map(_load, todo)):
             _keep(key, ds)
+
+
+def _can_spawn():
+    """Can a spawned worker start without running the caller's script again? A worker
+    imports the parent's main module: safely when it was run with ``-m`` (this study's
+    commands, pytest) or there is none (an interactive session, a notebook); a script
+    run by its path would run again in every worker (and one read from standard input
+    cannot), so its files are read here."""
+    main = sys.modules.get("__main__")
+    return getattr(main, "__spec__", None) is not None or getattr(main, "__file__", None) is None
 
 
 def _keep(key, ds):
