@@ -93,7 +93,7 @@ def run(sweep: Sweep, stages=None, show_progress: bool = True, chunk_size: int |
         on_stage: Callable[[Stage, xr.Dataset], None] | None = None, *,
         checkpoint: str | Path | None = None, resume: bool = False, client=None,
         on_chunks: Callable[[ChunkCount], None] | None = None,
-        note: Callable[[str], None] | None = None) -> dict:
+        note: Callable[[str], None] | None = None, behind: bool = False) -> dict:
     """Run the sweep's stages in order; return {stage name: Dataset}.
 
     ``stages`` names a subset (earlier stages whose selection they need run too, and
@@ -109,34 +109,90 @@ def run(sweep: Sweep, stages=None, show_progress: bool = True, chunk_size: int |
     the same sweep text, stage, selection and package, and starts a stage fresh
     otherwise, saying why through ``note(message)`` (default: print to stderr).
     ``on_chunks(ChunkCount)`` is told after each stage how many chunks were resumed.
+
+    With ``behind=True`` the callbacks run on one background thread, in stage order,
+    while the next stage computes (a netCDF write holds the interpreter for most of a
+    second, the kernels do not: the two overlap), at most one stage behind; ``run``
+    returns, or raises, only once every callback has finished, and a callback's error
+    is raised before the stage after next starts.
     """
     check_memory(sweep, chunk_size)
     todo = _needed(sweep, stages)
     note = note or (lambda msg: print(msg, file=sys.stderr, flush=True))
     selected, out = {}, {}
-    for stage in todo:
-        grid = grid_mod.build(sweep, stage, selected)
-        inherited = {name: selected[name] for name in stage.inherit}
-        folder = Path(checkpoint) / stage.name if checkpoint is not None else None
-        size = chunk_size or (resume and folder and _stored_chunk_size(folder)) or batch.default_chunk_size(grid)
-        outcome, count = _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
-                                         show_progress, note)
-        if on_chunks is not None:
-            on_chunks(count)
-        ds = to_dataset(sweep, grid, outcome, selected)
-        if stage.select:
-            value = choose(ds, stage.select)
-            selected[stage.select.parameter] = value
-            ds.attrs[f"selects_{stage.select.parameter}"] = value
-        out[stage.name] = ds
-        if on_stage is not None:
-            on_stage(stage, ds)
+    with _Callbacks(behind) as calls:
+        for stage in todo:
+            calls.check()
+            count, ds = _run_stage(sweep, stage, selected, chunk_size, checkpoint, resume, client,
+                                   show_progress, note)
+            out[stage.name] = ds
+            if on_chunks is not None:
+                calls.call(on_chunks, count)
+            if on_stage is not None:
+                calls.call(on_stage, stage, ds)
     if checkpoint is not None:  # every stage is done (and written by on_stage)
         for stage in todo:
             shutil.rmtree(Path(checkpoint) / stage.name, ignore_errors=True)
         with contextlib.suppress(OSError):
             Path(checkpoint).rmdir()  # only if no other stage's chunks are left in it
     return out
+
+
+def _run_stage(sweep, stage, selected, chunk_size, checkpoint, resume, client, show_progress, note):
+    """(ChunkCount, Dataset) of one stage; its selection recorded in ``selected``."""
+    grid = grid_mod.build(sweep, stage, selected)
+    inherited = {name: selected[name] for name in stage.inherit}
+    folder = Path(checkpoint) / stage.name if checkpoint is not None else None
+    size = chunk_size or (resume and folder and _stored_chunk_size(folder)) or batch.default_chunk_size(grid)
+    outcome, count = _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
+                                     show_progress, note)
+    ds = to_dataset(sweep, grid, outcome, selected)
+    if stage.select:
+        value = choose(ds, stage.select)
+        selected[stage.select.parameter] = value
+        ds.attrs[f"selects_{stage.select.parameter}"] = value
+    return count, ds
+
+
+class _Callbacks:
+    """Calls made now, or (``behind``) queued on one background thread in order, at most
+    one stage behind: :meth:`check`, before each stage, waits for the calls of the
+    stage before the last and raises the first error of any finished call; leaving
+    waits for every call (the files of the stages that finished are written whatever
+    happens to the next) and raises the first error."""
+
+    def __init__(self, behind: bool):
+        self.pool = None
+        self.done = []
+        self.mark = 0  # calls queued before the last stage
+        if behind:
+            from concurrent.futures import ThreadPoolExecutor
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="routesim-on-stage")
+
+    def __enter__(self):
+        return self
+
+    def call(self, fn, *args):
+        if self.pool is None:
+            fn(*args)
+        else:
+            self.done.append(self.pool.submit(fn, *args))
+
+    def check(self):
+        for f in self.done[:self.mark]:
+            f.result()
+        for f in self.done:
+            if f.done() and f.exception() is not None:
+                raise f.exception()
+        self.mark = len(self.done)
+
+    def __exit__(self, kind, exc, tb):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            if kind is None:
+                for f in self.done:
+                    f.result()
+        return False
 
 
 def _stored_chunk_size(folder: Path) -> int | None:

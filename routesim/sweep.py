@@ -91,14 +91,14 @@ def main(argv=None) -> int:
             stray.unlink(missing_ok=True)
         write_atomic(ds, path)
         if not args.quiet:
-            print(render(ds, stage.select))
-            print(f"\nwrote {path}\n", flush=True)
+            say(render(ds, stage.select))
+            say(f"\nwrote {path}\n")
 
     def counted(c):
         if not args.quiet:
             resumed = f"{c.resumed} resumed from {checkpoint / c.stage}, " if c.resumed else ""
-            print(f"{c.stage}: {c.chunks} chunks, {resumed}{c.computed} computed "
-                  f"({c.runs:,} runs, {c.runs_per_s:,.0f} runs/s)", flush=True)
+            say(f"{c.stage}: {c.chunks} chunks, {resumed}{c.computed} computed "
+                f"({c.runs:,} runs, {c.runs_per_s:,.0f} runs/s)")
 
     def note(msg):
         print(f"note: {msg}", file=sys.stderr, flush=True)
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     def go(client=None):
         study.run(sweep, stages=args.stage, show_progress=not args.quiet, chunk_size=args.chunk_size,
                   on_stage=finished, checkpoint=checkpoint, resume=args.resume, client=client,
-                  on_chunks=counted, note=note)
+                  on_chunks=counted, note=note, behind=True)  # each stage written as the next computes
 
     if args.scheduler is None and args.workers is None:
         go()
@@ -133,6 +133,14 @@ def main(argv=None) -> int:
     if not args.quiet:
         print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def say(text: str) -> None:
+    """Print a line of the sweep's report (from the thread that writes the stages'
+    files): above the next stage's progress bar, not through it."""
+    from tqdm.auto import tqdm
+    tqdm.write(text)
+    sys.stdout.flush()
 
 
 def _exit(code: int):

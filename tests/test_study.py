@@ -134,6 +134,103 @@ seeds = [4, 5]
         assert whole.replicas.tobytes() == part.replicas.tobytes()
 
 
+_THREE = """
+[[stages]]
+name = "a"
+policy = ["round_robin"]
+rate_rps = [175]
+seeds = [1]
+[[stages]]
+name = "b"
+policy = ["least_queue"]
+rate_rps = [175]
+seeds = [2]
+[[stages]]
+name = "c"
+policy = ["adaptive"]
+rate_rps = [175]
+seeds = [3]
+"""
+
+
+def test_callbacks_behind_run_in_order_and_are_finished_on_return():
+    """behind=True: the same calls in the same order as without it, on another thread,
+    each stage's on_stage after its on_chunks, every one of them over when run returns
+    (a slow callback is waited for)."""
+    import threading
+    import time
+
+    def record(into):
+        def on_chunks(c):
+            into.append(("chunks", c.stage, threading.get_ident()))
+
+        def on_stage(stage, ds):
+            time.sleep(0.2)
+            into.append(("stage", stage.name, ds.attainment.values.tobytes()))
+        return on_chunks, on_stage
+
+    now, later = [], []
+    a = _run(_THREE, on_stage=record(now)[1], on_chunks=record(now)[0])
+    b = _run(_THREE, on_stage=record(later)[1], on_chunks=record(later)[0], behind=True)
+    assert [x[:2] for x in later] == [x[:2] for x in now] == [
+        (k, s) for s in "abc" for k in ("chunks", "stage")]
+    assert [x[2] for x in later if x[0] == "stage"] == [x[2] for x in now if x[0] == "stage"]
+    me = threading.get_ident()
+    assert all(x[2] == me for x in now if x[0] == "chunks")
+    assert all(x[2] != me for x in later if x[0] == "chunks")
+    for name in "abc":
+        xr.testing.assert_identical(a[name], b[name])
+
+
+def test_a_callback_error_behind_is_raised_and_the_stages_stop():
+    """The first stage's on_stage fails on the background thread: run raises its error,
+    and the stage after next does not start (callbacks run at most one stage behind)."""
+    import time
+
+    import pytest
+
+    started = []
+
+    def on_chunks(c):
+        started.append(c.stage)
+
+    def on_stage(stage, ds):
+        if stage.name == "a":
+            time.sleep(0.3)  # (still running when stage b has finished)
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        _run(_THREE, on_stage=on_stage, on_chunks=on_chunks, behind=True)
+    assert started[0] == "a" and "c" not in started
+
+
+def test_stages_finished_before_an_error_are_still_written_behind(tmp_path, monkeypatch):
+    """A later stage fails in the main thread: the queued callbacks of the stages before
+    it still run to the end before the error leaves run()."""
+    import pytest
+    import time
+
+    from routesim import study
+
+    done = []
+
+    def on_stage(stage, ds):
+        time.sleep(0.3)
+        done.append(stage.name)
+
+    real = study._run_stage
+
+    def failing(sweep, stage, *args):
+        if stage.name == "b":
+            raise RuntimeError("stage b broke")
+        return real(sweep, stage, *args)
+
+    monkeypatch.setattr(study, "_run_stage", failing)
+    with pytest.raises(RuntimeError, match="stage b broke"):
+        _run(_THREE, on_stage=on_stage, behind=True)
+    assert done == ["a"]
+
+
 def _cli(tmp_path, name, threads):
     env = dict(os.environ, NUMBA_NUM_THREADS=str(threads))
     out = tmp_path / name
