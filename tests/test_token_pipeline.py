@@ -496,3 +496,56 @@ def test_default_chunks_keep_every_thread_busy(monkeypatch, threads):
     sizes = {st_.name: batch.default_chunk_size(grid_mod.build(s, st_)) for st_ in s.stages}
     assert sizes == {1: {"policies": 9, "batch": 1}, 2: {"policies": 10, "batch": 2},
                      3: {"policies": 9, "batch": 3}}[threads]
+
+
+def _packed_bytes(g):
+    p = g.packed
+    return [a.tobytes() for a in (p.t, p.prompt, p.output, p.key, p.seg_key, p.seg_len, p.seg_off, p.off)]
+
+
+def test_workloads_drawn_for_an_earlier_stage_are_reused_not_drawn_again(monkeypatch):
+    """grid.build keeps the workloads it drew (batching/grid.py's _DRAWN): a stage that
+    needs the same (seed, rate, scenario, workload) again packs the kept ones, read-only,
+    and they are the ones a fresh draw gives."""
+    from routesim import grid as grid_mod
+    from routesim.batching import grid as token_grid
+
+    s = sweep()
+    monkeypatch.setattr(token_grid, "_DRAWN", token_grid.OrderedDict())
+    fresh = grid_mod.build(s, s.stages[1])
+    drawn = []
+    real = token_grid.generate
+    monkeypatch.setattr(token_grid, "generate", lambda *a, **k: drawn.append(a) or real(*a, **k))
+    again = grid_mod.build(s, s.stages[1])
+    assert drawn == [] and _packed_bytes(again) == _packed_bytes(fresh)
+    assert not any(w.t_ms.flags.writeable for w in token_grid._DRAWN.values())
+    monkeypatch.setattr(token_grid, "_DRAWN", token_grid.OrderedDict())
+    assert _packed_bytes(grid_mod.build(s, s.stages[1])) == _packed_bytes(fresh)
+    assert len(drawn) == 2   # (seed 3 at 14 req/s, steady and surge)
+
+
+def test_kept_workloads_follow_a_lengths_trace_that_changed(tmp_path, monkeypatch):
+    """§1.3's lengths come from a trace file: once it changes, the workloads drawn from
+    it before are not reused; and the kept ones stay within DRAWN_BYTES."""
+    from routesim import grid as grid_mod
+    from routesim.batching import grid as token_grid
+
+    monkeypatch.setattr(token_grid, "_DRAWN", token_grid.OrderedDict())
+    trace = tmp_path / "lengths.csv"
+    text = PIPE.replace('[[stages]]\nname = "policies"', '[[stages]]\nname = "policies"\nworkload = { lengths = '
+                        '{ trace = "lengths.csv", format = "azure" } }')
+    (tmp_path / "s.toml").write_text(text)
+
+    def built(rows):
+        trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+            f"2023-11-16 18:15:{k:02d}.0000000,{p},{o}\n" for k, (p, o) in enumerate(rows)))
+        s = routesim.load_sweep(tmp_path / "s.toml")
+        return grid_mod.build(s, s.stages[0])
+
+    short = built([(100, 10), (200, 20)])
+    longer = built([(1000, 100), (2000, 200), (1500, 150)])
+    assert set(longer.packed.prompt.tolist()) == {1000, 2000, 1500}
+    assert set(short.packed.prompt.tolist()) == {100, 200}
+    monkeypatch.setattr(token_grid, "DRAWN_BYTES", 1)
+    built([(300, 30)])
+    assert len(token_grid._DRAWN) == 1

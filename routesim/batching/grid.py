@@ -10,14 +10,16 @@ trace workload is packed once per seed). Scenario rate changes do not apply to i
 §1.3's empirical lengths (``lengths_trace``) keep the synthetic arrivals.
 """
 
-from dataclasses import dataclass
+import contextlib
+from collections import OrderedDict
+from dataclasses import dataclass, fields
 
 import numba as nb
 import numpy as np
 import xarray as xr
 
 from .. import traces
-from ..config import Stage, Sweep
+from ..config import Stage, Sweep, trace_file
 from ..schema import LENGTHS_PARAMS, TRACE_PARAMS
 from ..batch import MIN_CHUNKS, FlatOutcome
 from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
@@ -47,18 +49,50 @@ def replay_of(sweep: Sweep, flat: dict, block_tokens=None):
     return trace_window(sweep, flat, block_tokens, block_tokens)
 
 
-def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, changes, cache: dict):
-    """One run's requests: a trace window (§1.2), or §1.1 with §1.3's lengths when given."""
+def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, changes, cache: dict, wkey: tuple):
+    """One run's requests: a trace window (§1.2), or §1.1 with §1.3's lengths when given
+    (``wkey``: what they depend on, besides a lengths trace's file)."""
     if flat["source"] == "trace":
         tkey = tuple(flat[n] for n in TRACE_WINDOW)
         if tkey not in cache:
             cache[tkey] = from_replay(replay_of(sweep, flat))
         return cache[tkey]
-    lengths = None
+    lengths, key = None, wkey
     if flat["lengths_trace"]:
+        path = trace_file(sweep.path, flat["lengths_trace"]).resolve()
+        with contextlib.suppress(OSError):  # (a missing file: load_trace says so)
+            st = path.stat()
+            key = wkey + (str(path), st.st_mtime_ns, st.st_size)
         lengths = traces.lengths_table(load_trace(sweep, flat, "lengths_trace", "lengths_format"))
+    if key in _DRAWN:
+        _DRAWN.move_to_end(key)
+        return _DRAWN[key]
     horizon = (flat["warmup_s"] + flat["measure_s"]) * 1000.0
-    return generate(seed, rate_rps, changes, horizon, workload_params(flat), lengths=lengths)
+    w = generate(seed, rate_rps, changes, horizon, workload_params(flat), lengths=lengths)
+    _keep(key, w)
+    return w
+
+
+_DRAWN = OrderedDict()
+DRAWN_BYTES = 256 * 2**20
+"""Synthetic workloads kept from the stages built before, the least recently used
+dropped beyond this many bytes: a sweep's stages often draw the same ones (the same
+seeds, rate and workload under another policy, signal or step cost), and drawing them
+is most of building a stage. Read-only: a grid packs copies of them."""
+
+
+def _arrays(w):
+    return [getattr(w, f.name) for f in fields(w)]
+
+
+def _keep(key, w):
+    for a in _arrays(w):
+        a.flags.writeable = False
+    _DRAWN[key] = w
+    total = sum(a.nbytes for x in _DRAWN.values() for a in _arrays(x))
+    while total > DRAWN_BYTES and len(_DRAWN) > 1:
+        _, gone = _DRAWN.popitem(last=False)
+        total -= sum(a.nbytes for a in _arrays(gone))
 
 
 @dataclass(frozen=True)
@@ -160,7 +194,7 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
         if w is None:
             w = keys[wkey] = len(workloads)
             workloads.append(_workload(sweep, flat, int(value("seed", r)), float(value("rate_rps", r)),
-                                       changes, windows))
+                                       changes, windows, wkey))
             first_run.append(r)
         s = int(np.flatnonzero(np.array(values["scenario"]) == scenario)[0])
         params[r] = params_row(flat, value("policy", r), n_replicas=factors.shape[1],
