@@ -132,4 +132,25 @@ def test_files_are_read_in_this_process_from_a_script_run_by_its_path(tmp_path):
         out = subprocess.run(run, input=script.read_text() if run[-1] == "-" else None, capture_output=True,
                              text=True, cwd=ROOT, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.split() == ["0"]
+        assert out.stdout.split() == ["3"]
+
+
+def _pid_and(x):
+    import os
+    return os.getpid(), x * x
+
+
+def test_in_workers_maps_in_order_in_other_processes_or_here(monkeypatch):
+    """common.in_workers: the results of fn over the items in the items' order; computed
+    in worker processes when there are two cores or more, in this process with one."""
+    import os
+
+    from routesim.studies.least_outstanding import common
+
+    monkeypatch.setattr(common, "_can_spawn", lambda: True)   # (however pytest was started)
+    monkeypatch.setattr(common.os, "sched_getaffinity", lambda pid: {0, 1})
+    out = common.in_workers(_pid_and, range(5))
+    assert [x for _, x in out] == [0, 1, 4, 9, 16]
+    assert os.getpid() not in {pid for pid, _ in out}
+    monkeypatch.setattr(common.os, "sched_getaffinity", lambda pid: {0})
+    assert common.in_workers(_pid_and, range(3)) == [(os.getpid(), 0), (os.getpid(), 1), (os.getpid(), 4)]

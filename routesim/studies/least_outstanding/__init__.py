@@ -13,11 +13,12 @@ interval that excludes 0 and a material effect; issue 23).
     python -m routesim.report results/token-routing/  # docs/least-outstanding-routing.md only
 """
 
+import importlib
 from pathlib import Path
 
 from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
                retries, staleness)
-from .common import RULE, read, read_all
+from .common import RULE, in_workers, read, read_all
 
 CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
 """The claims' modules in the document's order (``capacities`` is the capacity table and
@@ -60,8 +61,17 @@ def _loaded(results_dir):
 
 
 def figures(results_dir=RESULTS, figures_dir=Path("figures")) -> list:
-    """Draw every claim's figure whose results exist; returns the paths written."""
-    return [p for claim, data in _loaded(results_dir) for p in claim.figure(data, figures_dir)]
+    """Draw every claim's figure whose results exist, the claims shared among worker
+    processes (common.in_workers: matplotlib holds the interpreter); returns the paths
+    written, in the claims' order."""
+    jobs = [(claim.__name__, data, Path(figures_dir)) for claim, data in _loaded(results_dir)]
+    return [p for paths in in_workers(_draw, jobs) for p in paths]
+
+
+def _draw(job) -> list:
+    """One claim's figures: job = (its module's name, its data, the figures folder)."""
+    name, data, figures_dir = job
+    return importlib.import_module(name).figure(data, figures_dir)
 
 
 def document(results_dir=RESULTS) -> str:

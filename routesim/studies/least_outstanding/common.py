@@ -46,19 +46,29 @@ def _load(path):
 
 def read_all(paths):
     """Read the results files ``paths`` into :func:`read`'s memory at once: in worker
-    processes, one per core, when there are at least :data:`PARALLEL_READS` not read
-    yet (h5netcdf holds the interpreter while it reads, so threads would not help)."""
+    processes (:func:`in_workers`) when there are at least :data:`PARALLEL_READS` not
+    read yet (h5netcdf holds the interpreter while it reads, so threads would not help)."""
     todo = [p for p in (Path(p).resolve() for p in paths) if _key(p) not in _READ]
-    cores = len(os.sched_getaffinity(0))
-    if len(todo) < PARALLEL_READS or cores < 2 or not _can_spawn():
+    if len(todo) < PARALLEL_READS:
         return
+    for key, ds in zip([_key(p) for p in todo], in_workers(_load, todo)):
+        _keep(key, ds)
+
+
+def in_workers(fn, items) -> list:
+    """``[fn(x) for x in items]``, computed in spawned worker processes, one per core
+    (at most one per item), when there are two or more cores and a worker can start
+    (:func:`_can_spawn`); here otherwise. ``fn`` a module-level function; items and
+    results are pickled."""
+    items = list(items)
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2 or len(items) < 2 or not _can_spawn():
+        return [fn(x) for x in items]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    keys = [_key(p) for p in todo]
-    with ProcessPoolExecutor(min(cores, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for key, ds in zip(keys, pool.map(_load, todo)):
-            _keep(key, ds)
+    with ProcessPoolExecutor(min(cores, len(items)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fn, items))
 
 
 def _can_spawn():
