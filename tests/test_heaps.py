@@ -161,15 +161,15 @@ def test_publish_makes_the_view_the_replicas_entries():
     """publish_nb against its definition: after each publication of an owner, the view
     holds under that owner exactly the replica table's (key, length) pairs, and every
     other owner's view entries are untouched, while the replica table changes at random
-    between publications (puts, length changes, deletions) in small tables whose probe
-    chains collide and wrap; the owner lists stay whole, and the counts returned match."""
+    between publications (puts, length changes, deletions, growth) and owners' views are
+    emptied (unpublish_nb: a replica down), in small tables whose probe chains collide
+    and wrap; the owner lists stay whole, and the counts returned match."""
     rng = np.random.default_rng(5)
     owners = 4
     tab = blocks.table_nb(np.int64(8))
     view = blocks.table_nb(np.int64(8))
     truth = {o: {} for o in range(owners)}   # the replica table, key -> length
     seen = {o: {} for o in range(owners)}    # what the view should hold
-    stamps = [0] * owners
     for step in range(2500):
         o = np.int64(rng.integers(owners))
         u = rng.random()
@@ -183,10 +183,12 @@ def test_publish_makes_the_view_the_replicas_entries():
             key = np.int64(rng.choice(sorted(truth[int(o)])))
             blocks._delete_nb(tab, blocks.find_nb(tab, o, key))
             del truth[int(o)][int(key)]
+        elif u < 0.78:
+            assert blocks.unpublish_nb(view, tab, o) == len(seen[int(o)]), step
+            seen[int(o)] = {}
         else:
             view = blocks.reserve_nb(view, np.int64(sum(map(len, seen.values()))), np.int64(len(truth[int(o)])))
-            stamps[int(o)] += 1
-            put, gone = blocks.publish_nb(view, tab, o, np.int64(stamps[int(o)]))
+            put, gone = blocks.publish_nb(view, tab, o)
             old = seen[int(o)]
             new = dict(truth[int(o)])
             assert (put, gone) == (len(new.keys() - old.keys()), len(old.keys() - new.keys())), step

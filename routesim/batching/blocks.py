@@ -114,6 +114,7 @@ def _put_nb(tab, replica, key, length, ref, last, pos0, gen, full, comp, tail):
     e.full = full
     e.comp = comp
     e.tail = tail
+    e.plen = -1  # not published yet
     e.prev = -1  # first of its owner's list
     e.next = tab[replica].head
     _link_nb(tab, h)
@@ -129,6 +130,8 @@ def _delete_nb(tab, h):
     mask = cap - 1
     e = tab[h]  # out of its owner's list
     tab[e.replica].mods += 1
+    if e.plen >= 0:  # its owner's view holds it: the next publication deletes it there
+        tab[e.replica].vgone += 1
     if e.prev >= 0:
         tab[e.prev].next = e.next
     else:
@@ -156,6 +159,7 @@ def _delete_nb(tab, h):
             a.full = b.full
             a.comp = b.comp
             a.tail = b.tail
+            a.plen = b.plen
             a.prev = b.prev
             a.next = b.next
             _link_nb(tab, i)
@@ -177,9 +181,11 @@ def reserve_nb(tab, used, extra):
     for h in range(tab.shape[0]):
         e = tab[h]
         if e.used:
-            _put_nb(out, e.replica, e.key, e.length, e.ref, e.last, e.pos0, e.gen, e.full, e.comp, e.tail)
+            g = _put_nb(out, e.replica, e.key, e.length, e.ref, e.last, e.pos0, e.gen, e.full, e.comp, e.tail)
+            out[g].plen = e.plen
     for h in range(tab.shape[0]):  # (the same entries: no change for a publication to see)
         out[h].mods = tab[h].mods
+        out[h].vgone = tab[h].vgone
     return out
 
 
@@ -417,40 +423,55 @@ def set_len_nb(tab, owner, key, length):
 
 
 @nb.njit(**JIT)
-def publish_nb(view, tab, owner, stamp):
+def publish_nb(view, tab, owner):
     """Make ``view``'s entries under ``owner`` the resident segments of ``tab``'s
     replica ``owner``, key and length (room reserved by the caller), changing only what
-    differs: each of the replica's entries is found in the view (its length set) or put
-    there, stamped ``stamp`` in ``gen`` (larger than any stamp of this owner before); then
-    the owner's view entries without it, gone from the replica since its last
-    publication, are deleted. The same entries as deleting all of the owner's and
-    putting the replica's again (:func:`drop_nb`, :func:`set_len_nb`), in time
-    proportional to the owner's entries with no deletion or insertion of an entry that
-    stayed. Returns (entries put, entries deleted)."""
+    differs: each of the replica's entries whose length is not the one it was published
+    with (``plen``; -1 for one not published) is found in the view (its length set) or
+    put there; then, if any entry the view holds has left the table since (``vgone``
+    of the owner's slot), the owner's view entries whose key the table no longer holds
+    are deleted. The same entries as deleting all of the owner's and putting the
+    replica's again (:func:`drop_nb`, :func:`set_len_nb`), in time proportional to the
+    owner's entries and, when one left, its view's. Returns (entries put, entries deleted)."""
     put = 0
     h = tab[owner].head
     while h >= 0:
         e = tab[h]
-        g = find_nb(view, owner, e.key)
-        if g >= 0:
-            view[g].length = e.length
-            view[g].gen = stamp
-        else:
-            _put_nb(view, owner, e.key, e.length, _ZERO, 0.0, _ZERO, stamp, e.length, _ZERO, _NO)
-            put += 1
+        if e.plen != e.length:
+            g = find_nb(view, owner, e.key)
+            if g >= 0:
+                view[g].length = e.length
+            else:
+                _put_nb(view, owner, e.key, e.length, _ZERO, 0.0, _ZERO, _ZERO, e.length, _ZERO, _NO)
+                put += 1
+            e.plen = e.length
         h = e.next
     deleted = 0
-    g = view[owner].head
-    while g >= 0:
-        nxt = view[g].next
-        if view[g].gen != stamp:
-            after = view[max(nxt, 0)].key  # a deletion may shift the next entry to another slot
-            _delete_nb(view, g)
-            deleted += 1
-            if nxt >= 0:
-                nxt = find_nb(view, owner, after)
-        g = nxt
+    if tab[owner].vgone > 0:
+        g = view[owner].head
+        while g >= 0:
+            nxt = view[g].next
+            if find_nb(tab, owner, view[g].key) < 0:
+                after = view[max(nxt, 0)].key  # a deletion may shift the next entry to another slot
+                _delete_nb(view, g)
+                deleted += 1
+                if nxt >= 0:
+                    nxt = find_nb(view, owner, after)
+            g = nxt
+        tab[owner].vgone = 0
     return put, deleted
+
+
+@nb.njit(**JIT)
+def unpublish_nb(view, tab, owner):
+    """Empty ``view`` of ``owner`` (a replica that is down publishes nothing), and mark
+    every entry of the replica's as not published. Returns the view entries deleted."""
+    h = tab[owner].head
+    while h >= 0:
+        tab[h].plen = -1
+        h = tab[h].next
+    tab[owner].vgone = 0
+    return drop_nb(view, owner)
 
 
 @nb.njit(**JIT)

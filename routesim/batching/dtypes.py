@@ -431,6 +431,9 @@ SEG = np.dtype(
         ("head", np.int64),         # not of the entry: of the slot, the first slot of owner <slot>'s list
         ("mods", np.int32),         # not of the entry: of the slot, owner <slot>'s changes of a key or a
                                     # length (wrapping; it tells a publication whether anything changed)
+        ("plen", np.int32),         # its length in its owner's published view, -1 not there (blocks.publish_nb)
+        ("vgone", np.int32),        # not of the entry: of the slot, owner <slot>'s entries deleted while
+                                    # in its published view (since the last publication)
         ("used", np.bool_),
         ("tail", np.bool_),         # its last block is computed (a capped hit computed it alone);
                                     # with length < full, that block is resident beyond a hole

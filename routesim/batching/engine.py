@@ -522,11 +522,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if rep[i].healthy:  # a replica that is down publishes its empty state
                     truth_nb(rep, i, pub, i)
                     if tab[i].mods != pub_mods[i]:  # its resident segments, if any changed since
-                        put, gone = bk.publish_nb(snap, tab, i, pub_k[i])
+                        put, gone = bk.publish_nb(snap, tab, i)
                         snap_n += put - gone          # (room made before this time)
                         pub_mods[i] = tab[i].mods
                 else:
-                    snap_n -= bk.drop_nb(snap, i)
+                    snap_n -= bk.unpublish_nb(snap, tab, i)
                     pub_mods[i] = UNPUBLISHED
                     for c in range(4):
                         pub[i, c] = 0
