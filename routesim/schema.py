@@ -90,6 +90,8 @@ class ReplicaModel:
     trace_axes: bool               # trace keys may be lists (grid axes)
     typed_set_values: bool         # ``routesim.trace --set`` takes strings and booleans too
     capacity_latency: tuple        # (variable, its SLO parameter): routesim.capacity's default criterion
+    writes_behind: bool            # a sweep writes a stage's file while the next computes (study.run's
+                                   # ``behind``): when the kernel hands runs to its threads one at a time
 
     @property
     def param(self) -> dict:

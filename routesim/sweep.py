@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     def go(client=None):
         study.run(sweep, stages=args.stage, show_progress=not args.quiet, chunk_size=args.chunk_size,
                   on_stage=finished, checkpoint=checkpoint, resume=args.resume, client=client,
-                  on_chunks=counted, note=note, behind=True)  # each stage written as the next computes
+                  on_chunks=counted, note=note, behind=sweep.model.writes_behind)
 
     if args.scheduler is None and args.workers is None:
         go()

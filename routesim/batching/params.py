@@ -163,7 +163,7 @@ MODEL = ReplicaModel(
     event_kinds={name: code for code, name in EVENT_NAMES.items()},
     min_max=MIN_MAX, heterogeneity=DEFAULT_HETEROGENEITY,
     help_heterogeneity="time factors (1 = the reference replica)", block_ids=True, trace_axes=True,
-    typed_set_values=True, capacity_latency=("ttft_p99", "slo_ttft_ms"))
+    typed_set_values=True, capacity_latency=("ttft_p99", "slo_ttft_ms"), writes_behind=True)
 
 
 def check_stage(rd, stage, src):
