@@ -1,10 +1,11 @@
 """Claim 2 of the least-outstanding-routing study: two random choices instead of a global
 minimum. sweeps/token-routing-scale-8.toml (results/token-routing-scale-8/: ``pod``
 power_of_d with a ``choices`` axis × seed, ``global`` least_tokens × seed, the
-step-cost sensitivity ``prefill2``, ``prefill4``, ``chunk2048``) and
-sweeps/token-routing-scale-32.toml (results/token-routing-scale-32/pod.nc). The
-realistic-signal arm is claim 3's runs (sweeps/token-routing-staleness.toml, at this
-load: power_of_d d = 2 and least_tokens, fresh and at 50 ms signals)."""
+step-cost sensitivity ``prefill2``, ``prefill4``, ``chunk2048``, and ``signals``: d = 1,
+2, 3 under a 50 ms periodic and periodic_local signal) and
+sweeps/token-routing-scale-32.toml (results/token-routing-scale-32/pod.nc). The global
+minimum under those signals is claim 3's runs (sweeps/token-routing-staleness.toml, at
+this load: power_of_d d = 2 and least_tokens, fresh and at 50 ms signals)."""
 
 from pathlib import Path
 
@@ -20,7 +21,9 @@ NS = (8, 32)
 SENSITIVITY = (("prefill2", "prefill ×2 as costly"), ("prefill4", "prefill ×4 as costly"),
                ("chunk2048", "max_batched_tokens = 2,048"))
 """The step-cost variants (issue 23 item 6): stage name, words."""
-STAGES_8 = ("pod", "global") + tuple(s for s, _ in SENSITIVITY)
+SIGNALS = (("periodic", "50 ms periodic"), ("periodic_local", "50 ms periodic_local"))
+"""The realistic-signal arms of stage ``signals`` (issue 23 item 5): signal_mode, label."""
+STAGES_8 = ("pod", "global", "signals") + tuple(s for s, _ in SENSITIVITY)
 TAIL = "ttft_p99"
 FIRST_STEP = 20.0
 """Claim 2's bound for "beats one choice by a lot": d = 2's TTFT p99 at least 20 % below
@@ -32,8 +35,8 @@ d = 1's (mean over seeds of the ratio − 1), four times the study's 5 % for a l
 def load(root):
     """{"8": {stage: Dataset}, "32": Dataset or None, "caps": capacities, "signals": claim
     3's {stage: Dataset} or None}, or
-    None when N = 8's fresh stages are missing. The sensitivity and signal stages may be
-    missing (their parts are then left out)."""
+    None when N = 8's fresh stages are missing. The sensitivity and signal stages, and
+    claim 3's, may be missing (their parts are then left out)."""
     d8 = Path(root) / "token-routing-scale-8"
     n8 = {s: open_stage(d8 / f"{s}.nc") for s in STAGES_8}
     if n8["pod"] is None or n8["global"] is None:
@@ -74,6 +77,25 @@ def verdict(data):
     return verdict_steps(fresh_pods(data))
 
 
+def signal_pods(data):
+    """[(label, power_of_d Dataset with a choices axis, least_tokens Dataset or None)]
+    for each realistic signal of stage ``signals`` that ran; the least_tokens runs
+    under the same signal are claim 3's (None if missing)."""
+    ds = data["8"]["signals"]
+    if ds is None:
+        return []
+    sig = data["signals"]
+    glob = {} if sig is None else {"periodic": sig["periodic"].sel(period_ms=50), "periodic_local": sig["local"]}
+    return [(label, ds.sel(signal_mode=mode), glob[mode].sel(policy="least_tokens") if mode in glob else None)
+            for mode, label in SIGNALS if mode in ds.signal_mode.values]
+
+
+def verdict_signals(data):
+    """[(label, verdict)]: the claim's verdict by the same rule at N = 8 under each
+    realistic signal of :func:`signal_pods`."""
+    return [(label, verdict_steps([pod])) for label, pod, _ in signal_pods(data)]
+
+
 def signal_rankings(data):
     """least_tokens against power_of_d d = 2, TTFT p99, in claim 3's runs at this load:
     [(words, comparison)] for fresh signals and the 50 ms periodic and periodic_local
@@ -106,6 +128,7 @@ def _arms(data):
     arms = [("N = 8, fresh", n8["pod"], n8["global"])]
     if data["32"] is not None:
         arms.append(("N = 32, fresh", data["32"], None))
+    arms += [(f"N = 8, {label}", pod, glob) for label, pod, glob in signal_pods(data)]
     return arms
 
 
@@ -120,7 +143,7 @@ def figure(data, figures_dir=FIGURES):
         ax.plot(ds, v.median("seed"), "o-", color=color, label=label)
         ax.fill_between(ds, v.quantile(0.25, "seed"), v.quantile(0.75, "seed"), color=color, alpha=0.15)
         if glob is not None:
-            ax.plot([ds.max() + 1], [float(glob[TAIL].median())], "s", color=color)
+            ax.plot([5], [float(glob[TAIL].median())], "s", color=color)
     ax.set_yscale("log")
     ax.set_xticks([1, 2, 3, 4, 5], ["1", "2", "3", "4", "global"])
     ax.set_xlabel("power_of_d choices d (square: least_tokens, the global minimum)")
@@ -145,7 +168,7 @@ def figure(data, figures_dir=FIGURES):
     ax2.invert_yaxis()
     ax2.set_xlabel(f"TTFT p99 change, % (mean over seeds, {LEVEL:.0%} interval)")
     ax2.set_title("The two steps, paired by seed (dotted: the material bounds)", fontsize=10)
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     fig.suptitle(f"Claim 2: two random choices, {stage_rate(data['8']['pod']) / 8:g} req/s per replica "
                  f"(N = 8: {stage_rate(data['8']['pod']):g} req/s), "
                  f"{data['8']['pod'].sizes['seed']} seeds, steady state", fontsize=10)
@@ -166,11 +189,11 @@ def ranking(pod, glob):
     return compare(glob[TAIL], pod[TAIL].sel(choices=2))
 
 
-def _step_words(n, pod):
-    """'At N = 8 d = 2 changes … ; d = 3 … (x % of the first step)'."""
+def _step_words(where, pod):
+    """'<where>, d = 2 changes … ; d = 3 … (x % of the first step)'."""
     a, b = steps(pod)
     kind = "a lead" if b[3] else "no lead"
-    return (f"At N = {n}, d = 2 changes TTFT p99 by {show(a, 0, '%')} against d = 1 and d = 3 by "
+    return (f"{where}, d = 2 changes TTFT p99 by {show(a, 0, '%')} against d = 1 and d = 3 by "
             f"{show(b, 1, '%')} against d = 2 ({kind}; {abs(b[0] / a[0]) * 100:.0f} % of the first "
             "step).")
 
@@ -199,6 +222,22 @@ def section(data):
               steady_table(n8["pod"], ("choices",)), "", steady_table(n8["global"].expand_dims(policy=["least_tokens"]), ("policy",)), ""]
     if n32 is not None:
         steady += ["*N = 32, fresh*", "", steady_table(n32, ("choices",)), ""]
+    pods = signal_pods(data)
+    for label, pod, _ in pods:
+        steady += [f"*N = 8, {label}*", "", steady_table(pod, ("choices",)), ""]
+    scrape_text = ""
+    if pods:
+        fresh_b = steps(n8["pod"])[1]
+        scrape_text = (" Under realistic signals (stage `signals`, N = 8; d = 1 reads no signal, so its runs are "
+                       "the fresh arm's):")
+        for label, pod, _ in pods:
+            a, b = steps(pod)
+            scrape_text += (f" With a {label} signal, verdict {verdict_steps([pod])}: d = 2 changes TTFT p99 by "
+                            f"{show(a, 0, '%')} against d = 1 and d = 3 by {show(b, 1, '%')} against d = 2 "
+                            f"({'a lead' if b[3] else 'no lead'}; fresh signals: {show(fresh_b, 1, '%')}).")
+        same = all(v == verdict_steps([n8["pod"]]) for _, v in verdict_signals(data))
+        scrape_text += (" The verdict at N = 8 " + ("does not change" if same else "changes")
+                        + " once the signal is a scrape.")
     fresh_rank = ranking(n8["pod"], n8["global"])
     rank_text = (f"With fresh signals (this design's runs) least_tokens' TTFT p99 is {cell(fresh_rank)} "
                  "against d = 2's")
@@ -232,7 +271,10 @@ def section(data):
         "N, so a larger N with a shorter warm-up would not be steady. The realistic-signal "
         "arm is claim 3's: every router decision reads a signal published every 50 ms "
         "(`[signals] mode = \"periodic\"`, `period_ms = 50`), or that signal plus the "
-        "router's own placements since (`\"periodic_local\"`). "
+        "router's own placements since (`\"periodic_local\"`); stage `signals` runs d = 1, 2, "
+        "3 under both (predicted before its runs: the first step survives a scrape, d = 1 "
+        "reading no signal at all, and d = 3 buys no more than with fresh signals, less if "
+        "anything, each extra choice being another stale reading to herd on). "
         f"A lead of d = 2 over d = 1 must be at least {FIRST_STEP:g} % (\"by a lot\"); d = 3 "
         "\"buys little\" when it has no lead on d = 2 (the study's 5 % bound). Medians over "
         "seeds (ms) and paired comparisons, mean [95 % interval] of the per-seed change "
@@ -243,7 +285,8 @@ def section(data):
         *steady,
         "![Claim 2](../figures/lor-claim2-choices.png)", "",
         f"**Reading.** Fresh signals: verdict {v}. "
-        + " ".join(_step_words(n, pod) for n, pod in zip(NS, fresh_pods(data))) + " " + rank_text + ".", ""]
+        + " ".join(_step_words(f"At N = {n}", pod) for n, pod in zip(NS, fresh_pods(data))) + scrape_text
+        + " " + rank_text + ".", ""]
     if sens:
         parts += ["**Sensitivity to the step cost** (the same comparisons; each variant's load "
                   "placed about as far below one random choice's capacity under that step cost "
@@ -261,6 +304,7 @@ def row(data):
     for n, pod in zip(NS, fresh_pods(data)):
         a, b = steps(pod)
         parts.append(f"N = {n}: d2 vs d1 {show(a, 0, '%')}, d3 vs d2 {show(b, 1, '%')}")
+    parts += [f"{label}: {v}" for label, v in verdict_signals(data)]
     return ("2. Two random choices instead of a global minimum",
             "d = 2 beats d = 1 by a lot; d > 2 buys little",
             "TTFT p99, " + "; ".join(parts), verdict(data))
