@@ -10,6 +10,10 @@ The segment table's owners' lists (routesim/batching/blocks.py) hold exactly eac
 owner's entries, through insertions, backward-shift deletions and growth.
 """
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 
 from routesim.batching import blocks, dtypes, lists, timers
@@ -297,3 +301,23 @@ def test_waiting_and_running_lists_match_a_python_list():
         assert _walk(rep, req, "w_tail", "w_prev", 1) == wait[::-1]
         assert _walk(rep, req, "r_tail", "r_prev", 1) == run[::-1]
     assert rep[0]["n_wait"] == 0 and rep[0]["n_run"] == 0  # the other replica untouched
+
+
+def test_the_eviction_loop_compiles_without_numba_warnings(tmp_path):
+    """blocks.evict_nb inlines heaps.pop_nb once: with two inlined pops Numba's SSA pass
+    warned ("NumbaIRAssumptionWarning: variable 'pop_nb_v…_hole_2.1' is not in scope …
+    Please report") six times at every first compile, 130 lines on stderr of a new user's
+    first run. Compiled in a fresh process with an empty cache (a compiled or cached
+    kernel is not compiled again, and warns nothing)."""
+    code = (
+        "import warnings, numpy as np\n"
+        "warnings.simplefilter('always')\n"
+        "from routesim.batching import blocks as bk\n"
+        "from routesim.batching.dtypes import CACHED, REPLICA\n"
+        "tab = bk.table_nb(1024)\n"
+        "bk.evict_nb(tab, np.zeros((2, 64), CACHED), np.zeros(2, np.int64), np.zeros(2, REPLICA),"
+        " np.int64(0), np.int64(0))\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "NumbaIRAssumptionWarning" not in done.stderr, done.stderr[:600]

@@ -272,10 +272,8 @@ def evict_nb(tab, heap, heap_n, rep, i, need):
     while need > 0:
         n = heap_n[i]
         top = heap[i, 0]
-        if not _valid(tab, i, top):  # stale: dropped
-            heaps.pop_nb(heap, i, n, _less, _move)
-            heap_n[i] = n - 1
-        else:
+        drop = True  # the top entry leaves the heap: stale, or its segment gone (one pop site: see below)
+        if _valid(tab, i, top):
             h = find_nb(tab, i, top.key)
             e = tab[h]
             if orphan_nb(e):  # its orphan last block goes alone
@@ -305,11 +303,13 @@ def evict_nb(tab, heap, heap_n, rep, i, need):
             if e.length == 0:
                 _delete_nb(tab, h)
                 deleted += 1
-                heaps.pop_nb(heap, i, n, _less, _move)
-                heap_n[i] = n - 1
             else:
                 _set_entry(heap[i, 0], e)
                 heaps.sift_down_nb(heap, i, _ZERO, n, _less, _swap)
+                drop = False
+        if drop:  # (inlined once: a second inlined pop made Numba warn at every first compile)
+            heaps.pop_nb(heap, i, n, _less, _move)
+            heap_n[i] = n - 1
     hold((tab, heap, heap_n))
     return deleted
 
