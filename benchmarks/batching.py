@@ -143,6 +143,33 @@ def peers(replicas=8, rate=40.0, warmup_s=10.0, measure_s=5.0, policies=PEER_POL
               peak_rss=rss_now()[1]))
 
 
+def _variants(base, overrides):
+    """{name: _Run}: ``base``'s run (its workload and router stream, shared) under each
+    ``{name: {parameter: value}}`` of ``overrides`` (flat parameter names, over base's)."""
+    out = {}
+    for name, changes in overrides.items():
+        r = _Run.__new__(_Run)
+        r.__dict__.update(base.__dict__)
+        r.values = dict(base.values, **changes)
+        r.params = base.br.params_row(r.values, base.policy, n_replicas=base.replicas).reshape(1)
+        out[name] = r
+    return out
+
+
+def _alternately(runs, repeats):
+    """Simulate the ``{name: _Run}`` once each (loading their kernels), then in turn
+    ``repeats`` rounds: {name: best CPU s}, {name: the last run's metrics}."""
+    for r in runs.values():
+        r.simulate()
+    best, out = {name: float("inf") for name in runs}, {}
+    for _ in range(max(1, repeats)):
+        for name, r in runs.items():
+            _, cpu, m = r.best(r.simulate, 1)
+            best[name] = min(best[name], cpu)
+            out[name] = m
+    return best, out
+
+
 def realtime(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=POLICIES, seeds=(1, 2),
              repeats=3):
     """60 s runs of the example cluster, one by one, one thread: per run the best of
@@ -182,18 +209,9 @@ def drain(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least
     rows = []
     for policy in policies:
         for seed in seeds:
-            runs = {0.0: _Run(_values(warmup_s=warmup_s, measure_s=measure_s, drain_s=0.0), policy,
-                              replicas, rate, seed),
-                    None: _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)}
-            best = {d: float("inf") for d in runs}
-            out = {}
-            for r in runs.values():
-                r.simulate()
-            for _ in range(repeats):
-                for d, r in runs.items():
-                    _, cpu, m = r.best(r.simulate, 1)
-                    best[d] = min(best[d], cpu)
-                    out[d] = m
+            base = _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)
+            runs = _variants(base, {0.0: {"drain_s": 0.0}, None: {}})
+            best, out = _alternately(runs, repeats)
             rows.append(dict(policy=policy, seed=seed, drain_s=runs[None].values["drain_s"],
                              off_cpu_s=best[0.0], on_cpu_s=best[None],
                              off_iterations=int(out[0.0]["iterations"]),
@@ -214,19 +232,8 @@ def modes(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least
     for policy in policies:
         for seed in seeds:
             base = _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)
-            runs = {"reserve": base}
-            runs["vllm"] = _Run.__new__(_Run)
-            runs["vllm"].__dict__.update(base.__dict__)       # the same workload and router stream
-            runs["vllm"].values = _values(warmup_s=warmup_s, measure_s=measure_s, scheduler="vllm")
-            runs["vllm"].params = base.br.params_row(runs["vllm"].values, policy, n_replicas=replicas).reshape(1)
-            for r in runs.values():
-                r.simulate()                                 # load the compiled kernels
-            best, out = {s: float("inf") for s in runs}, {}
-            for _ in range(max(1, repeats)):
-                for s, r in runs.items():
-                    _, cpu, m = r.best(r.simulate, 1)
-                    best[s] = min(best[s], cpu)
-                    out[s] = m
+            runs = _variants(base, {"reserve": {}, "vllm": {"scheduler": "vllm"}})
+            best, out = _alternately(runs, repeats)
             rows.append(dict(policy=policy, seed=seed, requests=len(base.wl),
                              **{f"{s}_cpu_s": best[s] for s in runs},
                              **{f"{s}_iterations": int(out[s]["iterations"]) for s in runs},
