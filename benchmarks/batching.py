@@ -242,6 +242,29 @@ def modes(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least
     emit(dict(runs=rows, replicas=replicas, rate=rate, horizon_s=warmup_s + measure_s, repeats=repeats))
 
 
+SIGNALS = {"fresh": ("fresh", {}),
+           "periodic50": ("50 ms periodic", {"signal_mode": "periodic", "period_ms": 50.0}),
+           "periodic10": ("10 ms periodic", {"signal_mode": "periodic", "period_ms": 10.0}),
+           "local50": ("50 ms periodic_local", {"signal_mode": "periodic_local", "period_ms": 50.0})}
+"""The signals a run's routers may read (token-model.md §3): {id: (words, parameter overrides)}."""
+
+
+def signals(replicas=8, rate=46.0, warmup_s=1200.0, measure_s=60.0, policy="least_tokens", seeds=(1, 2, 3, 4),
+            repeats=6):
+    """What a published signal costs: the least-outstanding study's runs (8 default
+    replicas at 46 req/s, 1,200 s of warm-up + 60 s, drained) with fresh signals and
+    each of :data:`SIGNALS`, one workload per seed handed to all, simulated alternately
+    in one process, best of ``repeats`` each, one thread."""
+    rows = []
+    for seed in seeds:
+        base = _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)
+        best, out = _alternately(_variants(base, {k: changes for k, (_, changes) in SIGNALS.items()}), repeats)
+        rows.append(dict(seed=seed, requests=len(base.wl), **{f"{k}_cpu_s": best[k] for k in SIGNALS},
+                         **{f"{k}_iterations": int(out[k]["iterations"]) for k in SIGNALS}))
+    emit(dict(runs=rows, replicas=replicas, rate=rate, policy=policy, warmup_s=warmup_s, measure_s=measure_s,
+              repeats=repeats))
+
+
 CURVES = {
     # kind: (values, about)
     "replicas": ([8, 32, 128, 512, 1024],
@@ -490,6 +513,22 @@ def section(suite):
                       f"{report.fmt(r['reserve_batch_mean'])} / {report.fmt(r['vllm_batch_mean'])}"])
     suite.note_load()
 
+    log("batching: what a published signal costs, 1 thread")
+    si = _task("signals", one, **({"seeds": [1], "repeats": 2} if q else {})).result
+    sir = si["runs"]
+    scpu = {k: sum(r[f"{k}_cpu_s"] for r in sir) for k in SIGNALS}
+    for k in SIGNALS:
+        if k != "fresh":
+            fig[f"batching.signal_ratio.{k}"] = scpu[k] / scpu["fresh"]
+    log("batching: signals against fresh: " + ", ".join(f"{w} {scpu[k] / scpu['fresh']:.2f}x"
+                                                        for k, (w, _) in SIGNALS.items()))
+    sirow = [["seed", "requests"] + [f"CPU ms, {w}" for w, _ in SIGNALS.values()]
+             + [f"iterations, {w}" for w, _ in SIGNALS.values()]]
+    for r in sir:
+        sirow.append([str(r["seed"]), f"{r['requests']:,}"] + [report.fmt(r[f"{k}_cpu_s"] * 1e3) for k in SIGNALS]
+                     + [f"{r[f'{k}_iterations']:,}" for k in SIGNALS])
+    suite.note_load()
+
     curves = {}
     for kind, (values, about) in CURVES.items():
         vals = values[::2] if q else values
@@ -565,6 +604,19 @@ def section(suite):
         "something happens to it.",
         "",
         report.md_table(morow),
+        "",
+        "### What a published signal costs",
+        "",
+        f"The least-outstanding study's runs ({si['replicas']} default replicas at {si['rate']:g} req/s, "
+        f"`{si['policy']}`, {si['warmup_s']:,g} s of warm-up + {si['measure_s']:g} s, drained) with fresh "
+        "signals and with each replica's load published periodically (`[signals] mode`, "
+        "`period_ms`; token-model.md §3), one workload per seed handed to every variant, "
+        f"simulated alternately in one process, best of {si['repeats']} each, CPU, one thread. A run "
+        "with a published signal costs, against a fresh one (the sums over the seeds): "
+        + ", ".join(f"{w} {fig[f'batching.signal_ratio.{k}']:.2f}x" for k, (w, _) in SIGNALS.items() if k != "fresh")
+        + ". The signal changes where requests go, so the iterations differ a little too.",
+        "",
+        report.md_table(sirow),
         "",
     ]
     if fl:
