@@ -189,13 +189,18 @@ def ranking(pod, glob):
     return compare(glob[TAIL], pod[TAIL].sel(choices=2))
 
 
-def _step_words(where, pod):
-    """'<where>, d = 2 changes … ; d = 3 … (x % of the first step)'."""
+def _steps_clause(pod, note):
+    """'d = 2 changes … against d = 1 and d = 3 … against d = 2 (a lead; <note>)'."""
     a, b = steps(pod)
     kind = "a lead" if b[3] else "no lead"
-    return (f"{where}, d = 2 changes TTFT p99 by {show(a, 0, '%')} against d = 1 and d = 3 by "
-            f"{show(b, 1, '%')} against d = 2 ({kind}; {abs(b[0] / a[0]) * 100:.0f} % of the first "
-            "step).")
+    return (f"d = 2 changes TTFT p99 by {show(a, 0, '%')} against d = 1 and d = 3 by "
+            f"{show(b, 1, '%')} against d = 2 ({kind}; {note})")
+
+
+def _step_words(n, pod):
+    """'At N = 8, d = 2 changes … ; d = 3 … (x % of the first step).'"""
+    a, b = steps(pod)
+    return f"At N = {n}, " + _steps_clause(pod, f"{abs(b[0] / a[0]) * 100:.0f} % of the first step") + "."
 
 
 def _ranking_words(leads):
@@ -230,12 +235,11 @@ def section(data):
         fresh_b = steps(n8["pod"])[1]
         scrape_text = (" Under realistic signals (stage `signals`, N = 8; d = 1 reads no signal, so its runs are "
                        "the fresh arm's):")
-        for label, pod, _ in pods:
-            a, b = steps(pod)
-            scrape_text += (f" With a {label} signal, verdict {verdict_steps([pod])}: d = 2 changes TTFT p99 by "
-                            f"{show(a, 0, '%')} against d = 1 and d = 3 by {show(b, 1, '%')} against d = 2 "
-                            f"({'a lead' if b[3] else 'no lead'}; fresh signals: {show(fresh_b, 1, '%')}).")
-        same = all(v == verdict_steps([n8["pod"]]) for _, v in verdict_signals(data))
+        verdicts = verdict_signals(data)
+        for (label, pod, _), (_, v_sig) in zip(pods, verdicts):
+            scrape_text += (f" With a {label} signal, verdict {v_sig}: "
+                            + _steps_clause(pod, f"fresh signals: {show(fresh_b, 1, '%')}") + ".")
+        same = all(v_sig == verdict_steps([n8["pod"]]) for _, v_sig in verdicts)
         scrape_text += (" The verdict at N = 8 " + ("does not change" if same else "changes")
                         + " once the signal is a scrape.")
     fresh_rank = ranking(n8["pod"], n8["global"])
@@ -285,7 +289,7 @@ def section(data):
         *steady,
         "![Claim 2](../figures/lor-claim2-choices.png)", "",
         f"**Reading.** Fresh signals: verdict {v}. "
-        + " ".join(_step_words(f"At N = {n}", pod) for n, pod in zip(NS, fresh_pods(data))) + scrape_text
+        + " ".join(_step_words(n, pod) for n, pod in zip(NS, fresh_pods(data))) + scrape_text
         + " " + rank_text + ".", ""]
     if sens:
         parts += ["**Sensitivity to the step cost** (the same comparisons; each variant's load "
