@@ -324,7 +324,14 @@ state, queue_tail), and the engine-vs-reference, policy, trace and SimPy tests p
    which imports scipy and yaml; xarray and pandas), numba's first call (its target
    context and the cached kernels), xarray importing `dask.array` when dask is installed
    (it is, with the `test` and `cluster` extras; not with `pip install -e .`), and
-   h5netcdf creating each variable (about 15 ms each, most of it dimension lookups).
+   writing the netCDF files (below, 9).
+9. **netCDF files**: h5netcdf looked each dimension up again in the HDF5 file for every
+   variable that uses it (about 15 ms a variable). Results are now written and read
+   with netCDF4-python (routesim/results.py): the phase "netCDF write" above was 0.407 s
+   with h5netcdf (commit fab2e4b's page). One of the least-outstanding study's files
+   (44 variables over 8 dimensions), 20 of them in a row: read 470 -> 30 ms, written
+   400 -> 60 ms; the study's 80 files read 27-31 s -> 3-4 s wall (they had been read
+   in two worker processes). The Datasets are identical (tools/pin_outputs.py: 39 of 39).
 """
 
 

@@ -233,7 +233,7 @@ VERDICTS = ("holds", "holds with qualification", "does not hold", "does not hold
 
 def write_results(root, datasets) -> Path:
     """Write a run's {stage: Dataset} (as routesim.run returns it) as the sweep command
-    does: ``root/<sweep name>/<stage>.nc`` (h5netcdf, routesim.results.write_atomic), so
+    does: ``root/<sweep name>/<stage>.nc`` (netCDF4, routesim.results.write_atomic), so
     a claim module's ``load(root)`` reads them. Returns root."""
     from routesim.results import write_atomic
     root = Path(root)

@@ -169,7 +169,7 @@ def test_command_prints_a_table_and_writes_a_dataset(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "round 1:" in text and "capacity req/s" in text and "seeds' range" in text
     assert "round_robin" in text and "least_queue" in text
-    ds = xr.open_dataset(out_dir / "rates-capacity.nc", engine="h5netcdf")
+    ds = xr.open_dataset(out_dir / "rates-capacity.nc", engine="netcdf4")
     assert set(ds.capacity_rps.dims) == {"policy", "exploration", "heterogeneity", "scenario"}
     assert ds.attrs["capacity_metric"] == "latency_p99" and ds.attrs["capacity_bound"] == 60.0
 

@@ -271,7 +271,7 @@ def test_sigkill_then_resume_recomputes_only_missing_chunks(tmp_path):
     assert not (out / ".chunks").exists()
     assert sorted(p.name for p in out.iterdir()) == ["dev.nc", "val.nc"]
     for name in ("dev", "val"):
-        with xr.open_dataset(tmp_path / "ref" / f"{name}.nc", engine="h5netcdf") as want, xr.open_dataset(out / f"{name}.nc", engine="h5netcdf") as got:
+        with xr.open_dataset(tmp_path / "ref" / f"{name}.nc", engine="netcdf4") as want, xr.open_dataset(out / f"{name}.nc", engine="netcdf4") as got:
             xr.testing.assert_identical(got.load(), want.load())
 
 

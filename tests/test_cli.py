@@ -308,7 +308,7 @@ def test_valid_tiny_sweep_writes_one_file(tmp_path, run_cli):
     assert rc == 0, err
     assert "Traceback" not in err
     assert sorted(p.name for p in out_dir.iterdir()) == ["tiny.nc"]  # no temporary left behind
-    with xr.open_dataset(out_dir / "tiny.nc", engine="h5netcdf") as ds:
+    with xr.open_dataset(out_dir / "tiny.nc", engine="netcdf4") as ds:
         want = {"policy": 1, "exploration": 1, "rate_rps": 1, "heterogeneity": 1, "scenario": 2,
                 "seed": 1, "replica": 3}
         assert {d: ds.sizes.get(d) for d in want} == want

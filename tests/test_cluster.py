@@ -130,7 +130,7 @@ def test_command_line_on_the_cluster(client, tmp_path):
     assert main([str(path), "--out", str(tmp_path / "there"), "--quiet", "--chunk-size", "5",
                  "--scheduler", client.scheduler.address]) == 0
     for name in ("dev", "val"):
-        with xr.open_dataset(tmp_path / "here" / f"{name}.nc", engine="h5netcdf") as a, xr.open_dataset(tmp_path / "there" / f"{name}.nc", engine="h5netcdf") as b:
+        with xr.open_dataset(tmp_path / "here" / f"{name}.nc", engine="netcdf4") as a, xr.open_dataset(tmp_path / "there" / f"{name}.nc", engine="netcdf4") as b:
             xr.testing.assert_identical(a.load(), b.load())
     assert sorted(p.name for p in (tmp_path / "there").iterdir()) == ["dev.nc", "val.nc"]
 
@@ -218,5 +218,5 @@ def test_lost_scheduler_keeps_finished_chunks_for_resume(tmp_path, in_process):
     assert main([str(path), "--out", str(out), "--chunk-size", "1", "--resume", "--quiet"]) == 0
     assert main([str(path), "--out", str(tmp_path / "ref"), "--quiet"]) == 0  # uninterrupted
     for name in in_process:
-        with xr.open_dataset(out / f"{name}.nc", engine="h5netcdf") as got, xr.open_dataset(tmp_path / "ref" / f"{name}.nc", engine="h5netcdf") as want:
+        with xr.open_dataset(out / f"{name}.nc", engine="netcdf4") as got, xr.open_dataset(tmp_path / "ref" / f"{name}.nc", engine="netcdf4") as want:
             xr.testing.assert_identical(got.load(), want.load())

@@ -31,7 +31,7 @@ def normalize(name):
 
 
 def requirement_name(requirement):
-    """'h5netcdf[h5py]>=1.3' -> 'h5netcdf'."""
+    """'xarray[io]>=2024.1' -> 'xarray'."""
     return normalize(re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1))
 
 

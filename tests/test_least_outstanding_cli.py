@@ -71,68 +71,36 @@ def test_a_results_file_is_read_once_while_it_stays_the_same(tmp_path):
     from routesim.studies.least_outstanding.common import read
 
     path = tmp_path / "stage.nc"
-    xr.Dataset({"x": ("seed", np.arange(3.0))}, attrs={"a": 1}).to_netcdf(path, engine="h5netcdf")
+    xr.Dataset({"x": ("seed", np.arange(3.0))}, attrs={"a": 1}).to_netcdf(path, engine="netcdf4")
     first = read(path)
-    xr.testing.assert_identical(first, xr.load_dataset(path, engine="h5netcdf"))
+    xr.testing.assert_identical(first, xr.load_dataset(path, engine="netcdf4"))
     first.attrs["results_root"] = "elsewhere"
     assert "results_root" not in read(path).attrs
     with pytest.raises(ValueError):
         first.x.values[0] = 7.0
-    xr.Dataset({"x": ("seed", np.arange(4.0))}, attrs={"a": 2}).to_netcdf(path, engine="h5netcdf")
+    xr.Dataset({"x": ("seed", np.arange(4.0))}, attrs={"a": 2}).to_netcdf(path, engine="netcdf4")
     again = read(path)
     assert again.attrs["a"] == 2 and again.x.values.tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-def test_files_read_at_once_in_worker_processes_are_what_xarray_reads(tmp_path, monkeypatch):
-    """common.read_all: the files read in worker processes are held by read() as
-    xarray reads them in this process, and read() then reads no file again."""
-    import numpy as np
-
-    from routesim.studies.least_outstanding import common
-
-    paths = []
-    for k in range(3):
-        path = tmp_path / f"s{k}.nc"
-        xr.Dataset({"x": (("seed", "replica"), np.arange(6.0).reshape(2, 3) + k)},
-                   coords={"seed": [1, 2]}, attrs={"k": k}).to_netcdf(path, engine="h5netcdf")
-        paths.append(path)
-    monkeypatch.setattr(common, "PARALLEL_READS", 2)
-    monkeypatch.setattr(common.os, "sched_getaffinity", lambda pid: {0, 1})   # (two workers on any machine)
-    monkeypatch.setattr(common, "_READ", {})
-    common.read_all(paths)
-    assert len(common._READ) == 3
-    monkeypatch.setattr(common, "_load", None)   # read() may not load again
-    for path in paths:
-        xr.testing.assert_identical(common.read(path), xr.load_dataset(path, engine="h5netcdf"))
-
-
-def test_files_are_read_in_this_process_from_a_script_run_by_its_path(tmp_path):
-    """A script run by its path (or from standard input), calling read_all at its top
-    level with no ``if __name__ == "__main__"`` guard: spawned workers would run it again
-    (or fail to start); the files are read in the script's process instead, and read()
-    gives what xarray reads."""
+def test_a_script_run_by_its_path_computes_in_its_own_process(tmp_path):
+    """common.in_workers from a script run by its path (or from standard input), called
+    at its top level with no ``if __name__ == "__main__"`` guard: spawned workers would
+    run the script again (or fail to start); the items are computed in the script's
+    process instead, once, in order."""
     import subprocess
     import sys
 
-    import numpy as np
-
-    for k in range(3):
-        xr.Dataset({"x": ("seed", np.arange(3.0) + k)}).to_netcdf(tmp_path / f"s{k}.nc", engine="h5netcdf")
     script = tmp_path / "mine.py"
     script.write_text(
-        "import sys, pathlib, xarray as xr\n"
         "from routesim.studies.least_outstanding import common\n"
-        "common.PARALLEL_READS = 2\n"
         "common.os.sched_getaffinity = lambda pid: {0, 1}\n"
-        f"paths = sorted(pathlib.Path({str(tmp_path)!r}).glob('s*.nc'))\n"
-        "common.read_all(paths)\n"
-        "print(len(common._READ))\n"
-        "assert all(common.read(p).identical(xr.load_dataset(p, engine='h5netcdf')) for p in paths)\n")
+        "print(common.in_workers(abs, [-1, -2, -3]))\n")
     for run in ([sys.executable, str(script)], [sys.executable, "-"]):
         out = subprocess.run(run, input=script.read_text() if run[-1] == "-" else None, capture_output=True,
                              text=True, cwd=ROOT, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.split() == ["3"]
+        assert out.stdout.splitlines() == ["[1, 2, 3]"]
 
 
 def _pid_and(x):

@@ -46,7 +46,7 @@ def test_sections_and_figures(doc):
 
 
 def _open(path):
-    with xr.open_dataset(path, engine="h5netcdf") as f:
+    with xr.open_dataset(path, engine="netcdf4") as f:
         return f.load()
 
 
@@ -94,10 +94,10 @@ def test_the_document_changes_with_the_data(tmp_path, doc):
     root = tiny_results()
     shutil.copytree(root / "tiny", tmp_path / "tiny")
     path = tmp_path / "tiny" / "validation.nc"
-    with xr.open_dataset(path, engine="h5netcdf") as f:
+    with xr.open_dataset(path, engine="netcdf4") as f:
         val = f.load()
     val["attainment"] = val.attainment.where(val.policy != "round_robin", 1.0)
-    val.to_netcdf(path, engine="h5netcdf")
+    val.to_netcdf(path, engine="netcdf4")
     changed = R.build(tmp_path / "tiny", "figures", tmp_path / "doc.md", None)
     rows = {r[0]: r for r in _rows(changed, "policy | runs")}
     assert rows["Round Robin"][2] == "100.00"

@@ -28,7 +28,7 @@ def _load(name):
 
 
 def _open(path):
-    with xr.open_dataset(path, engine="h5netcdf") as f:
+    with xr.open_dataset(path, engine="netcdf4") as f:
         return f.load()
 
 
@@ -218,7 +218,7 @@ def test_paired_by_seed_lead_needs_every_seed(tmp_path, capsys):
                     coords={"policy": ["a", "b"], "rate_rps": [1.0, 2.0, 3.0, 4.0],
                             "heterogeneity": ["uniform"], "seed": [5, 6, 7, 8]})
     path = tmp_path / "x.nc"
-    ds.to_netcdf(path, engine="h5netcdf")
+    ds.to_netcdf(path, engine="netcdf4")
     assert _load("paired_by_seed").main([str(path), "--var", "x", "--a", "a", "--b", "b"]) == 0
     out = capsys.readouterr().out
     summary = _rows(out, "x (ms): a minus b", 4)
@@ -239,10 +239,10 @@ def _staleness(root, lt, pod):
     r = np.array([[x for _, x in v] for v in (lt, pod)])
     coords = {"policy": ["least_tokens", "power_of_d"], "seed": seeds}
     xr.Dataset({"ttft_p99": (("policy", "seed"), f, {"units": "ms"})}, coords=coords).to_netcdf(
-        root / "fresh.nc", engine="h5netcdf")
+        root / "fresh.nc", engine="netcdf4")
     stale = np.stack([f * r, f * 0.5], axis=-1)                      # periods 100 and 250 ms
     xr.Dataset({"ttft_p99": (("policy", "seed", "period_ms"), stale, {"units": "ms"})},
-               coords={**coords, "period_ms": [100.0, 250.0]}).to_netcdf(root / "periodic.nc", engine="h5netcdf")
+               coords={**coords, "period_ms": [100.0, 250.0]}).to_netcdf(root / "periodic.nc", engine="netcdf4")
     return f, r
 
 
@@ -309,7 +309,7 @@ def test_where_requests_went_names_the_broken_runs(tmp_path, capsys):
     ds["completed"][dict(policy=1, seed=2, admission_max_tokens=0)] -= 1    # one request lost
     ds["shed"][dict(policy=0, seed=0, admission_max_tokens=1)] += 2         # two counted twice
     path = tmp_path / "broken.nc"
-    ds.to_netcdf(path, engine="h5netcdf")
+    ds.to_netcdf(path, engine="netcdf4")
     assert _load("where_requests_went").main([str(path)]) == 1
     out = capsys.readouterr().out
     assert "on 2 of 12 runs" in out

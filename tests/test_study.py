@@ -236,7 +236,7 @@ def _cli(tmp_path, name, threads):
     out = tmp_path / name
     subprocess.run([sys.executable, "-m", "routesim.sweep", str(tmp_path / "s.toml"), "--out", str(out),
                     "--quiet"], check=True, env=env, cwd=ROOT)
-    return xr.open_dataset(out / "d.nc", engine="h5netcdf").load()
+    return xr.open_dataset(out / "d.nc", engine="netcdf4").load()
 
 
 def test_same_dataset_twice_and_with_one_or_two_threads(tmp_path):

@@ -261,7 +261,7 @@ def _cli(tmp_path, name, threads, quiet=True):
                            "--out", str(out), *(["--quiet"] if quiet else [])],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout, {s: xr.open_dataset(out / f"{s}.nc", engine="h5netcdf").load()
+    return proc.stdout, {s: xr.open_dataset(out / f"{s}.nc", engine="netcdf4").load()
                          for s in ("policies", "batch")}
 
 
@@ -275,7 +275,7 @@ def test_command_line_one_or_two_threads_and_in_process(tmp_path, in_process, mo
     monkeypatch.chdir(tmp_path)
     assert main([str(tmp_path / "tokpipe.toml"), "--out", str(tmp_path / "here"), "--quiet"]) == 0
     for name in ("policies", "batch"):
-        with xr.open_dataset(tmp_path / "here" / f"{name}.nc", engine="h5netcdf") as here:
+        with xr.open_dataset(tmp_path / "here" / f"{name}.nc", engine="netcdf4") as here:
             here = here.load()
         xr.testing.assert_identical(one[name], two[name])
         xr.testing.assert_identical(one[name], here)
@@ -357,7 +357,7 @@ def test_command_line_resume_after_a_completed_chunk_set(tmp_path, in_process, m
     assert counter.calls == 1
     assert sorted(p.name for p in out.iterdir()) == ["batch.nc", "policies.nc"]
     for name, want in in_process.items():
-        with xr.open_dataset(out / f"{name}.nc", engine="h5netcdf") as got:
+        with xr.open_dataset(out / f"{name}.nc", engine="netcdf4") as got:
             xr.testing.assert_identical(got.load(), want.assign_attrs(sweep_file=str(path)))
 
 

@@ -262,7 +262,7 @@ seeds = [6, 7]
     out = tmp_path / "t.nc"
     assert trace_main([str(path), "--rate", "250", "--policy", "adaptive,least_queue", "--seed", "7",
                        "--out", str(out), "--quiet"]) == 0
-    tl = xr.open_dataset(out, engine="h5netcdf").load()
+    tl = xr.open_dataset(out, engine="netcdf4").load()
     assert list(tl.policy.values) == ["adaptive", "least_queue"] and int(tl.seed) == 7
     api = routesim.trace(routesim.load_sweep(path), policy=["adaptive", "least_queue"], rate_rps=250, seed=7)
     xr.testing.assert_equal(tl.drop_vars("event_kind"), api.drop_vars("event_kind"))

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import xarray as xr
+from routesim.results import load
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("exploration", "load-curve", "batching", "incidents", "mooncake-replay", "azure-replay")
@@ -38,8 +38,7 @@ def sha(data: bytes) -> str:
 def dataset_digest(path: Path) -> str:
     """Every variable's name, dims, dtype, bytes and attrs, and the Dataset's attrs."""
     h = hashlib.sha256()
-    with xr.open_dataset(path, engine="h5netcdf") as ds:
-        ds = ds.load()
+    ds = load(path)
     for name in sorted(ds.variables):
         v = ds[name].variable
         h.update(repr((name, v.dims, str(v.dtype), sorted(v.attrs.items()))).encode())

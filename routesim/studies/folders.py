@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-import xarray as xr
+from .. import results
 
 
 def load(results_dir) -> dict:
@@ -11,7 +11,6 @@ def load(results_dir) -> dict:
     for path in sorted(Path(results_dir).glob("*.nc")):
         if path.name.startswith("trace"):
             continue
-        with xr.open_dataset(path, engine="h5netcdf") as f:
-            ds = f.load()
+        ds = results.load(path)
         out[ds.attrs.get("stage", path.stem)] = ds
     return out

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
                retries, staleness)
-from .common import RULE, in_workers, read, read_all
+from .common import RULE, in_workers, read
 
 CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
 """The claims' modules in the document's order (``capacities`` is the capacity table and
@@ -53,7 +53,6 @@ def is_study(results_dir) -> bool:
 
 def _loaded(results_dir):
     root = Path(results_dir).parent
-    read_all(sorted(root.glob(f"{RESULTS.name}*/*.nc")))   # (every claim's files, read at once)
     for claim in CLAIMS:
         data = claim.load(root)
         if data is not None:

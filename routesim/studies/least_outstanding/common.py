@@ -13,8 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
 
+from ... import results  # noqa: E402
 from .. import plotting  # noqa: E402
 from ..intervals import LEVEL, RESAMPLES, excludes_zero, interval  # noqa: E402
 
@@ -30,29 +30,11 @@ stages ``default`` and ``mooncake``: ``python -m routesim.capacity``'s files).""
 
 
 _READ = {}
-PARALLEL_READS = 16
-"""From this many unread files on, :func:`read_all` reads them in worker processes, one
-per core (below it, starting the workers costs more than it saves)."""
 
 
 def _key(path):
     st = path.stat()
     return (path, st.st_mtime_ns, st.st_size)
-
-
-def _load(path):
-    return xr.load_dataset(path, engine="h5netcdf")
-
-
-def read_all(paths):
-    """Read the results files ``paths`` into :func:`read`'s memory at once: in worker
-    processes (:func:`in_workers`) when there are at least :data:`PARALLEL_READS` not
-    read yet (h5netcdf holds the interpreter while it reads, so threads would not help)."""
-    todo = [p for p in (Path(p).resolve() for p in paths) if _key(p) not in _READ]
-    if len(todo) < PARALLEL_READS:
-        return
-    for key, ds in zip([_key(p) for p in todo], in_workers(_load, todo)):
-        _keep(key, ds)
 
 
 def in_workers(fn, items) -> list:
@@ -76,26 +58,22 @@ def _can_spawn():
     imports the parent's main module: safely when it was run with ``-m`` (this study's
     commands, pytest) or there is none (an interactive session, a notebook); a script
     run by its path would run again in every worker (and one read from standard input
-    cannot), so its files are read here."""
+    cannot), so ``fn`` runs here."""
     main = sys.modules.get("__main__")
     return getattr(main, "__spec__", None) is not None or getattr(main, "__file__", None) is None
-
-
-def _keep(key, ds):
-    for v in ds.variables.values():
-        v.values.flags.writeable = False   # (a shared array: changing it in place raises)
-    _READ[key] = ds
 
 
 def read(path):
     """The Dataset in the results file ``path``, in memory and read-only, read once per
     process while the file stays the same (its path, modification time and size): the
-    document and the figures read most files several times, and h5netcdf takes about half
-    a second to open one of this study's (tens of variables over five or six axes). A
-    shallow copy each time, so a caller's attrs and variables are its own."""
+    document and the figures read most files several times. A shallow copy each time, so
+    a caller's attrs and variables are its own."""
     key = _key(Path(path).resolve())
     if key not in _READ:
-        _keep(key, _load(key[0]))
+        ds = results.load(key[0])
+        for v in ds.variables.values():
+            v.values.flags.writeable = False   # (a shared array: changing it in place raises)
+        _READ[key] = ds
     return _READ[key].copy(deep=False)
 
 

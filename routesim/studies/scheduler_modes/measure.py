@@ -17,8 +17,8 @@ import itertools
 import math
 
 import numpy as np
-import xarray as xr
 
+from ... import results
 from ..intervals import excludes_zero, interval
 
 SCHEDULERS = ("reserve", "vllm")
@@ -309,6 +309,5 @@ def load(results_dir):
     for name in ("example", "mooncake"):
         path = Path(results_dir) / f"{name}.nc"
         if path.exists():
-            with xr.open_dataset(path, engine="h5netcdf") as f:
-                out[name] = prepare(f.load())
+            out[name] = prepare(results.load(path))
     return out
