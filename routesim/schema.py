@@ -125,6 +125,11 @@ class ReplicaModel:
     def simulate_range(self, grid, lo: int, hi: int):
         return self.part("grid").simulate_range(grid, lo, hi)
 
+    def engine_ready(self) -> bool:
+        """Whether this process holds its engine's ``KERNEL`` ready to run: compiled, or
+        loaded from Numba's disk cache (it has an overload only once either is done)."""
+        return len(self.part("engine").KERNEL.overloads) > 0
+
     def kernel_loads(self) -> int:
         """How many times this process loaded its engine's ``KERNEL`` from Numba's disk
         cache or compiled it (0 when the model's engine was never imported here)."""

@@ -222,7 +222,8 @@ def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
         job = cluster.Job.of(sweep, stage, inherited)
         parts = cluster.compute(client, job, ranges, todo, tag=f"{stage.name}-{fingerprint.digest[:8]}")
     runs, t0 = 0, time.perf_counter()
-    with _progress(show_progress, len(ranges), len(resumed), stage.name) as bar:
+    with _progress(show_progress, len(ranges), len(resumed), stage.name) as bar, \
+            _compile_note(sweep.model if client is None and todo else None, note):
         for i, part in parts:
             lo, hi = ranges[i]
             outcome.put(lo, part)
@@ -242,6 +243,38 @@ def _data_files(sweep: Sweep, stage: Stage) -> list:
     from .config import trace_file
     names = [v for key in ("trace_path", "lengths_trace") for v in stage.values.get(key, ()) if v]
     return sorted({trace_file(sweep.path, v) for v in names})
+
+
+COMPILE_NOTE_S = 5.0
+"""After this many seconds of a stage with its model's kernel not yet ready in this
+process, the stage says that it is compiling (loading the kernel from Numba's cache
+takes well under a second)."""
+
+
+class _compile_note:
+    """While a stage computes here: if after :data:`COMPILE_NOTE_S` its ``model``'s
+    engine is still not ready (:meth:`routesim.schema.ReplicaModel.engine_ready`), Numba is
+    compiling it, and ``note`` says so once. Nothing when ``model`` is None (a cluster's
+    workers compile, or nothing is left to compute) or the engine is ready at the start."""
+
+    def __init__(self, model, note):
+        self.model, self.note, self.timer = model, note, None
+
+    def __enter__(self):
+        if self.model is not None and not self.model.engine_ready():
+            import threading
+            self.timer = threading.Timer(COMPILE_NOTE_S, self._check)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _check(self):
+        if not self.model.engine_ready():
+            self.note(f"compiling the {self.model.kind} model's kernels, once after routesim is installed "
+                      f"or changed (a minute or so); later runs load them from Numba's cache")
+
+    def __exit__(self, *exc):
+        if self.timer is not None:
+            self.timer.cancel()
 
 
 class _progress:

@@ -101,7 +101,9 @@ def main(argv=None) -> int:
                 f"({c.runs:,} runs, {c.runs_per_s:,.0f} runs/s)")
 
     def note(msg):
-        print(f"note: {msg}", file=sys.stderr, flush=True)
+        from tqdm.auto import tqdm
+        tqdm.write(f"note: {msg}", file=sys.stderr)  # (above a progress bar, not through it)
+        sys.stderr.flush()
 
     def go(client=None):
         study.run(sweep, stages=args.stage, show_progress=not args.quiet, chunk_size=args.chunk_size,

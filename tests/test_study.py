@@ -285,3 +285,63 @@ seeds = [7]
     assert_invariants(ds)
     assert (out.replicas["qlen"] <= cap).all()
     assert (out.replicas["qlen"] >= 0).all()
+
+
+_ONE = _THREE.split("[[stages]]\nname = \"b\"")[0]
+"""Stage a of _THREE alone."""
+
+
+def _slow_first_run(monkeypatch, ready_after_s):
+    """A stage whose chunk takes 0.4 s, its engine reported ready ``ready_after_s``
+    seconds after the stage starts (None: never, inf: ready at the start), with the
+    compile note's threshold at 0.1 s: the notes it gives."""
+    import time
+
+    from routesim import schema, study
+
+    start = [None]
+    real = batch.simulate_range
+
+    def slow(grid, lo, hi):
+        start[0] = start[0] or time.perf_counter()
+        time.sleep(0.4)
+        return real(grid, lo, hi)
+
+    def ready(self):
+        if ready_after_s == float("inf"):
+            return True
+        return ready_after_s is not None and start[0] is not None and time.perf_counter() - start[0] > ready_after_s
+
+    monkeypatch.setattr(study, "COMPILE_NOTE_S", 0.1)
+    monkeypatch.setattr(batch, "simulate_range", slow)
+    monkeypatch.setattr(schema.ReplicaModel, "engine_ready", ready)
+    notes = []
+    _run(_ONE, note=notes.append)
+    return notes
+
+
+def test_a_stage_says_once_that_it_compiles_when_its_engine_is_not_ready_in_time(monkeypatch):
+    notes = _slow_first_run(monkeypatch, None)
+    assert len(notes) == 1 and "compiling the queue model's kernels" in notes[0], notes
+
+
+def test_a_ready_engine_or_one_ready_in_time_gives_no_compile_note(monkeypatch):
+    assert _slow_first_run(monkeypatch, float("inf")) == []
+    assert _slow_first_run(monkeypatch, 0.0) == []   # (a cache load: ready before the threshold)
+
+
+def test_the_engine_is_ready_once_a_run_has_gone_through_it():
+    """ReplicaModel.engine_ready reads the kernel's overloads: not ready in a new process, ready
+    after one run there (loaded from the cache or compiled)."""
+    from conftest import sweep_text
+
+    text = sweep_text(_ONE, HEAD)
+    script = ("import routesim\n"
+              "from routesim import models\n"
+              "q = models.get('queue')\n"
+              "print(q.engine_ready())\n"
+              f"routesim.run(routesim.parse_sweep({text!r}, 'a.toml'), show_progress=False)\n"
+              "print(q.engine_ready())\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
