@@ -121,7 +121,7 @@ def _simulate_round(sweep, stage, selected, rows: _Rows, wanted: dict, label):
     with a progress bar over its runs labelled ``label`` (None: none).
     Returns the round's Dataset over the union of those rates (NaN where a row did not
     run a rate) and the number of runs simulated."""
-    from . import batch
+    from . import batch, study
     from .grid import run_index
     from .results import to_dataset
     rates = sorted(set().union(*wanted.values()))
@@ -136,12 +136,13 @@ def _simulate_round(sweep, stage, selected, rows: _Rows, wanted: dict, label):
             want[r, rates.index(x)] = True
     runs = np.flatnonzero(want[row, rate_pos])
     sub = g.take(runs)
-    if label is None:
-        part = batch.simulate(sub)
-    else:
-        from tqdm.auto import tqdm
-        with tqdm(total=sub.runs, desc=label, unit="run", leave=False) as bar:
-            part = batch.simulate(sub, progress=bar.update)
+    with study.compile_note(sweep.model, study.print_note):
+        if label is None:
+            part = batch.simulate(sub)
+        else:
+            from tqdm.auto import tqdm
+            with tqdm(total=sub.runs, desc=label, unit="run", leave=False) as bar:
+                part = batch.simulate(sub, progress=bar.update)
     outcome = batch.outcome_type(g).empty(g)
     outcome.put_at(runs, part)
     ds = to_dataset(sweep, g, outcome, selected)

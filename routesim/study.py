@@ -223,7 +223,7 @@ def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
         parts = cluster.compute(client, job, ranges, todo, tag=f"{stage.name}-{fingerprint.digest[:8]}")
     runs, t0 = 0, time.perf_counter()
     with _progress(show_progress, len(ranges), len(resumed), stage.name) as bar, \
-            _compile_note(sweep.model if client is None and todo else None, note):
+            compile_note(sweep.model if client is None and todo else None, note):
         for i, part in parts:
             lo, hi = ranges[i]
             outcome.put(lo, part)
@@ -251,7 +251,7 @@ process, the stage says that it is compiling (loading the kernel from Numba's ca
 takes well under a second)."""
 
 
-class _compile_note:
+class compile_note:
     """While a stage computes here: if after :data:`COMPILE_NOTE_S` its ``model``'s
     engine is still not ready (:meth:`routesim.schema.ReplicaModel.engine_ready`), Numba is
     compiling it, and ``note`` says so once. Nothing when ``model`` is None (a cluster's
@@ -270,11 +270,18 @@ class _compile_note:
     def _check(self):
         if not self.model.engine_ready():
             self.note(f"compiling the {self.model.kind} model's kernels, once after routesim is installed "
-                      f"or changed (a minute or so); later runs load them from Numba's cache")
+                      f"or changed (up to a minute); later runs load them from Numba's cache")
 
     def __exit__(self, *exc):
         if self.timer is not None:
             self.timer.cancel()
+
+
+def print_note(msg: str) -> None:
+    """A command's ``note: msg`` line on stderr, above any progress bar, not through it."""
+    from tqdm.auto import tqdm
+    tqdm.write(f"note: {msg}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 class _progress:

@@ -100,15 +100,10 @@ def main(argv=None) -> int:
             say(f"{c.stage}: {c.chunks} chunks, {resumed}{c.computed} computed "
                 f"({c.runs:,} runs, {c.runs_per_s:,.0f} runs/s)")
 
-    def note(msg):
-        from tqdm.auto import tqdm
-        tqdm.write(f"note: {msg}", file=sys.stderr)  # (above a progress bar, not through it)
-        sys.stderr.flush()
-
     def go(client=None):
         study.run(sweep, stages=args.stage, show_progress=not args.quiet, chunk_size=args.chunk_size,
                   on_stage=finished, checkpoint=checkpoint, resume=args.resume, client=client,
-                  on_chunks=counted, note=note, behind=sweep.model.writes_behind)
+                  on_chunks=counted, note=study.print_note, behind=sweep.model.writes_behind)
 
     if args.scheduler is None and args.workers is None:
         go()

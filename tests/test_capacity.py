@@ -191,3 +191,27 @@ def test_bad_options_are_one_line_and_write_nothing(tmp_path, capsys, args, key)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: {key}:")
     assert not out_dir.exists()
+
+
+def test_a_search_says_once_per_round_that_it_compiles_while_its_engine_is_not_ready(tmp_path, capsys, monkeypatch):
+    """The search's rounds give the compile note of routesim.study (on stderr, above the
+    bar) while the model's engine is not ready: here never ready, each round slow."""
+    import time
+
+    from routesim import batch, schema, study
+
+    real = batch.simulate
+
+    def slow(grid, *a, **kw):
+        time.sleep(0.3)
+        return real(grid, *a, **kw)
+
+    monkeypatch.setattr(study, "COMPILE_NOTE_S", 0.05)
+    monkeypatch.setattr(batch, "simulate", slow)
+    monkeypatch.setattr(schema.ReplicaModel, "engine_ready", lambda self: False)
+    path = _write(tmp_path, QUEUE)
+    assert capacity.main([str(path), "--out", str(tmp_path / "out"), "--resolution", "20", "--points", "4"]) == 0
+    cap = capsys.readouterr()
+    rounds = cap.out.count("round ")
+    notes = [line for line in cap.err.splitlines() if line.startswith("note: compiling the queue model's kernels")]
+    assert rounds >= 1 and len(notes) == rounds, (cap.out, cap.err)
