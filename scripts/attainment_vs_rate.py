@@ -9,6 +9,7 @@ each heterogeneity setting; --plot draws attainment against rate.
 
 import argparse
 import sys
+from pathlib import Path
 
 import xarray as xr
 
@@ -19,6 +20,10 @@ def main(argv=None):
     ap.add_argument("--scenario", default=None, help="one scenario (default: every scenario of the file, pooled)")
     ap.add_argument("--plot", default=None, metavar="FILE.png")
     args = ap.parse_args(argv)
+    if not Path(args.results).is_file():
+        sweep = f"sweeps/{Path(args.results).parent.name}.toml"   # results/<sweep name>/<stage>.nc
+        print(f"{args.results}: no such file (run python -m routesim.sweep {sweep} first)", file=sys.stderr)
+        return 2
     ds = xr.load_dataset(args.results)   # read it all; the file is closed again
     if args.scenario:
         ds = ds.sel(scenario=[args.scenario])

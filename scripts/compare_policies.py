@@ -8,6 +8,7 @@ paired difference of each policy from the best one, seed by seed.
 """
 
 import sys
+from pathlib import Path
 
 import xarray as xr
 
@@ -15,6 +16,10 @@ import xarray as xr
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     path = args[0] if args else "results/exploration/validation.nc"
+    if not Path(path).is_file():
+        sweep = f"sweeps/{Path(path).parent.name}.toml"   # results/<sweep name>/<stage>.nc
+        print(f"{path}: no such file (run python -m routesim.sweep {sweep} first)", file=sys.stderr)
+        return 2
     ds = xr.load_dataset(path)   # read it all; the file is closed again
 
     # Every dimension except policy and scenario is averaged over: rates, heterogeneity

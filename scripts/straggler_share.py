@@ -9,6 +9,7 @@ from the Dataset's attrs), then splits each replica's assignments by period.
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 import xarray as xr
@@ -24,6 +25,10 @@ def main(argv=None):
     ap.add_argument("--heterogeneity", default="default")
     ap.add_argument("--seeds", type=int, default=4, help="how many of the file's seeds to trace")
     args = ap.parse_args(argv)
+    if not Path(args.results).is_file():
+        sweep = f"sweeps/{Path(args.results).parent.name}.toml"   # results/<sweep name>/<stage>.nc
+        print(f"{args.results}: no such file (run python -m routesim.sweep {sweep} first)", file=sys.stderr)
+        return 2
     ds = xr.load_dataset(args.results)   # read it all; the file is closed again
 
     rate = args.rate or float(ds.rate_rps.max())

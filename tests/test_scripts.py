@@ -322,7 +322,10 @@ def test_where_requests_went_names_the_broken_runs(tmp_path, capsys):
 @pytest.mark.parametrize("name, arg, missing", [
     ("paired_by_seed", "token-routing/none.nc", "token-routing/none.nc"),
     ("claim_check", "token-routing-staleness", "token-routing-staleness/fresh.nc"),   # a stage folder
-    ("where_requests_went", "token-routing/none.nc", "token-routing/none.nc")])
+    ("where_requests_went", "token-routing/none.nc", "token-routing/none.nc"),
+    ("compare_policies", "exploration/none.nc", "exploration/none.nc"),
+    ("attainment_vs_rate", "load-curve/none.nc", "load-curve/none.nc"),
+    ("straggler_share", "exploration/none.nc", "exploration/none.nc")])
 def test_a_missing_file_is_one_line_and_exit_2(tmp_path, capsys, name, arg, missing):
     root = tmp_path / "results"
     assert _load(name).main([str(root / arg)]) == 2
