@@ -332,6 +332,19 @@ state, queue_tail), and the engine-vs-reference, policy, trace and SimPy tests p
    (44 variables over 8 dimensions), 20 of them in a row: read 470 -> 30 ms, written
    400 -> 60 ms; the study's 80 files read 27-31 s -> 3-4 s wall (they had been read
    in two worker processes). The Datasets are identical (tools/pin_outputs.py: 39 of 39).
+10. **The vllm mode's hash map** (`scheduler = "vllm"`): every hashed block's key is an
+   entry of the segment table (112 bytes a slot), so the map of full pools (8 x 16,384
+   blocks) is 29-58 MB, and it was grown by doubling from 1,024 slots, each doubling
+   rehashing every entry. In a perf profile of the 60 s vllm runs (JIT symbols mapped
+   from the compiled library), growing it (`blocks.reserve_nb`) was 16 % of the samples,
+   beside `hash_block_nb` 23 %, `_evict_nb` 17 % and `_delete_nb` 9 % (cache misses on
+   the table). It is now sized once per run (`vllm_replica.table_slots_nb`: a replica's
+   map holds at most `kv_blocks` keys, and a request's keys are on at most
+   `max_attempts` replicas), at a load of at most one half: 262,144 slots (29 MB) for
+   the example cluster, where doubling ended at 524,288. The same runs, alternated
+   with the previous commit in separate processes: 240-303 -> 136-200 ms per run (the
+   page's "vllm / reserve" row measures it again); the Datasets are identical (a vllm
+   sweep with crashes, black holes, timeouts and retries; the vLLM recordings).
 """
 
 

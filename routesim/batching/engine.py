@@ -159,9 +159,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         seg_key = pk
         seg_len = pk_len
         seg_off = pk_off
-    # what is resident: a table of segments grown as needed, a heap of cached ones per
-    # replica (at most one live entry per cached segment; stale ones compacted away)
-    tab = bk.table_nb(max(1024, nrep))
+    # what is resident: a table of segments grown as needed (the vllm mode's sized once),
+    # a heap of cached ones per replica (at most one live entry per cached segment; stale
+    # ones compacted away)
+    tab = bk.table_nb(max(1024, nrep) if vst is None else max(1024, nrep, vm.table_slots_nb(p, nrep, wl_P, wl_O)))
     most = 16  # segments of a prompt at most: admission's scratch, the routers' room (phase 6) per request
     for k in range(n):
         most = max(most, seg_off[k + 1] - seg_off[k])
@@ -264,10 +265,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
                     need = grow[i, r.started % p.block_tokens]
                     if vst is not None:
-                        # room in the hash map for every block a step can hash (vllm_replica.start_nb)
-                        room = cnt[0] + p.max_batched_tokens // p.block_tokens + p.max_batch + 2
-                        if 2 * room > tab.shape[0]:
-                            tab_need = room
+                        if 2 * cnt[0] > tab.shape[0]:  # (a guard: never, as the map is sized, vm.table_slots_nb)
+                            tab_need = cnt[0] + vm.step_room_nb(p)
                         else:
                             integrate_nb(r, t, p)
                             vm.start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, evicted)

@@ -50,6 +50,28 @@ def state_nb(n, nrep, kv_blocks, max_batch):
 
 
 @nb.njit(**JIT)
+def step_room_nb(p):
+    """Hash-map entries one step of a replica can add at most (start_nb's hashing): a
+    block per token it computes, one more per sequence, and 2 (the room the engine's
+    guard makes should the map ever be fuller than :func:`table_slots_nb` allows)."""
+    return p.max_batched_tokens // p.block_tokens + p.max_batch + 2
+
+
+@nb.njit(**JIT)
+def table_slots_nb(p, nrep, wl_P, wl_O):
+    """Slots for a run's hash map, sized once so that it never grows: growing rehashes
+    every entry, and the map of full pools is tens of megabytes (a sixth of this mode's
+    time went to doubling it). An entry is a key held by blocks of one replica:
+    at most ``kv_blocks`` per replica, and request s has at most ``(P + O) // b + 1``
+    keys on each replica an attempt of it runs on (``max_attempts`` at most). Twice the
+    smaller bound keeps the load at most one half. ``wl_P``, ``wl_O`` (requests,) tokens."""
+    keys = 0
+    for s in range(wl_P.shape[0]):
+        keys += (wl_P[s] + wl_O[s]) // p.block_tokens + 1
+    return 2 * min(nrep * p.kv_blocks, keys * min(p.max_attempts, nrep))
+
+
+@nb.njit(**JIT)
 def _clear_nb(vr, s):
     vr[s, TAILB] = -1
     vr[s, NHIT] = 0
@@ -215,9 +237,8 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
 def start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
     """Start a step on replica i at t: schedule (again at once after a step that only
     preempted, D14), then its duration from U, Q, n, K, R (spec22b 15; docs/model.md
-    "The step cost"). The caller has made room in the hash map ``tab`` for every block one step can hash:
-    ``max_batched_tokens // block_tokens + max_batch + 2`` entries at a load of at most
-    one half (the event loop never reassigns an array)."""
+    "The step cost"). The hash map ``tab`` has room for every key there can be
+    (:func:`table_slots_nb`; the event loop never reassigns an array)."""
     r = rep[i]
     while True:  # a step that only preempted is no iteration: schedule again at once (D14)
         preempted, U, Q, n, K, R, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
