@@ -55,6 +55,15 @@ def _end_live(e, r):
 
 
 @nb.njit(**JIT)
+def _decode_on_nb(r, p, mt, t, need):
+    """Replica record r, whose sequences all decode, starts its next iteration at t, its
+    sequences' growth taking ``need`` free blocks (phase 7 without a call into the pool)."""
+    r.anon += need
+    r.kv_dec += r.n_dec
+    begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, NONE, 0.0, NONE, NONE)
+
+
+@nb.njit(**JIT)
 def _sort_ints(a, n):
     """Sort a[:n] in place (insertion sort: failures at one time are few)."""
     for k in range(1, n):
@@ -221,6 +230,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     # max_in_flight = N > 0 the times its slots come free (final outcomes + overhead)
     sent = np.full(n, np.nan)            # ms; wl_t[k] in an open loop
     closed = p.max_in_flight > 0
+    quick = vst is None and not closed   # decoding-only iteration ends may skip the other phases (below)
     rel_t = np.empty(n if closed else 0)  # (time, slots) in time order: each request frees one
     rel_c = np.empty(n if closed else 0, np.int64)
     rel_n = 0
@@ -273,9 +283,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                             tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
                     elif r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
                         integrate_nb(r, t, p)
-                        r.anon += need  # decoding only, new blocks free: no call into the pool
-                        r.kv_dec += r.n_dec
-                        begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, NONE, 0.0, NONE, NONE)
+                        _decode_on_nb(r, p, mt, t, need)  # decoding only, new blocks free: no call into the pool
                         tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
                     else:
                         # room in the table for every admission this start can make
@@ -309,9 +317,6 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     t = rel_t[rel_h]
             if ev < n_ev and events[ev].t_ms < t:
                 t = events[ev].t_ms
-            while ends[e_win[1]].t < np.inf and not _end_live(ends[e_win[1]], rep[e_win[1]]):
-                tm.set_end_nb(ends, e_win, e_win[1], np.inf, NONE)  # abandoned
-            t = min(t, ends[e_win[1]].t)
             if ready_pending:
                 ready_pending = False
                 for i in range(nrep):
@@ -331,6 +336,37 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 for ro in range(R):
                     if f_head[ro] >= 0:
                         t = min(t, sent[f_head[ro]] + front_ms)
+            # Iteration ends before t, the next time anything else happens (nor a sample, the
+            # warm-up's end, the horizon or the limit; nor routing from a front door's queue):
+            # while each is of a replica that only decodes and goes on decoding into free
+            # blocks, its time has only phase 1's emission and phase 7's start, done here
+            # without the other phases. (The same calls in the same order: the ends of one
+            # time and their starts touch disjoint state but for sums added in replica order.)
+            if quick and n_front == 0:
+                calm = t
+                if si < sample_t.shape[0] and sample_t[si] <= horizon:
+                    calm = min(calm, sample_t[si])
+                if not (seen_warmup and window_open):
+                    calm = min(calm, p.warmup_ms)
+                calm = min(calm, p.limit_ms if past else horizon)
+                while n_gap[0] + nrep + mt.preempted_emitting < gap_ms.shape[0]:  # a general time's room left
+                    i = e_win[1]
+                    r = rep[i]
+                    te = ends[i].t
+                    if not (te < calm and _end_live(ends[i], r) and r.n_pre == 0 and r.n_wait == 0
+                            and (due_n[i] == 0 or due[i, 0].j >= r.started) and r.healthy and r.n_run > 0):
+                        break
+                    need = grow[i, r.started % p.block_tokens]
+                    if need > free_nb(r, p.kv_blocks):
+                        break
+                    prev_t = te
+                    integrate_nb(r, te, p)
+                    emit_decoding_nb(r, p, mt, te, gap_ms, gap_n, n_gap)
+                    _decode_on_nb(r, p, mt, te, need)
+                    tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
+            while ends[e_win[1]].t < np.inf and not _end_live(ends[e_win[1]], rep[e_win[1]]):
+                tm.set_end_nb(ends, e_win, e_win[1], np.inf, NONE)  # abandoned
+            t = min(t, ends[e_win[1]].t)
             while si < sample_t.shape[0] and sample_t[si] < t and sample_t[si] <= horizon:
                 _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples, cluster, si)
                 si += 1
