@@ -373,8 +373,9 @@ No single part is large enough to close the gap alone (ablations: the prefix cac
 5 %, least_tokens against round_robin routing about 8 %). The first run of the example
 on an empty cache cannot reach 40 s: its warm run alone takes 35-40 s (432 runs of
 1,260 simulated seconds; this page and the one before), and compiling the batching
-kernels 39-47 s of one core, which Numba does function by function (267 compiles of 165 functions; LLVM 16 s, lowering
-10 s, type inference 6 s), with nothing to overlap it with. The warm example's 15 s would
+kernels 39-47 s of one core, which Numba does function by function (267 compiles of
+165 functions; LLVM 16 s, lowering 10 s, type inference 6 s), with nothing to overlap
+it with. The warm example's 15 s would
 need about 18,000x real time per core on two cores.
 """
 
