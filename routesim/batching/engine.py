@@ -336,12 +336,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 for ro in range(R):
                     if f_head[ro] >= 0:
                         t = min(t, sent[f_head[ro]] + front_ms)
-            # Iteration ends before t, the next time anything else happens (nor a sample, the
-            # warm-up's end, the horizon or the limit; nor routing from a front door's queue):
-            # while each is of a replica that only decodes and goes on decoding into free
-            # blocks, its time has only phase 1's emission and phase 7's start, done here
-            # without the other phases. (The same calls in the same order: the ends of one
-            # time and their starts touch disjoint state but for sums added in replica order.)
+            # Iteration ends before t (the next time anything else happens), before the next
+            # sample, the warm-up's end, the horizon and the limit, and with no request queued
+            # at a front door (routed again at every time): while each is of a replica that only
+            # decodes and goes on decoding into free blocks, its time has only phase 1's
+            # emission and phase 7's start, done here without the other phases. (The same calls
+            # in the same order: the ends of one time and their starts touch disjoint state but
+            # for sums added in replica order.)
             if quick and n_front == 0:
                 calm = t
                 if si < sample_t.shape[0] and sample_t[si] <= horizon:

@@ -108,8 +108,8 @@ def first_block_nb(tab, i, key):
 @nb.njit(**JIT)
 def hash_block_nb(tab, bl, vq, i, x, key):
     """Block x (referenced, unhashed) gets ``key``: appended to that key's blocks (a new
-    hash-map entry when none holds it; the map has room: vllm_replica.table_slots_nb). Returns the table
-    entries added."""
+    hash-map entry when none holds it; the map has room: vllm_replica.table_slots_nb).
+    Returns the table entries added."""
     bl[i, KEY, x] = key
     bl[i, HNEXT, x] = -1
     h = bk.find_nb(tab, i, key)
