@@ -55,6 +55,21 @@ def _end_live(e, r):
 
 
 @nb.njit(**JIT)
+def _emits_only(r, n_due, next_j):
+    """Does the iteration of replica record r that ends now only emit its decoding
+    sequences' tokens (phase 1 without finish_nb): nothing prefills, and nothing in its
+    schedule (``n_due`` entries, the first for iteration ``next_j``) is due now?"""
+    return r.n_pre == 0 and (n_due == 0 or next_j >= r.started)
+
+
+@nb.njit(**JIT)
+def _decodes_on(r, need, kv_blocks):
+    """May replica record r start its next iteration by :func:`_decode_on_nb`: nothing
+    waits or prefills, and its sequences' growth (``need`` blocks) is free?"""
+    return r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, kv_blocks)
+
+
+@nb.njit(**JIT)
 def _decode_on_nb(r, p, mt, t, need):
     """Replica record r, whose sequences all decode, starts its next iteration at t, its
     sequences' growth taking ``need`` free blocks (phase 7 without a call into the pool)."""
@@ -281,7 +296,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                             integrate_nb(r, t, p)
                             vm.start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, evicted)
                             tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
-                    elif r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, p.kv_blocks):
+                    elif _decodes_on(r, need, p.kv_blocks):
                         integrate_nb(r, t, p)
                         _decode_on_nb(r, p, mt, t, need)  # decoding only, new blocks free: no call into the pool
                         tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
@@ -354,11 +369,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     i = e_win[1]
                     r = rep[i]
                     te = ends[i].t
-                    if not (te < calm and _end_live(ends[i], r) and r.n_pre == 0 and r.n_wait == 0
-                            and (due_n[i] == 0 or due[i, 0].j >= r.started) and r.healthy and r.n_run > 0):
+                    if not (te < calm and _end_live(ends[i], r) and _emits_only(r, due_n[i], due[i, 0].j)
+                            and r.healthy and r.n_run > 0):
                         break
                     need = grow[i, r.started % p.block_tokens]
-                    if need > free_nb(r, p.kv_blocks):
+                    if not _decodes_on(r, need, p.kv_blocks):
                         break
                     prev_t = te
                     integrate_nb(r, te, p)
@@ -417,7 +432,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if vst is not None:
                         n_done = vm.finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt,
                                               done_log, n_done, gap_ms, gap_n, n_gap)
-                    elif r.n_pre == 0 and (due_n[i] == 0 or due[i, 0].j >= r.started):
+                    elif _emits_only(r, due_n[i], due[i, 0].j):
                         emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
                     else:
                         n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
