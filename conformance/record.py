@@ -2,6 +2,7 @@
 
     tools/vllm-env                      # once: the vLLM environment (.vllm-venv)
     python -m conformance.record        # generate the cases, run vLLM, write the file
+    python -m conformance.record --async    # the same cases under vLLM's default loop
 
 Runs under any Python 3 (routesim's venv is fine; no vLLM import here): it generates
 the cases with conformance/cases.py, runs conformance/vllm_driver.py under the vLLM
@@ -33,6 +34,7 @@ from conformance import cases as case_gen  # noqa: E402
 DRIVER = HERE / "vllm_driver.py"
 REQUIREMENTS = HERE / "vllm-requirements.txt"
 RECORDED = HERE / "recorded" / "vllm-0.30.0.json.gz"
+RECORDED_ASYNC = HERE / "recorded" / "vllm-0.30.0-async.json.gz"   # the same cases, vLLM's default loop
 ENV_RECIPE = ("tools/vllm-env [VENV_DIR] (default .vllm-venv): a venv of its own with "
               "conformance/vllm-requirements.txt installed by `pip install --no-deps -r`")
 
@@ -83,15 +85,23 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=case_gen.DEFAULT_SEED)
     ap.add_argument("--count", type=int, default=case_gen.DEFAULT_COUNT)
     ap.add_argument("--venv", default=None, help="the vLLM environment (default .vllm-venv or $VLLM_VENV)")
-    ap.add_argument("--out", default=str(RECORDED))
+    ap.add_argument("--async", dest="asynchronous", action="store_true",
+                    help="asynchronous scheduling (vLLM's default loop: AsyncScheduler, a batch "
+                         f"queue of 2); default out {RECORDED_ASYNC.relative_to(REPO)}")
+    ap.add_argument("--out", default=None, help=f"default {RECORDED.relative_to(REPO)}")
     a = ap.parse_args(argv)
     start = time.time()
     cases = case_gen.generate(a.seed, a.count)
+    if a.asynchronous:
+        for case in cases:
+            case["replica"]["async_scheduling"] = True
     out = run_driver(cases, a.venv)
     results = out["results"]
     command = "python -m conformance.record"
     if a.seed != case_gen.DEFAULT_SEED or a.count != case_gen.DEFAULT_COUNT:
         command += f" --seed {a.seed} --count {a.count}"
+    if a.asynchronous:
+        command += " --async"
     doc = {
         "header": {
             "vllm_version": out["vllm_version"],
@@ -108,7 +118,7 @@ def main(argv=None):
         "cases": cases,
         "results": results,
     }
-    path = Path(a.out)
+    path = Path(a.out or (RECORDED_ASYNC if a.asynchronous else RECORDED))
     write(doc, path)
     h = doc["header"]
     print(f"record: {h['cases']} cases, {h['steps']} steps of vLLM {h['vllm_version']} "

@@ -11,7 +11,10 @@ Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`
 
 - The replica: ``VllmConfig`` with ``DeviceConfig("cpu")``, the Llama-3.1-8B-shaped
   ``conformance/llama-3.1-8b/config.json`` (no weights, ``skip_tokenizer_init``),
-  FCFS, synchronous scheduling, ``KVCacheConfig`` with one ``FullAttentionSpec`` group
+  FCFS, synchronous scheduling (or, when the case's replica says
+  ``"async_scheduling": true``, vLLM's default loop: the ``AsyncScheduler`` driven as
+  ``EngineCore.step_with_batch_queue`` drives it, with a batch queue of 2 — see
+  :func:`run_async` and VLLM-SCHEDULER.md §9), ``KVCacheConfig`` with one ``FullAttentionSpec`` group
   of ``num_blocks + 1`` blocks (vLLM keeps block 0 as its null block, so the case's
   ``num_blocks`` are the usable ones, as routesim's ``kv_blocks``).
 - Token ids made from routesim's block ids: the ``b`` tokens of prompt block ``j`` with
@@ -45,6 +48,7 @@ Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`
 """
 
 import bisect
+import collections
 import json
 import os
 import random
@@ -71,6 +75,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher,
     init_none_hash,
 )
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -142,7 +147,12 @@ def hidden_step_ms(h, U, Q, n, K, R, rng):
 
 
 def make_scheduler(rep, max_len):
+    """vLLM's scheduler for the case's replica: ``AsyncScheduler`` with
+    ``async_scheduling = True`` when the replica says ``"async_scheduling": true``
+    (what ``VllmConfig`` picks by default for the default executors), else the
+    synchronous ``Scheduler``."""
     b = int(rep["block_size"])
+    asynchronous = bool(rep.get("async_scheduling", False))
     chunked = bool(rep["chunked_prefill"])
     caching = bool(rep["prefix_caching"])
     budget = int(rep["max_num_batched_tokens"])
@@ -155,7 +165,7 @@ def make_scheduler(rep, max_len):
                             max_num_batched_tokens=budget,
                             enable_chunked_prefill=chunked,
                             max_model_len=max_model_len, is_encoder_decoder=False,
-                            async_scheduling=False, policy="fcfs")
+                            async_scheduling=asynchronous, policy="fcfs")
     cache = CacheConfig(block_size=b, enable_prefix_caching=caching,
                         prefix_caching_hash_algo=HASH_ALGO)
     num_blocks = int(rep["num_blocks"]) + 1     # + vLLM's null block
@@ -166,7 +176,8 @@ def make_scheduler(rep, max_len):
         KVCacheGroupSpec(["model.layers.0.self_attn.attn"],
                          FullAttentionSpec(block_size=b, num_kv_heads=8, head_size=128,
                                            dtype=torch.bfloat16))])
-    s = Scheduler(vllm_config=vc, kv_cache_config=kv,
+    cls = AsyncScheduler if asynchronous else Scheduler
+    s = cls(vllm_config=vc, kv_cache_config=kv,
                   structured_output_manager=StructuredOutputManager(vc),
                   block_size=b, log_stats=False)
     hasher = None
@@ -205,76 +216,87 @@ def block_counts(s):
     return free, cached, ref
 
 
-def run_case(case):
-    rep = case["replica"]
-    b = int(rep["block_size"])
-    costs = rep["step_ms"]
-    hidden = rep.get("hidden_cost")
-    rng = random.Random(hidden["seed"]) if hidden else None
-    reqs = case["requests"]
-    n_req = len(reqs)
-    if n_req > MAX_REQUESTS:
-        raise CaseError(f"{n_req} requests: at most {MAX_REQUESTS}")
-    for k, r in enumerate(reqs):
-        if int(r["id"]) != k:
-            raise CaseError(f"request ids must be 0, 1, ... in arrival order (row {k})")
-        if k and r["arrival_ms"] < reqs[k - 1]["arrival_ms"]:
-            raise CaseError(f"arrivals decrease at request {k}")
-        if r["prompt_tokens"] + r["output_tokens"] > int(rep["num_blocks"]) * b:
-            raise CaseError(f"request {k} larger than the KV pool")
-    max_len = max(r["prompt_tokens"] + r["output_tokens"] for r in reqs)
-    if not rep["chunked_prefill"] and max_len > int(rep["max_num_batched_tokens"]):
-        raise CaseError("unchunked: a request longer than max_num_batched_tokens "
-                        "(vLLM refuses max_model_len > max_num_batched_tokens)")
-    s, hasher, evicted = make_scheduler(rep, max_len)
-    client = case.get("client")
-    seen = []           # closed loop: client completion times so far, sorted
-    actual = [None] * n_req
+class Run:
+    """What the synchronous and the asynchronous loop share: the case checked, vLLM's
+    scheduler built, the arrivals (open loop, or made by the closed-loop client), the
+    requests added as the clock reaches them, a step's terms and what each request saw."""
 
-    def arrival(k):
+    def __init__(self, case):
+        rep = case["replica"]
+        self.case = case
+        self.b = int(rep["block_size"])
+        self.costs = rep["step_ms"]
+        self.hidden = rep.get("hidden_cost")
+        self.rng = random.Random(self.hidden["seed"]) if self.hidden else None
+        reqs = self.reqs = case["requests"]
+        n_req = self.n_req = len(reqs)
+        if n_req > MAX_REQUESTS:
+            raise CaseError(f"{n_req} requests: at most {MAX_REQUESTS}")
+        for k, r in enumerate(reqs):
+            if int(r["id"]) != k:
+                raise CaseError(f"request ids must be 0, 1, ... in arrival order (row {k})")
+            if k and r["arrival_ms"] < reqs[k - 1]["arrival_ms"]:
+                raise CaseError(f"arrivals decrease at request {k}")
+            if r["prompt_tokens"] + r["output_tokens"] > int(rep["num_blocks"]) * self.b:
+                raise CaseError(f"request {k} larger than the KV pool")
+        max_len = max(r["prompt_tokens"] + r["output_tokens"] for r in reqs)
+        if not rep["chunked_prefill"] and max_len > int(rep["max_num_batched_tokens"]):
+            raise CaseError("unchunked: a request longer than max_num_batched_tokens "
+                            "(vLLM refuses max_model_len > max_num_batched_tokens)")
+        self.s, self.hasher, self.evicted = make_scheduler(rep, max_len)
+        self.client = case.get("client")
+        self.seen = []           # closed loop: client completion times so far, sorted
+        self.actual = [None] * n_req
+        self.objs = {}
+        self.first = [None] * n_req
+        self.done = [None] * n_req
+        self.admissions = [[] for _ in range(n_req)]
+        self.token_ms = [[] for _ in range(n_req)]
+        self.l_admit = {}        # request id -> num_tokens at its current admission
+        self.steps = []
+        self.nxt = 0
+
+    def arrival(self, k):
         """Request k's arrival at the scheduler (ms), None while still unknown."""
+        client = self.client
         if client is None:
-            return float(reqs[k]["arrival_ms"])
-        if actual[k] is None:
+            return float(self.reqs[k]["arrival_ms"])
+        if self.actual[k] is None:
             N = int(client["max_concurrency"])
             if k < N:
-                actual[k] = float(client["intended_send_ms"][k]) + float(client["in_ms"])
-            elif len(seen) >= k - N + 1:
-                actual[k] = max(float(client["intended_send_ms"][k]), seen[k - N]) + float(client["in_ms"])
-        return actual[k]
+                self.actual[k] = float(client["intended_send_ms"][k]) + float(client["in_ms"])
+            elif len(self.seen) >= k - N + 1:
+                self.actual[k] = (max(float(client["intended_send_ms"][k]), self.seen[k - N])
+                                  + float(client["in_ms"]))
+        return self.actual[k]
 
-    objs = {}
-    first = [None] * n_req
-    done = [None] * n_req
-    admissions = [[] for _ in range(n_req)]
-    token_ms = [[] for _ in range(n_req)]
-    l_admit = {}        # request id -> num_tokens at its current admission
-    steps = []
-    T = 0.0
-    nxt = 0
-    while True:
-        while nxt < n_req and arrival(nxt) is not None and arrival(nxt) <= T:
-            r = reqs[nxt]
-            rid = str(nxt)
+    def add_arrivals(self, T):
+        """Add every request that has reached the scheduler by T (ms)."""
+        while (self.nxt < self.n_req and self.arrival(self.nxt) is not None
+               and self.arrival(self.nxt) <= T):
+            k = self.nxt
+            r = self.reqs[k]
+            rid = str(k)
             sp = SamplingParams(max_tokens=int(r["output_tokens"]), ignore_eos=True,
                                 temperature=0.0)
-            obj = Request(rid, prompt_tokens(nxt, int(r["prompt_tokens"]),
-                                             r.get("block_ids", []), b),
-                          sp, None, arrival_time=arrival(nxt) / 1000.0,
-                          block_hasher=hasher)
-            objs[rid] = obj
-            s.add_request(obj)
-            nxt += 1
-        if not s.has_unfinished_requests():
-            if nxt >= n_req:
-                break
-            T = max(T, arrival(nxt))
-            continue
+            obj = Request(rid, prompt_tokens(k, int(r["prompt_tokens"]),
+                                             r.get("block_ids", []), self.b),
+                          sp, None, arrival_time=self.arrival(k) / 1000.0,
+                          block_hasher=self.hasher)
+            self.objs[rid] = obj
+            self.s.add_request(obj)
+            self.nxt += 1
+
+    def schedule(self, sampled_if):
+        """One ``schedule()``: the output, the step record's fields (without times), and
+        the request ids that sample a token in it (``sampled_if(request)`` right after
+        scheduling)."""
+        objs = self.objs
         before = {rid: (o.status, o.num_tokens) for rid, o in objs.items()
                   if not o.is_finished()}
-        running_before = [o.request_id for o in s.running]
-        evicted[0] = 0
-        out = s.schedule()
+        running_before = [o.request_id for o in self.s.running]
+        self.evicted[0] = 0
+        out = self.s.schedule()
         sched = list(out.num_scheduled_tokens.items())
         preempted = [rid for rid in reversed(running_before)
                      if objs[rid].status == RequestStatus.PREEMPTED]
@@ -290,69 +312,179 @@ def run_case(case):
             c = o.num_computed_tokens - x          # computed before this chunk
             st, L = before[rid]
             if st in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-                l_admit[rid] = L
+                self.l_admit[rid] = L
                 admitted.append([int(rid), c])
-                admissions[int(rid)].append(c)
-            if c < l_admit[rid]:                   # prefilling (recompute included)
+                self.admissions[int(rid)].append(c)
+            if c < self.l_admit[rid]:              # prefilling (recompute included)
                 U += x
                 Q += x * (c + x / 2.0)
                 R += c + x
             else:                                  # decoding: one token
-                assert x == 1, (rid, x, c, l_admit[rid])
+                assert x == 1, (rid, x, c, self.l_admit[rid])
                 n += 1
                 K += c + x
-            if o.num_computed_tokens >= o.num_tokens:
+            if sampled_if(o):
                 sampled[rid] = TOKEN_UNIQUE + int(rid)
-        if not sched:
-            d = 0.0
-        elif hidden:
-            d = hidden_step_ms(hidden, U, Q, n, K, R, rng)
-        else:
-            d = step_ms(costs, U, Q, n, K)
-        ids = [rid for rid, _ in sched]
-        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                sampled_token_ids=[[sampled[r]] if r in sampled else []
-                                                   for r in ids])
-        s.update_from_output(out, mro)
-        end = T + d
-        for rid in sampled:
-            k = int(rid)
-            if first[k] is None:
-                first[k] = end
-            if hidden:
-                token_ms[k].append(end)
-            if objs[rid].is_finished():
-                done[k] = end
-                if client is not None:
-                    bisect.insort(seen, end + float(client["return_ms"][k]))
         step = {
-            "T": T, "d": d,
             "sched": [[int(r), x] for r, x in sched],
             "preempted": [int(r) for r in preempted],
             "admitted": admitted,
             "U": U, "Q": Q, "n": n, "K": K,
-            "evicted": evicted[0],
+            "evicted": self.evicted[0],
         }
-        if client is None:
-            free, cached, ref = block_counts(s)
+        if not sched:
+            d = 0.0
+        elif self.hidden:
+            d = hidden_step_ms(self.hidden, U, Q, n, K, R, self.rng)
+        else:
+            d = step_ms(self.costs, U, Q, n, K)
+        return out, step, sampled, d
+
+    def runner_output(self, sched, sampled):
+        """The fake executor's answer: one token for each request that samples."""
+        ids = [rid for rid, _ in sched]
+        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                 sampled_token_ids=[[sampled[r]] if r in sampled else []
+                                                    for r in ids])
+
+    def token(self, rid, end):
+        """Request ``rid`` received a token at ``end`` (ms)."""
+        k = int(rid)
+        if self.first[k] is None:
+            self.first[k] = end
+        if self.hidden:
+            self.token_ms[k].append(end)
+        if self.objs[rid].is_finished():
+            self.done[k] = end
+            if self.client is not None:
+                bisect.insort(self.seen, end + float(self.client["return_ms"][k]))
+
+    def counts(self, step):
+        if self.client is None:
+            free, cached, ref = block_counts(self.s)
             step.update(free=free, cached=cached, referenced=ref)
-        steps.append(step)
-        if not sched and not preempted:
+
+    def result(self):
+        per_req = []
+        for k in range(self.n_req):
+            o = self.objs[str(k)]
+            if self.done[k] is None or o.num_output_tokens != self.reqs[k]["output_tokens"]:
+                raise CaseError(f"request {k} did not complete")
+            rec = {"id": k, "first_token_ms": self.first[k], "completion_ms": self.done[k],
+                   "preemptions": o.num_preemptions, "hits": self.admissions[k]}
+            if self.hidden:
+                rec["token_ms"] = self.token_ms[k]
+            if self.client is not None:
+                rec["arrival_ms"] = self.actual[k]
+            per_req.append(rec)
+        return {"name": self.case.get("name"), "steps": self.steps, "requests": per_req}
+
+
+def run_case(case):
+    """vLLM's schedule of one case: synchronous, or asynchronous when the replica says
+    ``"async_scheduling": true``."""
+    run = Run(case)
+    if case["replica"].get("async_scheduling", False):
+        return run_async(run)
+    return run_sync(run)
+
+
+def run_sync(run):
+    """``EngineCore.step``: schedule, execute, update, one step at a time. A step starts
+    at T, when the previous one ended (or at the next arrival when idle); the requests
+    that have arrived by T are added first."""
+    s = run.s
+    T = 0.0
+    while True:
+        run.add_arrivals(T)
+        if not s.has_unfinished_requests():
+            if run.nxt >= run.n_req:
+                break
+            T = max(T, run.arrival(run.nxt))
+            continue
+        out, step, sampled, d = run.schedule(lambda o: o.num_computed_tokens >= o.num_tokens)
+        s.update_from_output(out, run.runner_output(list(out.num_scheduled_tokens.items()), sampled))
+        end = T + d
+        for rid in sampled:
+            run.token(rid, end)
+        step = {"T": T, "d": d, **step}
+        run.counts(step)
+        run.steps.append(step)
+        if not step["sched"] and not step["preempted"]:
             raise CaseError(f"stall at T={T}: nothing scheduled, nothing preempted")
         T = end
-    per_req = []
-    for k in range(n_req):
-        o = objs[str(k)]
-        if done[k] is None or o.num_output_tokens != reqs[k]["output_tokens"]:
-            raise CaseError(f"request {k} did not complete")
-        rec = {"id": k, "first_token_ms": first[k], "completion_ms": done[k],
-               "preemptions": o.num_preemptions, "hits": admissions[k]}
-        if hidden:
-            rec["token_ms"] = token_ms[k]
-        if client is not None:
-            rec["arrival_ms"] = actual[k]
-        per_req.append(rec)
-    return {"name": case.get("name"), "steps": steps, "requests": per_req}
+    return run.result()
+
+
+BATCH_QUEUE = 2     # VllmConfig.max_concurrent_batches with async scheduling (config/vllm.py:589-599)
+
+
+def run_async(run):
+    """``EngineCore.step_with_batch_queue`` with a batch queue of 2 and the
+    ``AsyncScheduler`` (v1/engine/core.py:630-744), on the step clock:
+
+    - The engine thread's clock ``now``: it schedules at ``now``; it waits for the
+      oldest batch in the queue when the queue is full (or nothing more can be
+      scheduled), and then ``now`` = that batch's end; it waits for the next arrival
+      when it has no work (``has_work``: requests, or a batch in the queue).
+    - The GPU runs the batches in the order they were scheduled, back to back: batch j
+      starts at ``max(scheduled_at, end of batch j-1)`` and lasts the step cost of its
+      ``U, Q, n, K`` (0 ms when nothing is scheduled).
+    - Tokens reach the requests (first token, completion) when the engine processes the
+      batch's output: ``update_from_output`` at ``now`` = the batch's end. The tokens are
+      the ones that call returns (``EngineCoreOutput.new_token_ids``), so an output made
+      stale by a preemption counts only if vLLM delivers it.
+    - The requests that have arrived by ``now`` are added before each step
+      (``run_busy_loop``: ``_process_input_queue``, then ``_process_engine_step``).
+
+    Each step record adds ``S``, the time it was scheduled; ``T`` is when it started
+    on the GPU."""
+    s = run.s
+    now = 0.0
+    gpu_free = 0.0
+    queue = collections.deque()       # (output, runner output, step), newest first
+    while True:
+        run.add_arrivals(now)
+        if not s.has_requests() and not queue:
+            if run.nxt >= run.n_req:
+                break
+            now = max(now, run.arrival(run.nxt))
+            continue
+        if s.has_requests():
+            out, step, sampled, d = run.schedule(lambda o: not o.is_prefill_chunk)
+            sched = list(out.num_scheduled_tokens.items())
+            start = max(now, gpu_free)
+            gpu_free = start + d
+            step = {"S": now, "T": start, "d": d, **step}
+            run.counts(step)
+            run.steps.append(step)
+            queue.appendleft((out, run.runner_output(sched, sampled), step))
+            executed = out.total_num_scheduled_tokens > 0
+            if len(queue) < BATCH_QUEUE and (executed or s.has_requests()):
+                continue
+            if (not executed and not step["preempted"] and s.has_unfinished_requests()
+                    and all(not q[2]["sched"] for q in queue)):
+                # Nothing runs and nothing can be scheduled: vLLM would spin until the
+                # next arrival.
+                if run.nxt >= run.n_req:
+                    raise CaseError(f"stall at {now}: nothing scheduled, nothing in flight")
+                while queue:                    # the empty batches return at once
+                    o, mro, _ = queue.pop()
+                    _deliver(run, s.update_from_output(o, mro), now)
+                now = max(now, run.arrival(run.nxt))
+                continue
+        out, mro, step = queue.pop()
+        now = max(now, step["T"] + step["d"])
+        _deliver(run, s.update_from_output(out, mro), now)
+    return run.result()
+
+
+def _deliver(run, outputs, now):
+    """The tokens ``update_from_output`` returned reach their requests at ``now``."""
+    for eco in outputs.values():
+        for o in eco.outputs:
+            if o.new_token_ids:
+                run.token(o.request_id, now)
 
 
 def main(argv):
