@@ -39,3 +39,20 @@ def markdown_table(headers, rows, align=None, aligned=True) -> str:
     lines = ["| " + " | ".join(map(str, headers)) + " |", rule]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def legend(items, width=100) -> str:
+    """What each column of a printed table is: ``items`` are (header, meaning) pairs,
+    written ``header = meaning`` and joined by "; ", wrapped at ``width`` characters."""
+    import textwrap
+    text = "; ".join(f"{h} = {m}" for h, m in items)
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False,
+                                   subsequent_indent="  "))
+
+
+def slo_text(ds, name) -> str:
+    """The SLO ``name`` of a Dataset as text: ``"50 ms"`` when one value (a Dataset attr),
+    ``"the row's <name>"`` when it is a dimension of the stage."""
+    if name in ds.dims:
+        return f"the row's {name}"
+    return f"{ds.attrs[name]:g} ms" if name in ds.attrs else f"the sweep's {name}"

@@ -6,7 +6,7 @@ import numpy as np
 import xarray as xr
 
 from .. import steady
-from ..tables import fmt, text_table
+from ..tables import fmt, legend as legend_text, slo_text, text_table
 
 TOKEN_LABELS = ("policy", "scenario", "heterogeneity")
 """Label columns of the batching table that are left-aligned (besides swept keys with text values)."""
@@ -128,10 +128,44 @@ def _is_number(text):
     return True
 
 
+MEDIAN = "median over runs of each run's "
+
+
+def legend(ds: xr.Dataset, headers) -> str:
+    """The lines under the table: what each of ``headers`` is, the SLOs' values included."""
+    slo = f"TTFT ≤ {slo_text(ds, 'slo_ttft_ms')} and TPOT ≤ {slo_text(ds, 'slo_tpot_ms')}"
+    pooled = "all runs pooled"
+    meaning = {
+        "runs": "runs in the row (seeds × conditions)",
+        "attain %": f"mean over runs of each run's share of arrivals completed within the SLO ({slo})",
+        "TTFT p99 ms, TPOT p99 ms, ITL p99 ms, E2E p99 ms": MEDIAN + "p99",
+        "preempt": MEDIAN + "preemptions",
+        "prefix hit %": MEDIAN + "prefix hit rate",
+        "shed %, failed %, unfinished %, rejected %": f"requests so ended / requests arrived, {pooled}",
+        "attempts/req": f"attempts / requests arrived, {pooled}",
+        "wasted k tok": MEDIAN + "wasted tokens, thousands",
+        "ejections": MEDIAN + "breaker ejections",
+        "goodput/s": MEDIAN + "requests completed within the SLO per second",
+        "client wait p99 ms": MEDIAN + "p99 of the client's wait before sending",
+        "throughput/s": MEDIAN + "completions per second",
+        "backlog Δ": MEDIAN + "growth of the requests in the system over the window",
+        "KV occ. Δ pts": "median over runs of the KV occupancy's rise from the window's first quarter to its last",
+        "steady": (f"no when backlog Δ is above {100 * steady.BACKLOG_SHARE:g} % of arrivals "
+                   f"or KV occ. Δ above {100 * steady.OCCUPANCY_RISE:g} pts"),
+    }
+    items = []
+    for names, m in meaning.items():
+        shown = [h for h in names.split(", ") if h in headers]
+        if shown:
+            items.append((", ".join(shown), m))
+    return legend_text(items)
+
+
 def policy_table(ds: xr.Dataset) -> str:
-    """The stage's policy table, as text."""
+    """The stage's policy table, as text, with its legend and a warning for the rows that
+    were not steady."""
     headers, rows = token_policy_rows(ds)
-    text = text_table(headers, rows, align=token_align(headers, rows))
+    text = text_table(headers, rows, align=token_align(headers, rows)) + "\n\n" + legend(ds, headers)
     if "steady" in headers:
         col = headers.index("steady")
         unsteady = sum(r[col] == "no" for r in rows)
