@@ -3,6 +3,9 @@ attrs, the provenance attrs, the sweep a Dataset carries, and writing one whole;
 model reshapes its flat runs into a Dataset itself (``routesim/<model>/grid.py``).
 """
 
+import functools
+import platform
+import subprocess
 from pathlib import Path
 
 import xarray as xr
@@ -27,6 +30,81 @@ def version() -> str:
     return __version__
 
 
+ENVIRONMENT_ATTRS = ("routesim_commit", "python_version", "numpy_version", "numba_version",
+                     "llvmlite_version", "xarray_version", "cpu")
+"""The attrs that describe the software and machine a Dataset was made with, not the
+Dataset: the same on every run of one checkout on one machine, different from one
+commit to the next (``tools/pin_outputs.py`` leaves them out)."""
+
+
+@functools.cache
+def environment() -> dict:
+    """The :data:`ENVIRONMENT_ATTRS` of this process, as text (README, "Reproducibility":
+    what the bit-for-bit promise depends on). ``cpu``: the architecture, the CPU Numba
+    compiles for and whether it has the features that make NumPy's and the C library's
+    transcendental functions round differently (AVX-512, AVX2, FMA), from LLVM's view of
+    the host: what the CPU has, not what ``NPY_DISABLE_CPU_FEATURES`` lets NumPy use, so
+    the same on one machine whatever NumPy is told (the Datasets are the same too)."""
+    import llvmlite
+    import numba
+    import numpy
+    return {
+        "routesim_commit": git_commit(),
+        "python_version": platform.python_version(),
+        "numpy_version": numpy.__version__,
+        "numba_version": numba.__version__,
+        "llvmlite_version": llvmlite.__version__,
+        "xarray_version": xr.__version__,
+        "cpu": cpu(),
+    }
+
+
+MADE_WITH = "Made with"
+"""How :func:`made_with` begins: a document's provenance line (``tools/pin_outputs.py``
+leaves it out)."""
+
+
+def made_with(attrs) -> str:
+    """One line for a generated document: the routesim version and commit, and the
+    :data:`ENVIRONMENT_ATTRS` of the Dataset whose ``attrs`` are given ("not recorded"
+    for a Dataset written before routesim recorded them)."""
+    a = {k: attrs.get(k, "not recorded") for k in ENVIRONMENT_ATTRS}
+    return (f"{MADE_WITH} routesim {attrs.get('routesim_version', 'not recorded')} "
+            f"(commit {a['routesim_commit']}), Python {a['python_version']}, NumPy {a['numpy_version']}, "
+            f"Numba {a['numba_version']} (llvmlite {a['llvmlite_version']}), xarray {a['xarray_version']}; "
+            f"CPU: {a['cpu']}.")
+
+
+def git_commit(root: Path | None = None) -> str:
+    """The commit of the checkout routesim is imported from, ``"<hash> (uncommitted
+    changes)"`` when a tracked file differs from it, or ``"not a git checkout"`` (an
+    installed copy, or git missing)."""
+    root = Path(__file__).resolve().parents[1] if root is None else root
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root.resolve():
+            return "not a git checkout"     # routesim installed inside someone else's repository
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "not a git checkout"
+    return f"{commit} (uncommitted changes)" if dirty else commit
+
+
+def cpu() -> str:
+    """E.g. ``"x86_64, Numba target skylake-avx512: avx512f avx2 fma"`` (the features
+    listed are those of AVX-512F, AVX2 and FMA the CPU has)."""
+    from llvmlite import binding
+    from numba.core import config
+    name = config.CPU_NAME or binding.get_host_cpu_name()
+    features = binding.get_host_cpu_features()
+    have = [f for f in ("avx512f", "avx2", "fma") if features.get(f)]
+    return f"{platform.machine()}, Numba target {name}: {' '.join(have) or 'none of avx512f avx2 fma'}"
+
+
 def variable_attrs(name, table) -> dict:
     """The ``units`` and ``description`` attrs of a variable from its table entry."""
     units, desc = table[name]
@@ -35,11 +113,17 @@ def variable_attrs(name, table) -> dict:
 
 def provenance(sweep: Sweep, stage) -> dict:
     """The attrs that say where a Dataset comes from: sweep, stage, package version,
-    sweep file and its text (read back by :func:`sweep_of`)."""
+    sweep file and its text (read back by :func:`sweep_of`), and the software and
+    machine it was made with (:func:`environment`).
+
+    No ``Conventions = "CF-1.10"``: CF asks for UDUNITS units, and the variables' units
+    name what is counted (``requests``, ``tokens``, ``requests/s``), which UDUNITS does
+    not know; claiming CF would take ``1`` and ``s-1`` with the noun in a ``long_name``."""
     return {
         "sweep_name": sweep.name,
         "stage": stage.name,
         "routesim_version": version(),
+        **environment(),
         "sweep_file": str(sweep.path),
         "sweep_text": sweep.text,
     }

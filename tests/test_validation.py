@@ -14,6 +14,7 @@ import pytest
 
 import routesim
 from routesim import theory
+from routesim.results import MADE_WITH, environment, made_with
 from routesim.studies.validation import checks as v
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
@@ -113,6 +114,7 @@ def test_command_line_prints_a_sweep_and_writes_a_report(tmp_path, capsys):
     assert v.main(["--check", "md1", "--quick", "--out", str(out)]) == 0
     doc = out.read_text()
     assert "M/D/1" in doc and "--check md1 --quick" in doc and "FAIL" not in doc
+    assert made_with({"routesim_version": routesim.__version__, **environment()}) in doc.splitlines()
 
 
 # ----------------------------------------------------------------------------------
@@ -209,7 +211,8 @@ def test_the_document_is_generated(checks):
     results = {name: checks(name) for name in v.CHECKS}
     fresh = v.markdown(results, quick=False, seconds=0.0)
 
-    def strip(text):
+    def strip(text):   # wall times, and the commit and versions it was made with
+        text = "\n".join(line for line in text.split("\n") if not line.startswith(MADE_WITH))
         text = re.sub(r"\d+ s of wall time", "N s of wall time", text)
         return re.sub(r"[\d.]+ s here", "N s here", text)
 

@@ -9,6 +9,12 @@ variable, coordinate and attribute of every Dataset), a timeline of each model
 docs/serving-validation.md from those results into a temporary folder; each output is
 reduced to a SHA-256. For a refactoring, not a test: the digests are of this code's
 own output, so they say "unchanged", never "right".
+
+Left out: the attrs that record the software and machine a Dataset was made with
+(``routesim.results.ENVIRONMENT_ATTRS``: the git commit, the versions of Python, NumPy,
+Numba, llvmlite and xarray, the CPU) and a document's line that gives them
+(``routesim.results.made_with``). They describe the environment, not the output: with
+them every commit would change every pin.
 """
 
 import fcntl
@@ -20,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from routesim.results import load
+from routesim.results import ENVIRONMENT_ATTRS, MADE_WITH, load
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("exploration", "load-curve", "batching", "incidents", "mooncake-replay", "azure-replay")
@@ -36,15 +42,27 @@ def sha(data: bytes) -> str:
 
 
 def dataset_digest(path: Path) -> str:
-    """Every variable's name, dims, dtype, bytes and attrs, and the Dataset's attrs."""
+    """Every variable's name, dims, dtype, bytes and attrs, and the Dataset's attrs but
+    its ``ENVIRONMENT_ATTRS``."""
     h = hashlib.sha256()
     ds = load(path)
     for name in sorted(ds.variables):
         v = ds[name].variable
         h.update(repr((name, v.dims, str(v.dtype), sorted(v.attrs.items()))).encode())
         h.update(v.values.tobytes() if v.dtype != object else repr(v.values.tolist()).encode())
-    h.update(repr(sorted((k, str(v)) for k, v in ds.attrs.items())).encode())
+    h.update(repr(sorted((k, str(v)) for k, v in ds.attrs.items() if k not in ENVIRONMENT_ATTRS)).encode())
     return h.hexdigest()
+
+
+def document_digest(path: Path) -> str:
+    """A generated document's bytes but its provenance paragraph (a line that begins
+    ``MADE_WITH``, and the empty line after it)."""
+    lines, kept = path.read_bytes().split(b"\n"), []
+    for k, line in enumerate(lines):
+        if line.startswith(MADE_WITH.encode()) or (line == b"" and k and lines[k - 1].startswith(MADE_WITH.encode())):
+            continue
+        kept.append(line)
+    return sha(b"\n".join(kept))
 
 
 def run(argv, cwd=ROOT) -> str:
@@ -78,7 +96,7 @@ def outputs() -> dict:
              "--out", str(doc), "--quiet"])
         for f in sorted(figures.iterdir()):
             pins[f"figures/{f.name}"] = sha(f.read_bytes())
-        pins["docs/serving-validation.md"] = sha(doc.read_bytes())
+        pins["docs/serving-validation.md"] = document_digest(doc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         lock.close()

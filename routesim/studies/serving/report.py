@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ...results import sweep_of
+from ...results import made_with, sweep_of
 from ...tables import fmt, markdown_table
 from ...timeline import INTERVAL_MS, ROLLING_COMPLETIONS
 from ..folders import load
@@ -512,6 +512,8 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
         f"(`{a.get('sweep_file', '')}`, routesim {a.get('routesim_version', '')}). Every number in it is read from "
         "those Datasets, or from timelines traced by the same compiled engine from the sweep text they "
         "carry. It is a simulation: no number here is a measurement of a real serving system.",
+        "",
+        made_with(a),
         "",
         protocol(dev, val, sweep),
         "",

@@ -59,6 +59,7 @@ import xarray as xr
 
 from ... import theory
 from ...files import write_text
+from ...results import environment, made_with
 from ...tables import fmt, markdown_table, text_table
 
 Z = 4.0
@@ -827,6 +828,8 @@ def markdown(results: dict, quick: bool, seconds: float) -> str:
         f"{__version__}{', quick sizes' if quick else ''}; {seconds:.0f} s of wall time): "
         f"{len(judged) - len(failed)} of {len(judged)} judged comparisons pass"
         + (f", **{len(failed)} fail**." if failed else "."),
+        "",
+        made_with({"routesim_version": __version__, **environment()}),
         "",
         "Each check is a sweep written by `routesim/studies/validation/checks.py` (print it with "
         "`python -m routesim.validation --sweep NAME`) and run in exact event-time mode "
