@@ -52,10 +52,10 @@ def test_queue_table_says_what_each_column_is():
     assert table.splitlines()[0].split()[:2] == ["policy", "c"]
     flat = " ".join(legend.split())
     for words in ("c = adaptive's exploration weight", "within the SLO (50 ms end to end)",
-                  "p50 ms, p99 ms = median over runs of each run's latency percentile",
-                  "p99 min–max ms = smallest and largest run's p99",
+                  "p50 ms, p99 ms, goodput/s = median over runs of each run's value",
+                  "p99 min–max ms = lowest and highest run's p99",
                   "shed % = requests shed / requests arrived, all runs pooled",
-                  "attain % = mean over runs", "goodput/s = median over runs"):
+                  "attain % = mean over runs"):
         assert words in flat, words
 
 
@@ -97,8 +97,13 @@ def test_token_table_says_what_each_column_is():
     table, legend = text.split("\n\n")
     flat = " ".join(legend.split())
     for words in ("within the SLO (TTFT ≤ 1000 ms and TPOT ≤ 50 ms)",
-                  "TTFT p99 ms, TPOT p99 ms, E2E p99 ms = median over runs of each run's p99",
-                  "shed %, failed %, unfinished % = requests so ended / requests arrived, all runs pooled",
-                  "preempt = median over runs", "goodput/s = median over runs"):
+                  "shed %, failed %, unfinished % = per request arrived, all runs pooled",
+                  "every other column but runs = median over runs of each run's value"):
         assert words in flat, words
-    assert "ITL" not in legend and "steady" not in legend    # columns this Dataset does not have
+    assert "attempts" not in legend and "steady" not in legend    # columns this Dataset does not have
+
+
+def test_token_legend_gives_the_steady_rule_when_the_table_has_it():
+    from test_steady import _ds
+    legend = token_table(_ds([[0, 0], [0, 0]], [[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]])).split("\n\n")[1]
+    assert "steady = no when backlog Δ is above 2 % of arrivals or KV occ. Δ above 5 pts" in " ".join(legend.split())

@@ -128,37 +128,21 @@ def _is_number(text):
     return True
 
 
-MEDIAN = "median over runs of each run's "
+POOLED = ("shed %", "failed %", "unfinished %", "rejected %", "attempts/req")
+"""Columns that count over every request that arrived, all runs of the row pooled."""
 
 
 def legend(ds: xr.Dataset, headers) -> str:
-    """The lines under the table: what each of ``headers`` is, the SLOs' values included."""
+    """The lines under the table: what the columns are, the SLOs' values included."""
     slo = f"TTFT ≤ {slo_text(ds, 'slo_ttft_ms')} and TPOT ≤ {slo_text(ds, 'slo_tpot_ms')}"
-    pooled = "all runs pooled"
-    meaning = {
-        "runs": "runs in the row (seeds × conditions)",
-        "attain %": f"mean over runs of each run's share of arrivals completed within the SLO ({slo})",
-        "TTFT p99 ms, TPOT p99 ms, ITL p99 ms, E2E p99 ms": MEDIAN + "p99",
-        "preempt": MEDIAN + "preemptions",
-        "prefix hit %": MEDIAN + "prefix hit rate",
-        "shed %, failed %, unfinished %, rejected %": f"requests so ended / requests arrived, {pooled}",
-        "attempts/req": f"attempts / requests arrived, {pooled}",
-        "wasted k tok": MEDIAN + "wasted tokens, thousands",
-        "ejections": MEDIAN + "breaker ejections",
-        "goodput/s": MEDIAN + "requests completed within the SLO per second",
-        "client wait p99 ms": MEDIAN + "p99 of the client's wait before sending",
-        "throughput/s": MEDIAN + "completions per second",
-        "backlog Δ": MEDIAN + "growth of the requests in the system over the window",
-        "KV occ. Δ pts": "median over runs of the KV occupancy's rise from the window's first quarter to its last",
-        "steady": (f"no when backlog Δ is above {100 * steady.BACKLOG_SHARE:g} % of arrivals "
-                   f"or KV occ. Δ above {100 * steady.OCCUPANCY_RISE:g} pts"),
-    }
-    items = []
-    for names, m in meaning.items():
-        shown = [h for h in names.split(", ") if h in headers]
-        if shown:
-            items.append((", ".join(shown), m))
-    return legend_text(items)
+    items = [("attain %", f"mean over runs of each run's share of arrivals completed within the SLO ({slo})"),
+             (", ".join(h for h in POOLED if h in headers), "per request arrived, all runs pooled"),
+             ("backlog Δ", "growth of the requests in the system over the window"),
+             ("KV occ. Δ pts", "rise of the KV occupancy from the window's first quarter to its last"),
+             ("steady", f"no when backlog Δ is above {100 * steady.BACKLOG_SHARE:g} % of arrivals "
+                        f"or KV occ. Δ above {100 * steady.OCCUPANCY_RISE:g} pts"),
+             ("every other column but runs", "median over runs of each run's value")]
+    return legend_text([(h, m) for h, m in items if h.startswith("every other") or (h and h.split(", ")[0] in headers)])
 
 
 def policy_table(ds: xr.Dataset) -> str:

@@ -43,15 +43,13 @@ def _pooled(part, whole) -> str:
 
 def legend(ds: xr.Dataset, headers) -> str:
     """The lines under the table: what each of ``headers`` is, the SLO's value included."""
-    slo = slo_text(ds, "slo_ms")
     meaning = {
-        "c": "adaptive's exploration weight ([policy] exploration)",
-        "runs": "runs in the row (seeds × conditions)",
-        "attain %": f"mean over runs of each run's share of arrivals completed within the SLO ({slo} end to end)",
-        "p50 ms, p99 ms": "median over runs of each run's latency percentile (completed requests)",
-        "p99 min–max ms": "smallest and largest run's p99",
+        "attain %": (f"mean over runs of each run's share of arrivals completed within the SLO "
+                     f"({slo_text(ds, 'slo_ms')} end to end)"),
+        "p50 ms, p99 ms, goodput/s": "median over runs of each run's value",
+        "p99 min–max ms": "lowest and highest run's p99",
         "shed %": "requests shed / requests arrived, all runs pooled",
-        "goodput/s": "median over runs of requests completed within the SLO per second",
+        "c": "adaptive's exploration weight",
     }
     return legend_text([(h, m) for h, m in meaning.items() if all(x in headers for x in h.split(", "))])
 
