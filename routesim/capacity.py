@@ -140,9 +140,9 @@ def _simulate_round(sweep, stage, selected, rows: _Rows, wanted: dict, label):
         if label is None:
             part = batch.simulate(sub)
         else:
-            from tqdm.auto import tqdm
-            with tqdm(total=sub.runs, desc=label, unit="run", leave=False) as bar:
-                part = batch.simulate(sub, progress=bar.update)
+            from .progress import bar
+            with bar(sub.runs, label, "run") as shown:
+                part = batch.simulate(sub, progress=shown.update)
     outcome = batch.outcome_type(g).empty(g)
     outcome.put_at(runs, part)
     ds = to_dataset(sweep, g, outcome, selected)
@@ -307,7 +307,7 @@ def _parser():
     ap.add_argument("--points", default="6", metavar="N", help="rates per row and round (default 6)")
     ap.add_argument("--resolution", default="1", metavar="RPS", help="rates are multiples of this (default 1 req/s)")
     ap.add_argument("--out", type=Path, default=None, help="folder for <stage>-capacity.nc (default results/<name>/)")
-    ap.add_argument("--quiet", action="store_true", help="print only the tables")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress: print only the tables (and warnings)")
     return ap
 
 
@@ -364,16 +364,19 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from . import study
     from .config import ConfigError, load_sweep
+    from .files import unwritable
     from .results import write_atomic
     try:
         sweep = load_sweep(args.sweep)
         todo = study._needed(sweep, args.stage)
         names = args.stage or [s.name for s in sweep.stages]
         plans = [(s, _criterion(args, sweep, s), _search(args, s)) for s in todo if s.name in names]
+        out_dir = args.out or Path("results") / sweep.name
+        if why := unwritable(out_dir):
+            raise ConfigError(args.sweep, "--out", why)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out_dir = args.out or Path("results") / sweep.name
     selected = {}
     earlier = [s.name for s in todo if s.name not in names]  # stages whose selection is inherited
     if earlier:

@@ -153,6 +153,8 @@ class ChunkStore:
                  "starting this stage fresh")
         elif resume and folder.exists():
             note(f"{folder}: no usable manifest; starting this stage fresh")
+        elif not resume:
+            cls._discarding(folder, fingerprint, note)
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
@@ -160,6 +162,24 @@ class ChunkStore:
                         chunks=len(ranges))
         write_bytes(folder / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
         return cls(folder, fingerprint, ranges, [], outcome)
+
+    @staticmethod
+    def _discarding(folder: Path, fingerprint: Fingerprint, note) -> None:
+        """Tell ``note``, in one line, how many finished chunks a fresh start (no
+        ``--resume``) is about to remove from ``folder``, and whether ``--resume``
+        would have reused them (it reads them back with their own chunk size)."""
+        kept = sum(1 for _ in folder.glob("[0-9]*.npz"))
+        if not kept:
+            return
+        stored = read_manifest(folder) or {}
+        why = ([] if stored.get("digest") == fingerprint.digest else
+               [w for w in fingerprint.differences(stored) if not w.startswith("the chunk size")])
+        if why:
+            note(f"{folder}: starting fresh, discarding {kept} finished chunks of an earlier run "
+                 f"(stale: {'; '.join(why)}; --resume would not have reused them either)")
+        else:
+            note(f"{folder}: starting fresh, discarding {kept} finished chunks of an earlier run "
+                 "of this sweep (--resume would have reused them)")
 
     @staticmethod
     def name(i: int) -> str:

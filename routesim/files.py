@@ -50,3 +50,48 @@ def write_bytes(path, write) -> Path:
         with open(tmp, "wb") as f:
             write(f)
     return replace_atomically(path, opened)
+
+
+def unwritable(folder) -> str | None:
+    """Why files cannot be written into ``folder``, or None if they can: a command's
+    check of its ``--out`` before it computes anything.
+
+    Probes the way the writers will write: creates the folder (and its missing
+    parents) and a temporary file in it, then removes everything it created, whether
+    the probe succeeds or fails. Only the operating system can say (root may write
+    into a folder without write bits, nobody into a new folder under /proc).
+    """
+    folder = Path(folder)
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                return f"{part} is a file, not a folder"
+            break
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"cannot create the folder {folder}: {exc.strerror or exc}"
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".probe.", suffix=".tmp", dir=folder)
+        except OSError as exc:
+            return f"cannot write into {folder}: {exc.strerror or exc}"
+        os.close(fd)
+        os.unlink(tmp)
+        return None
+    finally:
+        for made in missing:  # innermost first
+            try:
+                made.rmdir()
+            except OSError:
+                pass
+
+
+def unwritable_file(path) -> str | None:
+    """Why a file cannot be written at ``path``, or None if it can: not a folder, and
+    its folder :func:`unwritable` says nothing against."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder, not a file"
+    return unwritable(path.parent)

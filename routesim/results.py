@@ -169,3 +169,24 @@ def load(path) -> xr.Dataset:
 def to_dataset(sweep: Sweep, grid, outcome, selected: dict) -> xr.Dataset:
     """Reshape a grid's outcome into named dimensions (interface.md, "Results")."""
     return sweep.model.to_dataset(sweep, grid, outcome, selected)
+
+
+def run_dims(ds: xr.Dataset) -> list:
+    """The dimensions that index a Dataset's runs, in order: those of its per-run metric
+    ``attainment`` (both models have it), which every per-run variable shares."""
+    return list(ds["attainment"].dims)
+
+
+def run_table(ds: xr.Dataset):
+    """A tidy pandas DataFrame of a stage's runs: one row per run, a column per run
+    dimension (its coordinate) and per variable over exactly those dimensions (the
+    per-run scalars; per-replica and per-level variables are left out)."""
+    dims = run_dims(ds)
+    names = [v for v in ds.data_vars if set(ds[v].dims) == set(dims)]
+    return ds[names].transpose(*dims).to_dataframe().reset_index()[dims + names]
+
+
+def write_csv(ds: xr.Dataset, path) -> Path:
+    """Write :func:`run_table` of ``ds`` to ``path`` as CSV (atomically); return ``path``."""
+    table = run_table(ds)
+    return replace_atomically(path, lambda tmp: table.to_csv(tmp, index=False))

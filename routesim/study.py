@@ -6,7 +6,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,17 +59,39 @@ def _needed(sweep: Sweep, names):
 
 
 def check_memory(sweep: Sweep, chunk_size: int | None = None) -> None:
-    """Refuse up front a sweep whose stage would not fit in memory."""
+    """Refuse up front a sweep whose stage would not fit in memory, saying what to cut:
+    what drives the estimate is the requests its workloads hold (rate × horizon, per
+    seed and workload variant), so the advice follows from which part is too large."""
     avail = grid_mod.available_bytes()
     if avail is None:
         return
+    limit = 0.8 * avail
     for stage in sweep.stages:
         need, runs = grid_mod.estimate_bytes(sweep, stage, chunk_size or 4096)
-        if need > 0.8 * avail:
+        if need > limit:
             raise ConfigError(sweep.path, stage.key,
-                              f"stage {stage.name!r} ({runs:,} runs) needs about "
-                              f"{need / 2**30:.1f} GiB, more than the {0.8 * avail / 2**30:.1f} GiB "
-                              "this machine can give it; use fewer seeds, rates or swept values")
+                              f"stage {stage.name!r} ({runs:,} runs) needs about {need / 2**30:.1f} GiB, "
+                              f"more than the {limit / 2**30:.1f} GiB this machine can give it; "
+                              + _memory_advice(sweep, stage, chunk_size, limit))
+
+
+def _memory_advice(sweep: Sweep, stage: Stage, chunk_size: int | None, limit: float) -> str:
+    """What to cut in a stage too large for memory: the horizon or the rate when one
+    run alone is too large, the axes when one seed is, else the seeds."""
+    def need(keep):  # the estimate with every axis but those in ``keep`` cut to its first value
+        values = {k: v if k in keep else v[:1] for k, v in stage.values.items()}
+        return grid_mod.estimate_bytes(sweep, replace(stage, values=values), chunk_size or 4096)[0]
+
+    one_run = need(())
+    if one_run > limit:
+        return (f"one run alone needs about {one_run / 2**30:.1f} GiB for the requests it draws "
+                "(rate_rps × the horizon, warmup_s + measure_s): shorten the horizon or lower the rate")
+    one_seed = need(set(stage.values) - {"seed"})
+    if one_seed > limit:
+        return (f"one seed needs about {one_seed / 2**30:.1f} GiB: use fewer rates or swept values, "
+                "or a shorter horizon (warmup_s + measure_s)")
+    size = f"{one_seed / 2**30:.1f} GiB" if one_seed >= 2**30 else f"{one_seed / 2**20:.0f} MiB"
+    return f"use fewer seeds (one needs about {size})"
 
 
 @dataclass(frozen=True)
@@ -292,9 +314,8 @@ class _progress:
 
     def __enter__(self):
         if self.show:
-            from tqdm.auto import tqdm
-            self.bar = tqdm(total=self.total, initial=self.initial, desc=self.label, unit="chunk",
-                            leave=False)
+            from .progress import bar
+            self.bar = bar(self.total, self.label, "chunk", initial=self.initial)
         return self.bar
 
     def __exit__(self, *exc):

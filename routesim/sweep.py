@@ -1,9 +1,9 @@
-"""python -m routesim.sweep SWEEP.toml [--out DIR] [--quiet] [--resume] [--workers N | --scheduler ADDR]
+"""python -m routesim.sweep SWEEP.toml [--out DIR] [-q] [--no-tables] [--csv] [--resume] [--workers N | --scheduler ADDR]
 
 Runs every stage of a sweep file in order, prints each stage's summary table and
 writes ``DIR/<stage>.nc`` (default ``results/<name>/``). Exit status: 0 on success,
-2 on bad input (one line on stderr naming the file and key), 1 on an internal error
-or a lost cluster.
+2 on bad input (one line on stderr naming the file and key, ``--out`` included: it is
+checked before anything runs), 1 on an internal error or a lost cluster.
 
 Finished chunks are kept in ``DIR/.chunks/<stage>/`` as they complete, and removed
 once every stage has finished; ``--resume`` picks up a killed run where it stopped.
@@ -24,7 +24,11 @@ def _parser():
                     help="run only this stage (and the stages whose selection it uses); repeatable")
     ap.add_argument("--chunk-size", default=None, metavar="N",  # checked in main: one-line error
                     help="runs per chunk (default: automatic); results do not depend on it")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar and no tables")
+    ap.add_argument("-q", "--quiet", action="store_true",
+                    help="no progress bar and no progress lines; the tables are still printed")
+    ap.add_argument("--no-tables", action="store_true", help="do not print the stages' tables")
+    ap.add_argument("--csv", action="store_true",
+                    help="also write DIR/<stage>.csv: one row per run, its coordinates and scalar metrics")
     ap.add_argument("--resume", action="store_true",
                     help="reuse the chunks a killed run of the same sweep left in DIR/.chunks")
     where = ap.add_mutually_exclusive_group()
@@ -58,6 +62,7 @@ def _kept(checkpoint: Path) -> str:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from .config import ConfigError, load_sweep  # after argparse: --help stays fast
+    from .files import unwritable
 
     try:
         args.chunk_size = _count(args, "--chunk-size")
@@ -74,14 +79,16 @@ def main(argv=None) -> int:
             except cluster.ClusterError as exc:
                 raise ConfigError(args.sweep, "--scheduler" if args.scheduler else "--workers",
                                   str(exc)) from None
+        out = args.out or Path("results") / sweep.name
+        if why := unwritable(out):
+            raise ConfigError(args.sweep, "--out", why)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from .results import write_atomic
+    from .results import write_atomic, write_csv
     from .summary import render
 
-    out = args.out or Path("results") / sweep.name
     checkpoint = out / ".chunks"
     t0 = time.perf_counter()
 
@@ -90,9 +97,13 @@ def main(argv=None) -> int:
         for stray in out.glob(f".{path.name}.*.tmp"):  # left by a run killed while writing
             stray.unlink(missing_ok=True)
         write_atomic(ds, path)
-        if not args.quiet:
-            say(render(ds, stage.select))
-            say(f"\nwrote {path}\n")
+        wrote = [path]
+        if args.csv:
+            wrote.append(write_csv(ds, path.with_suffix(".csv")))
+        parts = ([] if args.no_tables else [render(ds, stage.select)]) + \
+            ([] if args.quiet else [f"wrote {' and '.join(map(str, wrote))}"])
+        if parts:
+            say("\n\n".join(parts) + "\n")
 
     def counted(c):
         if not args.quiet:

@@ -37,6 +37,7 @@ import numpy as np
 import xarray as xr
 
 from .config import ConfigError, Reader, Stage, Sweep, check_stage, load_sweep, param_value
+from .files import unwritable_file
 from .tables import text_table
 
 INTERVAL_MS = 10.0
@@ -234,7 +235,7 @@ def _parser():
     ap.add_argument("--interval-ms", default=str(INTERVAL_MS), metavar="MS", help="sampling interval (default 10)")
     ap.add_argument("--out", type=Path, default=None, metavar="FILE.nc",
                     help="output file (default results/<name>/trace-<scenario>-<heterogeneity>-<rate>rps-seed<N>.nc)")
-    ap.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress and no notes; the summary is still printed")
     return ap
 
 
@@ -294,6 +295,9 @@ def main(argv=None) -> int:
             seeds = [_number(v, "--seed", args.sweep, int) for v in args.seed.split(",")]
             kw["seed"] = seeds if len(seeds) > 1 else seeds[0]
         plan = prepare(sweep, **kw)
+        out = args.out or default_out(plan)
+        if why := unwritable_file(out):
+            raise ConfigError(args.sweep, "--out", why)
     except ConfigError as exc:
         known = {} if sweep is None else sweep.model.param
         flag = _FLAGS.get(exc.key, f"--set {exc.key}" if exc.key in known else exc.key)
@@ -307,16 +311,20 @@ def main(argv=None) -> int:
     ds = plan.run(show_progress=not args.quiet)
 
     from .results import write_atomic
-    out = args.out
-    if out is None:
-        out = Path("results") / sweep.name / (
-            f"trace-{ds.scenario.values.item()}-{ds.heterogeneity.values.item()}-"
-            f"{float(ds.rate_rps.values):g}rps-seed{'-'.join(str(int(x)) for x in np.atleast_1d(ds.seed.values))}.nc")
     write_atomic(ds, out)
+    print(sweep.model.timeline_summary(ds))
     if not args.quiet:
-        print(sweep.model.timeline_summary(ds))
         print(f"\nwrote {out}")
     return 0
+
+
+def default_out(plan: Plan) -> Path:
+    """Where a trace goes without ``--out``: beside the sweep's results, which git
+    ignores, ``results/<name>/trace-<scenario>-<heterogeneity>-<rate>rps-seed<N>.nc``."""
+    v = plan.stage.values
+    return Path("results") / plan.sweep.name / (
+        f"trace-{v['scenario'][0]}-{v['heterogeneity'][0]}-{float(v['rate_rps'][0]):g}rps-"
+        f"seed{'-'.join(str(int(x)) for x in v['seed'])}.nc")
 
 
 def summary_table(ds: xr.Dataset, head: list, cells) -> str:

@@ -159,11 +159,24 @@ def test_stale_chunks_are_discarded_with_one_line(tmp_path, in_process_run, monk
 
 
 def test_without_resume_old_chunks_are_removed_not_reused(tmp_path, in_process_run, monkeypatch):
+    """Not silently (issue 39): one line says how many finished chunks go, and that
+    --resume would have reused them."""
     _interrupted(tmp_path, monkeypatch)
     counter = Counter(monkeypatch)
     results, counts, notes = run(tmp_path, chunk_size=3)
     assert_same(results, in_process_run)
-    assert [c.resumed for c in counts] == [0, 0] and counter.calls == 16 + 11 and notes == []
+    assert [c.resumed for c in counts] == [0, 0] and counter.calls == 16 + 11
+    assert notes == [f"{tmp_path / 'chunks' / 'dev'}: starting fresh, discarding 5 finished chunks of an "
+                     "earlier run of this sweep (--resume would have reused them)"]
+
+
+def test_without_resume_stale_chunks_are_said_to_be_stale(tmp_path, monkeypatch):
+    """Chunks of an edited sweep file: discarded, and --resume could not have used them."""
+    _interrupted(tmp_path, monkeypatch)
+    Counter(monkeypatch)
+    _, _, notes = run(tmp_path, text=TWO_STAGES.replace('name = "val"', '# a comment\nname = "val"'))
+    assert len(notes) == 1 and "discarding 5 finished chunks" in notes[0], notes
+    assert "stale: the sweep file changed" in notes[0] and "--resume would not have reused them" in notes[0]
 
 
 def test_damaged_chunk_and_stray_temporary_are_dealt_with(tmp_path, in_process_run, monkeypatch):

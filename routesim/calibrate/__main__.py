@@ -3,7 +3,7 @@
     python -m routesim.calibrate LOG [--model MODEL.toml] [--out DIR]
                                  [--cost linear|roofline]
                                  [--max-batched-tokens N] [--jitter-ms MS]
-                                 [--tie auto|always|never] [--quiet]
+                                 [--tie auto|always|never] [-q]
 
 Reads the log (routesim.calibrate.logs: .csv, .jsonl, or vLLM's benchmark .json),
 reconstructs the engine's steps from its token bursts (calibrate.steps), fits
@@ -15,7 +15,9 @@ a sweep, the front-end overhead and the residuals per step class. Writes
 fit's figures) and ``DIR/<log stem>-steps.png`` (``-roofline-steps.png``: modelled
 against measured step times). A bad log or
 description is one line on stderr naming the file and the row or key, exit status 2,
-nothing written.
+nothing written; so is an ``--out`` that cannot be written, and a log whose fit makes
+the first step longer than the measured time to first token (a negative front-end
+overhead, beyond ``--jitter-ms``: the log cannot support the fit).
 """
 
 import argparse
@@ -61,8 +63,30 @@ def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=0.5, tie="auto
             "efficiency": (roofline.efficiencies(f, derived["roofline_priors"])
                            if cost == "roofline" and desc else None),
             "residuals": fit.residuals(st, f),
-            "overhead": fit.overhead(recs, st, f, max_batched_tokens, iso),
+            "overhead": nonnegative_overhead(fit.overhead(recs, st, f, max_batched_tokens, iso), log, jitter_ms, st),
             "per_token": sum(r.per_token for r in recs)}
+
+
+def nonnegative_overhead(o, log, jitter_ms, st) -> dict:
+    """The front-end overhead ``o`` (:func:`fit.overhead`) as the sweep takes it
+    (``client_overhead_ms >= 0``). A negative median says that the fitted step cost
+    makes the first step of the requests sent to an idle engine longer than the time to
+    their first token measured: within the timestamps' resolution (``jitter_ms``) of 0
+    it is no measurable overhead, and becomes 0 with the measured median kept as
+    ``measured_ms``; further below, the log cannot support the fit (too few
+    prefill-bearing steps, or timestamps taken after the engine), a LogError."""
+    m = o["median_ms"]
+    if not o["requests"] or m >= 0:
+        return o
+    if m >= -jitter_ms:
+        return dict(o, median_ms=0.0, measured_ms=m)
+    from .logs import LogError
+    prefill = int((st.usable & st.prefill).sum())
+    raise LogError(log, "overhead", f"the fitted step cost makes the first step longer than the measured time to "
+                   f"first token (median {m:.1f} ms over {o['requests']} request{'s' * (o['requests'] > 1)} sent "
+                   f"to an idle engine, below -{jitter_ms:g} ms): this log cannot support the fit "
+                   f"({prefill} prefill-bearing step{'s' * (prefill != 1)} with a measured duration); "
+                   "calibrate from a longer low-load log")
 
 
 def render(res, log) -> str:
@@ -91,7 +115,10 @@ def render(res, log) -> str:
         lines += ["", "[replica]   # paste into a sweep", step_ms_line(f.coef), ""]
     if o["requests"]:
         lines.append(f"front-end overhead (TTFT minus the modelled first step, {o['requests']} requests sent to an "
-                     f"idle engine): median {o['median_ms']:.1f} ms (p10 {o['p10_ms']:.1f}, p90 {o['p90_ms']:.1f})")
+                     f"idle engine): median {o.get('measured_ms', o['median_ms']):.1f} ms (p10 {o['p10_ms']:.1f}, p90 {o['p90_ms']:.1f})")
+        if "measured_ms" in o:
+            lines.append(f"(a median of {o['measured_ms']:.2g} ms is within --jitter-ms of 0: no measurable "
+                         "overhead; a sweep takes none below 0)")
         lines += ["[workload]  # paste into a sweep (docs/model.md \"Closed-loop clients\")",
                   f"client_overhead_ms = {o['median_ms']:.3g}"]
     else:
@@ -152,12 +179,16 @@ def main(argv=None):
     ap.add_argument("--tie", choices=("auto", "always", "never"), default="auto")
     ap.add_argument("--cost", choices=("linear", "roofline"), default="linear",
                     help="the step cost to fit: linear (step_ms) or roofline (roofline_ms)")
-    ap.add_argument("--quiet", action="store_true", help="print only the sweep lines")
+    ap.add_argument("-q", "--quiet", action="store_true", help="print only the sweep lines")
     a = ap.parse_args(argv)
+    from ..files import unwritable
     from .logs import LogError
 
     if a.max_batched_tokens < 1 or not a.jitter_ms > 0:
         print("error: --max-batched-tokens must be >= 1 and --jitter-ms > 0", file=sys.stderr)
+        return 2
+    if why := unwritable(a.out):
+        print(f"error: {LogError(a.log, '--out', why)}", file=sys.stderr)
         return 2
     try:
         res = calibrate(a.log, a.model, a.max_batched_tokens, a.jitter_ms, a.tie, a.cost)

@@ -346,8 +346,6 @@ def _seeds(rd, raw, key):
     for i, s in enumerate(seeds):
         if s < 0:
             rd.fail(f"{key}[{i}]", f"must be >= 0, got {s}")
-    if len(set(seeds)) != len(seeds):
-        rd.fail(key, "a seed is listed twice")
     return seeds
 
 

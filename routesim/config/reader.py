@@ -56,11 +56,18 @@ class Reader:
         return value
 
     def values(self, value, key, item):
-        """A scalar or a non-empty list of them, as a tuple."""
+        """A scalar or a non-empty list of distinct ones, as a tuple (a list is a grid
+        axis: each value becomes a coordinate, and a coordinate given twice would make
+        two runs of one condition and a Dataset whose label selects both)."""
         if isinstance(value, list):
             if not value:
                 self.fail(key, "empty axis: give at least one value")
-            return tuple(item(v, f"{key}[{i}]") for i, v in enumerate(value))
+            values = tuple(item(v, f"{key}[{i}]") for i, v in enumerate(value))
+            for i, v in enumerate(values):
+                if v in values[:i]:
+                    self.fail(key, f"{value[i]!r} is listed twice ([{values.index(v)}] and [{i}]): "
+                                   "each value of an axis must differ")
+            return values
         return (item(value, key),)
 
 

@@ -23,7 +23,7 @@ def parse_results(ap, argv, quiet_help, without_load_curve):
     (args, ok, load-curve folder or None), as :func:`check_inputs`."""
     ap.add_argument("--load-curve", type=Path, default=None, metavar="DIR",
                     help="results of sweeps/load-curve.toml (default: results/load-curve/ beside RESULTS)")
-    ap.add_argument("--quiet", action="store_true", help=quiet_help)
+    ap.add_argument("-q", "--quiet", action="store_true", help=quiet_help)
     args = ap.parse_args(argv)
     return (args, *check_inputs(args, without_load_curve))
 

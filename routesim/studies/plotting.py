@@ -84,8 +84,8 @@ def render(jobs, out_dir, show_progress=False) -> list:
     paths = []
     bar = None
     if show_progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(jobs), desc="figures", unit="fig", leave=False)
+        from ..progress import bar as progress_bar
+        bar = progress_bar(len(jobs), "figures", "fig")
     for stem, make in jobs:
         if bar is not None:
             bar.set_postfix_str(stem)

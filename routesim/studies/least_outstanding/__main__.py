@@ -18,7 +18,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m routesim.least_outstanding",
                                  description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--resume", action="store_true", help="keep the chunks already computed")
-    ap.add_argument("--quiet", action="store_true", help="no progress bars or tables")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars or tables")
     ap.add_argument("--results-root", type=Path, default=RESULTS.parent, metavar="DIR",
                     help="folder of every sweep's results folder (default results/)")
     ap.add_argument("--figures", type=Path, default=Path("figures"), metavar="DIR",
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
             rc = runners[path](args.results_root, args.quiet, args.resume)
         else:
             rc = sweep_cli.main([path, "--out", str(args.results_root / name)] + passed
-                                + ["--quiet"] * args.quiet + ["--resume"] * args.resume)
+                                + ["--quiet", "--no-tables"] * args.quiet + ["--resume"] * args.resume)
         if rc:
             return rc
     results = args.results_root / RESULTS.name

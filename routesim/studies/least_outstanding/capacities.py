@@ -50,7 +50,7 @@ def run(results_root, quiet=False, resume=False) -> int:
             return rc
     if not (resume and (out / "mooncake-capacity.nc").exists()):
         stages = [x for s in _mooncake_stages() for x in ("--stage", s)]
-        rc = sweep_cli.main([SWEEP, *stages, "--out", str(out)] + ["--quiet"] * quiet
+        rc = sweep_cli.main([SWEEP, *stages, "--out", str(out)] + ["--quiet", "--no-tables"] * quiet
                             + ["--resume"] * resume)
         if rc:
             return rc

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
                     help=f"the study's results folder (default {RESULTS}/)")
     ap.add_argument("--figures", type=Path, default=FIGURES, metavar="DIR", help="folder for the figure (default figures/)")
     ap.add_argument("--out", type=Path, default=OUT, metavar="FILE", help=f"the document (default {OUT})")
-    ap.add_argument("--quiet", action="store_true", help="no progress and no messages")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress and no messages")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
 

@@ -480,8 +480,8 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
     steps = ["reading results", "tracing timelines", "writing"]
     bar = None
     if show_progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(steps), desc="report", unit="step", leave=False)
+        from ...progress import bar as progress_bar
+        bar = progress_bar(len(steps), "report", "step")
 
     def tick():
         if bar is not None:

@@ -901,6 +901,7 @@ def _parser():
                     help="run only this check (repeatable): " + ", ".join(CHECKS))
     ap.add_argument("--sweep", default=None, choices=list(CHECKS), metavar="NAME",
                     help="print the sweep file of a check and exit")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return ap
 
 
@@ -909,13 +910,19 @@ def main(argv=None) -> int:
     if args.sweep:
         sys.stdout.write(CHECKS[args.sweep].sweep(args.quick))
         return 0
+    from ...files import unwritable_file
+    if args.out and (why := unwritable_file(args.out)):
+        print(f"error: --out: {why}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     results = run_checks(args.check, quick=args.quick,
-                         progress=lambda n: print(f"running {n} ...", file=sys.stderr, flush=True))
+                         progress=None if args.quiet else
+                         lambda n: print(f"running {n} ...", file=sys.stderr, flush=True))
     seconds = time.perf_counter() - t0
     if args.out:
         write_text(args.out, markdown(results, args.quick, seconds))
-        print(f"wrote {args.out} ({seconds:.0f} s)", file=sys.stderr)
+        if not args.quiet:
+            print(f"wrote {args.out} ({seconds:.0f} s)", file=sys.stderr)
     else:
         print(render_text(results))
     failed = [r for res in results.values() for r in res.rows if r.passed is False]
