@@ -28,35 +28,18 @@ line here."""
 
 
 def version_text() -> str:
-    """``routesim <version>`` and, when the package is in a git checkout, the commit
-    (and whether the checkout has uncommitted changes)."""
+    """``routesim <version>, commit <hash>`` (``(uncommitted changes)`` after it), or
+    ``routesim <version>, not a git checkout``: the package's installed version and
+    :func:`routesim.results.git_commit`, as every Dataset records them."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from .results import git_commit
     try:
-        text = f"routesim {version('routesim')}"
+        number = version("routesim")
     except PackageNotFoundError:  # run from a source tree that pip did not install
-        from . import __version__
-        text = f"routesim {__version__}"
-    return f"{text} ({git_commit() or 'not a git checkout'})"
-
-
-def git_commit() -> str | None:
-    """``git <commit>`` (``, with uncommitted changes``) of the checkout holding this
-    package, or None when it is not in one (an installed wheel) or git is missing."""
-    import subprocess
-    from pathlib import Path
-    here = Path(__file__).resolve().parent
-
-    def git(*args):
-        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    try:
-        commit = git("rev-parse", "HEAD")
-        if not commit or not git("ls-files", "--", "__init__.py"):  # not ours: a venv inside another repository
-            return None
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"git {commit}" + (", with uncommitted changes" if dirty else "")
+        from . import __version__ as number
+    commit = git_commit()
+    return f"routesim {number}, " + (commit if commit == "not a git checkout" else f"commit {commit}")
 
 
 def usage() -> str:

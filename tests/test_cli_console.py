@@ -50,7 +50,7 @@ def test_the_console_script_is_declared_and_installed():
     exe = shutil.which("routesim", path=str(Path(sys.executable).parent))
     assert exe, "no routesim script beside this Python: reinstall (pip install -e .)"
     proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.startswith(f"routesim {version('routesim')} (")
+    assert proc.returncode == 0 and proc.stdout.startswith(f"routesim {version('routesim')}, ")
 
 
 def test_version_names_the_package_and_the_commit():
@@ -58,9 +58,9 @@ def test_version_names_the_package_and_the_commit():
                           timeout=120, cwd="/")
     assert proc.returncode == 0 and proc.stderr == ""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    want = f"routesim {version('routesim')} ({'git ' + head if head else 'not a git checkout'}"
+    want = f"routesim {version('routesim')}, {'commit ' + head if head else 'not a git checkout'}"
     assert proc.stdout.startswith(want), proc.stdout
-    assert re.fullmatch(r"routesim \S+ \((git [0-9a-f]{40}(, with uncommitted changes)?|not a git checkout)\)\n",
+    assert re.fullmatch(r"routesim \S+, (commit [0-9a-f]{40}( \(uncommitted changes\))?|not a git checkout)\n",
                         proc.stdout)
 
 
