@@ -61,6 +61,7 @@ def page_requests(case):
 
 STEP_KEYS = ("T", "d", "sched", "preempted", "admitted", "U", "Q", "n", "K", "evicted",
              "free", "cached", "referenced")
+ASYNC_STEP_KEYS = ("S",) + STEP_KEYS
 REQUEST_KEYS = ("first_token_ms", "completion_ms", "preemptions", "hits")
 
 
@@ -74,10 +75,12 @@ def case_workload(case):
 
 def vllm_params(case):
     """The case as a one-replica run of the reference in scheduler = "vllm" mode: the
-    page's parameters, the case's prefix caching, and a warm-up of 0 (every request is in
-    the cohort, so the drain runs until every one has completed)."""
+    page's parameters, the case's prefix caching and loop (``async_scheduling``: vLLM's
+    default loop, VLLM-SCHEDULER.md §9), and a warm-up of 0 (every request is in the
+    cohort, so the drain runs until every one has completed)."""
     p = page_params(case)
-    p.update(scheduler="vllm", prefix_caching=bool(case["replica"]["prefix_caching"]), warmup_s=0.0)
+    p.update(scheduler="vllm", prefix_caching=bool(case["replica"]["prefix_caching"]), warmup_s=0.0,
+             async_scheduling=bool(case["replica"].get("async_scheduling", False)))
     return p
 
 
@@ -96,8 +99,10 @@ def vllm_differences(case, result, log):
     mine, theirs = log["steps"], result["steps"]
     if len(mine) != len(theirs):
         diffs.append(("steps", "count", len(mine), len(theirs)))
+    # an asynchronous recording adds S, the time each batch was scheduled (§9)
+    keys = ASYNC_STEP_KEYS if case["replica"].get("async_scheduling", False) else STEP_KEYS
     for i, (a, v) in enumerate(zip(mine, theirs)):
-        for k in STEP_KEYS:
+        for k in keys:
             if a[k] != v[k] or type(a[k]) is not type(v[k]) and not (
                     isinstance(a[k], (int, float)) and isinstance(v[k], (int, float))):
                 diffs.append((f"step {i}", k, a[k], v[k]))

@@ -198,6 +198,9 @@ def defaults() -> dict:
         # issue 22: "reserve" = token-model.md §2 (the page); "vllm" = vLLM V1 0.30.0's
         # scheduler and KV-cache manager (conformance/VLLM-SCHEDULER.md, conformance/VLLM-MODE.md)
         scheduler="reserve", prefix_caching=True,
+        # issue 40: vLLM's default loop (EngineCore.step_with_batch_queue + AsyncScheduler,
+        # VLLM-SCHEDULER.md §9, VLLM-MODE.md 25-33); only with scheduler = "vllm"
+        async_scheduling=False,
         # simulation (§7)
         warmup_s=10.0, measure_s=50.0, drain_s=600.0, slo_ttft_ms=1000.0, slo_tpot_ms=50.0,
         # workload (§1.1)
@@ -436,6 +439,11 @@ class Attempt:
         self.l_adm = 0              # num_tokens at its current admission (P + g)
         self.hits = []              # hit tokens of each admission
         self.preemptions = 0        # num_preemptions
+        # async_scheduling: vLLM's num_output_placeholders, num_in_flight_tokens and
+        # num_stale_output_tokens (VLLM-MODE.md 27-30)
+        self.placeholders = 0
+        self.inflight = 0
+        self.stale = 0
 
     def decoding(self) -> bool:
         return self.c >= self.u
@@ -478,6 +486,13 @@ class Replica:
         self.tally = {FREE: kv_blocks, REFERENCED: 0, CACHED: 0}
         self.deferred: list = []    # attempts cancelled during the step in progress
         self.evictions = 0
+        # async_scheduling (VLLM-MODE.md 25-33): the engine's batch queue, oldest first
+        # (each a dict: S, start, end, sched, sampled, log), when the GPU is free, and
+        # vLLM's finished_req_ids being non-empty (a request finished or was aborted since
+        # the last schedule(): Scheduler.has_requests() is then true)
+        self.batches: list = []
+        self.gpu_free = 0.0
+        self.finished_since_schedule = False
 
     def set_state(self, blk: Block, state: str):
         """Every change of a block's state goes through here (keeps the tally and the
@@ -616,6 +631,11 @@ class _Sim:
                              "(the page's replica always caches)")
         self.vllm = sched == "vllm"
         self.caching = bool(p["prefix_caching"])
+        if not isinstance(p["async_scheduling"], bool):
+            raise ValueError(f"async_scheduling must be true or false, not {p['async_scheduling']!r}")
+        if p["async_scheduling"] and not self.vllm:
+            raise ValueError("async_scheduling = true needs scheduler = 'vllm'")
+        self.asynchronous = bool(p["async_scheduling"])
         self.step_log = None
         if log_steps:
             if self.N != 1 or not self.vllm:
@@ -1157,24 +1177,35 @@ class _Sim:
         n_new = -(-need_slot // b) - len(s.blocks)
         if n_new > 0:
             s.blocks.extend(self.v_new_blocks(rep, n_new, T))
-        if self.caching:
-            # cache_blocks (M:595-599, T:470-526, BP:231-348): every block full after this
-            # chunk gets its hash now, when the chunk is scheduled (D4); a capped hit's block
-            # is recomputed into a new block that gets the same hash (D5)
-            full = min(total_computed + x, s.P + s.g) // b
-            for j in range(s.ncached, full):
-                blk = s.blocks[j]
-                assert blk.hash is None
-                key = self.v_key(s, j)
-                blk.hash = key
-                rep.resident.setdefault(key, {})[blk.index] = blk
-            s.ncached = max(s.ncached, full)
+        # cache_blocks (M:595-599): every block full after this chunk gets its hash now,
+        # when the chunk is scheduled (D4); a capped hit's block is recomputed into a new
+        # block that gets the same hash (D5).  Tokens not yet known (async placeholders)
+        # are not counted: min(..., num_tokens).
+        self.v_cache_blocks(rep, s, min(total_computed + x, s.P + s.g))
         return True
+
+    def v_cache_blocks(self, rep: Replica, s: Attempt, ntok: int):
+        """KVCacheCoordinator.cache_blocks (C:335-359, T:470-526, BP:231-348), with prefix
+        caching: every block j with ncached <= j < floor(ntok/b) gets its key (hash) and
+        joins the hash map; ncached = max(ncached, floor(ntok/b))."""
+        if not self.caching:
+            return
+        full = ntok // self.b
+        for j in range(s.ncached, full):
+            blk = s.blocks[j]
+            assert blk.hash is None
+            key = self.v_key(s, j)
+            blk.hash = key
+            rep.resident.setdefault(key, {})[blk.index] = blk
+        s.ncached = max(s.ncached, full)
 
     def v_preempt(self, rep: Replica, v: Attempt, T: float):
         """Scheduler._preempt_request (S:1477-1518); the caller popped v from running."""
         self.v_free(rep, v)
         v.computed = 0
+        # async: the output in flight becomes stale, the placeholders are zeroed (S:1500-1511)
+        v.stale = v.inflight
+        v.placeholders = 0
         v.preemptions += 1
         v.where = "waiting"
         rep.waiting.insert(0, v)
@@ -1186,14 +1217,48 @@ class _Sim:
         return dict(free=rep.tally[FREE], cached=rep.tally[CACHED], referenced=rep.tally[REFERENCED])
 
     def v_start_iteration(self, rep: Replica, T: float):
-        """Scheduler.schedule() (S:561-1456), repeated at once while a step schedules
-        nothing (every running request preempted: VLLM-MODE.md 16)."""
-        while not self.v_schedule(rep, T):
-            pass
+        """Phase 7 on a replica whose engine is free at T.  Synchronous: Scheduler.schedule()
+        (S:561-1456), repeated at once while a step schedules nothing (every running
+        request preempted: VLLM-MODE.md 16), and the step runs.  Asynchronous: the engine
+        loop (v_engine)."""
+        if self.asynchronous:
+            return self.v_engine(rep, T)
+        while True:
+            batch = self.v_schedule(rep, T)
+            if batch["sched"]:
+                break
+            if not batch["preempted"]:
+                raise RuntimeError(f"replica {rep.index} stalls at T={T}: nothing scheduled, "
+                                   "nothing preempted")
+            # VLLM-MODE.md 16: a step that schedules nothing runs no model: 0 ms, no iteration
+            self.trace.append((T, "empty_step", rep.index))
+            if batch["log"] is not None:
+                batch["log"].update(self.v_counts(rep))
+        d = self.duration(rep, T, *batch["terms"])
+        self.v_run_batch(rep, batch, T, d)
+        rep.iteration = dict(start=T, end=T + d, d=d, sched=batch["sched"], log=batch["log"])
 
-    def v_schedule(self, rep: Replica, T: float) -> bool:
+    def v_run_batch(self, rep: Replica, batch: dict, start: float, d: float):
+        """A scheduled batch with something in it runs from ``start`` for ``d`` ms: its
+        duration in the step log, batch_mean (a batch started in [W, H)), the trace."""
+        U, _Q, n, _K, _R = batch["terms"]
+        if batch["log"] is not None:
+            batch["log"]["d"] = d
+        members = len(batch["sched"])
+        if self.in_window_open(start):
+            self.batch_num += members * d
+            self.batch_den += d
+        self.trace.append((start, "iteration", rep.index, start + d, n, U, members))
+
+    def v_schedule(self, rep: Replica, T: float) -> dict:
+        """One Scheduler.schedule() (S:561-1456; with async_scheduling, AsyncScheduler's).
+        Returns the batch: ``sched`` [(attempt, tokens x, computed before c)] in vLLM's order,
+        ``sampled`` (async: the attempts whose chunk reaches their length, which sample a
+        token: not is_prefill_chunk), ``preempted``, ``terms`` (U, Q, n, K, R of
+        VLLM-SCHEDULER.md §4) and ``log`` (its step-log entry, or None)."""
         p = self.p
         b = self.b
+        asyn = self.asynchronous
         budget = int(p["max_batched_tokens"])
         chunked = bool(p["chunked_prefill"])
         evictions_before = rep.evictions
@@ -1204,7 +1269,11 @@ class _Sim:
         i = 0
         while i < len(rep.running) and budget > 0:
             s = rep.running[i]
-            x = min(s.P + s.g - s.computed, budget)
+            if asyn and s.placeholders > 0 and s.computed + 2 - s.placeholders >= s.P + s.O:
+                i += 1                         # S:617-629: its last token is in flight
+                continue
+            # S:655-660: num_tokens + placeholders - num_computed_tokens
+            x = min(s.P + s.g + s.placeholders - s.computed, budget)
             assert x > 0
             while True:
                 ok = self.v_allocate(rep, s, x, T)
@@ -1224,6 +1293,10 @@ class _Sim:
         if not preempted:
             while rep.waiting and budget > 0 and len(rep.running) < int(p["max_batch"]):
                 h = rep.waiting[0]
+                # S:886-894 skips a head whose stale output is still in flight; the loop
+                # never schedules one (VLLM-MODE.md 29): its batch returns before the next
+                # schedule()
+                assert h.stale == 0, "a waiting head with stale output in flight"
                 hit = self.v_computed_blocks(rep, h)
                 htok = len(hit) * b
                 L = h.P + h.g
@@ -1248,25 +1321,17 @@ class _Sim:
                 admitted.append((h, htok))
                 budget -= x
                 self.trace.append((T, "admit", rep.index, h.req.index, len(hit), L - htok))
-        # 3. _update_after_schedule (S:1520-1568)
+        # 3. _update_after_schedule (S:1520-1568; AsyncScheduler's, AS:19-49: a request whose
+        # chunk reaches its length, placeholders included, gets one more output placeholder)
+        sampled = []
         for s, x, _c in sched:
             s.computed += x
-        entry = None
-        if self.step_log is not None:
-            entry = dict(T=T, d=0.0, sched=[[s.req.index, x] for s, x, _c in sched],
-                         preempted=[v.req.index for v in preempted],
-                         admitted=[[h.req.index, m] for h, m in admitted],
-                         U=0, Q=0.0, n=0, K=0, evicted=rep.evictions - evictions_before)
-            self.step_log.append(entry)
-        if not sched:
-            if not preempted:
-                raise RuntimeError(f"replica {rep.index} stalls at T={T}: nothing scheduled, "
-                                   "nothing preempted")
-            # VLLM-MODE.md 16: a step that schedules nothing runs no model: 0 ms, no iteration
-            self.trace.append((T, "empty_step", rep.index))
-            if entry is not None:
-                entry.update(self.v_counts(rep))
-            return False
+            if asyn:
+                s.inflight += x
+                if s.computed >= s.P + s.g + s.placeholders:     # not is_prefill_chunk
+                    s.placeholders += 1
+                    sampled.append(s)
+        rep.finished_since_schedule = False    # finished_req_ids handed to this batch
         # the step-cost terms (VLLM-SCHEDULER.md §4)
         U = 0
         Q = 0.0
@@ -1281,22 +1346,37 @@ class _Sim:
             else:                              # decoding
                 n += 1
                 K += c + x
-        d = self.duration(rep, T, U, Q, n, K, R)
-        if entry is not None:
-            entry.update(d=d, U=U, Q=Q, n=n, K=K)
-        members = len(sched)
-        if self.in_window_open(T):
-            self.batch_num += members * d
-            self.batch_den += d
-        rep.iteration = dict(start=T, end=T + d, d=d, sched=sched, log=entry)
-        self.trace.append((T, "iteration", rep.index, T + d, n, U, members))
-        return True
+        entry = None
+        if self.step_log is not None:
+            entry = dict(T=T, d=0.0, sched=[[s.req.index, x] for s, x, _c in sched],
+                         preempted=[v.req.index for v in preempted],
+                         admitted=[[h.req.index, m] for h, m in admitted],
+                         U=U, Q=Q, n=n, K=K, evicted=rep.evictions - evictions_before)
+            self.step_log.append(entry)
+        return dict(sched=sched, sampled=sampled, preempted=preempted, terms=(U, Q, n, K, R),
+                    log=entry)
+
+    def v_emit(self, rep: Replica, s: Attempt, T: float):
+        """A token of attempt s reaches its client at T (first-token time kept across
+        preemption, ITL, window counters)."""
+        s.g += 1
+        s.token_times.append(T)
+        if self.in_window_closed(T):
+            self.replica_tokens[rep.index] += 1
+            self.tokens_window += 1
+            s.window_tokens += 1
+        if s.first_token is None:
+            s.first_token = T
 
     def v_end_iteration(self, rep: Replica, T: float):
-        """Scheduler.update_from_output (S:1874-2290): in scheduled order, a request whose
-        computed tokens reach its length samples a token; one that reaches O finishes and
-        is freed at once.  Then the attempts cancelled during the step are freed, in the
-        order they were cancelled (aborts processed between steps: VLLM-MODE.md 18)."""
+        """Phase 1 at the end of the step (synchronous) or of the batch the engine waits
+        for (asynchronous, v_output).  Synchronous: Scheduler.update_from_output
+        (S:1874-2290): in scheduled order, a request whose computed tokens reach its length
+        samples a token; one that reaches O finishes and is freed at once.  Then the
+        attempts cancelled during the step are freed, in the order they were cancelled
+        (aborts processed between steps: VLLM-MODE.md 18)."""
+        if self.asynchronous:
+            return self.v_output(rep, T)
         it = rep.iteration
         rep.iteration = None
         for s, _x, _c in it["sched"]:
@@ -1304,14 +1384,7 @@ class _Sim:
                 continue                       # cancelled during the step: emits nothing
             if s.computed < s.P + s.g:
                 continue                       # a partial chunk samples nothing
-            s.g += 1
-            s.token_times.append(T)
-            if self.in_window_closed(T):
-                self.replica_tokens[rep.index] += 1
-                self.tokens_window += 1
-                s.window_tokens += 1
-            if s.first_token is None:
-                s.first_token = T
+            self.v_emit(rep, s, T)
             if s.g == s.O:
                 self.v_free(rep, s)
                 rep.running.remove(s)
@@ -1322,18 +1395,125 @@ class _Sim:
         if it["log"] is not None:
             it["log"].update(self.v_counts(rep))
 
+    # ------------------------------------------------ async_scheduling (issue 40)
+    # vLLM's default loop: EngineCore.step_with_batch_queue (EC = v1/engine/core.py:630-744)
+    # with a batch queue of 2 and the AsyncScheduler (AS = v1/core/sched/async_scheduler.py),
+    # on the step clock of VLLM-SCHEDULER.md §9 and conformance/vllm_driver.py:run_async;
+    # the decisions are VLLM-MODE.md 25-33.
+    BATCH_QUEUE = 2     # VllmConfig.max_concurrent_batches with async scheduling
+
+    def v_has_requests(self, rep: Replica) -> bool:
+        """Scheduler.has_requests(): unfinished requests (waiting or running), or a request
+        finished or aborted since the last schedule() (finished_req_ids non-empty)."""
+        return bool(rep.running or rep.waiting or rep.finished_since_schedule)
+
+    def v_engine(self, rep: Replica, T: float):
+        """The engine loop (run_busy_loop + step_with_batch_queue) at the engine's clock T:
+        schedule while the queue has room and there is something to schedule; else wait for
+        the oldest batch -- processed here when it has already ended, else the engine blocks
+        until its end (rep.iteration = that batch; phase 1 processes it).  Returns when the
+        engine blocks or has no work.  The requests routed to the replica by T are in its
+        waiting queue (added before each scheduling, EC:1403-1414)."""
+        while True:
+            if not self.v_has_requests(rep) and not rep.batches:
+                return                         # idle until a request is routed here
+            if self.v_has_requests(rep):
+                batch = self.v_schedule(rep, T)
+                start = max(T, rep.gpu_free)   # the GPU runs the batches back to back
+                d = self.duration(rep, start, *batch["terms"]) if batch["sched"] else 0.0
+                rep.gpu_free = start + d
+                batch.update(S=T, start=start, end=start + d)
+                if batch["log"] is not None:
+                    batch["log"].update(S=T, T=start, **self.v_counts(rep))
+                if batch["sched"]:
+                    self.v_run_batch(rep, batch, start, d)
+                else:
+                    self.trace.append((T, "empty_step", rep.index))
+                rep.batches.append(batch)
+                if len(rep.batches) < self.BATCH_QUEUE and (batch["sched"] or self.v_has_requests(rep)):
+                    continue                   # EC:684-692: do not block, schedule again
+                if (not batch["sched"] and not batch["preempted"] and (rep.running or rep.waiting)
+                        and all(not q["sched"] for q in rep.batches)):
+                    raise RuntimeError(f"replica {rep.index} stalls at T={T}: nothing scheduled, "
+                                       "nothing in flight")
+            if rep.batches[0]["end"] > T:
+                rep.iteration = rep.batches[0]     # blocked until it ends (EC:700-713)
+                return
+            self.v_output(rep, T)
+
+    def v_output(self, rep: Replica, T: float):
+        """The oldest batch's output reaches the engine at T (its end): the aborts received
+        while it waited first (EC:713-715, VLLM-MODE.md 31), then update_from_output
+        (S:1874-2290) with AsyncScheduler._update_request_with_output (AS:51-70): in
+        scheduled order, each attempt not finished or aborted drains its in-flight and
+        stale counts; one that sampled gets its token (stale or not: S:1947-1956, 2036),
+        consumes a placeholder unless stale, has its blocks cached up to computed -
+        placeholders if it was running, and finishes (freed at once) at O tokens -- from
+        the running list, or from the waiting one if it was preempted meanwhile."""
+        batch = rep.batches.pop(0)
+        rep.iteration = None
+        self.v_abort_deferred(rep)
+        sampled = {id(s) for s in batch["sampled"]}
+        for s, x, _c in batch["sched"]:
+            s.inflight -= x
+            stale = s.stale > 0
+            if stale:
+                s.stale -= x
+                assert s.stale >= 0
+            if s.where == "done" or id(s) not in sampled:
+                continue                       # finished or aborted; or a partial chunk
+            running = s.where == "running"
+            self.v_emit(rep, s, T)
+            if not stale:
+                s.placeholders -= 1
+                assert s.placeholders >= 0
+            if running:
+                self.v_cache_blocks(rep, s, s.computed - s.placeholders)
+            if s.g == s.O:
+                self.v_free(rep, s)
+                (rep.running if running else rep.waiting).remove(s)
+                rep.finished_since_schedule = True
+                self.complete(s, T)
+
+    def v_abort_deferred(self, rep: Replica):
+        """The aborts received while the engine was busy, in the order received: each
+        attempt's blocks are released (as vLLM's finish_requests, _free_request)."""
+        for a in rep.deferred:
+            self.v_free(rep, a)
+            rep.finished_since_schedule = True
+        rep.deferred = []
+
+    def v_has_work(self, rep: Replica) -> bool:
+        """Phase 7: does the replica's scheduler (engine) have anything to do?"""
+        if self.asynchronous:
+            return bool(self.v_has_requests(rep) or rep.batches)
+        return bool(rep.running or rep.waiting)
+
     def v_cancel(self, rep: Replica, a: Attempt):
         if a.where == "waiting":
             rep.waiting.remove(a)              # a waiting attempt holds no block
+            if self.asynchronous:
+                self.v_abort(rep, a)
         elif a.where == "running":
             rep.running.remove(a)
-            if rep.iteration is not None:
+            if self.asynchronous:
+                self.v_abort(rep, a)
+            elif rep.iteration is not None:
                 rep.deferred.append(a)         # freed when the step ends (VLLM-MODE.md 18)
             else:
                 self.v_free(rep, a)
         elif a.where == "ff":
             rep.pending_ff.remove(a)
         a.where = "done"
+
+    def v_abort(self, rep: Replica, a: Attempt):
+        """async_scheduling (VLLM-MODE.md 31): an abort is processed at once when the engine
+        is not waiting for a batch, else when that batch's output arrives, before it."""
+        if rep.iteration is not None:
+            rep.deferred.append(a)
+        else:
+            self.v_free(rep, a)
+            rep.finished_since_schedule = True
 
     def v_check(self, rep: Replica):
         b = self.b
@@ -1364,13 +1544,29 @@ class _Sim:
         for a in rep.running:
             assert a.where == "running" and a.replica == rep.index
             assert len(a.blocks) == -(-a.computed // b), (len(a.blocks), a.computed)
-            assert 0 < a.computed <= a.P + a.g and a.g < a.O
+            assert 0 < a.computed <= a.P + a.g + a.placeholders and a.g < a.O
             if self.caching:
                 for j in range(a.ncached):
                     assert a.blocks[j].hash == self.v_key(a, j)
-                assert a.ncached == min(a.computed, a.P + a.g) // b or a.ncached >= a.computed // b
+                if self.asynchronous:
+                    # hashed: the blocks full of known tokens at the last allocation, and
+                    # up to computed - placeholders at the last output (AS:51-70)
+                    assert a.ncached <= min(a.computed, a.P + a.g) // b
+                    assert a.ncached >= min(a.computed - a.placeholders, a.P + a.g) // b
+                else:
+                    assert a.ncached == min(a.computed, a.P + a.g) // b or a.ncached >= a.computed // b
         for a in rep.waiting:
-            assert a.where == "waiting" and not a.blocks and a.computed == 0
+            assert a.where == "waiting" and not a.blocks and a.computed == 0 and a.placeholders == 0
+        if self.asynchronous:
+            in_flight = {}
+            for q in rep.batches:
+                for a, x, _c in q["sched"]:
+                    in_flight[id(a)] = in_flight.get(id(a), 0) + x
+            for a in rep.running + rep.waiting:
+                assert a.inflight == in_flight.get(id(a), 0) and 0 <= a.stale <= a.inflight
+                assert a.placeholders <= sum(1 for q in rep.batches for s in q["sampled"] if s is a)
+            assert len(rep.batches) <= self.BATCH_QUEUE
+            assert (rep.iteration is None) or rep.iteration is rep.batches[0]
         assert len(rep.running) <= self.p["max_batch"]
         if rep.down:
             assert not rep.running and not rep.waiting and rep.tally[FREE] == self.kv_blocks
@@ -1921,7 +2117,8 @@ class _Sim:
             self.phase_routing(T)
             # (7) iteration starts of idle replicas with work
             for rep in self.replicas:
-                if not rep.down and rep.iteration is None and (rep.running or rep.waiting):
+                if not rep.down and rep.iteration is None and (
+                        self.v_has_work(rep) if self.vllm else (rep.running or rep.waiting)):
                     self.start_iteration(rep, T)
             if self.check:
                 self.check_invariants(T)
