@@ -1,6 +1,7 @@
 """How far today's page semantics are from vLLM on the recorded cases (issue 22).
 
     python -m conformance.compare_page [--scheduler reserve|vllm|both]   (default both)
+    python -m conformance.compare_page --scheduler vllm --async   (vLLM's default loop)
 
 ``--scheduler reserve`` is the page (token-model.md §2); ``vllm`` the reference's
 ``scheduler = "vllm"`` mode, compared on every one of the 400 cases (prefix caching off
@@ -137,7 +138,8 @@ def main_vllm(doc):
                + ("" if case["replica"]["prefix_caching"] else ", caching off"))
         total[key] += 1
         split[key] += not diffs
-    print(f"scheduler = \"vllm\" vs vLLM {doc['header']['vllm_version']}: {n_same} of {n_cases} "
+    loop = " (async_scheduling)" if doc["header"]["command"].endswith("--async") else ""
+    print(f"scheduler = \"vllm\"{loop} vs vLLM {doc['header']['vllm_version']}: {n_same} of {n_cases} "
           f"cases identical on every step and request; {n_steps_same} of {n_steps} steps, "
           f"{n_req_same} of {n_req} requests")
     for key in sorted(total):
@@ -149,7 +151,14 @@ def main(argv=None):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scheduler", choices=("reserve", "vllm", "both"), default="both")
+    ap.add_argument("--async", dest="asynchronous", action="store_true",
+                    help="the vllm mode with async_scheduling against vLLM's default loop "
+                         "(recorded/vllm-0.30.0-async.json.gz); needs --scheduler vllm")
     a = ap.parse_args(argv)
+    if a.asynchronous:
+        if a.scheduler != "vllm":
+            ap.error("--async needs --scheduler vllm (the page has no asynchronous loop)")
+        return main_vllm(record.load(record.RECORDED_ASYNC))
     doc = record.load()
     if a.scheduler in ("reserve", "both"):
         main_reserve(doc)

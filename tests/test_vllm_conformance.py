@@ -1,8 +1,10 @@
-"""The reference's scheduler = "vllm" mode against vLLM 0.30.0's own scheduler (issue 22).
+"""The reference's scheduler = "vllm" mode against vLLM 0.30.0's own scheduler (issues 22, 40).
 
 The expectations are vLLM's: conformance/recorded/vllm-0.30.0.json.gz holds what vLLM's
 real V1 ``Scheduler`` did on 400 random cases (119,915 steps; conformance/record.py,
-VLLM-SCHEDULER.md §3).  Each case is replayed through tests/token_reference.py with
+VLLM-SCHEDULER.md §3), and conformance/recorded/vllm-0.30.0-async.json.gz what its default
+loop (``AsyncScheduler`` in ``EngineCore.step_with_batch_queue``, VLLM-SCHEDULER.md §9) did
+on the same cases (123,470 steps), compared with the reference's ``async_scheduling``.  Each case is replayed through tests/token_reference.py with
 ``scheduler = "vllm"`` (one replica, the case's trace, drained) and its per-step log must
 equal the recording exactly, step by step (T, d, the scheduled requests with their
 tokens in vLLM's order, preemptions, admission hits, U, Q, n, K, evictions, free / cached
@@ -36,6 +38,11 @@ def recording():
     return record.load()
 
 
+@pytest.fixture(scope="module")
+def async_recording():
+    return record.load(record.RECORDED_ASYNC)
+
+
 def test_recording_is_the_full_set(recording):
     h = recording["header"]
     assert h["vllm_version"] == "0.30.0"
@@ -55,6 +62,37 @@ def test_every_recorded_case_is_identical_step_by_step(recording):
         steps += len(log["steps"])
     assert not bad, f"{len(bad)} cases differ from vLLM, e.g. {list(bad.items())[:3]}"
     assert steps == 119_915
+
+
+def test_async_recording_is_the_full_set(async_recording):
+    h = async_recording["header"]
+    assert h["vllm_version"] == "0.30.0" and h["command"].endswith("--async")
+    assert len(async_recording["cases"]) == len(async_recording["results"]) == 400
+    assert all(c["replica"]["async_scheduling"] is True for c in async_recording["cases"])
+    assert sum(len(r["steps"]) for r in async_recording["results"]) == 123_470
+
+
+def test_every_async_recorded_case_is_identical_step_by_step(async_recording):
+    """vLLM's default loop (async_scheduling, VLLM-SCHEDULER.md §9): all 400 cases, every
+    step (S included) and every request, exact equality."""
+    bad = {}
+    steps = 0
+    for case, res in zip(async_recording["cases"], async_recording["results"]):
+        log = compare_page.vllm_log(case)
+        diffs = compare_page.vllm_differences(case, res, log)
+        if diffs:
+            bad[case["name"]] = diffs[:3]
+        steps += len(log["steps"])
+    assert not bad, f"{len(bad)} cases differ from vLLM, e.g. {list(bad.items())[:3]}"
+    assert steps == 123_470
+
+
+def test_async_invariants_on_recorded_cases(async_recording):
+    """check=True in the asynchronous loop (in-flight and stale counts against the batch
+    queue, placeholders, the hashed-block bounds) on every 10th case."""
+    for case, res in list(zip(async_recording["cases"], async_recording["results"]))[5::10]:
+        log = compare_page.vllm_log(case, check=True)
+        assert not compare_page.vllm_differences(case, res, log)
 
 
 def test_invariants_on_recorded_cases(recording):
@@ -88,6 +126,26 @@ def test_the_comparison_can_fail(recording):
         assert compare_page.vllm_differences(case, other, log)
 
 
+def test_the_async_comparison_can_fail(async_recording):
+    """On the asynchronous recording: a batch scheduled one ulp later (S), a start (T) one
+    ulp later, or the synchronous reading of the same case are each reported."""
+    import copy
+    k = next(i for i, r in enumerate(async_recording["results"]) if len(r["steps"]) > 3)
+    case, res = async_recording["cases"][k], async_recording["results"][k]
+    log = compare_page.vllm_log(case)
+    assert not compare_page.vllm_differences(case, res, log)
+    for field in ("S", "T"):
+        other = copy.deepcopy(res)
+        other["steps"][2][field] = math.nextafter(other["steps"][2][field], math.inf)
+        assert compare_page.vllm_differences(case, other, log)
+    sync_case = copy.deepcopy(case)
+    sync_case["replica"]["async_scheduling"] = False
+    sync_log = compare_page.vllm_log(sync_case)
+    for step in sync_log["steps"]:
+        step["S"] = step["T"]
+    assert compare_page.vllm_differences(case, res, sync_log)
+
+
 # ------------------------------------------------------------------------------------
 # parameters
 # ------------------------------------------------------------------------------------
@@ -106,7 +164,12 @@ def one(rows, **kw):
 def test_defaults_and_refusals():
     p = tr.defaults()
     assert p["scheduler"] == "reserve" and p["prefix_caching"] is True
+    assert p["async_scheduling"] is False
     rows = [(0.0, 32, 2, [1, 2])]
+    with pytest.raises(ValueError, match="async_scheduling = true needs scheduler = 'vllm'"):
+        one(rows, scheduler="reserve", async_scheduling=True)
+    with pytest.raises(ValueError, match="async_scheduling must be true or false"):
+        one(rows, async_scheduling=1)
     with pytest.raises(ValueError, match="prefix_caching"):
         one(rows, scheduler="reserve", prefix_caching=False)
     with pytest.raises(ValueError, match="scheduler"):
@@ -139,6 +202,95 @@ def test_cancellation_mid_step_frees_at_the_step_end():
     assert [rep.vblocks[i].hash for i in rep.fq] == [None] * 6 + [2, 1]
     # kv_occupancy: 2 blocks during the first step, 3 until the second step ENDS
     assert out["kv_occupancy"] == pytest.approx((2 * d1 + 3 * d2) / 100.0 / 8, rel=1e-12)
+
+
+def async_log(rows, **kw):
+    """A one-replica asynchronous run with the step log: (log, result)."""
+    wl = tr.Workload(t=[float(r[0]) for r in rows], prompt=[r[1] for r in rows],
+                     output=[r[2] for r in rows], key=[0.5] * len(rows), blocks=[list(r[3]) for r in rows])
+    p = tr.defaults()
+    p.update(warmup_s=0.0, measure_s=0.1, drain_s=10.0, block_tokens=16, kv_blocks=8, scheduler="vllm",
+             async_scheduling=True)
+    p.update(kw)
+    out = tr.simulate(wl, p, [1.0], [], "round_robin", 1, check=True, log_steps=True, _return_sim=True)
+    return out["step_log"], out
+
+
+def test_async_a_lone_request_keeps_its_times():
+    """VLLM-SCHEDULER.md §9: alone, a request gets the same times in both loops -- the
+    placeholder lets its next decode be queued behind the running batch, so the GPU never
+    waits.  Prefill of 32 tokens, then decodes with 33 and 34 tokens of KV."""
+    d0, d1, d2 = step(U=32, Q=32 * 16.0), step(n=1, K=33), step(n=1, K=34)
+    log, out = async_log([(0.0, 32, 3, [1, 2])])
+    req = log["requests"][0]
+    assert req["first_token_ms"] == d0 and req["completion_ms"] == (d0 + d1) + d2
+    sync = one([(0.0, 32, 3, [1, 2])])["_sim"].requests[0]
+    assert (sync.first_token, sync.completion) == (req["first_token_ms"], req["completion_ms"])
+    # batches 0 and 1 are scheduled together at 0; batch 2 when batch 0's output is back;
+    # batch 3 (empty: the last token is in flight, S:617-629) when batch 1's is; batch 4
+    # (empty) after the completion (has_requests(): a request finished since the last one)
+    assert [(s["S"], s["T"], s["sched"]) for s in log["steps"]] == [
+        (0.0, 0.0, [[0, 32]]), (0.0, d0, [[0, 1]]), (d0, d0 + d1, [[0, 1]]),
+        (d0 + d1, (d0 + d1) + d2, []), ((d0 + d1) + d2, (d0 + d1) + d2, [])]
+
+
+def test_async_an_arrival_during_a_batch_starts_one_batch_later():
+    """VLLM-SCHEDULER.md §9: B arrives while A's prefill runs.  Synchronously B is admitted
+    when that step ends; asynchronously the engine has already queued A's first decode
+    (batch 1), so B is admitted at the end of batch 0 into batch 2, which starts when
+    batch 1 ends: B's first token comes one decode step later."""
+    rows = [(0.0, 32, 3, [1, 2]), (1.0, 16, 1, [3])]
+    d0 = step(U=32, Q=32 * 16.0)
+    d1 = step(n=1, K=33)
+    d2 = step(U=16, Q=16 * 8.0, n=1, K=34)
+    log, out = async_log(rows)
+    assert [(s["S"], s["T"], s["sched"], s["admitted"]) for s in log["steps"][:3]] == [
+        (0.0, 0.0, [[0, 32]], [[0, 0]]), (0.0, d0, [[0, 1]], []),
+        (d0, d0 + d1, [[0, 1], [1, 16]], [[1, 0]])]
+    end = (d0 + d1) + d2
+    assert [(r["first_token_ms"], r["completion_ms"]) for r in log["requests"]] == [(d0, end), (end, end)]
+    sync = one(rows)["_sim"].requests[1]
+    assert sync.first_token == d0 + step(U=16, Q=16 * 8.0, n=1, K=33) < end
+
+
+def test_async_abort_while_the_engine_waits():
+    """VLLM-MODE.md 31: an attempt cancelled while the engine waits for a batch keeps its
+    blocks until that batch's output arrives, and is released BEFORE that output is
+    processed (EC:713-715: _process_aborts_queue, then update_from_output).
+    B (16 tokens, 2 out) and A (64 tokens, chunked by a budget of 48) are admitted in
+    batch 0 at 0; batch 1 (S = 0) has B's decode and A's last chunk; batch 2 (S = end of
+    batch 0) A's first decode, which takes a fifth block.  A's first-token deadline (10 ms)
+    passes while the engine waits for batch 1; at its end A is released, then B completes:
+    A's unhashed tail block goes to the front, then B's; the hashed blocks to the back,
+    A's (tail first) before B's."""
+    d0 = step(U=48, Q=16 * 8.0 + 32 * 16.0)
+    d1 = step(U=32, Q=32 * 48.0, n=1, K=17)
+    assert d0 < 10.0 < d0 + d1
+    rows = [(0.0, 16, 2, [3]), (0.0, 64, 2, [4, 5, 6, 7])]
+    out = one(rows, async_scheduling=True, kv_blocks=10, max_batched_tokens=48, max_batch=2,
+              ttft_timeout_ms=10.0)
+    assert out["failed"] == 1 and out["completed"] == 1
+    sim = out["_sim"]
+    assert sim.requests[0].completion == d0 + d1
+    rep = sim.replicas[0]
+    # blocks: B0 = 0, A0 = 1, A1 = 2 (batch 0); B1 = 3, A2 = 4, A3 = 5 (batch 1); A4 = 6
+    assert list(rep.fq) == [3, 6, 7, 8, 9, 5, 4, 2, 1, 0]
+    # kv_occupancy: 6 blocks from 0 (batches 0 and 1 are both scheduled then), 7 from the
+    # end of batch 0 (batch 2 scheduled) until the end of batch 1, none after
+    assert out["kv_occupancy"] == pytest.approx((6 * d0 + 7 * d1) / 100.0 / 10, rel=1e-12)
+
+
+def test_async_a_crash_drops_the_batches_in_flight():
+    """VLLM-MODE.md 32: a crash abandons both batches (nothing delivered after it) and the
+    recovered replica starts an idle engine on an empty cache."""
+    d0 = step(U=32, Q=32 * 16.0)
+    rows = [(0.0, 32, 5, [1, 2]), (50.0, 32, 2, [1, 2])]
+    out = one(rows, async_scheduling=True, events=[(d0 + 1.0, "fail", 0, 0.0), (20.0, "recover", 0, 0.0)])
+    sim = out["_sim"]
+    assert out["failed"] == 1 and out["completed"] == 1 and out["prefix_hit_rate"] == 0.0
+    a = sim.requests[0].last_attempt
+    assert a.token_times == [d0]
+    assert sim.requests[1].first_token == 50.0 + d0
 
 
 def test_a_crash_empties_the_cache_and_a_request_hits_its_predecessor_otherwise():
@@ -192,12 +344,13 @@ def outcome_identity(out):
     return out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed", "unfinished"))
 
 
+@pytest.mark.parametrize("asyn", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("policy", ["round_robin", "random", "least_requests", "least_tokens",
                                     "least_kv", "least_cost", "power_of_d", "prefix_affinity",
                                     "rate_weighted"])
-def test_invariants_small_clusters(policy):
+def test_invariants_small_clusters(policy, asyn):
     p = tr.defaults()
-    p.update(SMALL)
+    p.update(SMALL, async_scheduling=asyn)
     wl = tr.generate_workload(2, 60.0, p, [])
     out = tr.simulate(wl, p, [1.0, 1.5, 0.8], [], policy, 3, check=True)
     assert outcome_identity(out) and out["completed"] > 0
@@ -210,10 +363,11 @@ def test_invariants_small_clusters(policy):
                                                    ("power_of_d", "periodic_local", True),
                                                    ("prefix_affinity", "periodic_local", True),
                                                    ("rate_weighted", "periodic", False)])
-def test_invariants_with_failures(policy, mode, caching):
+@pytest.mark.parametrize("asyn", [False, True], ids=["sync", "async"])
+def test_invariants_with_failures(policy, mode, caching, asyn):
     p = tr.defaults()
     p.update(SMALL)
-    p.update(STAGE2, signal_mode=mode, prefix_caching=caching, kv_blocks=100)
+    p.update(STAGE2, signal_mode=mode, prefix_caching=caching, kv_blocks=100, async_scheduling=asyn)
     wl = tr.generate_workload(2, 60.0, p, EVENTS2)
     out = tr.simulate(wl, p, [1.0, 1.5, 0.8], EVENTS2, policy, 3, check=True)
     assert outcome_identity(out) and out["failed"] + out["completed"] > 0
@@ -239,10 +393,11 @@ if given is not None:
                                                                           "slowdown"]),
                                      st.integers(0, 2), st.sampled_from([0.5, 2.0])), max_size=5),
            drain=st.sampled_from([0.0, 0.2, 600.0]), ttft=st.sampled_from([math.inf, 30.0, 90.0]),
-           caching=st.booleans(), budget=st.sampled_from([5, 40, 300]), spare=st.integers(0, 6))
+           caching=st.booleans(), budget=st.sampled_from([5, 40, 300]), spare=st.integers(0, 6),
+           asyn=st.booleans())
     def test_property_invariants_with_failures(seed, n_rep, b, chunked, max_batch, cap, policy, mode,
                                                routers, max_attempts, timeout, consecutive, events,
-                                               drain, ttft, caching, budget, spare):
+                                               drain, ttft, caching, budget, spare, asyn):
         if not chunked:
             budget = 262                     # vLLM: unchunked needs P + O <= the budget
         p = tr.defaults()
@@ -253,7 +408,7 @@ if given is not None:
                  period_ms=20.0, routers=routers, max_attempts=max_attempts, timeout_ms=timeout,
                  breaker_consecutive=consecutive, breaker_eject_ms=30.0, min_retry_concurrency=1,
                  cold_factor=2.0, ready_delay_ms=10.0, drain_s=drain, ttft_timeout_ms=ttft,
-                 scheduler="vllm", prefix_caching=caching)
+                 scheduler="vllm", prefix_caching=caching, async_scheduling=asyn)
         p["kv_blocks"] = -(-(32 + 200 + 30) // b) + spare
         evs = sorted([(float(t), k, i % n_rep, v) for t, k, i, v in events], key=lambda e: e[0])
         wl = tr.generate_workload(seed, 80.0, p, evs)
@@ -270,8 +425,15 @@ if given is not None:
 def test_live_vllm_agrees_with_the_reference():
     """When vLLM itself is here, run it live on fresh cases (another seed than the
     recording's) and hold the reference to them too."""
+    import copy
     from conformance import cases as case_gen
     fresh = [case_gen.make_case(7, i) for i in range(16)]
+    # vLLM's default loop on the same cases, and on case 95, where (as in case 10) a
+    # preempted request's stale last token finishes it while it waits (S:1947-1956)
+    for case in fresh[:] + [case_gen.make_case(7, 95)]:
+        other = copy.deepcopy(case)
+        other["replica"]["async_scheduling"] = True
+        fresh.append(other)
     results = record.run_driver(fresh)["results"]
     for case, res in zip(fresh, results):
         assert not compare_page.vllm_differences(case, res, compare_page.vllm_log(case)), case["name"]

@@ -22,8 +22,11 @@ scheduler = "vllm" (issue 22): params ``scheduler`` ("reserve", the default: the
 unchanged) or "vllm" (vLLM V1 0.30.0's scheduler and KV-cache manager, the ``_Sim.v_*``
 methods, from conformance/VLLM-SCHEDULER.md and vLLM's source), and ``prefix_caching``
 (default True; False only with "vllm").  Its decisions are conformance/VLLM-MODE.md 1-24 and
-docs/model.md "scheduler = \"vllm\"".  ``simulate(..., log_steps=True)`` (one replica,
-vllm mode) adds ``step_log``: vLLM's recorded fields per step and per request, which
+docs/model.md "scheduler = \"vllm\"".  ``async_scheduling`` (issue 40; default False, only with
+"vllm"): vLLM's default loop, EngineCore.step_with_batch_queue with a batch queue of 2 and the
+AsyncScheduler (VLLM-SCHEDULER.md §9, VLLM-MODE.md 25-35).  ``simulate(..., log_steps=True)``
+(one replica, vllm mode) adds ``step_log``: vLLM's recorded fields per step and per request
+(asynchronous: per batch, with ``S``, the time it was scheduled), which
 tests/test_vllm_conformance.py compares with vLLM's recordings exactly.
 
 Decisions (where token-model.md is silent; the lead copies them into docs/model.md)
@@ -199,7 +202,7 @@ def defaults() -> dict:
         # scheduler and KV-cache manager (conformance/VLLM-SCHEDULER.md, conformance/VLLM-MODE.md)
         scheduler="reserve", prefix_caching=True,
         # issue 40: vLLM's default loop (EngineCore.step_with_batch_queue + AsyncScheduler,
-        # VLLM-SCHEDULER.md §9, VLLM-MODE.md 25-33); only with scheduler = "vllm"
+        # VLLM-SCHEDULER.md §9, VLLM-MODE.md 25-35); only with scheduler = "vllm"
         async_scheduling=False,
         # simulation (§7)
         warmup_s=10.0, measure_s=50.0, drain_s=600.0, slo_ttft_ms=1000.0, slo_tpot_ms=50.0,
@@ -440,7 +443,7 @@ class Attempt:
         self.hits = []              # hit tokens of each admission
         self.preemptions = 0        # num_preemptions
         # async_scheduling: vLLM's num_output_placeholders, num_in_flight_tokens and
-        # num_stale_output_tokens (VLLM-MODE.md 27-30)
+        # num_stale_output_tokens (VLLM-MODE.md 27-29)
         self.placeholders = 0
         self.inflight = 0
         self.stale = 0
@@ -486,7 +489,7 @@ class Replica:
         self.tally = {FREE: kv_blocks, REFERENCED: 0, CACHED: 0}
         self.deferred: list = []    # attempts cancelled during the step in progress
         self.evictions = 0
-        # async_scheduling (VLLM-MODE.md 25-33): the engine's batch queue, oldest first
+        # async_scheduling (VLLM-MODE.md 25-35): the engine's batch queue, oldest first
         # (each a dict: S, start, end, sched, sampled, log), when the GPU is free, and
         # vLLM's finished_req_ids being non-empty (a request finished or was aborted since
         # the last schedule(): Scheduler.has_requests() is then true)
@@ -1035,7 +1038,8 @@ class _Sim:
     # scheduler = "vllm" (issue 22): vLLM V1 0.30.0's scheduler and KV-cache manager,
     # read from conformance/VLLM-SCHEDULER.md (S = v1/core/sched/scheduler.py, M =
     # kv_cache_manager.py, T = single_type_kv_cache_manager.py, BP = block_pool.py);
-    # every choice where vLLM has no counterpart is numbered in conformance/VLLM-MODE.md (numbered 1-24).
+    # every choice where vLLM has no counterpart is numbered in conformance/VLLM-MODE.md (numbered 1-35;
+    # 25-35 for async_scheduling).
     # =================================================================================
     def v_intern(self, parent, content):
         """The key of a block whose parent block has key ``parent`` and whose tokens are
@@ -1294,7 +1298,7 @@ class _Sim:
             while rep.waiting and budget > 0 and len(rep.running) < int(p["max_batch"]):
                 h = rep.waiting[0]
                 # S:886-894 skips a head whose stale output is still in flight; the loop
-                # never schedules one (VLLM-MODE.md 29): its batch returns before the next
+                # never schedules one (VLLM-MODE.md 27): its batch returns before the next
                 # schedule()
                 assert h.stale == 0, "a waiting head with stale output in flight"
                 hit = self.v_computed_blocks(rep, h)
@@ -1399,7 +1403,7 @@ class _Sim:
     # vLLM's default loop: EngineCore.step_with_batch_queue (EC = v1/engine/core.py:630-744)
     # with a batch queue of 2 and the AsyncScheduler (AS = v1/core/sched/async_scheduler.py),
     # on the step clock of VLLM-SCHEDULER.md §9 and conformance/vllm_driver.py:run_async;
-    # the decisions are VLLM-MODE.md 25-33.
+    # the decisions are VLLM-MODE.md 25-35.
     BATCH_QUEUE = 2     # VllmConfig.max_concurrent_batches with async scheduling
 
     def v_has_requests(self, rep: Replica) -> bool:
