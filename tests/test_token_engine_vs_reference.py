@@ -12,6 +12,7 @@ issue-19 cases add scenario events and retries in the drain, first-token timeout
 prefixes, so that uncomputed blocks are freed) and allowance_tokens = "exact".
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 
 import token_reference as ref
 from routesim.batching import runs as br
+from routesim.batching.dtypes import Policy, Scheduler, StepCost
 from routesim.batching.workload import generate
 
 POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost",
@@ -348,3 +350,38 @@ def test_the_vllm_cases_exercise_what_they_claim():
     _books("vllm-local-crash", got)
     got, _ = _reference("prefix-heavy", "least_requests", 1, **VLLM)
     assert got["prefix_hit_rate"] > 0.3
+
+
+SAMPLE_DRAIN_S = 5.0
+
+
+def fast_sample() -> list[tuple]:
+    """The fast tier's differential sample (tests/tiers.py): one run (case, policy,
+    scheduler, step cost, seed) for every policy × scheduler × step cost of the
+    registries (routesim/batching/dtypes.py), so that a new one is sampled without
+    editing a list. Each combination takes the next case, in turn, of those its scheduler
+    runs above (VLLM_CASES with "vllm", CASES and FAULT_CASES otherwise) but the periodic
+    signal cases (the reference publishes every 5-250 ms through the drain: 5-60 s a
+    run; the tests above run them), and seed 3 or 4 in turn (the tests above use 1 and
+    2, so every run here is one more check)."""
+    runs = []
+    turn = {}
+    for i, (policy, scheduler, cost) in enumerate(itertools.product(Policy, Scheduler, StepCost)):
+        cases = VLLM_CASES if scheduler == Scheduler.VLLM else list(CASES) + list(FAULT_CASES)
+        cases = [c for c in cases if "period_ms" not in {**CASES, **FAULT_CASES, **VLLM_ONLY}[c][0]]
+        k = turn[scheduler] = turn.get(scheduler, -1) + 1
+        runs.append((cases[k % len(cases)], policy.name.lower(), scheduler.name.lower(), cost.name.lower(),
+                     3 + i % 2))
+    return runs
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("case, policy, scheduler, step_cost, seed", fast_sample(),
+                         ids=["-".join(map(str, run)) for run in fast_sample()])
+def test_engine_matches_reference_sampled(case, policy, scheduler, step_cost, seed):
+    """With a drain of at most SAMPLE_DRAIN_S: a request that never fits its replica's
+    pool would otherwise keep the reference stepping through the page's 600 s drain (a
+    minute for one run)."""
+    extra = VLLM_EXTRA.get(case, VLLM) if scheduler == "vllm" else {}
+    drain_s = min(_values({**CASES, **FAULT_CASES, **VLLM_ONLY}[case][0])["drain_s"], SAMPLE_DRAIN_S)
+    _compare(case, policy, seed, **{**extra, "scheduler": scheduler, "step_cost": step_cost, "drain_s": drain_s})
