@@ -31,7 +31,9 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import reference_workload, scenario_events
+import routesim
+from conftest import parse, reference_workload, scenario_events
+from routesim.queue.dtypes import Policy
 from routesim.queue.params import PARAM
 
 STAGES = ("study", "stress", "exact", "random", "constants")
@@ -82,10 +84,11 @@ def _reference_runs(differential, stage):
     return _RUNS[stage]
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_every_run_matches_the_reference(differential, stage):
+def _mismatches(runs) -> list:
+    """(point, variable, engine, reference) of every disagreement in ``runs``
+    (_reference_runs)."""
     mismatches = []
-    for point, run, ref, _ in _reference_runs(differential, stage):
+    for point, run, ref, _ in runs:
         for name in COUNTS:
             if int(run[name]) != ref[name]:
                 mismatches.append((point, name, int(run[name]), ref[name]))
@@ -96,6 +99,45 @@ def test_every_run_matches_the_reference(differential, stage):
             ours, theirs = run[name].values.tolist(), list(ref[ref_name])
             if len(ours) != len(theirs) or not all(map(_close, ours, theirs)):
                 mismatches.append((point, name, ours, theirs))
+    return mismatches
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_run_matches_the_reference(differential, stage):
+    mismatches = _mismatches(_reference_runs(differential, stage))
+    assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
+
+
+def sample_sweep() -> str:
+    """The fast tier's sample of the queue model (tests/tiers.py): every policy of its
+    registry (routesim/queue/dtypes.py), so that a new one is sampled without editing a
+    list, in both time modes, on the ``early`` scenario (a slowdown at t = 0, a failure
+    and recovery, a second slowdown) with queues of 4 and a 5 s horizon, seed 10 (the
+    grids above use 1-9)."""
+    policies = ", ".join(f'"{p.name.lower()}"' for p in Policy)
+    return f"""
+[[stages]]
+name = "sample"
+policy = [{policies}]
+rate_rps = [300]
+scenario = ["early"]
+queue_cap = 4
+dt_ms = [0.5, 0]
+warmup_s = 1
+measure_s = 4
+seeds = [10]
+"""
+
+
+@pytest.fixture(scope="module")
+def sample():
+    sweep = parse(sample_sweep())
+    return {name: (sweep, ds) for name, ds in routesim.run(sweep, show_progress=False).items()}
+
+
+@pytest.mark.fast
+def test_the_sample_matches_the_reference(sample):
+    mismatches = _mismatches(_reference_runs(sample, "sample"))
     assert not mismatches, f"{len(mismatches)} mismatches, first: {mismatches[:3]}"
 
 
