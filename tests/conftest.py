@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import routesim
+import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "sweeps" / "exploration.toml"
@@ -30,6 +31,11 @@ def parse(stages: str, head: str = HEAD):
 
 
 SWEEPS = ROOT / "sweeps"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its kind and the fast tier's tests ``fast`` (tests/tiers.py)."""
+    tiers.classify(items)
 
 
 def run_reduced(tmp_path, sweep, replace=None, cut_before=None, stages=None) -> dict:

@@ -50,6 +50,7 @@ def test_recording_is_the_full_set(recording):
     assert sum(len(r["steps"]) for r in recording["results"]) == 119_915
 
 
+@pytest.mark.slow
 def test_every_recorded_case_is_identical_step_by_step(recording):
     """All 400 cases, every step and every request, exact equality."""
     bad = {}
@@ -72,6 +73,7 @@ def test_async_recording_is_the_full_set(async_recording):
     assert sum(len(r["steps"]) for r in async_recording["results"]) == 123_470
 
 
+@pytest.mark.slow
 def test_every_async_recorded_case_is_identical_step_by_step(async_recording):
     """vLLM's default loop (async_scheduling, VLLM-SCHEDULER.md §9): all 400 cases, every
     step (S included) and every request, exact equality."""
@@ -87,6 +89,7 @@ def test_every_async_recorded_case_is_identical_step_by_step(async_recording):
     assert steps == 123_470
 
 
+@pytest.mark.slow
 def test_async_invariants_on_recorded_cases(async_recording):
     """check=True in the asynchronous loop (in-flight and stale counts against the batch
     queue, placeholders, the hashed-block bounds) on every 10th case."""
@@ -95,6 +98,7 @@ def test_async_invariants_on_recorded_cases(async_recording):
         assert not compare_page.vllm_differences(case, res, log)
 
 
+@pytest.mark.slow
 def test_invariants_on_recorded_cases(recording):
     """check=True (the free queue, refcounts, hashes, the unhashed-before-hashed order of
     §1.8) on every 10th case, both the first flavours and the others."""

@@ -1,0 +1,177 @@
+"""The test tiers (README, "## Development"): what kind of test each test module holds,
+and which tests the fast tier runs. tests/conftest.py's ``pytest_collection_modifyitems``
+calls :func:`classify` on every collected test.
+
+Every test has exactly one kind (a marker of KINDS): the kind MODULES gives its module,
+or its function in a module that mixes kinds, unless the test carries a kind marker of
+its own (a decorator, or ``pytest.param(..., marks=...)`` for one case). A test module missing from MODULES
+stops the run (exit status 4) before any test runs, so no test escapes the tiers.
+
+The fast tier (``python -m pytest -m fast``) is every ``unit`` test not marked ``slow``,
+and a sample of the engine, differential and subprocess tests: those FAST names, and the
+tests marked ``fast`` where they are defined. Its differential sample covers every policy, scheduler and step cost
+of the registries (tests/test_tiers.py checks it).
+"""
+
+import itertools
+
+import pytest
+
+KINDS = ("unit", "engine", "differential", "subprocess")
+"""The kinds of test, each a marker; pyproject.toml declares them with what each means."""
+
+MODULES = {
+    "test_benchmarks_layout": ("unit", {"subprocess": ("test_from_tests_loads_the_file_once",)}),
+    "test_calibrate": "unit",
+    "test_capacity": ("engine", {"unit": ("test_capacity_is_the_last_rate_of_an_unbroken_run_of_passes",
+                                          "test_criterion_counts_nan_as_a_failure",
+                                          "test_candidates_lie_inside_the_bracket_on_the_resolution",
+                                          "test_bad_options_are_one_line_and_write_nothing")}),
+    "test_chunks": ("engine", {"unit": ("test_plan_covers_every_run_once_in_order", "test_bad_workers_option",
+                                        "test_scheduler_and_workers_are_exclusive",
+                                        "test_a_changed_trace_file_makes_stored_chunks_stale"),
+                               "subprocess": ("test_sigkill_then_resume_recomputes_only_missing_chunks",
+                                              "test_large_grid_stays_within_the_memory_bound")}),
+    "test_cli": ("unit", {"subprocess": ("test_subprocess",), "engine": ("test_valid_tiny_sweep_writes_one_file",)}),
+    "test_closed_loop": ("differential", {"unit": ("test_bad_client_keys", "test_queue_model_refuses_the_key"),
+                                          "engine": ("test_one_client_sends_after_each_completion",
+                                                     "test_a_cap_no_one_reaches_is_the_open_loop",
+                                                     "test_the_client_holds_at_most_n_and_exactly_n_while_requests_wait",
+                                                     "test_response_time_law_with_all_requests_due_at_once",
+                                                     "test_variables_appear_only_with_a_closed_loop")}),
+    "test_cluster": "subprocess",
+    "test_config": "unit",
+    "test_dependencies": "unit",
+    "test_dtypes_policies": "unit",
+    "test_engine_vs_reference": "differential",
+    "test_figures": "engine",
+    "test_heaps": ("unit", {"subprocess": ("test_the_eviction_loop_compiles_without_numba_warnings",)}),
+    "test_ieee_math": ("unit", {"subprocess": ("test_compiled_equals_interpreted",)}),
+    "test_layout": "unit",
+    "test_least_outstanding_admission": "engine",
+    "test_least_outstanding_affinity": "engine",
+    "test_least_outstanding_capacities": "unit",
+    "test_least_outstanding_choices": "engine",
+    "test_least_outstanding_cli": ("engine", {"subprocess": ("test_a_script_run_by_its_path_computes_in_its_own_process",)}),
+    "test_least_outstanding_cold": "engine",
+    "test_least_outstanding_counts": "engine",
+    "test_least_outstanding_example": "engine",
+    "test_least_outstanding_learning": "engine",
+    "test_least_outstanding_preemption": "engine",
+    "test_least_outstanding_retries": "engine",
+    "test_least_outstanding_staleness": "engine",
+    "test_machine_independence": "subprocess",
+    "test_refcounts": "subprocess",
+    "test_reference_selfcheck": "unit",
+    "test_report": "engine",
+    "test_roofline": ("differential", {"unit": ("test_roofline_keys_are_sweep_keys", "test_bad_roofline_keys_are_refused",
+                                                "test_params_row_codes_the_roofline"),
+                                       "subprocess": ("test_a_bad_key_exits_2_with_one_line",)}),
+    "test_scale": "engine",
+    "test_scheduler_modes": "engine",
+    "test_scripts": "engine",
+    "test_simpy_model": "engine",
+    "test_steady": "unit",
+    "test_study": ("engine", {"subprocess": ("test_same_dataset_twice_and_with_one_or_two_threads",
+                                             "test_the_engine_is_ready_once_a_run_has_gone_through_it")}),
+    "test_theory": "unit",
+    "test_tiers": "unit",
+    "test_token_config": ("unit", {"engine": ("test_incident_features_are_accepted_and_run", "test_base_is_valid_and_runs"),
+                                   "subprocess": ("test_subprocess",)}),
+    "test_token_drain": "engine",
+    "test_token_engine_vs_reference": "differential",
+    "test_token_pipeline": ("engine", {"subprocess": ("test_command_line_one_or_two_threads_and_in_process",
+                                                      "test_dask_cluster_gives_the_in_process_datasets")}),
+    "test_token_reference": "unit",
+    "test_token_timeline": ("engine", {"subprocess": ("test_incidents_sweep_runs",)}),
+    "test_token_workload": "unit",
+    "test_trace": "engine",
+    "test_trace_replay": ("differential", {"subprocess": ("test_bad_traces_are_one_line_exit_2_nothing_written",)}),
+    "test_traces": "unit",
+    "test_validation": ("engine", {"unit": ("test_every_sweep_parses_and_theory_checks_run_exact",
+                                            "test_checks_use_disjoint_seeds", "test_row_verdicts")}),
+    "test_vllm_conformance": "unit",
+    "test_vllm_engine": "differential",
+    "test_vllm_recordings": "unit",
+    "test_workload": "unit",
+}
+"""Test module (its file name without ``.py``) -> the kind of its tests (KINDS), or
+(kind, {other kind: test functions of that kind}) for a module that mixes kinds."""
+
+
+FAST = {
+    "test_cli": ("test_valid_tiny_sweep_writes_one_file", "test_subprocess[malformed-toml]"),
+    "test_token_config": ("test_base_is_valid_and_runs",),
+    "test_token_pipeline": ("test_bookkeeping_on_every_run",),
+    "test_chunks": ("test_any_chunk_size_gives_the_same_datasets",),
+    "test_closed_loop": ("test_one_client_sends_after_each_completion",),
+}
+"""The fast tier's sample of existing engine and subprocess tests: test module -> its
+tests (a function, all its cases, or one case by its test id) that the fast tier runs:
+each model's pipeline through the command line in process, chunking, a closed loop,
+and one ``python -m routesim.sweep`` process. (The differential samples are tests of
+their own, marked ``fast`` where they are defined.)"""
+
+
+def module_kinds(module: str) -> tuple[str, dict]:
+    """(the module's kind, {test function: its own kind}) from MODULES."""
+    entry = MODULES[module]
+    kind, others = (entry, {}) if isinstance(entry, str) else entry
+    return kind, {name: k for k, names in others.items() for name in names}
+
+
+def kind_of(item) -> str:
+    """The kind of a collected test: its own kind marker, else its module's (MODULES).
+    Raises pytest.UsageError for a module not in MODULES or a test of two kinds."""
+    own = {m.name for m in item.iter_markers() if m.name in KINDS}
+    if len(own) > 1:
+        raise pytest.UsageError(f"{item.nodeid}: marked {' and '.join(sorted(own))}; a test has one kind "
+                                f"of {', '.join(KINDS)}")
+    if own:
+        return own.pop()
+    module = item.path.stem
+    if module not in MODULES:
+        raise pytest.UsageError(f"{item.path.name} is not in tests/tiers.py's MODULES: give it a kind "
+                                f"({', '.join(KINDS)})")
+    kind, tests = module_kinds(module)
+    return tests.get(item.originalname, kind)
+
+
+def classify(items) -> None:
+    """Add each test's kind marker and, for the fast tier, ``fast`` (module docstring)."""
+    for item in items:
+        kind = kind_of(item)
+        if not item.get_closest_marker(kind):
+            item.add_marker(kind)
+        names = {m.name for m in item.iter_markers()}
+        if "fast" in names and "slow" in names:
+            raise pytest.UsageError(f"{item.nodeid}: marked both fast and slow")
+        picked = FAST.get(item.path.stem, ())
+        if (kind == "unit" and "slow" not in names) or item.originalname in picked or item.name in picked:
+            item.add_marker("fast")
+
+
+def fast_params(function) -> list[dict]:
+    """The cases of a parametrized test function that the fast tier runs, each as
+    {argument: value}: every case if the function is marked ``fast``, else those with a
+    ``pytest.param(..., marks=pytest.mark.fast)`` in one of its parametrizations (the
+    cases are the product of its ``parametrize`` decorators, as pytest makes them)."""
+    marks = getattr(function, "pytestmark", [])
+    whole = any(m.name == "fast" for m in marks)
+    axes = []
+    for m in marks:
+        if m.name != "parametrize":
+            continue
+        names = m.args[0].split(",") if isinstance(m.args[0], str) else list(m.args[0])
+        names = [n.strip() for n in names]
+        axis = []
+        for value in m.args[1]:
+            values, fast = (value.values, any(x.name == "fast" for x in value.marks)) \
+                if isinstance(value, type(pytest.param(None))) else ((value,) if len(names) == 1 else value, False)
+            axis.append((dict(zip(names, values, strict=True)), fast))
+        axes.append(axis)
+    out = []
+    for combo in itertools.product(*axes):
+        if whole or any(fast for _, fast in combo):
+            out.append({k: v for case, _ in combo for k, v in case.items()})
+    return out
