@@ -100,6 +100,7 @@ def test_time_change_properties():
 # Conservation and invariants on full runs (all policies × scenarios × heterogeneity)
 # ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("het", ["default", "high"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("policy", ref.POLICIES)

@@ -447,6 +447,7 @@ SMALL = dict(warmup_s=0.5, measure_s=1.5, kv_blocks=160, max_batch=6, waiting_ca
              context_limit=2048)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["round_robin", "random", "least_requests", "least_tokens",
                                     "least_kv", "least_cost", "power_of_d", "prefix_affinity",
                                     "rate_weighted"])
@@ -475,6 +476,7 @@ except ImportError:   # pragma: no cover
     given = None
 
 if given is not None:
+    @pytest.mark.slow
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3),
            b=st.sampled_from([1, 2, 4, 16]), chunked=st.booleans(),
@@ -796,6 +798,7 @@ EVENTS2 = [(200.0, "fail_fast", 0, 0.0), (300.0, "recover", 2, 0.0), (500.0, "fa
            (1200.0, "rate_multiplier", -1, 2.0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy, mode", [("round_robin", "periodic"), ("least_tokens", "fresh"),
                                           ("least_cost", "fresh"), ("power_of_d", "periodic_local"),
                                           ("prefix_affinity", "periodic_local"),
@@ -812,6 +815,7 @@ def test_invariants_with_failures(policy, mode):
 
 
 if given is not None:
+    @pytest.mark.slow
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3), b=st.sampled_from([1, 4, 16]),
            chunked=st.booleans(), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
@@ -1224,6 +1228,7 @@ def test_kv_occupancy_quarters():
     assert out["backlog_growth"] == 1 - 0
 
 
+@pytest.mark.slow
 def test_allowance_exact_changes_least_tokens():
     """Two replicas, h = 0.5 (ties to replica 1: frac(0.5 + 0.618) < frac(0.5 + 1.236)).
     (a) fresh: r0 (P 300, O 10) at 0 -> replica 1 (tie); r1 (P 100, O 2000) at 1 ->

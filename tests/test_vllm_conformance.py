@@ -348,6 +348,7 @@ def outcome_identity(out):
     return out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed", "unfinished"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("asyn", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("policy", ["round_robin", "random", "least_requests", "least_tokens",
                                     "least_kv", "least_cost", "power_of_d", "prefix_affinity",
@@ -361,6 +362,7 @@ def test_invariants_small_clusters(policy, asyn):
     assert out["prefix_hit_rate"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy, mode, caching", [("round_robin", "periodic", True),
                                                    ("least_tokens", "fresh", False),
                                                    ("least_cost", "fresh", True),
@@ -385,6 +387,7 @@ except ImportError:   # pragma: no cover
     given = None
 
 if given is not None:
+    @pytest.mark.slow
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3), b=st.sampled_from([1, 4, 16]),
            chunked=st.booleans(), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
