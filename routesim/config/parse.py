@@ -11,10 +11,12 @@ from pathlib import Path
 
 from .. import models
 from .checks import check_stage
+from .layout import EVENT, FILE, GRID, REPLICA, SCENARIO, SEEDS, SELECT, STAGE
+from .layout import names as key_names
 from .parsed import Event, Selection, Stage, Sweep
 from .reader import ConfigError, Reader, _join, _suggest, _typename
 
-_GRID_KEYS = ("rate_rps", "heterogeneity", "scenario")
+_GRID_KEYS = key_names(GRID)
 
 
 def load_sweep(path) -> Sweep:
@@ -38,7 +40,7 @@ def parse_sweep(text: str, path="<string>") -> Sweep:
         rd.fail("", f"malformed TOML: {exc}")
     kind = _kind(rd, doc)
     m = models.get(kind)
-    rd.table(doc, "", ("name", "replica", *m.section_keys, "scenarios", "grid", "stages"))
+    rd.table(doc, "", (*key_names(FILE), "replica", *m.section_keys, "scenarios", "grid", "stages"))
     name = rd.string(doc.get("name", Path(str(path)).stem), "name")
     if not name or "/" in name or name.startswith("."):
         rd.fail("name", f"not usable as a folder name: {name!r}")
@@ -84,7 +86,7 @@ def _kind(rd, doc):
     if kind not in models.KINDS:
         rd.fail("replica.kind", f"unknown replica model {kind!r}" + _suggest(kind, models.KINDS, "known"))
     if "replica" not in models.get(kind).section_keys:  # a model without replica keys
-        rd.table(replica, "replica", ("kind",))
+        rd.table(replica, "replica", key_names(REPLICA))
     return kind
 
 
@@ -177,7 +179,7 @@ def _scenarios(rd, raw, m):
     out = {}
     for name, body in raw.items():
         key = _join("scenarios", name)
-        rd.table(body, key, ("events",))
+        rd.table(body, key, key_names(SCENARIO))
         events = body.get("events", [])
         if not isinstance(events, list):
             rd.fail(_join(key, "events"), f"expected a list of event tables, got {_typename(events)}")
@@ -188,7 +190,7 @@ def _scenarios(rd, raw, m):
 
 def _event(rd, ev, key, m):
     actions_known = tuple(m.event_kinds)
-    rd.table(ev, key, ("at_s", "replica", *actions_known))
+    rd.table(ev, key, (*key_names(EVENT), *actions_known))
     if "at_s" not in ev:
         rd.fail(_join(key, "at_s"), "missing: every event needs a time in seconds")
     at_s = rd.number(ev["at_s"], _join(key, "at_s"))
@@ -223,7 +225,7 @@ def _event(rd, ev, key, m):
 
 def _stage(rd, index, raw, grid, base, het, scenarios, selected, m):
     key = f"stages[{index}]"
-    rd.table(raw, key, ("name", "policy", "seeds", "select", *_GRID_KEYS, "workload",
+    rd.table(raw, key, (*key_names(STAGE),
                         *(p.name for p in m.params if p.section != "workload")))
     name = rd.string(raw.get("name", f"stage{index + 1}"), _join(key, "name"))
     if not name or "/" in name or name.startswith("."):
@@ -331,8 +333,8 @@ def _seeds(rd, raw, key):
     if raw is None:
         rd.fail(key, "missing: give seeds = { first = 1, count = 8 } or a list")
     if isinstance(raw, dict):
-        rd.table(raw, key, ("first", "count"))
-        for k in ("first", "count"):
+        rd.table(raw, key, key_names(SEEDS))
+        for k in key_names(SEEDS):
             if k not in raw:
                 rd.fail(_join(key, k), "missing")
         first = rd.number(raw["first"], _join(key, "first"), int)
@@ -350,7 +352,7 @@ def _seeds(rd, raw, key):
 
 
 def _selection(rd, raw, key, values, m):
-    rd.table(raw, key, ("parameter", "maximize", "minimize"))
+    rd.table(raw, key, key_names(SELECT))
     if "parameter" not in raw:
         rd.fail(_join(key, "parameter"), "missing: the parameter to select, e.g. \"exploration\"")
     param = rd.string(raw["parameter"], _join(key, "parameter"))
