@@ -41,6 +41,7 @@ class Param:
     options: tuple = ()     # the allowed values of a str parameter
     allow_inf: bool = False  # ``inf`` means unbounded
     words: tuple = ()       # strings a number parameter also takes (allowance_tokens = "exact")
+    when: tuple = ()        # (another parameter's name, (its values…)): used only when it has one of them
 
 
 TRACE_FORMATS = ("azure", "mooncake", "csv")
@@ -48,19 +49,19 @@ TRACE_FORMATS = ("azure", "mooncake", "csv")
 
 TRACE_PARAMS = (
     Param("source", "workload", ("source",), "synthetic", "", "where requests come from: synthetic, or a trace's rows (docs/traces.md)", kind=str, options=("synthetic", "trace")),
-    Param("trace_path", "workload", ("trace", "path"), "", "", "trace file replayed (relative to the sweep file's folder)", kind=str),
-    Param("trace_format", "workload", ("trace", "format"), "", "", "trace format: azure, mooncake or csv", kind=str, options=TRACE_FORMATS),
-    Param("trace_time_scale", "workload", ("trace", "time_scale"), 1.0, "1", "divides the trace's times (2: twice the rate)", low=0, low_open=True),
-    Param("trace_start_s", "workload", ("trace", "start_s"), 0.0, "s", "start of the replayed window of trace time", low=0),
-    Param("trace_duration_s", "workload", ("trace", "duration_s"), math.inf, "s", "length of the replayed window of trace time (inf: to the end)", low=0, low_open=True, allow_inf=True),
-    Param("trace_hash_block_tokens", "workload", ("trace", "hash_block_tokens"), 0, "tokens", "tokens per trace hash block H (0: the format's: 512 for mooncake, block_tokens for csv)", kind=int, low=0),
+    Param("trace_path", "workload", ("trace", "path"), "", "", "trace file replayed (relative to the sweep file's folder)", kind=str, when=("source", ("trace",))),
+    Param("trace_format", "workload", ("trace", "format"), "", "", "trace format: azure, mooncake or csv", kind=str, options=TRACE_FORMATS, when=("source", ("trace",))),
+    Param("trace_time_scale", "workload", ("trace", "time_scale"), 1.0, "1", "divides the trace's times (2: twice the rate)", low=0, low_open=True, when=("source", ("trace",))),
+    Param("trace_start_s", "workload", ("trace", "start_s"), 0.0, "s", "start of the replayed window of trace time", low=0, when=("source", ("trace",))),
+    Param("trace_duration_s", "workload", ("trace", "duration_s"), math.inf, "s", "length of the replayed window of trace time (inf: to the end)", low=0, low_open=True, allow_inf=True, when=("source", ("trace",))),
+    Param("trace_hash_block_tokens", "workload", ("trace", "hash_block_tokens"), 0, "tokens", "tokens per trace hash block H (0: the format's: 512 for mooncake, block_tokens for csv)", kind=int, low=0, when=("source", ("trace",))),
 )
 """``[workload] source`` and ``trace = { … }`` (token-model.md §1.2), both replica models.
 Their flat names are ``source`` and ``trace_<key>``."""
 
 LENGTHS_PARAMS = (
-    Param("lengths_trace", "workload", ("lengths", "trace"), "", "", "trace whose rows give each synthetic request's tokens (token-model.md §1.3; empty: the classes)", kind=str),
-    Param("lengths_format", "workload", ("lengths", "format"), "", "", "format of the lengths trace: azure, mooncake or csv", kind=str, options=TRACE_FORMATS),
+    Param("lengths_trace", "workload", ("lengths", "trace"), "", "", "trace whose rows give each synthetic request's tokens (token-model.md §1.3; empty: the classes)", kind=str, when=("source", ("synthetic",))),
+    Param("lengths_format", "workload", ("lengths", "format"), "", "", "format of the lengths trace: azure, mooncake or csv", kind=str, options=TRACE_FORMATS, when=("source", ("synthetic",))),
 )
 """``[workload] lengths = { trace, format }`` (token-model.md §1.3), the batching model;
 flat names ``lengths_trace`` and ``lengths_format``."""

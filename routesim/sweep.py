@@ -1,4 +1,5 @@
 """python -m routesim.sweep SWEEP.toml [--out DIR] [-q] [--no-tables] [--csv] [--resume] [--workers N | --scheduler ADDR]
+python -m routesim.sweep --list-keys
 
 Runs every stage of a sweep file in order, prints each stage's summary table and
 writes ``DIR/<stage>.nc`` (default ``results/<name>/``). Exit status: 0 on success,
@@ -17,8 +18,12 @@ from pathlib import Path
 
 
 def _parser():
-    ap = argparse.ArgumentParser(prog="python -m routesim.sweep", description=__doc__.split("\n\n")[1])
-    ap.add_argument("sweep", type=Path, help="sweep file (TOML)")
+    ap = argparse.ArgumentParser(prog="python -m routesim.sweep", description=__doc__.split("\n\n")[1],
+                                 epilog="The keys a sweep file may hold, with their defaults, units and "
+                                        "meaning: docs/keys.md (or --list-keys).")
+    ap.add_argument("sweep", type=Path, nargs="?", help="sweep file (TOML; its keys: docs/keys.md)")
+    ap.add_argument("--list-keys", action="store_true",
+                    help="print the reference of every sweep-file key (docs/keys.md) and exit")
     ap.add_argument("--out", type=Path, default=None, help="folder for <stage>.nc (default results/<name>/)")
     ap.add_argument("--stage", action="append", default=None, metavar="NAME",
                     help="run only this stage (and the stages whose selection it uses); repeatable")
@@ -60,7 +65,14 @@ def _kept(checkpoint: Path) -> str:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.list_keys:
+        from .keys import render
+        sys.stdout.write(render())
+        return 0
+    if args.sweep is None:  # optional only with --list-keys
+        ap.error("the following arguments are required: sweep")
     from .config import ConfigError, load_sweep  # after argparse: --help stays fast
     from .files import unwritable
 

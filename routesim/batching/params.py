@@ -1,6 +1,7 @@
 """Every sweep key of the batching model (token-interface.md) with token-model.md's
 default, its units and one line of help: the config reads this table, the grid
-builds runs from it and the Dataset copies units and help into attrs. ``MODEL`` is
+builds runs from it, the Dataset copies units and help into attrs and docs/keys.md
+(:mod:`routesim.keys`) is rendered from it. ``MODEL`` is
 the model as the pipeline sees it (routesim.schema).
 
 A parameter's flat name is its stage-override key and Dataset dimension:
@@ -50,17 +51,17 @@ TOKEN_PARAMS = (
     Param("chunked_prefill", "replica", ("chunked_prefill",), True, "", "spread a prompt's computation over iterations", kind=bool),
     Param("scheduler", "replica", ("scheduler",), "reserve", "", "how a replica schedules and manages its KV blocks: reserve (a prompt's whole KV reserved at admission, token-model.md §2) or vllm (vLLM V1 0.30.0's scheduler and KV-cache manager, docs/model.md)", kind=str, options=("reserve", "vllm")),
     Param("prefix_caching", "replica", ("prefix_caching",), True, "", "cache and reuse KV blocks across requests (false: scheduler = \"vllm\" only)", kind=bool),
-    Param("step_ms_base", "replica", ("step_ms", "base"), 6.5, "ms", "c_0: fixed time of an iteration", low=0, low_open=True),
-    Param("step_ms_per_prefill_token", "replica", ("step_ms", "per_prefill_token"), 0.0198, "ms", "c_pf: time per computed prompt token", low=0),
-    Param("step_ms_per_prefill_token_pair", "replica", ("step_ms", "per_prefill_token_pair"), 8.4e-7, "ms", "c_attn: time per prefill attention token pair", low=0),
-    Param("step_ms_per_decode_sequence", "replica", ("step_ms", "per_decode_sequence"), 0.10, "ms", "c_dec: time per decoding sequence", low=0),
-    Param("step_ms_per_kv_token", "replica", ("step_ms", "per_kv_token"), 5.4e-5, "ms", "c_kv: time per KV token of the decoding sequences", low=0),
+    Param("step_ms_base", "replica", ("step_ms", "base"), 6.5, "ms", "c_0: fixed time of an iteration", low=0, low_open=True, when=("step_cost", ("linear",))),
+    Param("step_ms_per_prefill_token", "replica", ("step_ms", "per_prefill_token"), 0.0198, "ms", "c_pf: time per computed prompt token", low=0, when=("step_cost", ("linear",))),
+    Param("step_ms_per_prefill_token_pair", "replica", ("step_ms", "per_prefill_token_pair"), 8.4e-7, "ms", "c_attn: time per prefill attention token pair", low=0, when=("step_cost", ("linear",))),
+    Param("step_ms_per_decode_sequence", "replica", ("step_ms", "per_decode_sequence"), 0.10, "ms", "c_dec: time per decoding sequence", low=0, when=("step_cost", ("linear",))),
+    Param("step_ms_per_kv_token", "replica", ("step_ms", "per_kv_token"), 5.4e-5, "ms", "c_kv: time per KV token of the decoding sequences", low=0, when=("step_cost", ("linear",))),
     Param("step_cost", "replica", ("step_cost",), "linear", "", "the step cost: linear (step_ms, token-model.md §2.3) or roofline (roofline_ms: overhead + the larger of memory and compute time, docs/model.md)", kind=str, options=("linear", "roofline")),
-    Param("roofline_ms_base", "replica", ("roofline_ms", "base"), 4.0, "ms", "roofline: fixed overhead of an iteration", low=0, low_open=True),
-    Param("roofline_ms_weights", "replica", ("roofline_ms", "weights"), 5.99, "ms", "roofline: reading the weights once (weight bytes / effective bandwidth)", low=0),
-    Param("roofline_ms_per_kv_token", "replica", ("roofline_ms", "per_kv_token"), 4.89e-5, "ms", "roofline: reading one token's KV (KV bytes per token / effective bandwidth), for the decoders' KV and the prefill chunks' context", low=0),
-    Param("roofline_ms_per_token", "replica", ("roofline_ms", "per_token"), 0.0271, "ms", "roofline: linear FLOPs of one computed token, prefill or decode (FLOPs per token / effective peak)", low=0),
-    Param("roofline_ms_per_token_pair", "replica", ("roofline_ms", "per_token_pair"), 8.84e-7, "ms", "roofline: attention FLOPs of one (query, key) token pair (FLOPs per pair / effective peak)", low=0),
+    Param("roofline_ms_base", "replica", ("roofline_ms", "base"), 4.0, "ms", "roofline: fixed overhead of an iteration", low=0, low_open=True, when=("step_cost", ("roofline",))),
+    Param("roofline_ms_weights", "replica", ("roofline_ms", "weights"), 5.99, "ms", "roofline: reading the weights once (weight bytes / effective bandwidth)", low=0, when=("step_cost", ("roofline",))),
+    Param("roofline_ms_per_kv_token", "replica", ("roofline_ms", "per_kv_token"), 4.89e-5, "ms", "roofline: reading one token's KV (KV bytes per token / effective bandwidth), for the decoders' KV and the prefill chunks' context", low=0, when=("step_cost", ("roofline",))),
+    Param("roofline_ms_per_token", "replica", ("roofline_ms", "per_token"), 0.0271, "ms", "roofline: linear FLOPs of one computed token, prefill or decode (FLOPs per token / effective peak)", low=0, when=("step_cost", ("roofline",))),
+    Param("roofline_ms_per_token_pair", "replica", ("roofline_ms", "per_token_pair"), 8.84e-7, "ms", "roofline: attention FLOPs of one (query, key) token pair (FLOPs per pair / effective peak)", low=0, when=("step_cost", ("roofline",))),
     Param("cold_factor", "replica", ("cold_factor",), 1.0, "1", "time factor just after a recovery (1: no cold start)", low=0, low_open=True),
     Param("cold_tau_ms", "replica", ("cold_tau_ms",), 2000.0, "ms", "decay time of the cold-start factor", low=0, low_open=True),
     Param("ready_delay_ms", "replica", ("ready_delay_ms",), 0.0, "ms", "time after a recovery before the replica is eligible", low=0),
@@ -83,21 +84,21 @@ TOKEN_PARAMS = (
     Param("max_in_flight", "workload", ("max_in_flight",), 0, "requests", "closed-loop client: requests in flight at most, the next one sent when one ends (0: open loop)", kind=int, low=0),
     Param("client_overhead_ms", "workload", ("client_overhead_ms",), 0.0, "ms", "client overhead: added to the TTFT and E2E the client measures and to the time it holds a slot", low=0),
     # [policy] (§5)
-    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_d samples (d)", kind=int, low=1),
-    Param("score", "policy", ("score",), "tokens", "", "what power_of_d compares: requests, tokens, kv or cost", kind=str, options=("requests", "tokens", "kv", "cost")),
+    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_d samples (d)", kind=int, low=1, when=("policy", ("power_of_d",))),
+    Param("score", "policy", ("score",), "tokens", "", "what power_of_d compares: requests, tokens, kv or cost", kind=str, options=("requests", "tokens", "kv", "cost"), when=("policy", ("power_of_d",))),
     Param("allowance_tokens", "policy", ("allowance_tokens",), 256, "tokens", "output allowance A of the outstanding-token signal (\"exact\": each request's own output length, a clairvoyant router)", kind=int, low=0, words=("exact",)),
     Param("tie_tolerance", "policy", ("tie_tolerance",), 0.0, "1", "scores within this fraction of the best are tied", low=0),
     Param("prefill_weight", "policy", ("prefill_weight",), 1.0, "1", "weight w of new prefill blocks in the cost score", low=0),
-    Param("balance_abs", "policy", ("balance_abs",), 64.0, "requests", "prefix_affinity: absolute imbalance that switches to least_requests", low=0),
-    Param("balance_rel", "policy", ("balance_rel",), 1.5, "1", "prefix_affinity: relative imbalance that switches to least_requests", low=0),
-    Param("cache_threshold", "policy", ("cache_threshold",), 0.3, "1", "prefix_affinity: cached share of the prompt that wins the request", low=0, high=1),
-    Param("window_ms", "policy", ("window_ms",), 1000.0, "ms", "rate_weighted: window of counted completions", low=0, low_open=True),
+    Param("balance_abs", "policy", ("balance_abs",), 64.0, "requests", "prefix_affinity: absolute imbalance that switches to least_requests", low=0, when=("policy", ("prefix_affinity",))),
+    Param("balance_rel", "policy", ("balance_rel",), 1.5, "1", "prefix_affinity: relative imbalance that switches to least_requests", low=0, when=("policy", ("prefix_affinity",))),
+    Param("cache_threshold", "policy", ("cache_threshold",), 0.3, "1", "prefix_affinity: cached share of the prompt that wins the request", low=0, high=1, when=("policy", ("prefix_affinity",))),
+    Param("window_ms", "policy", ("window_ms",), 1000.0, "ms", "rate_weighted: window of counted completions", low=0, low_open=True, when=("policy", ("rate_weighted",))),
     Param("slow_start_ms", "policy", ("slow_start_ms",), 0.0, "ms", "slow-start ramp after a replica becomes eligible (0: off)", low=0),
     Param("slow_start_aggression", "policy", ("slow_start_aggression",), 1.0, "1", "slow-start ramp exponent", low=0, low_open=True),
     Param("slow_start_min_weight", "policy", ("slow_start_min_weight",), 0.1, "1", "smallest slow-start weight", low=0, low_open=True, high=1),
     # [signals] (§3)
     Param("signal_mode", "signals", ("mode",), "fresh", "", "what the router sees: fresh, periodic or periodic_local", kind=str, options=("fresh", "periodic", "periodic_local")),
-    Param("period_ms", "signals", ("period_ms",), 50.0, "ms", "publication period of every replica's load (0: fresh)", low=0),
+    Param("period_ms", "signals", ("period_ms",), 50.0, "ms", "publication period of every replica's load (0: fresh)", low=0, when=("signal_mode", ("periodic", "periodic_local"))),
     Param("routers", "signals", ("routers",), 1, "routers", "independent routers, each with its own view", kind=int, low=1),
     # [client] (§6)
     Param("timeout_ms", "client", ("timeout_ms",), INF, "ms", "per-attempt timeout (inf: none)", low=0, low_open=True, allow_inf=True),
@@ -191,9 +192,9 @@ def check_stage(rd, stage, src):
                     f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
 
 
-STEP_COST_KEYS = {"linear": tuple(p.name for p in TOKEN_PARAMS if p.path[0] == "step_ms"),
-                  "roofline": tuple(p.name for p in TOKEN_PARAMS if p.path[0] == "roofline_ms")}
-"""Each step cost's parameters (``step_cost`` names which one a run uses)."""
+STEP_COST_KEYS = {cost: tuple(p.name for p in TOKEN_PARAMS if p.when == ("step_cost", (cost,)))
+                  for cost in TOKEN_PARAM["step_cost"].options}
+"""Each step cost's parameters (``step_cost`` names which one a run uses: their ``when``)."""
 
 
 def unused_params(values) -> set:

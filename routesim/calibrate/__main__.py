@@ -30,7 +30,7 @@ DEFAULT_OUT = "results/calibration"
 
 
 def step_ms_line(coef) -> str:
-    """The sweep line ``step_ms = { base = …, … }`` (token-interface.md's keys)."""
+    """The sweep line ``step_ms = { base = …, … }`` (docs/keys.md)."""
     return "step_ms = { " + ", ".join(f"{k} = {coef[k]:.6g}" for k in STEP_KEYS) + " }"
 
 

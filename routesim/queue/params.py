@@ -1,7 +1,7 @@
 """Every sweep key of the queue model (docs/model.md, interface.md) with its default,
 units and one line of help, the model's tables, and the checks only it makes: the
-config reads this, the grid builds runs from it and the Dataset copies units and help
-into attrs. ``MODEL`` is the model as the pipeline sees it (routesim.schema)."""
+config reads this, the grid builds runs from it, the Dataset copies units and help
+into attrs and docs/keys.md (:mod:`routesim.keys`) is rendered from it. ``MODEL`` is the model as the pipeline sees it (routesim.schema)."""
 
 from ..schema import TRACE_LEAVES, TRACE_PARAMS, Param, ReplicaModel
 from .dtypes import EVENT_NAMES, Policy
@@ -22,16 +22,16 @@ PARAMS = (
     Param("output_tokens_sigma", "workload", ("output_tokens", "sigma"), 0.8, "1", "sigma of the output-token log-normal", low=0),
     Param("output_tokens_min", "workload", ("output_tokens", "min"), 4, "tokens", "shortest output", kind=int, low=0),
     Param("output_tokens_max", "workload", ("output_tokens", "max"), 1024, "tokens", "longest output", kind=int, low=0),
-    Param("demand_ms_base", "workload", ("demand_ms", "base"), 1.0, "ms", "fixed demand of every request", low=0),
-    Param("demand_ms_per_prompt_token", "workload", ("demand_ms", "per_prompt_token"), 0.00390625, "ms", "demand per prompt token", low=0),
-    Param("demand_ms_per_output_token", "workload", ("demand_ms", "per_output_token"), 0.0625, "ms", "demand per output token", low=0),
+    Param("demand_ms_base", "workload", ("demand_ms", "base"), 1.0, "ms", "fixed demand of every request", low=0, when=("demand", ("tokens",))),
+    Param("demand_ms_per_prompt_token", "workload", ("demand_ms", "per_prompt_token"), 0.00390625, "ms", "demand per prompt token", low=0, when=("demand", ("tokens",))),
+    Param("demand_ms_per_output_token", "workload", ("demand_ms", "per_output_token"), 0.0625, "ms", "demand per output token", low=0, when=("demand", ("tokens",))),
     Param("jitter_min", "workload", ("jitter", "min"), 0.9, "1", "smallest service-time jitter factor", low=0, low_open=True),
     Param("jitter_max", "workload", ("jitter", "max"), 1.1, "1", "largest service-time jitter factor", low=0, low_open=True),
     Param("alpha", "policy", ("alpha",), 0.15, "1", "EWMA weight of every estimate", low=0, low_open=True, high=1),
-    Param("exploration", "policy", ("exploration",), 0.35, "1", "adaptive's exploration weight c", low=0),
-    Param("reward_ceiling_ms", "policy", ("reward_ceiling_ms",), 100.0, "ms", "adaptive's reward ceiling L", low=0, low_open=True),
+    Param("exploration", "policy", ("exploration",), 0.35, "1", "adaptive's exploration weight c", low=0, when=("policy", ("adaptive",))),
+    Param("reward_ceiling_ms", "policy", ("reward_ceiling_ms",), 100.0, "ms", "adaptive's reward ceiling L", low=0, low_open=True, when=("policy", ("adaptive",))),
     Param("prior_service_ms", "policy", ("prior_service_ms",), 11.0, "ms", "initial service-time estimate ŝ₀", low=0, low_open=True),
-    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_two samples per decision", kind=int, low=1),
+    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_two samples per decision", kind=int, low=1, when=("policy", ("power_of_two",))),
 )
 PARAM = {p.name: p for p in PARAMS}
 
