@@ -1,6 +1,7 @@
 """What the studies' figures share: the style of the serving and incident figures, and
 writing a figure as PNG and SVG deterministically (no dates or software versions in
-the files, a fixed SVG hash salt, each file written whole).
+the files, a fixed SVG hash salt, each file written whole); the style and the files'
+metadata are :mod:`routesim.drawing`'s, which the generic plot shares.
 
 Every study saves through :func:`save`; each passes its own resolution (the serving
 and incident figures :data:`DPI`, the least-outstanding study's 110 dpi) and says how
@@ -13,35 +14,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from ..drawing import DPI, METADATA, SALT, STYLE  # noqa: E402,F401  (the studies' names for them)
 from ..files import replace_atomically  # noqa: E402
-
-SALT = {"svg.hashsalt": "routesim"}
-"""The SVG hash salt every figure is saved with (its ids the same in every process)."""
-
-STYLE = {
-    "svg.hashsalt": "routesim",
-    "svg.fonttype": "path",
-    "font.family": "DejaVu Sans",
-    "font.size": 9,
-    "axes.titlesize": 9.5,
-    "axes.labelsize": 9,
-    "legend.fontsize": 8,
-    "xtick.labelsize": 8,
-    "ytick.labelsize": 8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.color": "#e4e4e4",
-    "grid.linewidth": 0.6,
-    "axes.axisbelow": True,
-    "legend.frameon": False,
-    "path.simplify": True,
-}
-"""Matplotlib settings of the serving and incident figures (applied with ``rc_context``
-while each is drawn and saved, :func:`render`)."""
-
-DPI = 150
-"""Resolution of the serving and incident figures (PNG, and the SVG's raster images)."""
 
 
 def save(fig, out_dir, stem, dpi, *, svg_dpi=None, rc=SALT, freeze_layout=False) -> list:
@@ -70,11 +44,11 @@ def save(fig, out_dir, stem, dpi, *, svg_dpi=None, rc=SALT, freeze_layout=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context(rc):
         png = replace_atomically(out_dir / f"{stem}.png",
-                                 lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None}))
+                                 lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, metadata=METADATA["png"]))
         fig.set_layout_engine("none")  # laid out once (for the PNG): the SVG has the same layout
         svg = replace_atomically(out_dir / f"{stem}.svg",
                                  lambda tmp: fig.savefig(tmp, format="svg", dpi=svg_dpi,
-                                                         metadata={"Date": None, "Creator": None}))
+                                                         metadata=METADATA["svg"]))
     return [png, svg]
 
 
