@@ -13,9 +13,9 @@ one value, or be given one with ``--sel DIM=VALUE``. The figure is written to
 byte for byte the same every time. Bad input is one line naming the file and the
 argument, exit status 2, and nothing written.
 
-From Python: ``routesim.plot.plot(ds, metric, x=..., hue=..., col=..., row=...,
-sel={...})`` returns the matplotlib Figure (a pyplot figure: ``plt.close(fig)`` when
-done with it).
+From Python: ``routesim.plot(ds, metric, x=..., hue=..., col=..., row=..., sel={...})``
+(the module is callable: it is :func:`plot`) returns the matplotlib Figure (a pyplot
+figure: ``plt.close(fig)`` when done with it).
 """
 
 import difflib
@@ -364,6 +364,16 @@ def main(argv=None) -> int:
     print(f"wrote {path}")
     return 0
 
+
+class _CallableModule(type(sys)):
+    """This module, callable as :func:`plot` (``routesim.plot(ds, "ttft_p99")``), its
+    other names (``routesim.plot.main``, ``routesim.plot.metrics``…) kept."""
+
+    def __call__(self, *args, **kwargs):
+        return plot(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,10 +46,6 @@ def files(tmp_path_factory):
     return {"queue": q, "batching": b}
 
 
-def _lines(ax):
-    return {line.get_label(): line for line in ax.get_lines()}
-
-
 def test_lines_are_the_median_over_seeds_and_the_band_the_seeds_range():
     ds = queue_ds()
     fig = P.plot(ds, "latency_p99", sel={"scenario": "straggler"})
@@ -168,3 +164,11 @@ def test_an_unwritable_out_is_one_line(files, tmp_path, capsys):
     assert P.main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {files['queue']}: --out") and "cannot write" in err
+
+
+def test_routesim_plot_is_the_function():
+    from matplotlib.figure import Figure
+    fig = routesim.plot(queue_ds(), "goodput", hue="scenario", x="rate_rps", sel={"policy": "adaptive"})
+    assert isinstance(fig, Figure)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["steady", "straggler"]
+    assert routesim.plot.main is P.main
