@@ -8,6 +8,8 @@ Every number comes from the Datasets, or from timelines the report traces itself
 from the sweep text the Datasets carry; regenerating it gives the same bytes.
 Given ``results/token-routing/``, it writes the least-outstanding-routing study's
 document instead (docs/least-outstanding-routing.md, :mod:`routesim.least_outstanding`).
+Any other folder is refused before anything is written (one line, exit status 2); a
+``results/load-curve/`` beside RESULTS is read only when it holds that sweep's stage.
 
 The command line only: the documents are the studies' (:mod:`routesim.studies.serving`,
 :mod:`routesim.studies.least_outstanding`).

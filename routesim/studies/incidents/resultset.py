@@ -21,6 +21,15 @@ def default_incidents(results_dir):
     return cand if cand != Path(results_dir).resolve() and (cand / "black-hole.nc").is_file() else None
 
 
+def not_incidents(incidents_dir):
+    """None when a folder holds the incidents sweep's black-hole stage (sweeps/incidents.toml),
+    else why not (one line)."""
+    if Path(incidents_dir).is_dir() and black_hole_stage(incidents_dir) is not None:
+        return None
+    return (f"{incidents_dir}: not the results of sweeps/incidents.toml (no black-hole stage of the batching "
+            "model with retry_avoid_previous and breaker_consecutive arms)")
+
+
 def black_hole_stage(incidents_dir):
     """The black-hole stage's Dataset of an incidents results folder, or None."""
     results = load(incidents_dir)

@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from ...queue.dtypes import EventKind  # noqa: E402
 from .. import plotting  # noqa: E402
 from ..folders import load  # noqa: E402
-from .resultset import capacity_rps, lag_trace, mean_demand, reach_time  # noqa: E402
+from .resultset import capacity_rps, lag_trace, load_curve_stage, mean_demand, reach_time  # noqa: E402
 from .resultset import scenario_in, selected_parameter, squeeze, stages, steady  # noqa: E402
 from .resultset import straggler_event, timeline_scenarios, timeline_traces, trace_events_text  # noqa: E402
 
@@ -404,8 +404,7 @@ def jobs(results_dir, load_curve_dir=None):
         for key, name in timeline_scenarios(val).items():
             out.append((f"timeline-{name}", lambda key=key: timeline(key)))
     if load_curve_dir is not None:
-        lc = load(load_curve_dir)
-        _, lcv = stages(lc)
+        lcv = load_curve_stage(load_curve_dir)
         if lcv is not None:
             out.append((NAMES["load_curve"], lambda: load_curve_figure(lcv)))
     if val is not None and scenario_in(val, EventKind.SLOWDOWN) is not None:

@@ -17,7 +17,7 @@ from ...tables import fmt, markdown_table
 from ...timeline import INTERVAL_MS, ROLLING_COMPLETIONS
 from ..folders import load
 from . import figures as F
-from .resultset import capacity_rps, condition, lag_trace, mean_demand, reach_time
+from .resultset import capacity_rps, condition, lag_trace, load_curve_stage, mean_demand, reach_time
 from .resultset import selected_parameter, squeeze, stages, steady, straggler_event
 from .resultset import straggler_share, sweep_event_text, timeline_scenarios
 
@@ -494,7 +494,7 @@ def build(results_dir, figures_dir="figures", out_path=DEFAULT_OUT, load_curve_d
     sweep = sweep_of(val)
     lc = None
     if load_curve_dir is not None:
-        _, lc = stages(load(load_curve_dir))
+        lc = load_curve_stage(load_curve_dir)
     tick()
     share, info = straggler_share(val)
     lag = lag_trace(val, seed=[int(s) for s in val.seed.values]) if info is not None else None

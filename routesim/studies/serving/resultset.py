@@ -221,10 +221,68 @@ def capacity_rps(ds: xr.Dataset, heterogeneity, mean_demand_ms) -> float:
 
 
 # --------------------------------------------------------------------------------------
-# The load curve's results, beside the study's
+# Which folders hold the study's results
 # --------------------------------------------------------------------------------------
 
+SWEEP = "sweeps/exploration.toml"
+"""The sweep whose results the serving study reads."""
+
+STAGES = ("development", "validation")
+"""Its stages: the selection and the comparison of policies (a folder may hold one of
+them: ``--stage`` ran only that one)."""
+
+LOAD_CURVE_SWEEP, LOAD_CURVE_STAGE = "sweeps/load-curve.toml", "load-curve"
+"""The hockey stick's sweep and the stage the figure and the report read."""
+
+
+def _describe(attrs: dict) -> str:
+    """What a folder's stage files are: their stages, sweeps and models."""
+    if not attrs:
+        return "no stage files"
+    stages = ", ".join(a.get("stage", f"{name} (not routesim results)") for name, a in attrs.items())
+    sweeps = sorted({a["sweep_name"] for a in attrs.values() if "sweep_name" in a})
+    kinds = sorted({a.get("replica_kind", "queue") for a in attrs.values() if "stage" in a})
+    return (f"stage{'s' if len(attrs) > 1 else ''} {stages}" + (f" of the {', '.join(sweeps)} sweep" if sweeps else "")
+            + (f", {' and '.join(kinds)} model" if kinds else ""))
+
+
+def _queue_stages(attrs: dict) -> set:
+    return {a["stage"] for a in attrs.values() if "stage" in a and a.get("replica_kind", "queue") == "queue"}
+
+
+def not_the_study(results_dir):
+    """None when a results folder holds the study's results (queue-model stages, each
+    one of :data:`STAGES`), else the one line that says what it holds instead. Reads
+    only the files' attributes."""
+    from ..folders import stage_attrs
+    attrs = stage_attrs(results_dir)
+    names = {a.get("stage") for a in attrs.values()}
+    if attrs and names <= set(STAGES) and _queue_stages(attrs) == names:
+        return None
+    return (f"{results_dir}: not the results of {SWEEP} (its stages {' and '.join(STAGES)}, queue model; "
+            f"here: {_describe(attrs)}); for any sweep's results use python -m routesim.plot RESULTS.nc")
+
+
+def load_curve_stage(load_curve_dir):
+    """The load curve's stage Dataset (:data:`LOAD_CURVE_STAGE`, queue model) of a
+    results folder, or None when the folder does not hold it."""
+    from ..folders import load
+    ds = load(load_curve_dir).get(LOAD_CURVE_STAGE)
+    return ds if ds is not None and ds.attrs.get("replica_kind", "queue") == "queue" else None
+
+
+def not_a_load_curve(load_curve_dir):
+    """None when a folder holds the load curve's stage, else why not (one line)."""
+    from ..folders import stage_attrs
+    attrs = stage_attrs(load_curve_dir) if Path(load_curve_dir).is_dir() else {}
+    if LOAD_CURVE_STAGE in _queue_stages(attrs):
+        return None
+    return (f"{load_curve_dir}: not the results of {LOAD_CURVE_SWEEP} (its stage {LOAD_CURVE_STAGE}, queue "
+            f"model; here: {_describe(attrs)})")
+
+
 def default_load_curve(results_dir):
-    """``results/load-curve/`` beside ``results/<name>/``, when it exists."""
+    """``results/load-curve/`` beside ``results/<name>/``, when it exists (whatever it
+    holds: :func:`not_a_load_curve` says whether it is the load curve)."""
     cand = Path(results_dir).resolve().parent / "load-curve"
     return cand if cand.is_dir() and cand != Path(results_dir).resolve() and any(cand.glob("*.nc")) else None
