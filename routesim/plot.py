@@ -88,7 +88,7 @@ def _coord_index(coord, value) -> int | None:
     1-D coordinate, or None."""
     vals = list(coord.values)
     for i, v in enumerate(vals):
-        if v == value if not isinstance(value, str) else str(v) == value:
+        if (str(v) == value) if isinstance(value, str) else (v == value):
             return i
     if isinstance(value, str):
         low = value.strip().lower()
@@ -148,8 +148,6 @@ def roles(da, x=None, hue=None, col=None, row=None) -> dict:
     if hue is None and HUE in free and da.sizes[HUE] > 1:
         hue = HUE
         free.remove(HUE)
-    if hue in free:
-        free.remove(hue)
     for d in free:
         if da.sizes[d] > 1:
             raise PlotError(d, f"{da.name} also varies over {d} ({da.sizes[d]} values): pick one with "
@@ -200,8 +198,8 @@ def plot(ds, metric, x=None, hue=None, col=None, row=None, sel=None):
     names = [_value(v) for v in da[r["x"]].values]
     if not numeric_x:  # names on the axis: drawn at 0, 1, … and labelled
         da = da.assign_coords({r["x"]: np.arange(len(names))})
-    med, lo, hi = summarize(da)
     seeds = da.sizes.get(SEED, 0) if SEED not in r.values() else 0
+    med, lo, hi = summarize(da) if seeds else (da, da, da)
     facets = r["col"] is not None or r["row"] is not None
     with matplotlib.rc_context(STYLE):
         kw = dict(x=r["x"], hue=r["hue"], marker="o", markersize=3.5, linewidth=1.4)
@@ -223,7 +221,7 @@ def plot(ds, metric, x=None, hue=None, col=None, row=None, sel=None):
                 ax.set_xticks(range(len(names)), names, rotation=30, ha="right", rotation_mode="anchor")
             ax.set_ylabel(_label(metric, ds[metric].attrs.get("units", "")) if ax.get_subplotspec().is_first_col()
                           else "")
-        _titles(fig, ds, metric, fixed, seeds, facets, "band" if numeric_x else "bars")
+        _titles(fig, ds, metric, fixed, facets, _how(seeds, numeric_x, SEED in r.values()))
     return fig
 
 
@@ -253,14 +251,22 @@ def _label(metric, units) -> str:
     return f"{metric} ({units})" if units and units != "1" else metric
 
 
-def _titles(fig, ds, metric, fixed, seeds, facets, band):
+def _how(seeds, numeric_x, per_seed) -> str:
+    """What the lines and their intervals are, as the figure states it."""
+    if seeds > 1:
+        band = "band" if numeric_x else "bars"
+        return (f"{'line' if numeric_x else 'point'}: median over {seeds} seeds; {band}: "
+                f"{INTERVAL[0]:.0%}–{INTERVAL[1]:.0%} range of the seeds")
+    if per_seed:
+        return "each seed's values"
+    return "one seed: its values" if seeds == 1 else "the values (no seed dimension)"
+
+
+def _titles(fig, ds, metric, fixed, facets, how):
     desc = ds[metric].attrs.get("description", "")
     head = f"{metric}: {desc}" if desc else metric
     where = [f"sweep {ds.attrs.get('sweep_name', '')}, stage {ds.attrs.get('stage', '')}"]
     where += [f"{d} = {_value(v)}" for d, v in fixed.items()]
-    how = (f"{'line' if band == 'band' else 'point'}: median over {seeds} seeds; {band}: "
-           f"{INTERVAL[0]:.0%}–{INTERVAL[1]:.0%} range of the seeds"
-           if seeds > 1 else "one seed: its values" if seeds == 1 else "no seed dimension: the values")
     width = int(fig.get_figwidth() * 15)  # characters a line of the title holds
     text = "\n".join(textwrap.wrap(head, width) + textwrap.wrap(" · ".join(where), width) + [how])
     lines = text.count("\n") + 1

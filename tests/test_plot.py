@@ -172,3 +172,13 @@ def test_routesim_plot_is_the_function():
     assert isinstance(fig, Figure)
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["steady", "straggler"]
     assert routesim.plot.main is P.main
+
+
+def test_seeds_as_a_hue_are_drawn_each():
+    ds = queue_ds()
+    fig = P.plot(ds, "attainment", hue="seed", sel={"scenario": "steady", "policy": "adaptive"})
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == ds.sizes["seed"]
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(),
+                               ds.attainment.sel(scenario="steady", policy="adaptive", seed=1).squeeze().values)
+    assert "each seed's values" in ax.get_title(loc="left") and "median" not in ax.get_title(loc="left")
