@@ -17,6 +17,8 @@ COMMANDS = {
     "capacity": ("routesim.capacity", "find each policy's largest rate that meets an SLO"),
     "calibrate": ("routesim.calibrate", "fit a replica's step cost from a serving log"),
     "trace": ("routesim.trace", "record timelines of one condition of a stage"),
+    "plot": ("routesim.plot", "draw any metric of any results file against its dimensions"),
+    "keys": ("routesim.keys", "print every key a sweep file may hold (docs/keys.md)"),
     "figures": ("routesim.figures", "draw a bundled study's figures from its results folder"),
     "report": ("routesim.report", "write a bundled study's document from its results folder"),
     "validation": ("routesim.validation", "check the simulator against queueing theory"),

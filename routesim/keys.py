@@ -225,18 +225,24 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m routesim.keys", description=__doc__.split("\n\n")[1])
     ap.add_argument("--out", type=Path, default=None, metavar="FILE",
                     help=f"write the reference here (e.g. {OUT}) instead of printing it")
+    ap.add_argument("-q", "--quiet", action="store_true", help="with --out: do not print the file written")
     args = ap.parse_args(argv)
     text = render()
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    from .files import write_text
+    from .files import unwritable_file, write_text
+    why = unwritable_file(args.out)
+    if why is not None:
+        print(f"error: {args.out}: {why}", file=sys.stderr)
+        return 2
     try:
         path = write_text(args.out, text)
     except OSError as exc:
         print(f"error: {args.out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(f"wrote {path}")
+    if not args.quiet:
+        print(f"wrote {path}")
     return 0
 
 

@@ -308,6 +308,7 @@ def _parser():
                     help="keep only this value of a dimension; repeatable")
     ap.add_argument("--out", type=Path, default=None, metavar="FILE.png",
                     help="the figure, .png or .svg (default <RESULTS folder>/<stem>-<METRIC>.png)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="do not print the file written")
     return ap
 
 
@@ -352,8 +353,10 @@ def main(argv=None) -> int:
         out = args.out or args.results.with_name(f"{args.results.stem}-{args.metric}.png")
         if out.suffix.lower() not in (".png", ".svg"):
             raise PlotError("--out", f"{out}: expected a .png or .svg file name")
-        if out.is_dir():
-            raise PlotError("--out", f"{out} is a folder: give a file name ending in .png or .svg")
+        from .files import unwritable_file
+        why = unwritable_file(out)
+        if why is not None:
+            raise PlotError("--out", why)
         fig = plot(ds, args.metric, args.x, args.hue, args.col, args.row, _sel(args.sel))
     except PlotError as exc:
         print(f"error: {args.results}: {exc}", file=sys.stderr)
@@ -367,7 +370,8 @@ def main(argv=None) -> int:
         return 2
     finally:
         plt.close(fig)
-    print(f"wrote {path}")
+    if not args.quiet:
+        print(f"wrote {path}")
     return 0
 
 
@@ -379,7 +383,8 @@ class _CallableModule(type(sys)):
         return plot(*args, **kwargs)
 
 
-sys.modules[__name__].__class__ = _CallableModule
+if __name__ != "__main__":  # imported (python -m runs a copy of it as __main__)
+    sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())
