@@ -21,7 +21,7 @@ def digest() -> str:
     h = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_bytes()
-        if b"njit" in text or b"intrinsic" in text or path.name == "conf.py":
+        if b"njit" in text or b"intrinsic" in text or b"overload" in text or path.name == "conf.py":
             h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + text + b"\0")
     return h.hexdigest()[:16]
 

@@ -15,6 +15,7 @@ never asks which model it runs.
 """
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -173,3 +174,64 @@ def test_every_model_provides_the_interface(kind):
         module = model.part(part)
         missing = [n for n in names if not hasattr(module, n)]
         assert missing == [], f"{module.__name__} lacks {missing}"
+
+
+# --- the batching engine's seams (issue 43) -----------------------------------------------
+
+BATCHING = PACKAGE / "batching"
+SCHEDULER_MODULES = {"vllm_replica", "vllm_blocks"}
+"""Modules of a scheduler alone: the event loop reaches them only through scheduler.py.
+(replica.py also holds what both schedulers share: the engine may import that.)"""
+OPERATION_NAMES = {"state_nb", "table_slots_nb", "start_nb", "decode_on_nb", "finish_nb", "cancel_nb", "crash_nb",
+                   "emits_only_nb", "decodes_on_nb"}
+"""A scheduler's operations and the reserve scheduler's own conditions (scheduler.OPERATIONS)."""
+
+
+def scheduler_branches(source: str) -> list:
+    """The places in ``source`` (a module's text) that ask which scheduler runs: an
+    ``is None`` / ``is not None`` test (the old dispatch on the vllm state's presence),
+    a ``scheduler`` field or the ``Scheduler`` codes, an import of a scheduler's module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Attribute) and node.attr == "scheduler":
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Name) and node.id == "Scheduler":
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            names = {a.name for a in node.names}
+            if ({node.module} | names) & SCHEDULER_MODULES or (node.module == "replica" and names & OPERATION_NAMES) \
+                    or (node.module is None and "replica" in names):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_event_loop_asks_no_scheduler():
+    """engine.py (run_one_nb and its phases) calls scheduler.py's operations and never
+    branches on which scheduler runs; only scheduler.py dispatches."""
+    assert scheduler_branches((BATCHING / "engine.py").read_text()) == []
+
+
+def test_the_branch_check_sees_a_scheduler_branch():
+    snippets = ["if vst is not None:\n    pass", "quick = vst is None", "x = p.scheduler == 1",
+                "from . import vllm_replica as vm", "from .replica import finish_nb",
+                "if p['scheduler'] == Scheduler.VLLM:\n    pass"]
+    assert all(scheduler_branches(s) for s in snippets)
+
+
+def test_every_scheduler_implements_every_operation():
+    from routesim.batching import scheduler
+    from routesim.batching.dtypes import Scheduler
+    assert set(scheduler.MODULES) == set(Scheduler)
+    assert len(scheduler.STATES) == len(scheduler.MODULES)  # each its own state type: the dispatch's key
+    for code, module in scheduler.MODULES.items():
+        assert hasattr(module.STATE, "_fields"), module.__name__
+        ops = dict(scheduler.OPERATIONS, state_nb=inspect.signature(scheduler.state))
+        for name, signature in ops.items():
+            f = getattr(module, name, None)
+            assert f is not None, f"{module.__name__} lacks {name}"
+            assert hasattr(f, "py_func"), f"{module.__name__}.{name} is not compiled"
+            assert list(inspect.signature(f.py_func).parameters) == list(signature.parameters), \
+                f"{module.__name__}.{name}{inspect.signature(f.py_func)}: not {name}{signature}"
+

@@ -51,6 +51,8 @@ OUT_OF_LOOP = {
     "reserve_nb", "_gap_room_nb",
     # scheduler = "vllm": every prompt block's key, once per run before the event loop
     "prompt_keys_nb",
+    # a scheduler's state (scheduler.py), allocated once per run before the event loop
+    "state_nb",
 }
 """Functions whose reference counts are not per iteration (not checked)."""
 

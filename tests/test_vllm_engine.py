@@ -25,7 +25,8 @@ if str(REPO) not in sys.path:
 from conformance import record  # noqa: E402
 from routesim.batching import runs as br  # noqa: E402
 from routesim.batching.dtypes import KEPT, METRICS, REPLICA, Fate  # noqa: E402
-from routesim.batching.engine import run_one_nb, vllm_state_nb  # noqa: E402
+from routesim.batching.engine import run_one_nb  # noqa: E402
+from routesim.batching.vllm_replica import state_nb  # noqa: E402
 from routesim.batching.workload import TokenWorkload, segments_from_ids  # noqa: E402
 
 import token_reference as ref  # noqa: E402
@@ -69,10 +70,10 @@ def _run_cases(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, 
         p = params[r]
         lo = wl_off[r]
         hi = wl_off[r + 1]
-        vst = vllm_state_nb(p, 1, seg_key, seg_len, seg_off[lo + r:hi + r + 1], wl_P[lo:hi], wl_O[lo:hi])
-        run_one_nb(p, rep[r], events, wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], seg_key, seg_len,
-                   seg_off[lo + r:hi + r + 1], ru, metrics[r], np.zeros(0), np.zeros((0, 1), SAMPLE_T),
-                   np.zeros(0, CLUSTER_T), keep[lo:hi], vst)
+        vst, pk, pk_len, pk_off = state_nb(p, 1, seg_key, seg_len, seg_off[lo + r:hi + r + 1], wl_P[lo:hi],
+                                           wl_O[lo:hi])
+        run_one_nb(p, rep[r], events, wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], pk, pk_len, pk_off, ru,
+                   metrics[r], np.zeros(0), np.zeros((0, 1), SAMPLE_T), np.zeros(0, CLUSTER_T), keep[lo:hi], vst)
 
 
 from routesim.batching.dtypes import CLUSTER_SAMPLE as CLUSTER_T, SAMPLE as SAMPLE_T  # noqa: E402

@@ -26,15 +26,12 @@ from .. import ieee_math
 from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
+from . import scheduler as sc
 from . import timers as tm
-from . import vllm_blocks as vb
-from . import vllm_replica as vm
-from .blocks import free_nb
-from .dtypes import (CACHED, CLUSTER_SAMPLE, DUE, KEPT, REQUEST, SAMPLE, TIMER, VIEW, Admission, EventKind,
-                     Fate, Scheduler, Signals, State, start_replica_nb, start_request_nb)
+from .dtypes import (CACHED, CLUSTER_SAMPLE, KEPT, REQUEST, SAMPLE, TIMER, VIEW, Admission, EventKind, Fate,
+                     Signals, State, start_replica_nb, start_request_nb)
 from .metrics import finish_metrics_nb
-from .replica import (begin_nb, cancel_nb, crash_nb, emit_decoding_nb, finish_nb, g_now_nb,
-                      integrate_nb, settle_nb, start_nb)
+from .replica import g_now_nb, integrate_nb, segments_most_nb, settle_nb
 from .router import add_local_nb, observe_failure_nb, place_nb, route_nb, truth_nb, view_nb
 
 FIRST = np.bool_(False)
@@ -52,30 +49,6 @@ def _end_live(e, r):
     """Is iteration end e (a TIMER record) still replica record r's iteration in
     progress (not abandoned)?"""
     return r.busy and r.started == e.token and r.end_ms == e.t
-
-
-@nb.njit(**JIT)
-def _emits_only(r, n_due, next_j):
-    """Does the iteration of replica record r that ends now only emit its decoding
-    sequences' tokens (phase 1 without finish_nb): nothing prefills, and nothing in its
-    schedule (``n_due`` entries, the first for iteration ``next_j``) is due now?"""
-    return r.n_pre == 0 and (n_due == 0 or next_j >= r.started)
-
-
-@nb.njit(**JIT)
-def _decodes_on(r, need, kv_blocks):
-    """May replica record r start its next iteration by :func:`_decode_on_nb`: nothing
-    waits or prefills, and its sequences' growth (``need`` blocks) is free?"""
-    return r.n_wait == 0 and r.n_pre == 0 and need <= free_nb(r, kv_blocks)
-
-
-@nb.njit(**JIT)
-def _decode_on_nb(r, p, mt, t, need):
-    """Replica record r, whose sequences all decode, starts its next iteration at t, its
-    sequences' growth taking ``need`` free blocks (phase 7 without a call into the pool)."""
-    r.anon += need
-    r.kv_dec += r.n_dec
-    begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, NONE, 0.0, NONE, NONE)
 
 
 @nb.njit(**JIT)
@@ -143,7 +116,7 @@ def _close_window_nb(rep, req):
 
 @nb.njit(**JIT)
 def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, ru, mt,
-               sample_t, samples, cluster, keep, vst):
+               sample_t, samples, cluster, keep, sched):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
 
     wl_* (requests,) the workload (``wl_t`` ms: arrivals, or with ``p.max_in_flight = N > 0``
@@ -154,10 +127,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     A timeline (empty arrays otherwise): at each of ``sample_t`` (ms, ascending) the
     state after everything at times ≤ it goes to ``samples`` (samples, replicas) SAMPLE
     and ``cluster`` (samples,) CLUSTER_SAMPLE, and ``keep`` (requests,) KEPT gets
-    what became of each request. ``vst``: ``None`` for ``scheduler = "reserve"``, else
-    the vllm mode's state, :func:`vllm_state_nb`. (An argument, not a test of ``p``:
-    Numba drops the branches of a ``vst is None`` test at compile time, so a run of
-    either scheduler compiles none of the other's functions.)
+    what became of each request. ``sched``: the state of the run's scheduler
+    (``scheduler.state``, with the segments it gives as seg_key/seg_len/seg_off): the
+    loop asks the scheduler through :mod:`.scheduler`'s operations, which Numba picks by
+    its type at compile time, so a run compiles its own scheduler's functions only.
     """
     n = wl_t.shape[0]
     nrep = rep.shape[0]
@@ -175,28 +148,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     si = np.int64(0)   # (typed zeros: a literal 0 would compile its callees once more, for Literal[int](0))
     for i in range(nrep):
         start_replica_nb(rep[i])
-    # scheduler = "vllm" (vllm_replica.py): its pools, and every prompt block's key; the
-    # routers see its hash map in ``tab`` and each prompt as one-block segments of keys
-    evicted = np.zeros(1, np.int64)
-    if vst is not None:
-        bl, vq, vr, vs, vp, pk, pk_off, pk_len, gbase = vst
-        seg_key = pk
-        seg_len = pk_len
-        seg_off = pk_off
     # what is resident: a table of segments grown as needed (the vllm mode's sized once),
     # a heap of cached ones per replica (at most one live entry per cached segment; stale
     # ones compacted away)
-    tab = bk.table_nb(max(1024, nrep) if vst is None else max(1024, nrep, vm.table_slots_nb(p, nrep, wl_P, wl_O)))
-    most = 16  # segments of a prompt at most: admission's scratch, the routers' room (phase 6) per request
-    for k in range(n):
-        most = max(most, seg_off[k + 1] - seg_off[k])
+    tab = bk.table_nb(max(1024, nrep, sc.table_slots_nb(sched, p, nrep)))
+    most = segments_most_nb(seg_off)  # admission's scratch, the routers' room (phase 6) per request
     heap = np.zeros((nrep, min(p.kv_blocks, max(seg_off[n] - seg_off[0], 1)) + most + 16), CACHED)
     heap_n = np.zeros(nrep, np.int64)
-    due = np.zeros((nrep, 2 * p.max_batch + 16), DUE)
-    due_n = np.zeros(nrep, np.int64)
-    grow = np.zeros((nrep, p.block_tokens), np.int64)
-    prefill = np.empty((nrep, p.max_batch), np.int64)
-    found = np.zeros(most, np.bool_)  # admission's scratch: which of a prompt's segments are resident
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
     # timers: deadlines, black-hole failures, retries due
     timers = np.zeros((tm.HEAPS, max(n * p.max_attempts, nrep) + 16), TIMER)
@@ -245,7 +203,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     # max_in_flight = N > 0 the times its slots come free (final outcomes + overhead)
     sent = np.full(n, np.nan)            # ms; wl_t[k] in an open loop
     closed = p.max_in_flight > 0
-    quick = vst is None and not closed   # decoding-only iteration ends may skip the other phases (below)
+    quick = not closed                   # decoding-only iteration ends may skip the other phases (below)
     rel_t = np.empty(n if closed else 0)  # (time, slots) in time order: each request frees one
     rel_c = np.empty(n if closed else 0, np.int64)
     rel_n = 0
@@ -273,6 +231,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     ready_pending = False              # a recovered replica is not yet ready
     next_pub = np.int64(0)             # the replica publishing next (they take turns)
     stopped = False
+    S = sc.Run(rep, req, tab, heap, heap_n, cnt, seg_key, seg_len, seg_off, most, done_log, gap_ms, gap_n, n_gap,
+               due_req)
     # The event loop. No array variable is assigned inside the inner loop (each would
     # cost Numba reference counting at every pass): it is left, between two times or
     # before an iteration start, only to make room in a growable array, here below,
@@ -288,28 +248,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 i = dirty[c7]
                 r = rep[i]
                 if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
-                    need = grow[i, r.started % p.block_tokens]
-                    if vst is not None:
-                        if 2 * cnt[0] > tab.shape[0]:  # (a guard: never, as the map is sized, vm.table_slots_nb)
-                            tab_need = cnt[0] + vm.step_room_nb(p)
-                        else:
-                            integrate_nb(r, t, p)
-                            vm.start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, evicted)
-                            tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
-                    elif _decodes_on(r, need, p.kv_blocks):
-                        integrate_nb(r, t, p)
-                        _decode_on_nb(r, p, mt, t, need)  # decoding only, new blocks free: no call into the pool
+                    tab_need = sc.start_nb(sched, S, i, t, p, mt)  # or the table's room to make first
+                    if tab_need == 0:
                         tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
-                    else:
-                        # room in the table for every admission this start can make
-                        room = cnt[0] + min(r.n_wait, p.max_batch - r.n_run) * most
-                        if 2 * room > tab.shape[0]:
-                            tab_need = room
-                        else:
-                            integrate_nb(r, t, p)
-                            start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key,
-                                     seg_len, seg_off, mt, cnt, found)
-                            tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
                 if tab_need == 0:
                     marked[i] = False
                     c7 += 1
@@ -369,16 +310,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     i = e_win[1]
                     r = rep[i]
                     te = ends[i].t
-                    if not (te < calm and _end_live(ends[i], r) and _emits_only(r, due_n[i], due[i, 0].j)
-                            and r.healthy and r.n_run > 0):
+                    if not (te < calm and _end_live(ends[i], r) and r.healthy and r.n_run > 0):
                         break
-                    need = grow[i, r.started % p.block_tokens]
-                    if not _decodes_on(r, need, p.kv_blocks):
+                    if not sc.decode_on_nb(sched, S, i, te, p, mt):  # emits only, then decodes on: both done
                         break
                     prev_t = te
-                    integrate_nb(r, te, p)
-                    emit_decoding_nb(r, p, mt, te, gap_ms, gap_n, n_gap)
-                    _decode_on_nb(r, p, mt, te, need)
                     tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
             while ends[e_win[1]].t < np.inf and not _end_live(ends[e_win[1]], rep[e_win[1]]):
                 tm.set_end_nb(ends, e_win, e_win[1], np.inf, NONE)  # abandoned
@@ -429,15 +365,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                     integrate_nb(r, t, p)
                     before = n_done
-                    if vst is not None:
-                        n_done = vm.finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt,
-                                              done_log, n_done, gap_ms, gap_n, n_gap)
-                    elif _emits_only(r, due_n[i], due[i, 0].j):
-                        emit_decoding_nb(r, p, mt, t, gap_ms, gap_n, n_gap)  # nothing due: decoding tokens only
-                    else:
-                        n_done = finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p,
-                                           seg_key, seg_len, seg_off, mt, done_log, n_done, cnt, gap_ms, gap_n,
-                                           n_gap)
+                    n_done = sc.finish_nb(sched, S, i, t, p, mt, n_done)
                     for c in range(before, n_done):
                         s = done_log[1, c]
                         ro = req[s].router
@@ -457,10 +385,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 elif e.kind == EventKind.FAIL:
                     if rep[i].healthy:
                         integrate_nb(rep[i], t, p)
-                        if vst is not None:
-                            nv, gone = vm.crash_nb(tab, bl, vq, vr, rep, req, i, due_req)
-                        else:
-                            nv, gone = crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, due_req)
+                        nv, gone = sc.crash_nb(sched, S, i, t, p)  # its failed attempts in due_req
                         cnt[0] -= gone
                         for v in range(nv):
                             fail_req[n_fail] = due_req[v]
@@ -488,10 +413,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 s = timers[tm.BLACK_HOLES, 0].req
                 tm.pop_nb(timers, tn, tm.BLACK_HOLES)
                 i = req[s].replica
-                if vst is not None:
-                    vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
-                else:
-                    cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt)
+                sc.cancel_nb(sched, S, i, s, t, p)
                 fail_req[n_fail] = s
                 fail_rep[s] = i
                 fail_crash[s] = False
@@ -513,11 +435,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if fails:
                     i = q.replica
                     integrate_nb(rep[i], t, p)
-                    if vst is not None:
-                        vm.cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase)
-                    else:
-                        cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off,
-                                  cnt)
+                    sc.cancel_nb(sched, S, i, s, t, p)
                     fail_req[n_fail] = s
                     fail_rep[s] = i
                     fail_crash[s] = False
@@ -679,6 +597,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             tab = bk.reserve_nb(tab, cnt[0], tab_need - cnt[0])
             snap = bk.reserve_nb(snap, snap_n, snap_need - snap_n)
             loc = bk.reserve_nb(loc, loc_n, loc_need - loc_n)
+            S = sc.Run(rep, req, tab, heap, heap_n, cnt, seg_key, seg_len, seg_off, most, done_log, gap_ms, gap_n,
+                       n_gap, due_req)
     while si < sample_t.shape[0] and sample_t[si] <= horizon:  # stopped just after the horizon
         _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples, cluster, si)
         si += 1
@@ -729,32 +649,21 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, samples, cluster, si):
     clu.ttft_timeouts = cum[5]
 
 
-@nb.njit(**JIT)
-def vllm_state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
-    """The vllm mode's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests
-    (segments as :func:`run_one_nb` is given them): its pools ``bl, vq, vr, vs, vp``
-    (vllm_replica.state_nb) and every prompt block's key ``pk, pk_off, pk_len, gbase``
-    (vllm_blocks.prompt_keys_nb)."""
-    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens)
-    bl, vq, vr, vs, vp = vm.state_nb(wl_P.shape[0], nrep, p.kv_blocks, p.max_batch)
-    return bl, vq, vr, vs, vp, pk, pk_off, pk_len, gbase
-
-
 def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off):
     """The arguments of :func:`run_one_nb` for run ``r`` of a batch but the metrics record
     and the timeline's arrays, by name (views, no copies): its PARAMS record, ``rep``
     (replicas,) REPLICA (the run's own), its scenario events, its workload's requests and
-    their segment offsets, its workload's router stream, and the vllm mode's state
-    (``vst``: ``None`` unless its scheduler is vllm). Shapes as in :func:`run_batch`."""
+    their segment offsets, its workload's router stream, and its scheduler's state
+    (``sched``, with the segments the scheduler gives). Shapes as in :func:`run_batch`."""
     p = params[r]
     w = int(p["workload"])
     lo, hi = int(wl_off[w]), int(wl_off[w + 1])
     a = int(p["event_start"])
     args = dict(p=p, rep=rep, events=events[a:a + int(p["event_count"])], wl_t=wl_t[lo:hi], wl_P=wl_P[lo:hi],
                 wl_O=wl_O[lo:hi], wl_key=wl_key[lo:hi], seg_key=seg_key, seg_len=seg_len,
-                seg_off=seg_off[lo + w:hi + w + 1], ru=ru[int(ru_off[w]):int(ru_off[w + 1])], vst=None)
-    if p["scheduler"] == Scheduler.VLLM:
-        args["vst"] = vllm_state_nb(p, rep.shape[0], seg_key, seg_len, args["seg_off"], args["wl_P"], args["wl_O"])
+                seg_off=seg_off[lo + w:hi + w + 1], ru=ru[int(ru_off[w]):int(ru_off[w + 1])])
+    args["sched"], args["seg_key"], args["seg_len"], args["seg_off"] = sc.state(
+        p, rep.shape[0], seg_key, seg_len, args["seg_off"], args["wl_P"], args["wl_O"])
     return args
 
 

@@ -22,6 +22,7 @@ iteration is in progress).
 """
 
 import math
+from collections import namedtuple
 
 import numba as nb
 import numpy as np
@@ -33,7 +34,7 @@ from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
 from .timers import in_flight_nb
-from .dtypes import Due, Fate, State, StepCost, empty_nb
+from .dtypes import DUE, Due, Fate, State, StepCost, empty_nb
 
 
 @nb.njit(**JIT)
@@ -262,7 +263,7 @@ def requeue_nb(rep, req, i, v, t, p, mt):
 
 
 @nb.njit(**JIT)
-def start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off,
+def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off,
              mt, cnt, found):
     """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. The block
     table has room for every admission it can make (the engine sees to it: see
@@ -427,7 +428,7 @@ def leave_nb(rep, req, i, s, t, p, mt, done_log, n_done):
 
 
 @nb.njit(**JIT)
-def finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off, mt,
+def _finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off, mt,
               done_log, n_done, cnt, gap_ms, gap_n, n_gap):
     """End replica i's iteration at t (§2 step 4): the chunks are computed, tokens
     emitted (inter-token gaps recorded), sequences complete. Returns the new length of
@@ -521,7 +522,7 @@ def unqueue_nb(rep, req, i, s):
 
 
 @nb.njit(**JIT)
-def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt):
+def _cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg_key, seg_off, cnt):
     """Take request s's attempt off replica i at t (a timeout or a black-hole failure):
     out of the waiting queue, the running list or the black hole, its blocks released;
     it emits nothing more (the iteration in progress keeps its duration)."""
@@ -550,7 +551,7 @@ def cancel_nb(tab, heap, heap_n, due_n, grow, rep, req, prefill, i, s, t, p, seg
 
 
 @nb.njit(**JIT)
-def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
+def _crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
     """Replica i goes down at t: every attempt on it (waiting, running, black-holed)
     ends, its iteration is abandoned and its cache emptied. ``victims`` receives the
     requests whose attempts failed (their g as emitted, for wasted tokens, kept in
@@ -578,3 +579,129 @@ def crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
         grow[i, k] = 0
     hold((tab, rep, req, heap_n, due_n, grow, victims))
     return nv, gone
+
+
+# --- the scheduler's operations (scheduler.py) --------------------------------------------
+
+STATE = namedtuple("Reserve", ["due", "due_n", "grow", "prefill", "found"])
+"""``scheduler = "reserve"``'s own arrays: ``due`` (replicas, 2·max_batch + 16) DUE and
+``due_n`` (replicas,) the decode schedules (:mod:`.schedule`), ``grow`` (replicas,
+block_tokens) the decoding sequences of each residue, ``prefill`` (replicas, max_batch)
+the prefilling sequences, ``found`` (the most segments of a prompt,) admission's scratch."""
+
+
+@nb.njit(**JIT)
+def segments_most_nb(seg_off):
+    """The most segments a prompt has (at least 16): ``seg_off`` (requests + 1,)."""
+    most = 16
+    for k in range(seg_off.shape[0] - 1):
+        most = max(most, seg_off[k + 1] - seg_off[k])
+    return most
+
+
+@nb.njit(**JIT)
+def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """The scheduler's state for a run of ``p`` (PARAMS) on ``nrep`` replicas, and the
+    prompt segments the run sees (the requests' own: seg_key/seg_len, request k's at
+    ``seg_off[k]:seg_off[k + 1]``)."""
+    due = np.zeros((nrep, 2 * p.max_batch + 16), DUE)
+    due_n = np.zeros(nrep, np.int64)
+    grow = np.zeros((nrep, p.block_tokens), np.int64)
+    prefill = np.empty((nrep, p.max_batch), np.int64)
+    found = np.zeros(segments_most_nb(seg_off), np.bool_)
+    return STATE(due, due_n, grow, prefill, found), seg_key, seg_len, seg_off
+
+
+@nb.njit(**JIT)
+def table_slots_nb(X, p, nrep):
+    """Segment-table slots the run needs from the start: none (the engine grows it)."""
+    return np.int64(0)
+
+
+@nb.njit(**JIT)
+def emits_only_nb(r, n_due, next_j):
+    """Does the iteration of replica record r that ends now only emit its decoding
+    sequences' tokens (phase 1 without :func:`_finish_nb`): nothing prefills, and nothing
+    in its schedule (``n_due`` entries, the first for iteration ``next_j``) is due now?"""
+    return r.n_pre == 0 and (n_due == 0 or next_j >= r.started)
+
+
+@nb.njit(**JIT)
+def decodes_on_nb(r, need, kv_blocks):
+    """May replica record r start its next iteration by :func:`_decode_next_nb`: nothing
+    waits or prefills, and its sequences' growth (``need`` blocks) is free?"""
+    return r.n_wait == 0 and r.n_pre == 0 and need <= bk.free_nb(r, kv_blocks)
+
+
+@nb.njit(**JIT)
+def _decode_next_nb(r, p, mt, t, need):
+    """Replica record r, whose sequences all decode, starts its next iteration at t, its
+    sequences' growth taking ``need`` free blocks (phase 7 without a call into the pool)."""
+    r.anon += need
+    r.kv_dec += r.n_dec
+    begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, np.int64(0), 0.0, np.int64(0), np.int64(0))
+
+
+@nb.njit(**JIT)
+def start_nb(X, S, i, t, p, mt):
+    """Start an iteration on idle replica i, which has work, at t (phase 7): its end
+    time set. Returns 0, or the segment-table entries to make room for first (then
+    nothing is done: the engine grows the table and calls again)."""
+    r = S.rep[i]
+    need = X.grow[i, r.started % p.block_tokens]
+    if decodes_on_nb(r, need, p.kv_blocks):
+        integrate_nb(r, t, p)
+        _decode_next_nb(r, p, mt, t, need)  # decoding only, new blocks free: no call into the pool
+        return np.int64(0)
+    # room in the table for every admission this start can make
+    room = S.cnt[0] + min(r.n_wait, p.max_batch - r.n_run) * S.most
+    if 2 * room > S.tab.shape[0]:
+        return room
+    integrate_nb(r, t, p)
+    _start_nb(S.tab, S.heap, S.heap_n, X.due, X.due_n, X.grow, S.rep, S.req, X.prefill, i, t, p, S.seg_key,
+              S.seg_len, S.seg_off, mt, S.cnt, X.found)
+    return np.int64(0)
+
+
+@nb.njit(**JIT)
+def decode_on_nb(X, S, i, t, p, mt):
+    """Replica i's iteration ending at t only emits its decoding sequences' tokens and
+    the next one only decodes into free blocks: do both (phase 1 and phase 7 of a time
+    that has nothing else) and return True; else do nothing and return False."""
+    r = S.rep[i]
+    if not emits_only_nb(r, X.due_n[i], X.due[i, 0].j):
+        return False
+    need = X.grow[i, r.started % p.block_tokens]
+    if not decodes_on_nb(r, need, p.kv_blocks):
+        return False
+    integrate_nb(r, t, p)
+    emit_decoding_nb(r, p, mt, t, S.gap_ms, S.gap_n, S.n_gap)
+    _decode_next_nb(r, p, mt, t, need)
+    return True
+
+
+@nb.njit(**JIT)
+def finish_nb(X, S, i, t, p, mt, n_done):
+    """End replica i's iteration at t (phase 1). Returns the new length of
+    ``S.done_log``."""
+    r = S.rep[i]
+    if emits_only_nb(r, X.due_n[i], X.due[i, 0].j):
+        emit_decoding_nb(r, p, mt, t, S.gap_ms, S.gap_n, S.n_gap)  # nothing due: decoding tokens only
+        return n_done
+    return _finish_nb(S.tab, S.heap, S.heap_n, X.due, X.due_n, X.grow, S.rep, S.req, X.prefill, i, t, p, S.seg_key,
+                      S.seg_len, S.seg_off, mt, S.done_log, n_done, S.cnt, S.gap_ms, S.gap_n, S.n_gap)
+
+
+@nb.njit(**JIT)
+def cancel_nb(X, S, i, s, t, p):
+    """Take request s's attempt off replica i at t (phase 3: a timeout or a black-hole
+    failure)."""
+    _cancel_nb(S.tab, S.heap, S.heap_n, X.due_n, X.grow, S.rep, S.req, X.prefill, i, s, t, p, S.seg_key, S.seg_off,
+               S.cnt)
+
+
+@nb.njit(**JIT)
+def crash_nb(X, S, i, t, p):
+    """Replica i goes down at t (phase 2): the requests whose attempts failed in
+    ``S.victims``; returns their number and the segment-table entries deleted."""
+    return _crash_nb(S.tab, S.rep, S.req, S.heap_n, X.due_n, X.grow, i, t, p, S.victims)

@@ -13,6 +13,7 @@ order, ``vp[i, :vq[i, NPEND]]`` the attempts cancelled during it, released at it
 """
 
 import math
+from collections import namedtuple
 
 import numba as nb
 import numpy as np
@@ -23,7 +24,8 @@ from . import blocks as bk
 from . import vllm_blocks as vb
 from .dtypes import State, empty_nb
 from .lists import pop_front_nb, run_append_nb, run_remove_nb
-from .replica import begin_nb, gap_nb, in_window_end_nb, in_window_nb, leave_nb, requeue_nb, tau_of_nb, unqueue_nb
+from .replica import (begin_nb, gap_nb, in_window_end_nb, in_window_nb, integrate_nb, leave_nb, requeue_nb,
+                      tau_of_nb, unqueue_nb)
 from .timers import in_flight_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
@@ -35,8 +37,8 @@ VR_FIELDS = 4
 
 
 @nb.njit(**JIT)
-def state_nb(n, nrep, kv_blocks, max_batch):
-    """The mode's per-run arrays: bl, vq, vr, vs, vp."""
+def _arrays_nb(n, nrep, kv_blocks, max_batch):
+    """The mode's per-run pools: bl, vq, vr, vs, vp."""
     bl = np.empty((nrep, vb.FIELDS, kv_blocks), np.int64)
     vq = np.zeros((nrep, vb.VQ_FIELDS), np.int64)
     for i in range(nrep):
@@ -51,14 +53,14 @@ def state_nb(n, nrep, kv_blocks, max_batch):
 
 @nb.njit(**JIT)
 def step_room_nb(p):
-    """Hash-map entries one step of a replica can add at most (start_nb's hashing): a
+    """Hash-map entries one step of a replica can add at most (_start_nb's hashing): a
     block per token it computes, one more per sequence, and 2 (the room the engine's
-    guard makes should the map ever be fuller than :func:`table_slots_nb` allows)."""
+    guard makes should the map ever be fuller than :func:`_slots_nb` allows)."""
     return p.max_batched_tokens // p.block_tokens + p.max_batch + 2
 
 
 @nb.njit(**JIT)
-def table_slots_nb(p, nrep, wl_P, wl_O):
+def _slots_nb(p, nrep, wl_P, wl_O):
     """Slots for a run's hash map, sized once so that it never grows: growing rehashes
     every entry, and the map of full pools is tens of megabytes (a sixth of this mode's
     time went to doubling it). An entry is a key held by blocks of one replica:
@@ -234,11 +236,11 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
 
 
 @nb.njit(**JIT)
-def start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
+def _start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
     """Start a step on replica i at t: schedule (again at once after a step that only
     preempted, D14), then its duration from U, Q, n, K, R (spec22b 15; docs/model.md
     "The step cost"). The hash map ``tab`` has room for every key there can be
-    (:func:`table_slots_nb`; the event loop never reassigns an array)."""
+    (:func:`_slots_nb`; the event loop never reassigns an array)."""
     r = rep[i]
     while True:  # a step that only preempted is no iteration: schedule again at once (D14)
         preempted, U, Q, n, K, R, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
@@ -260,7 +262,7 @@ def _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, d
 
 
 @nb.njit(**JIT)
-def finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt, done_log, n_done,
+def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt, done_log, n_done,
               gap_ms, gap_n, n_gap):
     """End replica i's step at t (spec22b 17): in scheduled order, each attempt still
     running whose prefill is complete emits a token and may complete (released at
@@ -304,7 +306,7 @@ def finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt,
 
 
 @nb.njit(**JIT)
-def cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
+def _cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
     """Take request s's attempt off replica i at t (spec22b 18): out of the waiting queue
     or the running list at once; a running one's blocks are released at once on an idle
     replica, else when the step in progress ends (its output discarded)."""
@@ -331,7 +333,7 @@ def cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
 
 
 @nb.njit(**JIT)
-def crash_nb(tab, bl, vq, vr, rep, req, i, victims):
+def _crash_nb(tab, bl, vq, vr, rep, req, i, victims):
     """Replica i goes down (spec22b 19): every attempt on it ends, the scheduler is gone
     (every block free and unhashed, the hash map empty, pending releases dropped).
     ``victims`` receives the requests whose attempts failed; returns their number and the
@@ -357,3 +359,65 @@ def crash_nb(tab, bl, vq, vr, rep, req, i, victims):
     r.healthy = False
     empty_nb(r)
     return nv, gone
+
+
+# --- the scheduler's operations (scheduler.py) --------------------------------------------
+
+STATE = namedtuple("Vllm", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots"])
+"""``scheduler = "vllm"``'s own arrays: the pools ``bl, vq, vr, vs, vp`` (:func:`_arrays_nb`),
+every prompt block's key ``pk, pk_off, gbase`` (vllm_blocks.prompt_keys_nb), ``evicted``
+(1,) the evictions' count, and ``slots`` the hash map's size (:func:`_slots_nb`)."""
+
+
+@nb.njit(**JIT)
+def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """The scheduler's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests on
+    ``nrep`` replicas, and the prompt segments the run sees: each prompt as one-block
+    segments of its blocks' keys (the routers read the hash map as resident segments)."""
+    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens)
+    bl, vq, vr, vs, vp = _arrays_nb(wl_P.shape[0], nrep, p.kv_blocks, p.max_batch)
+    X = STATE(bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O))
+    return X, pk, pk_len, pk_off
+
+
+@nb.njit(**JIT)
+def table_slots_nb(X, p, nrep):
+    """Hash-map slots the run needs from the start (sized once: :func:`_slots_nb`)."""
+    return X.slots
+
+
+@nb.njit(**JIT)
+def start_nb(X, S, i, t, p, mt):
+    """Start a step on idle replica i, which has work, at t (phase 7): its end time set.
+    Returns 0, or (never, as the map is sized) the hash-map entries to make room for first."""
+    if 2 * S.cnt[0] > S.tab.shape[0]:  # (a guard: never, as the map is sized, _slots_nb)
+        return S.cnt[0] + step_room_nb(p)
+    integrate_nb(S.rep[i], t, p)
+    _start_nb(S.tab, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt, S.cnt, X.evicted)
+    return np.int64(0)
+
+
+@nb.njit(**JIT)
+def decode_on_nb(X, S, i, t, p, mt):
+    """The decoding-only shortcut: never (every step goes through :func:`_schedule_nb`)."""
+    return False
+
+
+@nb.njit(**JIT)
+def finish_nb(X, S, i, t, p, mt, n_done):
+    """End replica i's step at t (phase 1). Returns the new length of ``S.done_log``."""
+    return _finish_nb(S.tab, X.bl, X.vq, X.vr, X.vs, X.vp, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt,
+                      S.done_log, n_done, S.gap_ms, S.gap_n, S.n_gap)
+
+
+@nb.njit(**JIT)
+def cancel_nb(X, S, i, s, t, p):
+    """Take request s's attempt off replica i at t (phase 3)."""
+    _cancel_nb(S.tab, X.bl, X.vq, X.vr, X.vp, S.rep, S.req, i, s, t, p, X.pk, X.pk_off, X.gbase)
+
+
+@nb.njit(**JIT)
+def crash_nb(X, S, i, t, p):
+    """Replica i goes down at t (phase 2): the requests whose attempts failed in
+    ``S.victims``; returns their number and the hash-map entries deleted."""
+    return _crash_nb(S.tab, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)

@@ -1,0 +1,117 @@
+"""The scheduler seam: what the event loop (engine.py) asks of a replica's scheduler, in
+one set of operations with one signature, and which module answers for each
+``[replica] scheduler``.
+
+A scheduler is a module that gives
+
+- ``STATE``, the namedtuple class of its own per-run arrays (``X`` below), and
+  ``state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)`` → ``(X, seg_key,
+  seg_len, seg_off)``: that state for a run of ``p`` (PARAMS) on ``nrep`` replicas, and
+  the prompt segments the run (its routers, the segment table) sees;
+- the operations of :data:`OPERATIONS`, each compiled, each taking its state ``X``
+  first and the run's shared arrays ``S`` (a :data:`Run`) second:
+
+  ``table_slots_nb(X, p, nrep)``      segment-table slots the run needs from the start
+  ``start_nb(X, S, i, t, p, mt)``     start an iteration on idle replica i with work
+                                       (phase 7); returns 0, or the table entries to
+                                       make room for first (nothing done then)
+  ``decode_on_nb(X, S, i, t, p, mt)`` the iteration ending at t only emits and the next
+                                       only decodes: do both, True; else False
+  ``finish_nb(X, S, i, t, p, mt, n_done)``  end i's iteration at t (phase 1); returns
+                                       the new length of ``S.done_log``
+  ``cancel_nb(X, S, i, s, t, p)``     take request s's attempt off replica i (phase 3)
+  ``crash_nb(X, S, i, t, p)``         replica i goes down (phase 2): its attempts into
+                                       ``S.victims``; returns (their number, table
+                                       entries deleted)
+
+The loop calls the functions of this module, never a scheduler's; each dispatches on
+the type of ``X`` at compile time (Numba's ``overload``: a run's kernel compiles the
+one scheduler it is given and none of the others, as the ``vst is None`` test used to).
+A new scheduler is one new module and its line in :data:`MODULES`
+(tests/test_layout.py checks that each registered module gives every operation with
+these parameters, and that nothing else in the engine asks which scheduler runs).
+Without the JIT the same functions dispatch in Python.
+"""
+
+import inspect
+from collections import namedtuple
+
+from numba.extending import overload
+
+from ..conf import JIT
+from . import replica, vllm_replica
+from .dtypes import Scheduler
+
+MODULES = {Scheduler.RESERVE: replica, Scheduler.VLLM: vllm_replica}
+"""``[replica] scheduler`` code → the module that implements it (the registry)."""
+
+STATES = {module.STATE: module for module in MODULES.values()}
+"""A scheduler's state class → its module (the compiled dispatch's key)."""
+
+Run = namedtuple("Run", ["rep", "req", "tab", "heap", "heap_n", "cnt", "seg_key", "seg_len", "seg_off", "most",
+                         "done_log", "gap_ms", "gap_n", "n_gap", "victims"])
+"""The run's arrays every scheduler works on, by name (``S``): ``rep`` (replicas,)
+REPLICA, ``req`` (requests,) REQUEST, ``tab`` the segment table (blocks.py; the vllm
+mode's hash map), ``heap``/``heap_n`` the eviction heaps, ``cnt`` (2,) table entries in
+use and admissions so far, the prompt segments ``seg_key``/``seg_len`` (request k's at
+``seg_off[k]:seg_off[k + 1]``), ``most`` the most segments of a prompt, ``done_log``
+(2, requests) the completions' (replica, request), the inter-token gaps ``gap_ms``/
+``gap_n`` with their count ``n_gap`` (1,), ``victims`` (requests,) a crash's failed
+attempts. The engine builds it again whenever it grows one of these arrays."""
+
+
+def state(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """``(X, seg_key, seg_len, seg_off)``: the state of ``p``'s scheduler for a run, and
+    the segments the run sees (see the module's docstring)."""
+    return MODULES[Scheduler(int(p["scheduler"]))].state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
+
+
+def _module(X):
+    return STATES[type(X)]
+
+
+def table_slots_nb(X, p, nrep):
+    return _module(X).table_slots_nb(X, p, nrep)
+
+
+def start_nb(X, S, i, t, p, mt):
+    return _module(X).start_nb(X, S, i, t, p, mt)
+
+
+def decode_on_nb(X, S, i, t, p, mt):
+    return _module(X).decode_on_nb(X, S, i, t, p, mt)
+
+
+def finish_nb(X, S, i, t, p, mt, n_done):
+    return _module(X).finish_nb(X, S, i, t, p, mt, n_done)
+
+
+def cancel_nb(X, S, i, s, t, p):
+    return _module(X).cancel_nb(X, S, i, s, t, p)
+
+
+def crash_nb(X, S, i, t, p):
+    return _module(X).crash_nb(X, S, i, t, p)
+
+
+OPERATIONS = {f.__name__: inspect.signature(f) for f in
+              (table_slots_nb, start_nb, decode_on_nb, finish_nb, cancel_nb, crash_nb)}
+"""The operations every scheduler implements, with their parameters."""
+
+
+def _compiled(stub):
+    """The compiled form of operation ``stub``: the implementation of the module whose
+    ``STATE`` is the type of the first argument, chosen when the caller compiles."""
+    name = stub.__name__
+
+    @overload(stub, jit_options=JIT)
+    def typed(X, *rest):
+        f = getattr(STATES[X.instance_class], name)
+
+        def impl(X, *rest):
+            return f(X, *rest)
+        return impl
+
+
+for _stub in (table_slots_nb, start_nb, decode_on_nb, finish_nb, cancel_nb, crash_nb):
+    _compiled(_stub)
