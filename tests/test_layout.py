@@ -235,3 +235,17 @@ def test_every_scheduler_implements_every_operation():
             assert list(inspect.signature(f.py_func).parameters) == list(signature.parameters), \
                 f"{module.__name__}.{name}{inspect.signature(f.py_func)}: not {name}{signature}"
 
+
+def test_the_routers_take_their_choice_set_from_the_pool():
+    """pools.members_nb is the one place that says which replicas a request is routed
+    among: only the engine calls it, and the routers' eligibility loop iterates over the
+    list it is given, not over every replica."""
+    def calls(path):
+        return [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+                and "members_nb" in ast.unparse(n.func)]
+    callers = [p.name for p in sorted(BATCHING.glob("*.py")) if calls(p)]
+    assert callers == ["engine.py"]
+    tree = ast.parse((BATCHING / "router.py").read_text())
+    eligible = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "eligible_nb")
+    loops = [ast.unparse(n.iter) for n in ast.walk(eligible) if isinstance(n, ast.For)]
+    assert loops and loops[0] == "range(pool.shape[0])", loops

@@ -63,6 +63,16 @@ class StepCost(IntEnum):
     ROOFLINE = 1   # base + max(weights + per_kv_token·(K + R), per_token·(U + n) + per_token_pair·(Q + K))
 
 
+class Role(IntEnum):
+    """A replica's role: the pool it serves in (routesim/batching/pools.py). Every replica
+    is ``COLOCATED`` today (prefill and decode on one replica); ``PREFILL`` and ``DECODE``
+    are the pools of a disaggregated cluster, to come."""
+
+    COLOCATED = 0
+    PREFILL = 1
+    DECODE = 2
+
+
 class Admission(IntEnum):
     """``router.admission.mode`` (§6)."""
 
@@ -188,6 +198,7 @@ class Due(IntEnum):
 REPLICA = np.dtype(
     [
         ("factor", np.float64),     # time factor of the heterogeneity setting (1 = reference)
+        ("role", np.int64),         # Role code: the pool it serves in (the stage's input, like factor)
         ("slowdown", np.float64),   # scenario slowdown in force
         ("healthy", np.bool_),      # not down
         ("fail_fast", np.bool_),    # a black hole: eligible, fails every attempt
@@ -260,7 +271,7 @@ def empty_nb(r):
 @nb.njit(**JIT)
 def start_replica_nb(r):
     """Replica record r as at a run's start: up, warm, ready, empty, every counter and
-    area zero. Its ``factor`` (the stage's input) is kept; ``begin_ms`` is set by each
+    area zero. Its ``factor`` and ``role`` (the stage's input) are kept; ``begin_ms`` is set by each
     iteration before it is read, the TTFT percentiles at the run's end."""
     r.slowdown = 1.0
     r.healthy = True

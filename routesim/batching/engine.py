@@ -26,6 +26,7 @@ from .. import ieee_math
 from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
+from . import pools
 from . import scheduler as sc
 from . import timers as tm
 from .dtypes import (CACHED, CLUSTER_SAMPLE, KEPT, REQUEST, SAMPLE, TIMER, VIEW, Admission, EventKind, Fate,
@@ -184,6 +185,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     loc = bk.table_nb(max(64, R * nrep) if local else 1)  # routed segments, owner ro·N + i
     snap_n = np.int64(0)
     loc_n = np.int64(0)
+    pool = pools.members_nb(rep, pools.ROUTED)  # the replicas the routers choose among
     # scratch
     cand = np.empty(nrep, np.int64)
     views = np.zeros(nrep, VIEW)      # a router's view of each candidate at a decision
@@ -520,7 +522,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     s = f_head[best]
                     i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, sent, wl_P, wl_key,
                                          seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
-                                         views)
+                                         views, pool)
                     if i == -2:
                         blocked |= 1 << best
                     else:
@@ -569,7 +571,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if req[s].cohort:
                         mt.entered_cohort += 1
                 i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, sent, wl_P, wl_key,
-                                     seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views)
+                                     seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views,
+                                     pool)
                 if i == -2:
                     if p.admission_mode == Admission.QUEUE:
                         ro = req[s].router

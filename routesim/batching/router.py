@@ -30,12 +30,14 @@ compile it once more)."""
 
 
 @nb.njit(**JIT)
-def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand):
-    """E for request s at t through router ``ro``, ascending, into ``cand``; a retry
-    that ``avoid``s drops the replicas it failed on while another stays. Returns |E|."""
-    n = rep.shape[0]
+def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand, pool):
+    """E for request s at t through router ``ro``, among the replicas of the pool it is
+    routed into (``pool`` (members,), ascending: pools.members_nb), ascending, into
+    ``cand``; a retry that ``avoid``s drops the replicas it failed on while another
+    stays. Returns |E|."""
     ne = 0
-    for i in range(n):
+    for c in range(pool.shape[0]):
+        i = pool[c]
         r = rep[i]
         if r.healthy and r.n_wait < p.waiting_cap and math.isinf(ejected_until[ro, i]) and t >= r.ready_ms:
             cand[ne] = i
@@ -53,7 +55,7 @@ def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand):
                     cand[m] = i
                     m += 1
             ne = m
-    hold((rep, ejected_until, req, failed, cand))
+    hold((rep, ejected_until, req, failed, cand, pool))
     return ne
 
 
@@ -195,18 +197,19 @@ def _score_nb(tab, snap, loc, pub, locc, rep, p, s, t, nc, cand, wl_P, wl_key, s
 
 @nb.njit(**JIT)
 def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl_key, seg_key, seg_len,
-              seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, v):
-    """Route request s at t: (replica, ru_pos); replica -1: shed (no eligible replica),
-    -2: stopped at the front door (a first attempt only; no uniforms drawn)."""
+              seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, v, pool):
+    """Route request s at t into the replicas of ``pool`` (pools.members_nb): (replica,
+    ru_pos); replica -1: shed (no eligible replica), -2: stopped at the front door (a
+    first attempt only; no uniforms drawn)."""
     ro = req[s].router
-    ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand)
+    ne = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, retry and p.retry_avoid_previous, cand, pool)
     stopped = ne > 0 and not retry and front_door_nb(rep, p, ro, cand, ne, pub, locc)
     i = -2
     if not stopped:
         i, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
                               seg_off, ru, ru_pos, cursor[ro], rw, ro, v, req[s].A)
     hold((tab, snap, loc, pub, locc, rep, req, wl_t, wl_P, wl_key, seg_key, seg_len, seg_off, ru, cursor, rw,
-          ej_until, failed, cand, v))
+          ej_until, failed, cand, v, pool))
     return i, ru_pos
 
 
