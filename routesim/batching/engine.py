@@ -90,6 +90,177 @@ def _mark_nb(marked, dirty, n_dirty, i):
 
 
 @nb.njit(**JIT)
+def _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done):
+    """Phase 1: the completions ``done_log[:, before:n_done]`` (replica, request) of replica
+    i's iteration ending at t, each with its router (``done_ro``) and time (``done_t``):
+    counted in rate_weighted's window (``rw`` (routers, replicas)), resetting the breaker's
+    count (``brk``), out of the attempts (``ain``) and retries (``rin``) in flight."""
+    for c in range(before, n_done):
+        s = done_log[1, c]
+        ro = req[s].router
+        done_ro[c] = ro
+        done_t[c] = t
+        rw[ro, i] += 1
+        brk[ro, i] = 0  # a completion resets the breaker's count
+        ain[ro] -= 1
+        if req[s].tries >= 2:
+            rin[ro] -= 1
+    hold((done_log, done_ro, done_t, req, rw, brk, ain, rin))
+
+
+@nb.njit(**JIT)
+def _events_nb(sched, S, rep, cnt, victims, events, ev, t, p, fail_req, fail_rep, fail_crash, n_fail):
+    """Phase 2: the scenario events at t, in order, from ``events[ev]`` (EVENT). A crash
+    (the scheduler's, ``sched`` and ``S``, whose ``rep``, ``cnt`` and ``victims`` these
+    are) adds its failed attempts to ``fail_req[n_fail:]`` (``fail_rep``, ``fail_crash``
+    by request). Returns the next event, the failures' new count and whether a replica
+    recovered (it is not ready before ``ready_ms``)."""
+    recovered = False
+    while ev < events.shape[0] and events[ev].t_ms == t:
+        e = events[ev]
+        i = e.replica
+        if e.kind == EventKind.SLOWDOWN:
+            rep[i].slowdown = e.value
+        elif e.kind == EventKind.FAIL:
+            if rep[i].healthy:
+                integrate_nb(rep[i], t, p)
+                nv, gone = sc.crash_nb(sched, S, i, t, p)  # its failed attempts in victims
+                cnt[0] -= gone
+                for v in range(nv):
+                    s = victims[v]
+                    fail_req[n_fail] = s
+                    fail_rep[s] = i
+                    fail_crash[s] = True
+                    n_fail += 1
+        elif e.kind == EventKind.FAIL_FAST:
+            if rep[i].healthy:
+                rep[i].fail_fast = True
+        elif e.kind == EventKind.RECOVER:
+            r = rep[i]
+            if not r.healthy:
+                r.healthy = True
+                r.fail_fast = False
+                r.cold = True
+                r.t_up = t
+                r.ready_ms = t + p.ready_delay_ms
+                r.t_e = r.ready_ms
+                recovered = True
+            elif r.fail_fast:
+                r.fail_fast = False
+        ev += 1
+    hold((rep, cnt, victims, events, fail_req, fail_rep, fail_crash))
+    return ev, n_fail, recovered
+
+
+@nb.njit(**JIT)
+def _timeouts_nb(sched, S, rep, req, timers, tn, t, p, cum, fail_req, fail_rep, fail_crash, n_fail):
+    """Phase 3, its first part: the black-hole failures and the deadlines due at t (timer
+    heaps ``timers``/``tn``): each failing attempt taken off its replica (the scheduler's
+    cancel, ``sched`` and ``S``, whose ``rep`` and ``req`` these are), counted in ``cum``
+    (timeouts, first-token timeouts) and added to ``fail_req[n_fail:]``; a first-token
+    deadline met leaves the whole deadline. Returns the failures' new count."""
+    while tn[tm.BLACK_HOLES] > 0 and tm.top_nb(timers, tn, tm.BLACK_HOLES, req) == t:
+        s = timers[tm.BLACK_HOLES, 0].req
+        tm.pop_nb(timers, tn, tm.BLACK_HOLES)
+        i = req[s].replica
+        sc.cancel_nb(sched, S, i, s, t, p)
+        fail_req[n_fail] = s
+        fail_rep[s] = i
+        fail_crash[s] = False
+        n_fail += 1
+    while tn[tm.DEADLINES] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
+        s = timers[tm.DEADLINES, 0].req
+        tm.pop_nb(timers, tn, tm.DEADLINES)
+        q = req[s]
+        fails = True
+        if q.ft_deadline < q.deadline and t == q.ft_deadline:  # its first-token deadline
+            if not math.isnan(q.first_ms):  # it has its first token: only the whole deadline is left
+                if not np.isinf(q.deadline):
+                    tm.push_nb(timers, tn, tm.DEADLINES, q.deadline, s, q.tries)
+                fails = False
+            else:
+                cum[5] += 1
+        else:
+            cum[4] += 1
+        if fails:
+            i = q.replica
+            integrate_nb(rep[i], t, p)
+            sc.cancel_nb(sched, S, i, s, t, p)
+            fail_req[n_fail] = s
+            fail_rep[s] = i
+            fail_crash[s] = False
+            n_fail += 1
+    hold((rep, req, timers, tn, cum, fail_req, fail_rep, fail_crash))
+    return n_fail
+
+
+@nb.njit(**JIT)
+def _observe_nb(p, t, req, fail_req, fail_rep, fail_crash, n_fail, window_open, past, failed, brk, ej_until,
+                times_ej, n_ej, rin, ain, timers, tn, cum, mt):
+    """Phase 3, its last part: the ``n_fail`` failures of ``fail_req`` observed at t, in
+    request order (sorted here): their wasted tokens of the window, then each one's
+    breaker count and retry decision (router.observe_failure_nb)."""
+    cum[1] += n_fail
+    _sort_ints(fail_req, n_fail)
+    for f in range(n_fail):
+        s = fail_req[f]
+        q = req[s]
+        if window_open:  # its tokens of the window: after the warm-up, up to the horizon
+            mt.wasted_tokens += (q.gh if past else q.g) - q.gw
+        observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
+                           times_ej, n_ej, rin, ain, timers, tn, ej_until.shape[1], mt)
+    hold((req, fail_req, fail_rep, fail_crash, failed, brk, ej_until, times_ej, n_ej, rin, ain, timers, tn, cum))
+
+
+@nb.njit(**JIT)
+def _readmit_nb(ej_until, brk, n_ej, t):
+    """Phase 4: replicas whose ejection ends by t (``ej_until`` (routers, replicas) ms) are
+    re-admitted by their router, its breaker's count reset (``brk``, ``n_ej``)."""
+    for i in range(ej_until.shape[1]):
+        for ro in range(ej_until.shape[0]):
+            if ej_until[ro, i] <= t:
+                ej_until[ro, i] = np.inf
+                brk[ro, i] = 0
+                n_ej[ro] -= 1
+    hold((ej_until, brk, n_ej))
+
+
+@nb.njit(**JIT)
+def _publish_nb(rep, tab, snap, loc, pub, pub_k, pub_mods, locc, p, t, next_pub, snap_n, loc_n):
+    """Phase 5: the signal publications due at t, in replica order, replica ``next_pub``
+    first (replicas publish in turn: (i+1)·period/N + k·period, ``pub_k`` (replicas,) k so
+    far): ``pub`` (replicas, 4) their (o, τ, referenced, resident) and ``snap`` their
+    resident segments (``pub_mods``: the table's count of changes then); with
+    periodic_local each router's own additions (``loc``, ``locc``) dropped. Returns the
+    next to publish and the entries now in ``snap`` and ``loc`` (room made before)."""
+    nrep = rep.shape[0]
+    R = locc.shape[0]
+    local = p.signal_mode == Signals.PERIODIC_LOCAL
+    while ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
+        i = next_pub
+        next_pub = (next_pub + 1) % nrep
+        pub_k[i] += 1
+        if rep[i].healthy:  # a replica that is down publishes its empty state
+            truth_nb(rep, i, pub, i)
+            if tab[i].mods != pub_mods[i]:  # its resident segments, if any changed since
+                put, gone = bk.publish_nb(snap, tab, i)
+                snap_n += put - gone          # (room made before this time)
+                pub_mods[i] = tab[i].mods
+        else:
+            snap_n -= bk.unpublish_nb(snap, tab, i)
+            pub_mods[i] = UNPUBLISHED
+            for c in range(4):
+                pub[i, c] = 0
+        if local:
+            for ro in range(R):
+                loc_n -= bk.drop_nb(loc, ro * nrep + i)
+                for c in range(3):
+                    locc[ro, i, c] = 0
+    hold((rep, tab, snap, loc, pub, pub_k, pub_mods, locc))
+    return next_pub, snap_n, loc_n
+
+
+@nb.njit(**JIT)
 def _gap_room_nb(gap_ms, gap_n, used, extra):
     """The inter-token gap arrays, or twice as large copies, with room for ``extra`` more.
     (Called between times, outside the event loop proper: an array variable reassigned
@@ -192,7 +363,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     fail_req = np.empty(n, np.int64)     # failures observed at one time, then sorted
     fail_rep = np.full(n, -1, np.int64)  # by request: the replica it failed on, -1 front door
     fail_crash = np.zeros(n, np.bool_)
-    n_fail = 0
+    n_fail = NONE  # (typed: a literal would compile _events_nb and _timeouts_nb twice)
     gap_ms = np.empty(1024)             # inter-token gaps in the window: (ms, how many), ...
     gap_n = np.empty(1024, np.int64)
     n_gap = np.zeros(1, np.int64)
@@ -215,7 +386,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     rw_head = 0
     ru_pos = np.int64(0)
     k = 0
-    ev = 0
+    ev = NONE
     n_ev = events.shape[0]
     horizon = p.horizon_ms
     front_ms = min(p.timeout_ms, p.ttft_timeout_ms)  # a first attempt held at the front door fails then
@@ -368,80 +539,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     integrate_nb(r, t, p)
                     before = n_done
                     n_done = sc.finish_nb(sched, S, i, t, p, mt, n_done)
-                    for c in range(before, n_done):
-                        s = done_log[1, c]
-                        ro = req[s].router
-                        done_ro[c] = ro
-                        done_t[c] = t
-                        rw[ro, i] += 1
-                        brk[ro, i] = 0  # a completion resets the breaker's count
-                        ain[ro] -= 1
-                        if req[s].tries >= 2:
-                            rin[ro] -= 1
+                    _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done)
             # (2) scenario events at t, in order
-            while ev < n_ev and events[ev].t_ms == t:
-                e = events[ev]
-                i = e.replica
-                if e.kind == EventKind.SLOWDOWN:
-                    rep[i].slowdown = e.value
-                elif e.kind == EventKind.FAIL:
-                    if rep[i].healthy:
-                        integrate_nb(rep[i], t, p)
-                        nv, gone = sc.crash_nb(sched, S, i, t, p)  # its failed attempts in due_req
-                        cnt[0] -= gone
-                        for v in range(nv):
-                            fail_req[n_fail] = due_req[v]
-                            fail_rep[due_req[v]] = i
-                            fail_crash[due_req[v]] = True
-                            n_fail += 1
-                elif e.kind == EventKind.FAIL_FAST:
-                    if rep[i].healthy:
-                        rep[i].fail_fast = True
-                elif e.kind == EventKind.RECOVER:
-                    r = rep[i]
-                    if not r.healthy:
-                        r.healthy = True
-                        r.fail_fast = False
-                        r.cold = True
-                        r.t_up = t
-                        r.ready_ms = t + p.ready_delay_ms
-                        r.t_e = r.ready_ms
-                        ready_pending = True
-                    elif r.fail_fast:
-                        r.fail_fast = False
-                ev += 1
+            if ev < n_ev and events[ev].t_ms == t:
+                ev, n_fail, recovered = _events_nb(sched, S, rep, cnt, due_req, events, ev, t, p, fail_req, fail_rep,
+                                                   fail_crash, n_fail)
+                ready_pending = ready_pending or recovered
             # (3) attempt failures observed at t: black holes, timeouts, front-door timeouts
-            while tn[tm.BLACK_HOLES] > 0 and tm.top_nb(timers, tn, tm.BLACK_HOLES, req) == t:
-                s = timers[tm.BLACK_HOLES, 0].req
-                tm.pop_nb(timers, tn, tm.BLACK_HOLES)
-                i = req[s].replica
-                sc.cancel_nb(sched, S, i, s, t, p)
-                fail_req[n_fail] = s
-                fail_rep[s] = i
-                fail_crash[s] = False
-                n_fail += 1
-            while tn[tm.DEADLINES] > 0 and tm.top_nb(timers, tn, tm.DEADLINES, req) == t:
-                s = timers[tm.DEADLINES, 0].req
-                tm.pop_nb(timers, tn, tm.DEADLINES)
-                q = req[s]
-                fails = True
-                if q.ft_deadline < q.deadline and t == q.ft_deadline:  # its first-token deadline
-                    if not math.isnan(q.first_ms):  # it has its first token: only the whole deadline is left
-                        if not np.isinf(q.deadline):
-                            tm.push_nb(timers, tn, tm.DEADLINES, q.deadline, s, q.tries)
-                        fails = False
-                    else:
-                        cum[5] += 1
-                else:
-                    cum[4] += 1
-                if fails:
-                    i = q.replica
-                    integrate_nb(rep[i], t, p)
-                    sc.cancel_nb(sched, S, i, s, t, p)
-                    fail_req[n_fail] = s
-                    fail_rep[s] = i
-                    fail_crash[s] = False
-                    n_fail += 1
+            if tn[tm.BLACK_HOLES] > 0 or tn[tm.DEADLINES] > 0:
+                n_fail = _timeouts_nb(sched, S, rep, req, timers, tn, t, p, cum, fail_req, fail_rep, fail_crash,
+                                      n_fail)
             if n_fail > 0:
                 for f in range(n_fail):  # they all leave "in flight" first
                     s = fail_req[f]
@@ -467,45 +574,16 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         fail_crash[s] = False
                         n_fail += 1
             if n_fail > 0:
-                cum[1] += n_fail
-                _sort_ints(fail_req, n_fail)
-                for f in range(n_fail):
-                    s = fail_req[f]
-                    q = req[s]
-                    if window_open:  # its tokens of the window: after the warm-up, up to the horizon
-                        mt.wasted_tokens += (q.gh if past else q.g) - q.gw
-                    observe_failure_nb(p, s, fail_rep[s], fail_crash[s], t, req, failed, brk, ej_until,
-                                        times_ej, n_ej, rin, ain, timers, tn, nrep, mt)
-                n_fail = 0
+                _observe_nb(p, t, req, fail_req, fail_rep, fail_crash, n_fail, window_open, past, failed, brk,
+                            ej_until, times_ej, n_ej, rin, ain, timers, tn, cum, mt)
+                n_fail = NONE
             # (4) breaker re-admissions
             if _any_ejected(n_ej):
-                for i in range(nrep):
-                    for ro in range(R):
-                        if ej_until[ro, i] <= t:
-                            ej_until[ro, i] = np.inf
-                            brk[ro, i] = 0
-                            n_ej[ro] -= 1
+                _readmit_nb(ej_until, brk, n_ej, t)
             # (5) signal publications, in replica order
-            while periodic and ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
-                i = next_pub  # replicas publish in turn: (i+1)·period/N + k·period
-                next_pub = (next_pub + 1) % nrep
-                pub_k[i] += 1
-                if rep[i].healthy:  # a replica that is down publishes its empty state
-                    truth_nb(rep, i, pub, i)
-                    if tab[i].mods != pub_mods[i]:  # its resident segments, if any changed since
-                        put, gone = bk.publish_nb(snap, tab, i)
-                        snap_n += put - gone          # (room made before this time)
-                        pub_mods[i] = tab[i].mods
-                else:
-                    snap_n -= bk.unpublish_nb(snap, tab, i)
-                    pub_mods[i] = UNPUBLISHED
-                    for c in range(4):
-                        pub[i, c] = 0
-                if local:
-                    for ro in range(R):
-                        loc_n -= bk.drop_nb(loc, ro * nrep + i)
-                        for c in range(3):
-                            locc[ro, i, c] = 0
+            if periodic and ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
+                next_pub, snap_n, loc_n = _publish_nb(rep, tab, snap, loc, pub, pub_k, pub_mods, locc, p, t, next_pub,
+                                                      snap_n, loc_n)
             # rate_weighted's window: completions in (t - window, t]
             while rw_head < n_done and done_t[rw_head] <= t - p.window_ms:
                 rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
