@@ -73,6 +73,7 @@ MODULES = {
     "test_least_outstanding_staleness": "engine",
     "test_machine_independence": "subprocess",
     "test_plot": "engine",
+    "test_pools": "unit",
     "test_provenance": ("engine", {"unit": ("test_commit_clean_dirty_and_outside_git", "test_pins_leave_the_environment_out",
                                             "test_pins_leave_a_documents_provenance_line_out",
                                             "test_made_with_names_everything_recorded"),
