@@ -274,3 +274,68 @@ def test_no_long_function_in_the_batching_model():
     over = {name: n for name, n in lengths.items() if n > LONG.get(name, LONGEST)}
     assert over == {}, f"functions over {LONGEST} lines (or over their LONG entry): {over}"
     assert all(lengths.get(name, 0) > LONGEST for name in LONG), "a LONG entry is no longer needed: remove it"
+
+
+# The step-cost seam (issue 43 item 2): every form is one module found through the
+# registry routesim.step_cost.FORMS, holding its parameters and its formula; its default
+# constants are written there and nowhere else in the package.
+
+def _step_cost():
+    from routesim import step_cost
+    return step_cost
+
+
+def test_every_step_cost_is_one_registered_module():
+    sc = _step_cost()
+    assert [f.CODE for f in sc.FORMS] == list(range(len(sc.FORMS)))
+    assert len(sc.BY_NAME) == len(sc.FORMS) and sc.DEFAULT in sc.BY_NAME
+    for f in sc.FORMS:
+        assert f.__name__ == f"routesim.step_cost.{f.NAME}", f.__name__
+        for attr in ("TABLE", "SUMMARY", "PARAMS", "duration", "duration_nb", "columns"):
+            assert hasattr(f, attr), f"{f.__name__} lacks {attr}"
+        assert all(p.path[0] == f.TABLE and p.name == f"{f.TABLE}_{p.path[-1]}" for p in f.PARAMS)
+        assert f.duration_nb.py_func is f.duration  # the engine's formula is the module's
+    modules = {p.stem for p in (PACKAGE / "step_cost").glob("*.py")} - {"__init__"}
+    assert modules == set(sc.BY_NAME), "a step-cost module that is not registered (or the reverse)"
+
+
+def test_the_dispatcher_branches_on_every_form():
+    import inspect
+    sc = _step_cost()
+    src = inspect.getsource(sc.duration_nb.py_func)
+    missing = [f.NAME for f in sc.FORMS if f.NAME != sc.DEFAULT and f"{f.NAME}.CODE" not in src]
+    assert missing == [] and f"{sc.DEFAULT}.duration_nb" in src
+
+
+def _number_tokens(path):
+    import io
+    import tokenize
+    out = set()
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if tok.type == tokenize.NUMBER:
+            try:
+                out.add(float(tok.string))
+            except ValueError:
+                pass
+    return out
+
+
+def test_step_cost_defaults_have_one_home():
+    """A default coefficient with two or more significant digits (a number unlikely to
+    stand for anything else) is written only in its form's module: calibrate and the
+    sweep keys read it from the registry."""
+    sc = _step_cost()
+    home = {}
+    for f in sc.FORMS:
+        for p in f.PARAMS:
+            digits = f"{float(p.default):.15g}".lstrip("0.").replace(".", "").split("e")[0].rstrip("0")
+            if p.kind is float and len(digits) >= 2:
+                home.setdefault(float(p.default), set()).add(f.__name__)
+    assert len(home) >= 8
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        for value in _number_tokens(path) & set(home):
+            if name not in home[value]:
+                found.append(f"{path.relative_to(PACKAGE)}: {value!r}")
+    assert found == []

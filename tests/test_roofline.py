@@ -230,4 +230,5 @@ def test_params_row_codes_the_roofline():
     values = ref.defaults()
     values.update(step_cost="roofline", roofline_ms_weights=2.5)
     p = br.params_row(values, "round_robin", n_replicas=1)
-    assert int(p["step_cost"]) == 1 and float(p["r_weights"]) == 2.5 and float(p["r_base"]) == 4.0
+    # the roofline's coefficients in its order (base, weights, per_kv_token, per_token, per_token_pair)
+    assert int(p["step_cost"]) == 1 and list(p["cost"][:5]) == [4.0, 2.5, 4.89e-5, 0.0271, 8.84e-7]

@@ -5,8 +5,8 @@ written for obviousness, not speed: one run at a time, one sequence at a time, e
 iteration visited, every physical KV block of every replica kept as an explicit record
 (state free / referenced / cached, refcount, id, position, last_use).  The compiled
 engine (routesim/batching) is tested against this file run by run, so the two must stay
-independent: nothing here imports ``routesim`` and nothing here was written by looking
-at the engine.
+independent: nothing here imports ``routesim`` (but for the step costs' default constants,
+``step_cost_defaults``) and nothing here was written by looking at the engine.
 
 Interface
 ---------
@@ -185,18 +185,25 @@ SLOW_START_POLICIES = ("least_requests", "least_tokens", "least_kv", "least_cost
 EVENT_KINDS = ("rate_multiplier", "slowdown", "fail", "fail_fast", "recover")
 
 
+def step_cost_defaults() -> dict:
+    """Every step-cost parameter (``step_cost`` and each form's table) with its default,
+    from routesim's step-cost registry (routesim/step_cost/): the reference's one import
+    of routesim, for constants only."""
+    from routesim import step_cost
+    return {p.name: p.default for p in step_cost.PARAMS}
+
+
 def defaults() -> dict:
     """A new dict of every flat parameter, with token-model.md's defaults."""
     return dict(
         # replica (§2)
         waiting_cap=512, max_batch=256, kv_blocks=16384, block_tokens=16,
         max_batched_tokens=8192, chunked_prefill=True,
-        step_ms_base=6.5, step_ms_per_prefill_token=0.0198, step_ms_per_prefill_token_pair=8.4e-7,
-        step_ms_per_decode_sequence=0.10, step_ms_per_kv_token=5.4e-5,
-        # issue 25: step_cost "linear" (the page's step_ms) or "roofline" (docs/model.md
-        # "The step cost": base + max(memory, compute), the roofline_ms table)
-        step_cost="linear", roofline_ms_base=4.0, roofline_ms_weights=5.99,
-        roofline_ms_per_kv_token=4.89e-5, roofline_ms_per_token=0.0271, roofline_ms_per_token_pair=8.84e-7,
+        # step_cost (issue 25): "linear" (the page's step_ms), "roofline" (docs/model.md
+        # "The step cost": base + max(memory, compute), the roofline_ms table); the forms'
+        # constants are routesim's registry's (the one place they are written; the
+        # formulas below are re-derived from the page, not imported)
+        **step_cost_defaults(),
         cold_factor=1.0, cold_tau_ms=2000.0, ready_delay_ms=0.0, fail_fast_ms=2.0,
         # issue 22: "reserve" = token-model.md §2 (the page); "vllm" = vLLM V1 0.30.0's
         # scheduler and KV-cache manager (conformance/VLLM-SCHEDULER.md, conformance/VLLM-MODE.md)

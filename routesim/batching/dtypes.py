@@ -12,6 +12,7 @@ import numba as nb
 import numpy as np
 
 from ..conf import JIT
+from ..step_cost import COEFFICIENTS
 
 
 class Policy(IntEnum):
@@ -54,13 +55,6 @@ class Scheduler(IntEnum):
 
     RESERVE = 0    # token-model.md §2: a prompt's whole KV reserved at admission
     VLLM = 1       # vLLM V1 0.30.0's scheduler and KV-cache manager (routesim/batching/vllm_replica.py)
-
-
-class StepCost(IntEnum):
-    """``replica.step_cost`` (docs/model.md "The step cost")."""
-
-    LINEAR = 0     # token-model.md §2.3: c_0 + c_pf·U + c_attn·Q + c_dec·n + c_kv·K
-    ROOFLINE = 1   # base + max(weights + per_kv_token·(K + R), per_token·(U + n) + per_token_pair·(Q + K))
 
 
 class Role(IntEnum):
@@ -118,17 +112,8 @@ PARAMS = np.dtype(
         ("chunked_prefill", np.bool_),
         ("scheduler", np.int64),          # Scheduler code
         ("prefix_caching", np.bool_),     # scheduler = "vllm": blocks are hashed and hit
-        ("c0", np.float64),               # ms per iteration
-        ("c_pf", np.float64),             # ms per prefill token
-        ("c_attn", np.float64),           # ms per prefill token pair
-        ("c_dec", np.float64),            # ms per decoding sequence
-        ("c_kv", np.float64),             # ms per KV token of decoding sequences
-        ("step_cost", np.int64),          # StepCost code
-        ("r_base", np.float64),           # roofline: ms per iteration (overhead)
-        ("r_weights", np.float64),        # roofline: ms to read the weights once
-        ("r_kv", np.float64),             # roofline: ms per KV token read (K + R)
-        ("r_tok", np.float64),            # roofline: ms per computed token (U + n)
-        ("r_pair", np.float64),           # roofline: ms per attention token pair (Q + K)
+        ("step_cost", np.int64),          # step-cost code (routesim.step_cost: FORMS[code])
+        ("cost", np.float64, (COEFFICIENTS,)),  # its coefficients, in its PARAMS order (ms, or 1)
         ("warmup_ms", np.float64),
         ("horizon_ms", np.float64),
         ("limit_ms", np.float64),         # horizon + drain: nothing after it is processed

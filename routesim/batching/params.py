@@ -12,6 +12,7 @@ is ``chat_prompt_median``, ``[router] breaker = { consecutive = … }`` is
 
 import math
 
+from .. import step_cost
 from ..schema import LENGTHS_PARAMS, TRACE_LEAVES, TRACE_PARAMS, Param, ReplicaModel
 from .dtypes import EVENT_NAMES, NAMES
 
@@ -51,17 +52,7 @@ TOKEN_PARAMS = (
     Param("chunked_prefill", "replica", ("chunked_prefill",), True, "", "spread a prompt's computation over iterations", kind=bool),
     Param("scheduler", "replica", ("scheduler",), "reserve", "", "how a replica schedules and manages its KV blocks: reserve (a prompt's whole KV reserved at admission, token-model.md §2) or vllm (vLLM V1 0.30.0's scheduler and KV-cache manager, docs/model.md)", kind=str, options=("reserve", "vllm")),
     Param("prefix_caching", "replica", ("prefix_caching",), True, "", "cache and reuse KV blocks across requests (false: scheduler = \"vllm\" only)", kind=bool),
-    Param("step_ms_base", "replica", ("step_ms", "base"), 6.5, "ms", "c_0: fixed time of an iteration", low=0, low_open=True, when=("step_cost", ("linear",))),
-    Param("step_ms_per_prefill_token", "replica", ("step_ms", "per_prefill_token"), 0.0198, "ms", "c_pf: time per computed prompt token", low=0, when=("step_cost", ("linear",))),
-    Param("step_ms_per_prefill_token_pair", "replica", ("step_ms", "per_prefill_token_pair"), 8.4e-7, "ms", "c_attn: time per prefill attention token pair", low=0, when=("step_cost", ("linear",))),
-    Param("step_ms_per_decode_sequence", "replica", ("step_ms", "per_decode_sequence"), 0.10, "ms", "c_dec: time per decoding sequence", low=0, when=("step_cost", ("linear",))),
-    Param("step_ms_per_kv_token", "replica", ("step_ms", "per_kv_token"), 5.4e-5, "ms", "c_kv: time per KV token of the decoding sequences", low=0, when=("step_cost", ("linear",))),
-    Param("step_cost", "replica", ("step_cost",), "linear", "", "the step cost: linear (step_ms, token-model.md §2.3) or roofline (roofline_ms: overhead + the larger of memory and compute time, docs/model.md)", kind=str, options=("linear", "roofline")),
-    Param("roofline_ms_base", "replica", ("roofline_ms", "base"), 4.0, "ms", "roofline: fixed overhead of an iteration", low=0, low_open=True, when=("step_cost", ("roofline",))),
-    Param("roofline_ms_weights", "replica", ("roofline_ms", "weights"), 5.99, "ms", "roofline: reading the weights once (weight bytes / effective bandwidth)", low=0, when=("step_cost", ("roofline",))),
-    Param("roofline_ms_per_kv_token", "replica", ("roofline_ms", "per_kv_token"), 4.89e-5, "ms", "roofline: reading one token's KV (KV bytes per token / effective bandwidth), for the decoders' KV and the prefill chunks' context", low=0, when=("step_cost", ("roofline",))),
-    Param("roofline_ms_per_token", "replica", ("roofline_ms", "per_token"), 0.0271, "ms", "roofline: linear FLOPs of one computed token, prefill or decode (FLOPs per token / effective peak)", low=0, when=("step_cost", ("roofline",))),
-    Param("roofline_ms_per_token_pair", "replica", ("roofline_ms", "per_token_pair"), 8.84e-7, "ms", "roofline: attention FLOPs of one (query, key) token pair (FLOPs per pair / effective peak)", low=0, when=("step_cost", ("roofline",))),
+    *step_cost.PARAMS,
     Param("cold_factor", "replica", ("cold_factor",), 1.0, "1", "time factor just after a recovery (1: no cold start)", low=0, low_open=True),
     Param("cold_tau_ms", "replica", ("cold_tau_ms",), 2000.0, "ms", "decay time of the cold-start factor", low=0, low_open=True),
     Param("ready_delay_ms", "replica", ("ready_delay_ms",), 0.0, "ms", "time after a recovery before the replica is eligible", low=0),
@@ -124,7 +115,7 @@ only when not 0."""
 
 SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
-                "chunked_prefill", "scheduler", "prefix_caching", "step_cost", "step_ms", "roofline_ms", "cold_factor", "cold_tau_ms", "ready_delay_ms",
+                "chunked_prefill", "scheduler", "prefix_caching", "step_cost", *step_cost.LEAVES, "cold_factor", "cold_tau_ms", "ready_delay_ms",
                 "fail_fast_ms"),
     "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
@@ -140,8 +131,7 @@ SECTION_KEYS = {
 """Keys each top-level table of a batching sweep may hold."""
 
 LEAVES = {
-    "step_ms": ("base", "per_prefill_token", "per_prefill_token_pair", "per_decode_sequence", "per_kv_token"),
-    "roofline_ms": ("base", "weights", "per_kv_token", "per_token", "per_token_pair"),
+    **step_cost.LEAVES,
     "chat": ("prompt", "output"), "long": ("prompt", "output"),
     "prompt": ("median", "sigma", "min", "max"), "output": ("median", "sigma", "min", "max"),
     "prefix": ("probability", "groups", "zipf", "tokens"),
@@ -192,9 +182,8 @@ def check_stage(rd, stage, src):
                     f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
 
 
-STEP_COST_KEYS = {cost: tuple(p.name for p in TOKEN_PARAMS if p.when == ("step_cost", (cost,)))
-                  for cost in TOKEN_PARAM["step_cost"].options}
-"""Each step cost's parameters (``step_cost`` names which one a run uses: their ``when``)."""
+STEP_COST_KEYS = step_cost.KEYS
+"""Each step cost's parameters (``step_cost`` names which one a run uses)."""
 
 
 def unused_params(values) -> set:
@@ -204,7 +193,7 @@ def unused_params(values) -> set:
     out of its attributes, so a linear stage's Dataset is what it was before the
     roofline existed."""
     out = {n for cost, names in STEP_COST_KEYS.items() if cost not in values["step_cost"] for n in names}
-    return out | ({"step_cost"} if values["step_cost"] == ("linear",) else set())
+    return out | ({"step_cost"} if values["step_cost"] == (step_cost.DEFAULT,) else set())
 
 
 def _check_step_cost(rd, stage, src):

@@ -27,14 +27,14 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from .. import ieee_math
+from .. import ieee_math, step_cost
 from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
 from .timers import in_flight_nb
-from .dtypes import DUE, Due, Fate, State, StepCost, empty_nb
+from .dtypes import DUE, Due, Fate, State, empty_nb
 
 
 @nb.njit(**JIT)
@@ -357,17 +357,12 @@ def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
     """The iteration starting at t on replica record r: its duration and end. ``U``
     prefill tokens computed, ``Q`` prefill attention pairs, ``R`` KV tokens the prefill
     chunks attend to (tokens), ``n_dec`` decoding sequences and ``kv_sum`` their KV
-    (``K``, tokens). Linear (§2 step 3): the sum left to right, then multiplied;
-    roofline (docs/model.md "The step cost"): ``f · (base + max(mem, comp))``."""
+    (``K``, tokens). ``d = f · cost`` with ``cost`` the run's step cost
+    (routesim.step_cost; linear, §2 step 3: the sum left to right)."""
     f = r.factor * r.slowdown
     if r.cold:
         f = f * (1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms))
-    if p.step_cost == StepCost.ROOFLINE:
-        mem = p.r_weights + p.r_kv * (kv_sum + R)              # weights once + KV read
-        comp = p.r_tok * (U + n_dec) + p.r_pair * (Q + kv_sum)  # linear + attention FLOPs
-        d = f * (p.r_base + max(mem, comp))
-    else:
-        d = f * (p.c0 + p.c_pf * U + p.c_attn * Q + p.c_dec * n_dec + p.c_kv * kv_sum)
+    d = f * step_cost.duration_nb(p.step_cost, p.cost, U, Q, n_dec, kv_sum, R)
     if in_window_nb(t, p):
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d

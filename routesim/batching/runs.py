@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Scheduler, Score, Signals, StepCost
+from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Scheduler, Score, Signals
+from .. import step_cost
 from .engine import run_batch
 from .params import MODEL
 from .policies import uniforms_per_decision
@@ -45,17 +46,10 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["prefix_caching"] = bool(v.get("prefix_caching", True))
     p["max_in_flight"] = v.get("max_in_flight", 0)  # the closed-loop client (0: open loop)
     p["client_overhead_ms"] = v.get("client_overhead_ms", 0.0)
-    p["c0"] = v["step_ms_base"]
-    p["c_pf"] = v["step_ms_per_prefill_token"]
-    p["c_attn"] = v["step_ms_per_prefill_token_pair"]
-    p["c_dec"] = v["step_ms_per_decode_sequence"]
-    p["c_kv"] = v["step_ms_per_kv_token"]
-    p["step_cost"] = StepCost[str(v["step_cost"]).upper()]
-    p["r_base"] = v["roofline_ms_base"]
-    p["r_weights"] = v["roofline_ms_weights"]
-    p["r_kv"] = v["roofline_ms_per_kv_token"]
-    p["r_tok"] = v["roofline_ms_per_token"]
-    p["r_pair"] = v["roofline_ms_per_token_pair"]
+    form = str(v["step_cost"])
+    p["step_cost"] = step_cost.BY_NAME[form].CODE
+    coef = step_cost.coefficients(form, v)
+    p["cost"][:len(coef)] = coef
     p["warmup_ms"] = v["warmup_s"] * 1000.0
     p["horizon_ms"] = (v["warmup_s"] + v["measure_s"]) * 1000.0
     p["limit_ms"] = p["horizon_ms"] + v["drain_s"] * 1000.0

@@ -7,5 +7,8 @@ front-end overhead, ``figure`` draws modelled against measured step times, and
 ``__main__`` is ``python -m routesim.calibrate``.
 """
 
-STEP_KEYS = ("base", "per_prefill_token", "per_prefill_token_pair", "per_decode_sequence", "per_kv_token")
-"""The ``[replica] step_ms`` keys, in the formula's order: c_0, c_pf, c_attn, c_dec, c_kv."""
+from ..step_cost import linear
+
+STEP_KEYS = tuple(p.path[-1] for p in linear.PARAMS)
+"""The ``[replica] step_ms`` keys, in the formula's order: c_0, c_pf, c_attn, c_dec, c_kv
+(routesim.step_cost.linear)."""

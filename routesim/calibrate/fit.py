@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import lsq_linear
 
+from ..step_cost import linear
 from . import STEP_KEYS
 
 PAIRS = {"prefill": (1, 2), "decode": (4, 3)}
@@ -47,14 +48,13 @@ class Fit:
     def predict(self, U, Q, n, K, R=0.0):
         """Modelled step time (ms), left to right as token-model.md §2.3 evaluates it
         (``R``, the prefill chunks' context, is the roofline's: unused here)."""
-        c = self.coef
-        return (c["base"] + c["per_prefill_token"] * U + c["per_prefill_token_pair"] * Q
-                + c["per_decode_sequence"] * n + c["per_kv_token"] * K)
+        return linear.duration([self.coef[k] for k in STEP_KEYS], U, Q, n, K, R)
 
 
 def design(steps, mask):
-    """(X (N, 5): 1, U, Q, n, K; y (N,) measured ms) of the masked steps."""
-    X = np.column_stack([np.ones(mask.sum()), steps.U[mask], steps.Q[mask], steps.n[mask], steps.K[mask]])
+    """(X (N, 5): 1, U, Q, n, K, the formula's own columns (routesim.step_cost.linear);
+    y (N,) measured ms) of the masked steps."""
+    X = linear.columns(*(getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R")))
     return X, steps.d_ms[mask]
 
 

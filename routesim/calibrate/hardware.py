@@ -40,14 +40,18 @@ over linear FLOPs per token), which tie its coefficients (calibrate.roofline).
 import tomllib
 from pathlib import Path
 
+from ..step_cost import defaults, linear
 from .logs import LogError
 
 MODEL_KEYS = {"name": None, "layers": ..., "hidden_size": ..., "heads": ..., "kv_heads": ...,
               "head_dim": None, "mlp_size": ..., "vocab": ..., "bytes_per_param": 2, "bytes_per_kv": 2}
 HARDWARE_KEYS = {"name": None, "bandwidth_GBps": ..., "peak_tflops": ...}
 
-DEFAULT_RATIOS = {"prefill": 8.4e-7 / 0.0198, "decode": 0.10 / 5.4e-5}
-"""Without ``--model``: the ratios of routesim's default step_ms (token-model.md §2.3)."""
+_D = defaults(linear)
+DEFAULT_RATIOS = {"prefill": _D["per_prefill_token_pair"] / _D["per_prefill_token"],
+                  "decode": _D["per_decode_sequence"] / _D["per_kv_token"]}
+"""Without ``--model``: the ratios of routesim's default step_ms (token-model.md §2.3;
+routesim.step_cost.linear)."""
 
 
 def _section(path, doc, name, keys):

@@ -27,13 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..step_cost import defaults, roofline
 from .fit import TIE_REL_SE, Fit, tied_wls
 
-ROOFLINE_KEYS = ("base", "weights", "per_kv_token", "per_token", "per_token_pair")
-"""The ``[replica] roofline_ms`` keys, in the design's column order."""
-PAIRS = {"memory": (1, 2), "compute": (3, 4)}
+ROOFLINE_KEYS = tuple(p.path[-1] for p in roofline.PARAMS)
+"""The ``[replica] roofline_ms`` keys, in the design's column order (routesim.step_cost.roofline)."""
+PAIRS = {"memory": roofline.MEMORY, "compute": roofline.COMPUTE}
 """Each tie as (fitted, partner): a tied partner is ρ × the fitted coefficient."""
-DEFAULT_RATIOS = {"memory": 4.89e-5 / 5.99, "compute": 8.84e-7 / 0.0271}
+_D = defaults(roofline)
+DEFAULT_RATIOS = {"memory": _D["per_kv_token"] / _D["weights"], "compute": _D["per_token_pair"] / _D["per_token"]}
 """Without ``--model``: the ratios of routesim's default roofline_ms (docs/model.md)."""
 MAX_ROUNDS = 50
 
@@ -47,21 +49,19 @@ class RooflineFit(Fit):
 
     def sides(self, U, Q, n, K, R):
         """(memory time, compute time) in ms, as docs/model.md evaluates them."""
-        c = self.coef
-        return (c["weights"] + c["per_kv_token"] * (K + R),
-                c["per_token"] * (U + n) + c["per_token_pair"] * (Q + K))
+        return roofline.sides(self._c(), U, Q, n, K, R)
 
     def predict(self, U, Q, n, K, R=0.0):
         """Modelled step time (ms): base + max(memory, compute)."""
-        mem, comp = self.sides(U, Q, n, K, R)
-        return self.coef["base"] + np.maximum(mem, comp)
+        return roofline.duration(self._c(), U, Q, n, K, R)
+
+    def _c(self):
+        return [self.coef[k] for k in ROOFLINE_KEYS]
 
 
 def design(steps, mask, memory):
     """X (N, 5) of the masked steps with each one's bound (``memory`` (N,) bool), y (N,) ms."""
-    U, Q, n, K, R = (getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R"))
-    m = memory.astype(float)
-    X = np.column_stack([np.ones(m.size), m, m * (K + R), (1 - m) * (U + n), (1 - m) * (Q + K)])
+    X = roofline.columns(*(getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R")), memory)
     return X, steps.d_ms[mask]
 
 
@@ -75,8 +75,8 @@ def _assign(steps, mask, tied, ratios):
     memory = steps.U[mask] == 0
     for rounds in range(1, MAX_ROUNDS + 1):
         c, se, sd = _solve(steps, mask, memory, tied, ratios)
-        U, Q, n, K, R = (getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R"))
-        now = c[1] + c[2] * (K + R) >= c[3] * (U + n) + c[4] * (Q + K)
+        mem, comp = roofline.sides(c, *(getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R")))
+        now = mem >= comp
         if np.array_equal(now, memory):
             break
         memory = now

@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
+from ... import step_cost
 from .common import FIGURES, STEADY, capacity, compare, open_stage, save, show, steady_table, verdict_of
 
 SWEEPS = ("sweeps/token-routing.toml",)
@@ -48,10 +49,14 @@ OLD_DESIGN = ("loads 30–65 req/s placed against a 60 req/s capacity read from 
               "TPOT or attainment lead")
 """The former document's verdict and design (docs/least-outstanding-routing.md before issue 23)."""
 
-# The default step cost (token-model.md; sweeps/batching.toml's step_ms), for the
-# worked example.
-STEP = dict(base=6.5, per_prefill_token=0.0198, per_prefill_token_pair=8.4e-7,
-            per_decode_sequence=0.10, per_kv_token=5.4e-5)
+STEP = step_cost.defaults(step_cost.linear)
+"""The default step cost (token-model.md; sweeps/batching.toml's step_ms), for the worked
+example: {step_ms key: ms}."""
+
+
+def _sci(x) -> str:
+    """``x`` as ``%g`` writes it, the exponent without its leading zero (5.4e-5)."""
+    return f"{x:g}".replace("e-0", "e-")
 
 
 def load(root):
@@ -653,7 +658,8 @@ def section(data):
         "seed's \"factor of eight\"). But under continuous batching the nine short requests "
         "are *not* stuck behind the long one for thousands of iterations: each iteration "
         "advances every sequence, and a short request leaves after its 50th. By the decode "
-        f"cost (6.5 ms + 0.10 ms per sequence + 5.4e-5 ms per KV token) they finish at "
+        f"cost ({STEP['base']:g} ms + {STEP['per_decode_sequence']:.2f} ms per sequence + "
+        f"{_sci(STEP['per_kv_token'])} ms per KV token) they finish at "
         f"{ex['short_done_ms_a']:.0f} ms on A and {ex['short_done_ms_b']:.0f} ms on B, TPOT "
         f"{ex['tpot_short_ms_a']:.2f} against {ex['tpot_short_ms_b']:.2f} ms. What the long "
         f"request costs is B's time afterwards (busy {ex['busy_ms_b'] / 1000:.1f} s against "
