@@ -16,12 +16,20 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 
 
+REGISTRIES = ("batching/policies", "step_cost")
+"""Folders of registered units (one module each) whose constants the compiled dispatchers
+read (a policy's traits, a form's code): every module of them counts, compiled or not."""
+
+
 def digest() -> str:
-    """A hash of every routesim module that holds compiled code (and of conf.py's flags)."""
+    """A hash of every routesim module that holds compiled code or belongs to a registry
+    (and of conf.py's flags)."""
     h = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_bytes()
-        if b"njit" in text or b"intrinsic" in text or b"overload" in text or path.name == "conf.py":
+        registered = path.parent.relative_to(PACKAGE).as_posix() in REGISTRIES
+        if (b"njit" in text or b"intrinsic" in text or b"overload" in text or path.name == "conf.py"
+                or registered):
             h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + text + b"\0")
     return h.hexdigest()[:16]
 

@@ -339,3 +339,95 @@ def test_step_cost_defaults_have_one_home():
             if name not in home[value]:
                 found.append(f"{path.relative_to(PACKAGE)}: {value!r}")
     assert found == []
+
+
+# The policy seam (issue 43 item 3): every routing policy of the batching model is one
+# module found through the registry routesim.batching.policies.POLICIES, its name written
+# nowhere else in the model's code; every compiled step it has is dispatched.
+
+STEPS = ("sample_nb", "weigh_nb", "choose_nb")
+"""A policy's compiled steps, each with a dispatcher of the same name in the registry."""
+
+
+def _policies():
+    from routesim.batching import policies
+    return policies
+
+
+def test_every_policy_is_one_registered_module():
+    pol = _policies()
+    assert [m.CODE for m in pol.POLICIES] == list(range(len(pol.POLICIES)))
+    for m in pol.POLICIES:
+        assert m.__name__ == f"routesim.batching.policies.{m.NAME}", m.__name__
+        assert m.RULE in ("sample", "argmin", "own") and isinstance(m.DRAWS, int) and m.DRAWS >= -1
+        assert (m.SCORE is not None) == (m.RULE == "argmin"), m.NAME
+        assert hasattr(m, "sample_nb") or m.RULE != "sample", f"{m.NAME} samples with no sample_nb"
+        assert hasattr(m, "choose_nb") == (m.RULE == "own"), m.NAME
+        assert all(p.section == "policy" for p in m.PARAMS)
+    shared = {"__init__", "scores"}
+    modules = {p.stem for p in (PACKAGE / "batching" / "policies").glob("*.py")} - shared
+    assert modules == {m.NAME for m in pol.POLICIES}, "a policy module that is not registered (or the reverse)"
+    assert set(pol.NAMES) == {m.NAME for m in pol.POLICIES} | {a for m in pol.POLICIES for a in m.ALIASES}
+
+
+def test_every_policy_step_is_dispatched():
+    import inspect
+    pol = _policies()
+    missing = []
+    for step in STEPS:
+        src = inspect.getsource(getattr(pol, step).py_func)
+        missing += [f"{m.NAME}.{step}" for m in pol.POLICIES if hasattr(m, step) and f"{m.NAME}.{step}(" not in src]
+    assert missing == []
+
+
+def test_no_policy_name_outside_its_module():
+    """No string literal of the batching model's code is a policy's name, but in the
+    policy's own module and the registry: the model finds policies through the registry."""
+    pol = _policies()
+    names = {m.NAME: m.__name__ for m in pol.POLICIES} | {a: m.__name__ for m in pol.POLICIES for a in m.ALIASES}
+    found = []
+    for path in sorted((PACKAGE / "batching").rglob("*.py")):
+        mod = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names and mod not in (
+                    names[node.value], "routesim.batching.policies"):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}")
+    assert found == []
+
+
+def test_every_registered_policy_dispatches_to_its_module():
+    """Each policy's code reaches its own module's steps in compiled code: the
+    dispatchers' results equal the module's (an argmin policy's equal the argmin of its
+    score), on candidates whose views differ."""
+    import numpy as np
+    import token_reference as ref
+    from routesim.batching import runs
+    from routesim.batching.dtypes import VIEW
+    from routesim.batching.policies.scores import argmin_tied_nb
+    pol = _policies()
+    n = 5
+    v = np.zeros(n, VIEW)
+    v["o"] = [4, 1, 3, 1, 2]
+    v["tau"] = [900, 300, 200, 700, 100]
+    v["ref"] = [10, 50, 5, 40, 20]
+    v["res"] = [3, 9, 1, 7, 2]
+    v["hit"] = [0, 4, 1, 4, 0]
+    v["weight"] = [1.0, 3.0, 1.0, 2.0, 1.0]
+    u = np.array([0.37, 0.81, 0.12, 0.55])
+    for m in pol.POLICIES:
+        p = runs.params_row(ref.defaults(), m.NAME, n_replicas=n)[()]
+        code = np.int64(m.CODE)
+        assert pol.uniforms_nb(code, p["choices"]) == (p["choices"] if m.DRAWS < 0 else m.DRAWS)
+        a, b = np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+        nc = pol.sample_nb(code, a, np.int64(n), p, u, np.int64(0), np.int64(3), v)
+        want = m.sample_nb(b, np.int64(n), p, u, np.int64(0), np.int64(3), v) if hasattr(m, "sample_nb") else n
+        assert nc == want and list(a) == list(b), m.NAME
+        pick = pol.choose_nb(code, a, nc, p, v, np.int64(1000), np.int64(256), 0.25)
+        if m.RULE == "sample":
+            want = a[0]
+        elif m.RULE == "own":
+            want = m.choose_nb(a, nc, p, v, np.int64(1000), np.int64(256), 0.25)
+        else:
+            kind = np.int64(p["score"] if m.SCORE == -1 else m.SCORE)
+            want = argmin_tied_nb(kind, a, nc, p, v, np.int64(1000), np.int64(256), 0.25)
+        assert pick == want and pick in a[:nc], m.NAME

@@ -17,7 +17,8 @@ import test_token_engine_vs_reference
 import tiers
 import token_reference
 from conftest import parse
-from routesim.batching.dtypes import Policy, Scheduler, StepCost
+from registered import POLICIES, STEP_COSTS
+from routesim.batching.dtypes import Scheduler
 from routesim.queue.dtypes import Policy as QueuePolicy
 
 HERE = Path(__file__).resolve().parent
@@ -117,8 +118,7 @@ def _batching_runs():
 def test_the_fast_tier_samples_every_policy_scheduler_and_step_cost():
     """Every combination of the batching model's registries has a differential run in the
     fast tier (the runs themselves are test_engine_matches_reference_sampled's)."""
-    want = {(p.name.lower(), s.name.lower(), c.name.lower())
-            for p, s, c in itertools.product(Policy, Scheduler, StepCost)}
+    want = {(p, s.name.lower(), c) for p, s, c in itertools.product(POLICIES, Scheduler, STEP_COSTS)}
     assert _batching_runs() >= want, sorted(want - _batching_runs())
 
 

@@ -20,11 +20,10 @@ import pytest
 
 import token_reference as ref
 from routesim.batching import runs as br
-from routesim.batching.dtypes import Policy, Scheduler, StepCost
+from registered import POLICIES, STEP_COSTS
+from routesim.batching.dtypes import Scheduler
 from routesim.batching.workload import generate
 
-POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost",
-            "power_of_d", "prefix_affinity", "rate_weighted")
 COUNTS = ("arrivals", "completed", "failed", "rejected", "shed", "unfinished", "preemptions",
           "attempts", "retries", "wasted_tokens", "breaker_ejections", "backlog_growth")
 FLOATS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "e2e_p50",
@@ -358,7 +357,7 @@ SAMPLE_DRAIN_S = 5.0
 def fast_sample() -> list[tuple]:
     """The fast tier's differential sample (tests/tiers.py): one run (case, policy,
     scheduler, step cost, seed) for every policy × scheduler × step cost of the
-    registries (routesim/batching/dtypes.py), so that a new one is sampled without
+    registries (tests/registered.py; routesim/batching/dtypes.py's Scheduler), so that a new one is sampled without
     editing a list. Each combination takes the next case, in turn, of those its scheduler
     runs above (VLLM_CASES with "vllm", CASES and FAULT_CASES otherwise) but the periodic
     signal cases (the reference publishes every 5-250 ms through the drain: 5-60 s a
@@ -366,11 +365,11 @@ def fast_sample() -> list[tuple]:
     2, so every run here is one more check)."""
     runs = []
     turn = {}
-    for i, (policy, scheduler, cost) in enumerate(itertools.product(Policy, Scheduler, StepCost)):
+    for i, (policy, scheduler, cost) in enumerate(itertools.product(POLICIES, Scheduler, STEP_COSTS)):
         cases = VLLM_CASES if scheduler == Scheduler.VLLM else list(CASES) + list(FAULT_CASES)
         cases = [c for c in cases if "period_ms" not in {**CASES, **FAULT_CASES, **VLLM_ONLY}[c][0]]
         k = turn[scheduler] = turn.get(scheduler, -1) + 1
-        runs.append((cases[k % len(cases)], policy.name.lower(), scheduler.name.lower(), cost.name.lower(),
+        runs.append((cases[k % len(cases)], policy, scheduler.name.lower(), cost,
                      3 + i % 2))
     return runs
 

@@ -23,14 +23,12 @@ import token_reference as ref
 from routesim import batch, cluster
 from routesim.batching import runs as br
 from routesim.batching.workload import generate
+from registered import POLICIES
 from routesim.sweep import main
 from routesim.arrivals import router_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
-POLICIES = ("round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost",
-            "power_of_d", "prefix_affinity", "rate_weighted")
-"""token-interface.md's policy names (least_queue is an alias of least_requests)."""
 
 PIPE = """\
 name = "tokpipe"
@@ -69,7 +67,7 @@ scenario = ["steady", "surge"]
 
 [[stages]]
 name = "policies"
-policy = ["round_robin", "random", "least_requests", "least_tokens", "least_kv", "least_cost", "power_of_d", "prefix_affinity", "rate_weighted"]
+policy = {policies}
 drain_s = 0          # stop at the horizon: the surge leaves requests unfinished (the "batch" stage drains)
 seeds = { first = 1, count = 2 }
 
@@ -80,7 +78,7 @@ max_batch = [4, 256]
 rate_rps = [14]
 heterogeneity = ["uniform"]
 seeds = [3]
-"""
+""".replace("{policies}", "[" + ", ".join(f'"{p}"' for p in POLICIES) + "]")  # every registered policy
 """Three replicas, small queues and a small pool (768 blocks of 16 tokens: the largest
 request, 512 + 6000 + 1024 = 7536 tokens, fits), a surge that sheds; the second stage
 sweeps max_batch. policies: 9 × 2 × 2 × 2 × 2 = 144 runs; batch: 2 × 2 × 2 = 8 runs."""

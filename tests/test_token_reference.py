@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import token_reference as tr  # noqa: E402
+from registered import POLICIES  # noqa: E402
 
 TRACE = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
 
@@ -448,9 +449,7 @@ SMALL = dict(warmup_s=0.5, measure_s=1.5, kv_blocks=160, max_batch=6, waiting_ca
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["round_robin", "random", "least_requests", "least_tokens",
-                                    "least_kv", "least_cost", "power_of_d", "prefix_affinity",
-                                    "rate_weighted"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_invariants_small_clusters(policy):
     p = tr.defaults()
     p.update(SMALL)
@@ -481,9 +480,7 @@ if given is not None:
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3),
            b=st.sampled_from([1, 2, 4, 16]), chunked=st.booleans(),
            budget=st.integers(1, 600), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
-           policy=st.sampled_from(["round_robin", "random", "least_requests", "least_tokens",
-                                   "least_kv", "least_cost", "power_of_d", "prefix_affinity",
-                                   "rate_weighted"]),
+           policy=st.sampled_from(POLICIES),
            spare=st.integers(0, 40), decode_heavy=st.booleans())
     def test_property_invariants(seed, n_rep, b, chunked, budget, max_batch, cap, policy, spare,
                                  decode_heavy):
@@ -798,11 +795,13 @@ EVENTS2 = [(200.0, "fail_fast", 0, 0.0), (300.0, "recover", 2, 0.0), (500.0, "fa
            (1200.0, "rate_multiplier", -1, 2.0)]
 
 
+MODE = {"round_robin": "periodic", "power_of_d": "periodic_local", "prefix_affinity": "periodic_local",
+        "rate_weighted": "periodic"}
+"""The signal mode each policy's failure case runs in (fresh unless named here)."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("policy, mode", [("round_robin", "periodic"), ("least_tokens", "fresh"),
-                                          ("least_cost", "fresh"), ("power_of_d", "periodic_local"),
-                                          ("prefix_affinity", "periodic_local"),
-                                          ("rate_weighted", "periodic")])
+@pytest.mark.parametrize("policy, mode", [(name, MODE.get(name, "fresh")) for name in POLICIES])
 def test_invariants_with_failures(policy, mode):
     p = tr.defaults()
     p.update(SMALL)
@@ -819,8 +818,7 @@ if given is not None:
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3), b=st.sampled_from([1, 4, 16]),
            chunked=st.booleans(), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
-           policy=st.sampled_from(["round_robin", "random", "least_requests", "least_cost",
-                                   "power_of_d", "prefix_affinity", "rate_weighted"]),
+           policy=st.sampled_from(POLICIES),
            mode=st.sampled_from(["fresh", "periodic", "periodic_local"]),
            routers=st.integers(1, 2), max_attempts=st.integers(1, 3),
            timeout=st.sampled_from([math.inf, 60.0, 150.0]), consecutive=st.integers(0, 2),
@@ -1303,3 +1301,11 @@ def test_a_hit_on_uncomputed_blocks_whose_reserver_fails():
     assert out["prefix_hit_rate"] == pytest.approx(1536 / (100 + 1600 + 1700 + 1600), rel=1e-12)
     resident = out["_sim"].replicas[0].resident
     assert all(bid in resident for bid in group_ids(0, 1700, 2)[96:])   # B's own, computed, cached
+
+
+def test_the_reference_knows_every_registered_policy():
+    """The reference simulates exactly the registered policies and their aliases
+    (routesim.batching.policies): a policy added to the registry needs its reference
+    reading before the differential tests, which take the registry's list, can pass."""
+    from routesim.batching.policies import NAMES
+    assert set(tr.POLICIES) == set(NAMES)

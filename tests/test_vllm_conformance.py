@@ -29,6 +29,7 @@ for _p in (str(REPO), str(HERE)):
         sys.path.insert(0, _p)
 
 import token_reference as tr  # noqa: E402
+from registered import POLICIES  # noqa: E402
 
 from conformance import compare_page, record  # noqa: E402
 
@@ -350,9 +351,7 @@ def outcome_identity(out):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("asyn", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("policy", ["round_robin", "random", "least_requests", "least_tokens",
-                                    "least_kv", "least_cost", "power_of_d", "prefix_affinity",
-                                    "rate_weighted"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_invariants_small_clusters(policy, asyn):
     p = tr.defaults()
     p.update(SMALL, async_scheduling=asyn)
@@ -362,13 +361,15 @@ def test_invariants_small_clusters(policy, asyn):
     assert out["prefix_hit_rate"] > 0
 
 
+MODE = {"round_robin": ("periodic", True), "least_tokens": ("fresh", False),
+        "power_of_d": ("periodic_local", True), "prefix_affinity": ("periodic_local", True),
+        "rate_weighted": ("periodic", False)}
+"""The signal mode and prefix caching of each policy's failure case (fresh and caching
+unless named here)."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("policy, mode, caching", [("round_robin", "periodic", True),
-                                                   ("least_tokens", "fresh", False),
-                                                   ("least_cost", "fresh", True),
-                                                   ("power_of_d", "periodic_local", True),
-                                                   ("prefix_affinity", "periodic_local", True),
-                                                   ("rate_weighted", "periodic", False)])
+@pytest.mark.parametrize("policy, mode, caching", [(name, *MODE.get(name, ("fresh", True))) for name in POLICIES])
 @pytest.mark.parametrize("asyn", [False, True], ids=["sync", "async"])
 def test_invariants_with_failures(policy, mode, caching, asyn):
     p = tr.defaults()
@@ -391,8 +392,7 @@ if given is not None:
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(seed=st.integers(0, 10_000), n_rep=st.integers(1, 3), b=st.sampled_from([1, 4, 16]),
            chunked=st.booleans(), max_batch=st.integers(1, 5), cap=st.integers(1, 6),
-           policy=st.sampled_from(["round_robin", "random", "least_requests", "least_cost",
-                                   "power_of_d", "prefix_affinity", "rate_weighted"]),
+           policy=st.sampled_from(POLICIES),
            mode=st.sampled_from(["fresh", "periodic", "periodic_local"]),
            routers=st.integers(1, 2), max_attempts=st.integers(1, 3),
            timeout=st.sampled_from([math.inf, 60.0, 150.0]), consecutive=st.integers(0, 2),

@@ -15,24 +15,6 @@ from ..conf import JIT
 from ..step_cost import COEFFICIENTS
 
 
-class Policy(IntEnum):
-    """Routing policy codes (§5). The sweep-file name is ``name.lower()``."""
-
-    ROUND_ROBIN = 0
-    RANDOM = 1
-    LEAST_REQUESTS = 2
-    LEAST_TOKENS = 3
-    LEAST_KV = 4
-    LEAST_COST = 5
-    POWER_OF_D = 6
-    PREFIX_AFFINITY = 7
-    RATE_WEIGHTED = 8
-
-
-NAMES = {p.name.lower(): p for p in Policy} | {"least_queue": Policy.LEAST_REQUESTS}
-"""Sweep-file name -> policy code (``least_queue`` is ``least_requests``)."""
-
-
 class Score(IntEnum):
     """``policy.score``: what power_of_d compares (§5)."""
 
@@ -101,7 +83,7 @@ class Fate(IntEnum):
 
 PARAMS = np.dtype(
     [
-        ("policy", np.int32),
+        ("policy", np.int32),             # policy code (routesim.batching.policies: POLICIES[code])
         ("score", np.int32),              # Score code (power_of_d)
         ("n_replicas", np.int64),
         ("waiting_cap", np.int64),        # requests
@@ -396,7 +378,7 @@ VIEW = np.dtype(
      ("ramp", np.float64), ("weight", np.float64)],
     align=True,
 )
-"""A router's view of one replica at a decision (routesim/batching/policies.py)."""
+"""A router's view of one replica at a decision (routesim/batching/policies/)."""
 
 KEPT = np.dtype(
     [("first_ms", np.float64), ("done_ms", np.float64), ("outcome", np.int8), ("attempts", np.int64),

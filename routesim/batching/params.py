@@ -14,7 +14,8 @@ import math
 
 from .. import step_cost
 from ..schema import LENGTHS_PARAMS, TRACE_LEAVES, TRACE_PARAMS, Param, ReplicaModel
-from .dtypes import EVENT_NAMES, NAMES
+from . import policies
+from .dtypes import EVENT_NAMES
 
 INF = math.inf
 
@@ -75,18 +76,7 @@ TOKEN_PARAMS = (
     Param("max_in_flight", "workload", ("max_in_flight",), 0, "requests", "closed-loop client: requests in flight at most, the next one sent when one ends (0: open loop)", kind=int, low=0),
     Param("client_overhead_ms", "workload", ("client_overhead_ms",), 0.0, "ms", "client overhead: added to the TTFT and E2E the client measures and to the time it holds a slot", low=0),
     # [policy] (§5)
-    Param("choices", "policy", ("choices",), 2, "replicas", "replicas power_of_d samples (d)", kind=int, low=1, when=("policy", ("power_of_d",))),
-    Param("score", "policy", ("score",), "tokens", "", "what power_of_d compares: requests, tokens, kv or cost", kind=str, options=("requests", "tokens", "kv", "cost"), when=("policy", ("power_of_d",))),
-    Param("allowance_tokens", "policy", ("allowance_tokens",), 256, "tokens", "output allowance A of the outstanding-token signal (\"exact\": each request's own output length, a clairvoyant router)", kind=int, low=0, words=("exact",)),
-    Param("tie_tolerance", "policy", ("tie_tolerance",), 0.0, "1", "scores within this fraction of the best are tied", low=0),
-    Param("prefill_weight", "policy", ("prefill_weight",), 1.0, "1", "weight w of new prefill blocks in the cost score", low=0),
-    Param("balance_abs", "policy", ("balance_abs",), 64.0, "requests", "prefix_affinity: absolute imbalance that switches to least_requests", low=0, when=("policy", ("prefix_affinity",))),
-    Param("balance_rel", "policy", ("balance_rel",), 1.5, "1", "prefix_affinity: relative imbalance that switches to least_requests", low=0, when=("policy", ("prefix_affinity",))),
-    Param("cache_threshold", "policy", ("cache_threshold",), 0.3, "1", "prefix_affinity: cached share of the prompt that wins the request", low=0, high=1, when=("policy", ("prefix_affinity",))),
-    Param("window_ms", "policy", ("window_ms",), 1000.0, "ms", "rate_weighted: window of counted completions", low=0, low_open=True, when=("policy", ("rate_weighted",))),
-    Param("slow_start_ms", "policy", ("slow_start_ms",), 0.0, "ms", "slow-start ramp after a replica becomes eligible (0: off)", low=0),
-    Param("slow_start_aggression", "policy", ("slow_start_aggression",), 1.0, "1", "slow-start ramp exponent", low=0, low_open=True),
-    Param("slow_start_min_weight", "policy", ("slow_start_min_weight",), 0.1, "1", "smallest slow-start weight", low=0, low_open=True, high=1),
+    *policies.PARAMS,
     # [signals] (§3)
     Param("signal_mode", "signals", ("mode",), "fresh", "", "what the router sees: fresh, periodic or periodic_local", kind=str, options=("fresh", "periodic", "periodic_local")),
     Param("period_ms", "signals", ("period_ms",), 50.0, "ms", "publication period of every replica's load (0: fresh)", low=0, when=("signal_mode", ("periodic", "periodic_local"))),
@@ -121,9 +111,7 @@ SECTION_KEYS = {
     "cluster": ("heterogeneity", "start_down"),
     "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths",
                  "max_in_flight", "client_overhead_ms"),
-    "policy": ("choices", "score", "allowance_tokens", "tie_tolerance", "prefill_weight",
-               "balance_abs", "balance_rel", "cache_threshold", "window_ms", "slow_start_ms",
-               "slow_start_aggression", "slow_start_min_weight"),
+    "policy": tuple(p.path[0] for p in policies.PARAMS),
     "signals": ("mode", "period_ms", "routers"),
     "client": ("timeout_ms", "ttft_timeout_ms", "max_attempts", "backoff_ms", "retry_avoid_previous"),
     "router": ("retry_budget", "min_retry_concurrency", "breaker", "admission"),
@@ -150,7 +138,7 @@ DEFAULT_HETEROGENEITY = {"uniform": (1.0,) * 8}
 
 MODEL = ReplicaModel(
     kind="batching", package=__package__, params=TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS,
-    section_keys=SECTION_KEYS, leaves={**LEAVES, **TRACE_LEAVES}, dims=DIMS, policies=tuple(NAMES),
+    section_keys=SECTION_KEYS, leaves={**LEAVES, **TRACE_LEAVES}, dims=DIMS, policies=tuple(policies.NAMES),
     event_kinds={name: code for code, name in EVENT_NAMES.items()},
     min_max=MIN_MAX, heterogeneity=DEFAULT_HETEROGENEITY,
     help_heterogeneity="time factors (1 = the reference replica)", block_ids=True, trace_axes=True,

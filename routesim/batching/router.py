@@ -19,8 +19,8 @@ from ..nrt import hold
 from . import blocks as bk
 from . import timers as tm
 from .dtypes import Fate, Signals, State
-from .policies import (choose_nb, hits_for_ties_nb, kind_nb, sample_nb, score_nb, scoreless_nb, slow_start_nb,
-                       tie_bound_nb, uniforms_nb, weigh_nb)
+from .policies import choose_nb, hits_for_ties_nb, kind_nb, sample_nb, scoreless_nb, slow_start_nb, uniforms_nb, weigh_nb
+from .policies.scores import score_nb, tie_bound_nb
 from .lists import push_back_nb
 from .replica import in_window_nb, settle_nb
 

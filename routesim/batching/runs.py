@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, NAMES, PARAMS, REPLICA, Admission, Scheduler, Score, Signals
+from .dtypes import EVENT, METRICS, PARAMS, REPLICA, Admission, Scheduler, Score, Signals
 from .. import step_cost
 from .engine import run_batch
 from .params import MODEL
-from .policies import uniforms_per_decision
+from .policies import NAMES, uniforms_per_decision
 from .workload import TokenWorkload
 
 def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int = 0,
