@@ -216,14 +216,21 @@ def test_a_bad_key_exits_2_with_one_line(tmp_path):
 
 def test_which_parameters_a_dataset_records():
     """A linear stage's Dataset attributes are those of before the roofline (no
-    step_cost, no roofline_ms_*); a roofline stage's drop step_ms_* instead."""
+    step_cost, no other form's table); a roofline stage's drop step_ms_* (and every other
+    form's table) instead."""
     from routesim.batching.params import unused_params
+    from routesim.step_cost import KEYS
+
+    def others(*used):  # the keys of every registered form but ``used``
+        return {n for form, names in KEYS.items() if form not in used for n in names}
+
     lin = _parse().stages[0].values
-    assert unused_params(lin) == {"step_cost", *(n for n in lin if n.startswith("roofline_ms_"))}
+    assert unused_params(lin) == {"step_cost", *others("linear")}
+    assert not any(n.startswith("step_ms_") for n in others("linear")) and "roofline_ms_base" in others("linear")
     roof = _parse('step_cost = "roofline"').stages[0].values
-    assert unused_params(roof) == {n for n in roof if n.startswith("step_ms_")}
+    assert unused_params(roof) == others("roofline") and "step_ms_base" in others("roofline")
     both = _parse('step_cost = ["linear", "roofline"]').stages[0].values
-    assert unused_params(both) == set()
+    assert unused_params(both) == others("linear", "roofline")
 
 
 def test_params_row_codes_the_roofline():

@@ -70,6 +70,9 @@ Replica (§2)
      per_token*(U + n) + per_token_pair*(Q + K))), R = sum over the chunks of the KV each
      attends to (m + c + x; vllm mode: c + x); an iteration with no sequence lasts
      f*(base + weights).  (_Sim.duration; docs/model.md "The step cost".)
+ D5c. (issue 43) step_cost = "overlap": memory and compute as D5b from the overlap_ms table,
+     d = f*((base + max(memory, compute)) + kappa*min(memory, compute)); an iteration with no
+     sequence lasts f*(base + weights).  (docs/model.md "The step cost".)
  D6. A sequence's first-token time is kept across preemption.  At an iteration end the
      emitting sequences are visited in running-list (admission) order.
  D7. An iteration with no sequence (every decoding one preempted) still lasts f*c0.
@@ -966,7 +969,8 @@ class _Sim:
         f = (factor*slowdown)*cold.  Linear (D5): f*((((c0 + c_pf*U) + c_attn*Q) +
         c_dec*n) + c_kv*K).  Roofline (issue 25, docs/model.md "The step cost"):
         memory = weights + per_kv_token*(K + R), compute = per_token*(U + n) +
-        per_token_pair*(Q + K), f*(base + max(memory, compute))."""
+        per_token_pair*(Q + K), f*(base + max(memory, compute)).  Overlap (issue 43, D5c):
+        the same sides from the overlap_ms table, f*((base + max) + kappa*min)."""
         p = self.p
         cold = 1.0
         if rep.t_up is not None:
@@ -976,6 +980,10 @@ class _Sim:
             memory = p["roofline_ms_weights"] + p["roofline_ms_per_kv_token"] * (K + R)
             compute = p["roofline_ms_per_token"] * (U + n) + p["roofline_ms_per_token_pair"] * (Q + K)
             return f * (p["roofline_ms_base"] + max(memory, compute))
+        if p["step_cost"] == "overlap":
+            memory = p["overlap_ms_weights"] + p["overlap_ms_per_kv_token"] * (K + R)
+            compute = p["overlap_ms_per_token"] * (U + n) + p["overlap_ms_per_token_pair"] * (Q + K)
+            return f * ((p["overlap_ms_base"] + max(memory, compute)) + p["overlap_ms_kappa"] * min(memory, compute))
         return f * ((((p["step_ms_base"] + p["step_ms_per_prefill_token"] * U)
                       + p["step_ms_per_prefill_token_pair"] * Q)
                      + p["step_ms_per_decode_sequence"] * n)

@@ -196,7 +196,7 @@ def _check_step_cost(rd, stage, src):
             table = TOKEN_PARAM[given[0]].path[0]
             rd.fail(src(given[0]), f'{table} is the {cost} step cost\'s, but step_cost is '
                     f'{" or ".join(repr(c) for c in v["step_cost"])} in stage {stage.name!r}: '
-                    f'add step_cost = "{cost}" (or a list of both), or leave {table} out')
+                    f'add step_cost = "{cost}" (or a list of costs), or leave {table} out')
 
 
 def _check_scheduler(rd, stage, src):

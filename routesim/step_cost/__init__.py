@@ -19,9 +19,9 @@ import numba as nb
 
 from ..conf import JIT
 from ..schema import Param
-from . import linear, roofline
+from . import linear, overlap, roofline
 
-FORMS = (linear, roofline)
+FORMS = (linear, roofline, overlap)
 """Every step cost, in code order (``FORMS[k].CODE == k``)."""
 BY_NAME = {f.NAME: f for f in FORMS}
 DEFAULT = linear.NAME
@@ -29,7 +29,8 @@ COEFFICIENTS = max(len(f.PARAMS) for f in FORMS)
 """Length of the kernel's coefficient vector (``PARAMS["cost"]``): the longest form's."""
 
 SELECTOR = Param("step_cost", "replica", ("step_cost",), DEFAULT, "",
-                 "the step cost: " + " or ".join(f"{f.NAME} ({f.SUMMARY})" for f in FORMS),
+                 "the step cost: " + ", ".join(f"{f.NAME} ({f.SUMMARY})" for f in FORMS[:-1])
+                 + f" or {FORMS[-1].NAME} ({FORMS[-1].SUMMARY})",
                  kind=str, options=tuple(BY_NAME))
 """``[replica] step_cost``: which form a run uses."""
 
@@ -61,4 +62,6 @@ def duration_nb(code, c, U, Q, n, K, R):
     tokens the prefill chunks attend to."""
     if code == roofline.CODE:
         return roofline.duration_nb(c, U, Q, n, K, R)
+    if code == overlap.CODE:
+        return overlap.duration_nb(c, U, Q, n, K, R)
     return linear.duration_nb(c, U, Q, n, K, R)
