@@ -364,6 +364,10 @@ def test_every_policy_is_one_registered_module():
         assert hasattr(m, "sample_nb") or m.RULE != "sample", f"{m.NAME} samples with no sample_nb"
         assert hasattr(m, "choose_nb") == (m.RULE == "own"), m.NAME
         assert all(p.section == "policy" for p in m.PARAMS)
+    from routesim.batching.dtypes import PARAMS
+    from routesim.batching.runs import RECORDED
+    numbers = {p.name for p in pol.PARAMS if p.kind in (int, float) and not p.words}
+    assert {p.name for p in RECORDED} == numbers and numbers <= set(PARAMS.names), "a policy key with no record field"
     shared = {"__init__", "scores"}
     modules = {p.stem for p in (PACKAGE / "batching" / "policies").glob("*.py")} - shared
     assert modules == {m.NAME for m in pol.POLICIES}, "a policy module that is not registered (or the reverse)"

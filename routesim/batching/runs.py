@@ -14,8 +14,13 @@ from .dtypes import EVENT, METRICS, PARAMS, REPLICA, Admission, Scheduler, Score
 from .. import step_cost
 from .engine import run_batch
 from .params import MODEL
-from .policies import NAMES, uniforms_per_decision
+from .policies import NAMES, PARAMS as POLICY_PARAMS, uniforms_per_decision
 from .workload import TokenWorkload
+
+RECORDED = tuple(p for p in POLICY_PARAMS if p.kind in (int, float) and not p.words)
+"""The ``[policy]`` keys copied as they are into the PARAMS field of their name (every
+number but allowance_tokens, which also takes "exact"; ``score`` is coded below)."""
+
 
 def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int = 0,
                event_count: int = 0, workload: int = 0) -> np.ndarray:
@@ -25,11 +30,11 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["policy"] = NAMES[policy]
     p["score"] = Score[str(v["score"]).upper()]
     p["n_replicas"] = n_replicas
-    for name in ("waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
-                 "choices", "tie_tolerance", "prefill_weight", "balance_abs", "balance_rel",
-                 "cache_threshold", "window_ms"):
+    for name in ("waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens"):
         p[name] = v[name]
-    for name in ("slow_start_ms", "slow_start_aggression", "slow_start_min_weight", "cold_factor",
+    for prm in RECORDED:  # the policies' numbers, each in the field of its name
+        p[prm.name] = v[prm.name]
+    for name in ("cold_factor",
                  "cold_tau_ms", "ready_delay_ms", "fail_fast_ms", "period_ms", "routers", "timeout_ms",
                  "ttft_timeout_ms",
                  "max_attempts", "backoff_ms", "retry_budget", "min_retry_concurrency",
