@@ -38,7 +38,7 @@ def duration(c, U, Q, n, K, R):
     return c[0] + c[1] * U + c[2] * Q + c[3] * n + c[4] * K
 
 
-duration_nb = nb.njit(**JIT)(duration)
+duration_nb = nb.njit(inline="always", **JIT)(duration)
 """:func:`duration` compiled: what the engine calls (routesim.step_cost.duration_nb)."""
 
 

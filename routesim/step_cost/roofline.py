@@ -57,7 +57,7 @@ def duration(c, U, Q, n, K, R):
     return c[0] + np.maximum(mem, comp)
 
 
-duration_nb = nb.njit(**JIT)(duration)
+duration_nb = nb.njit(inline="always", **JIT)(duration)
 """:func:`duration` compiled: what the engine calls (routesim.step_cost.duration_nb)."""
 
 
