@@ -29,9 +29,9 @@ SUMMARY = "overlap_ms: the roofline plus kappa times the shorter of memory and c
 
 PARAMS = (
     *(Param(f"{TABLE}_{p.path[-1]}", p.section, (TABLE, p.path[-1]), p.default, p.units,
-            p.help.replace("roofline:", "overlap:", 1), low=p.low, low_open=p.low_open)
+            p.help.replace("roofline:", "overlap:", 1), low=p.low, low_open=p.low_open, when=("step_cost", (NAME,)))
       for p in roofline.PARAMS),
-    Param(f"{TABLE}_kappa", "replica", (TABLE, "kappa"), 0.0, "1", "overlap: share of the shorter of memory and compute time not hidden under the longer (0: the roofline, 1: their sum)", low=0, high=1),
+    Param(f"{TABLE}_kappa", "replica", (TABLE, "kappa"), 0.0, "1", "overlap: share of the shorter of memory and compute time not hidden under the longer (0: the roofline, 1: their sum)", low=0, high=1, when=("step_cost", (NAME,))),
 )
 """The coefficients ``c`` in this order: base, weights, per_kv_token, per_token,
 per_token_pair (the roofline's), kappa."""
