@@ -54,16 +54,23 @@ def test_recording_is_the_full_set(recording):
 @pytest.mark.slow
 def test_every_recorded_case_is_identical_step_by_step(recording):
     """All 400 cases, every step and every request, exact equality."""
+    bad, steps = _differences(recording)
+    assert not bad, f"{len(bad)} cases differ from vLLM, e.g. {list(bad.items())[:3]}"
+    assert steps == 119_915
+
+
+def _differences(rec):
+    """({case name: its first differences from vLLM}, steps compared) of the reference's
+    vllm mode replaying every case of recording ``rec``."""
     bad = {}
     steps = 0
-    for case, res in zip(recording["cases"], recording["results"]):
+    for case, res in zip(rec["cases"], rec["results"]):
         log = compare_page.vllm_log(case)
         diffs = compare_page.vllm_differences(case, res, log)
         if diffs:
             bad[case["name"]] = diffs[:3]
         steps += len(log["steps"])
-    assert not bad, f"{len(bad)} cases differ from vLLM, e.g. {list(bad.items())[:3]}"
-    assert steps == 119_915
+    return bad, steps
 
 
 def test_async_recording_is_the_full_set(async_recording):
@@ -78,14 +85,7 @@ def test_async_recording_is_the_full_set(async_recording):
 def test_every_async_recorded_case_is_identical_step_by_step(async_recording):
     """vLLM's default loop (async_scheduling, VLLM-SCHEDULER.md §9): all 400 cases, every
     step (S included) and every request, exact equality."""
-    bad = {}
-    steps = 0
-    for case, res in zip(async_recording["cases"], async_recording["results"]):
-        log = compare_page.vllm_log(case)
-        diffs = compare_page.vllm_differences(case, res, log)
-        if diffs:
-            bad[case["name"]] = diffs[:3]
-        steps += len(log["steps"])
+    bad, steps = _differences(async_recording)
     assert not bad, f"{len(bad)} cases differ from vLLM, e.g. {list(bad.items())[:3]}"
     assert steps == 123_470
 
