@@ -1010,14 +1010,7 @@ class _Sim:
         for s in list(rep.running):
             if id(s) not in decoding and id(s) not in prefilled:
                 continue
-            s.g += 1
-            s.token_times.append(T)
-            if self.in_window_closed(T):
-                self.replica_tokens[rep.index] += 1
-                self.tokens_window += 1
-                s.window_tokens += 1
-            if s.first_token is None:
-                s.first_token = T
+            self.emit(rep, s, T)
             if s.g == s.O:
                 # it computed every block it did not count as a hit; a block it hit while
                 # still uncomputed (its reserver still computing it, or cancelled) may be
@@ -1375,7 +1368,7 @@ class _Sim:
         return dict(sched=sched, sampled=sampled, preempted=preempted, terms=(U, Q, n, K, R),
                     log=entry)
 
-    def v_emit(self, rep: Replica, s: Attempt, T: float):
+    def emit(self, rep: Replica, s: Attempt, T: float):
         """A token of attempt s reaches its client at T (first-token time kept across
         preemption, ITL, window counters)."""
         s.g += 1
@@ -1403,7 +1396,7 @@ class _Sim:
                 continue                       # cancelled during the step: emits nothing
             if s.computed < s.P + s.g:
                 continue                       # a partial chunk samples nothing
-            self.v_emit(rep, s, T)
+            self.emit(rep, s, T)
             if s.g == s.O:
                 self.v_free(rep, s)
                 rep.running.remove(s)
@@ -1482,7 +1475,7 @@ class _Sim:
             if s.where == "done" or id(s) not in sampled:
                 continue                       # finished or aborted; or a partial chunk
             running = s.where == "running"
-            self.v_emit(rep, s, T)
+            self.emit(rep, s, T)
             if not stale:
                 s.placeholders -= 1
                 assert s.placeholders >= 0
