@@ -16,6 +16,7 @@ COMMANDS = {
     "sweep": ("routesim.sweep", "run a sweep file's stages; write a Dataset per stage"),
     "capacity": ("routesim.capacity", "find each policy's largest rate that meets an SLO"),
     "calibrate": ("routesim.calibrate", "fit a replica's step cost from a serving log"),
+    "validate": ("routesim.validate", "fit a server by simulation and check it against its runs' logs"),
     "trace": ("routesim.trace", "record timelines of one condition of a stage"),
     "plot": ("routesim.plot", "draw any metric of any results file against its dimensions"),
     "keys": ("routesim.keys", "print every key a sweep file may hold (docs/keys.md)"),

@@ -66,7 +66,7 @@ def _per_token(path) -> dict:
             "ttft_ms": [r.token_ms[0] - r.send_ms for r in recs], "e2e_ms": [r.token_ms[-1] - r.send_ms for r in recs]}
 
 
-def read(path, name=None, max_in_flight=0, cohort_from_s=0.0) -> Log:
+def read(path, name=None, max_in_flight=0, cohort_from_s=0.0, cohort_to_s=float("inf")) -> Log:
     """The :class:`Log` of a per-request or per-token log, its requests in send order."""
     path = Path(path)
     try:
@@ -87,7 +87,7 @@ def read(path, name=None, max_in_flight=0, cohort_from_s=0.0) -> Log:
     a = {k: np.asarray(v)[order] for k, v in cols.items()}
     return Log(name or path.stem, a["send_ms"].astype(float), a["prompt_tokens"].astype(np.int64),
                a["output_tokens"].astype(np.int64), a["ttft_ms"].astype(float), a["e2e_ms"].astype(float),
-               int(max_in_flight), float(cohort_from_s))
+               int(max_in_flight), float(cohort_from_s), float(cohort_to_s))
 
 
 def write(log: Log, path, ids=None) -> None:

@@ -67,9 +67,10 @@ routesim needs (> 0) holds no request."""
 class Log:
     """One logged run, per request (R requests): ``send_ms`` (R,) ms on the log's clock,
     ``prompt`` and ``output`` (R,) tokens, ``ttft_ms`` and ``e2e_ms`` (R,) ms from the
-    send; ``max_in_flight`` the client's cap (0: open loop); the requests sent at or
-    after ``cohort_from_s`` (s from the first send) are the ones compared (the earlier
-    ones load the server as a warm-up)."""
+    send; ``max_in_flight`` the client's cap (0: open loop); the requests sent in
+    ``[cohort_from_s, cohort_to_s)`` (s from the first send) are the ones compared (the
+    others load the server all the same). A fit compares routesim's metrics over its
+    cohort, which runs to the end of the log: a fitting log's ``cohort_to_s`` is inf."""
     name: str
     send_ms: np.ndarray
     prompt: np.ndarray
@@ -78,6 +79,7 @@ class Log:
     e2e_ms: np.ndarray
     max_in_flight: int = 0
     cohort_from_s: float = 0.0
+    cohort_to_s: float = math.inf
 
     @property
     def rel_ms(self) -> np.ndarray:
@@ -87,7 +89,7 @@ class Log:
     @property
     def cohort(self) -> np.ndarray:
         """(R,) bool: the requests compared."""
-        return self.rel_ms >= 1000.0 * self.cohort_from_s
+        return (self.rel_ms >= 1000.0 * self.cohort_from_s) & (self.rel_ms < 1000.0 * self.cohort_to_s)
 
     @property
     def rate_rps(self) -> float:
@@ -310,6 +312,8 @@ def errors(logs, metrics) -> np.ndarray:
     where a candidate left a cohort request unfinished."""
     err = np.zeros(metrics.shape[1])
     for i, log in enumerate(logs):
+        if log.cohort_to_s != math.inf:
+            raise ValueError(f"{log.name}: a fitting log's cohort runs to its end (cohort_to_s = inf)")
         m = measured(log)
         done = metrics[i]["completed"] == int(log.cohort.sum())
         for name in FIT_METRICS:
