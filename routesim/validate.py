@@ -282,8 +282,7 @@ def fit_text(cfg, res) -> str:
     v = res.values
     rep = {k: v.get(f"roofline_ms_{k}", cfg.start[k]) for k in cfg.start}
     lines = [f"fit by simulation on {', '.join(r.log.name for r in cfg.runs if r.fit)}: "
-             f"{res.candidates} candidates in {res.rounds} rounds ({res.runs} runs, {res.seconds:.1f} s: "
-             f"{res.per_second:.0f} candidates/s), axes {', '.join(cfg.axes)}",
+             f"{res.candidates} candidates in {res.rounds} rounds ({res.runs} runs), axes {', '.join(cfg.axes)}",
              f"error minimised: {simfit.ERROR}: {100 * res.error:.2f} %"]
     if "memory" in cfg.axes or "compute" in cfg.axes:
         lines.append("held at the start: " + ", ".join(
@@ -329,17 +328,15 @@ def summary(cfg, measured, predicted) -> list:
     def err(rs, key):
         return np.array([abs(pct(predicted[r.log.name][key], measured[r.log.name][key])) for r in rs])
 
+    table = []
     for label, rs in (("below saturation", below), ("saturated", sat)):
-        if not rs:
-            continue
-        cells = []
-        for lat in LATENCIES:
-            for st in STATS:
-                e = err(rs, (lat, st))
-                cells.append(f"{lat.upper()} {st} {fmt(e.mean(), '.1f')} ({fmt(e.max(), '.1f')})")
-        e = err(rs, "throughput")
-        cells.append(f"throughput {fmt(e.mean(), '.1f')} ({fmt(e.max(), '.1f')})")
-        out.append(f"{label}, mean |error| % (worst): " + ", ".join(cells))
+        if rs:
+            cells = [err(rs, (lat, st)) for lat in LATENCIES for st in STATS] + [err(rs, "throughput")]
+            table.append([label, len(rs)] + [f"{fmt(e.mean(), '.1f')} ({fmt(e.max(), '.1f')})" for e in cells])
+    if table:
+        out += ["", "held out: mean |error| % (worst)",
+                text_table(["runs (measured)", "n"] + [f"{lat.upper()} {st}" for lat in LATENCIES for st in STATS]
+                           + ["tokens/s"], table), ""]
     for lat, st, lim in TARGETS:
         e = err(below, (lat, st))
         miss = [r.log.name for r, x in zip(below, e) if not x <= lim]
@@ -406,8 +403,10 @@ def figure(cfg, measured, predicted, per_request, cdf_run, path):
     m = max(np.nanmax(x), np.nanmax(y)) * 1.05
     ax[1].fill_between([0, m], [0, 0.95 * m], [0, 1.05 * m], color="0.88", lw=0, label="±5 %", zorder=0)
     ax[1].plot([0, m], [0, m], color="0.5", lw=0.8, zorder=1)
-    ax[1].scatter(x[~sat], y[~sat], color="#1b9e77", label="below saturation (measured)", zorder=2)
-    ax[1].scatter(x[sat], y[sat], color="#e7298a", marker="s", label="saturated (measured)", zorder=2)
+    for pick, kw in ((~sat, dict(color="#1b9e77", label="below saturation (measured)")),
+                     (sat, dict(color="#e7298a", marker="s", label="saturated (measured)"))):
+        if pick.any():
+            ax[1].scatter(x[pick], y[pick], zorder=2, **kw)
     ax[1].set(xlim=(0, m), ylim=(0, m), xlabel="measured (output tokens/s)", ylabel="routesim (output tokens/s)",
               title="throughput per run")
     ax[1].legend(fontsize=7, loc="upper left")
@@ -437,7 +436,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", action="append", default=[], metavar="RUN", help="a run to fit on (repeatable)")
     ap.add_argument("--cdf", default=None, metavar="RUN", help="the run whose CDFs are drawn (default: the "
                     "held-out run of highest load below saturation, else the last)")
-    ap.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    ap.add_argument("-q", "--quiet", action="store_true", help="leave out the progress, the fit's time and "
+                    "'wrote ...' (the printout stays)")
     a = ap.parse_args(argv)
     try:
         cfg = load(a.config, a.fit)
@@ -457,6 +457,9 @@ def main(argv=None) -> int:
     if not a.quiet:
         print(f"validate: fitting on {len(fitting)} run(s) by simulation ...", file=sys.stderr)
     res = simfit.fit(fitting, replica, axes)
+    if not a.quiet:       # the wall time on stderr: the printout and its files are the same on every run
+        print(f"validate: {res.candidates} candidates in {res.seconds:.1f} s ({res.per_second:.0f} candidates/s, "
+              f"each on {len(fitting)} log(s))", file=sys.stderr)
     fitted = dict(replica, roofline_ms={k: res.values.get(f"roofline_ms_{k}", cfg.start[k]) for k in cfg.start})
     values = {"client_overhead_ms": res.values.get("client_overhead_ms", cfg.replica.get("client_overhead_ms", 0.0))}
     measured, predicted, per_request = {}, {}, {}
@@ -472,8 +475,9 @@ def main(argv=None) -> int:
     write_text(out / "validate.txt", text)
     write_text(out / "fit.toml", fit_text(cfg, res).split("\n\n", 1)[1] + "\n")
     figure(cfg, measured, predicted, per_request, cdf, out / "validate.png")
-    print(text if not a.quiet else "\n".join(summary(cfg, measured, predicted)) + "\n", end="")
-    print(f"wrote {out / 'validate.txt'}, {out / 'fit.toml'} and {out / 'validate.png'}")
+    print(text, end="")
+    if not a.quiet:
+        print(f"wrote {out / 'validate.txt'}, {out / 'fit.toml'} and {out / 'validate.png'}")
     return 0
 
 

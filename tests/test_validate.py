@@ -120,3 +120,26 @@ def test_the_command_fits_replays_and_writes_its_three_files(tmp_path, capsys):
     import tomllib
     fit = tomllib.loads((out / "fit.toml").read_text())
     assert fit["replica"]["step_cost"] == "roofline" and set(fit["replica"]["roofline_ms"]) == {"base", "weights", "per_kv_token", "per_token", "per_token_pair"}
+
+
+def test_the_readme_shows_what_the_shipped_harness_runs_print(tmp_path, capsys):
+    """README "Validating a fitted server against its runs": its printout is a fresh run's."""
+    from test_readme_tables import assert_excerpt, readme_output
+    shown = [line for line in readme_output("python -m routesim.validate examples/validate/harness.toml")
+             if not line.startswith("wrote ")]                           # its --out is tmp_path here
+    assert validate.main([str(EXAMPLES / "harness.toml"), "--out", str(tmp_path / "out"), "-q"]) == 0
+    assert_excerpt(shown, capsys.readouterr().out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu, row", [("rtxpro6000", "RTX PRO 6000"), ("rtx4090", "RTX 4090")])
+def test_the_readme_gpu_rows_are_what_the_shipped_runs_print(tmp_path, capsys, gpu, row):
+    """README's table of the LLMServingSim runs: each cell is the held-out run's error."""
+    import re
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    cells = next(line for line in readme.splitlines() if line.startswith(f"| {row} |")).split("|")[2:-1]
+    assert validate.main([str(EXAMPLES / f"{gpu}.toml"), "--out", str(tmp_path / "out"), "-q"]) == 0
+    out = capsys.readouterr().out
+    errors = next(line for line in out.splitlines() if line.startswith("first half ") and "+" in line).split()[2:]
+    shown = [c for cell in cells for c in re.split(r"\s*/\s*", cell.strip())]
+    assert shown == errors

@@ -23,7 +23,9 @@ KINDS = ("unit", "engine", "differential", "subprocess")
 MODULES = {
     "test_benchmarks_layout": ("unit", {"subprocess": ("test_from_tests_loads_the_file_once",)}),
     "test_calibrate": "unit",
-    "test_validate": ("unit", {"engine": ("test_the_command_fits_replays_and_writes_its_three_files",)}),
+    "test_validate": ("unit", {"engine": ("test_the_command_fits_replays_and_writes_its_three_files",
+                                          "test_the_readme_shows_what_the_shipped_harness_runs_print",
+                                          "test_the_readme_gpu_rows_are_what_the_shipped_runs_print")}),
     "test_simfit": ("unit", {"engine": ("test_the_fit_recovers_the_harness_hidden_roofline_from_per_request_times",)}),
     "test_capacity": ("engine", {"unit": ("test_capacity_is_the_last_rate_of_an_unbroken_run_of_passes",
                                           "test_criterion_counts_nan_as_a_failure",
