@@ -153,6 +153,13 @@ def load(path, fit_names=()) -> Config:
     axes = fitk.get("axes", ["memory", "compute", "client_overhead_ms"])
     if not isinstance(axes, list) or not axes or not all(isinstance(a, str) for a in axes):
         rd.fail("fit.axes", "expected a non-empty list of axis names")
+    named = ("memory", "compute", "base", "client_overhead_ms")
+    fields = simfit.token_model().part("dtypes").PARAMS.names
+    for a in axes:
+        if a not in named and a not in fields:
+            rd.fail("fit.axes", f"unknown axis {a!r}: {', '.join(named)} or a run parameter of the engine")
+    if len(set(axes)) != len(axes):
+        rd.fail("fit.axes", "an axis is named twice")
     start, priors = _start(rd, doc, path.parent)
     overhead = rd.number(fitk.get("overhead_ms", START["overhead_ms"]), "fit.overhead_ms")
     # the server's keys, checked by the sweep parser before anything runs
@@ -284,6 +291,9 @@ def fit_text(cfg, res) -> str:
     lines = [f"fit by simulation on {', '.join(r.log.name for r in cfg.runs if r.fit)}: "
              f"{res.candidates} candidates in {res.rounds} rounds ({res.runs} runs), axes {', '.join(cfg.axes)}",
              f"error minimised: {simfit.ERROR}: {100 * res.error:.2f} %"]
+    if not res.converged:
+        lines.append(f"warning: the grid did not settle in {res.rounds} rounds (the best was still at an edge or "
+                     "above the resolution): the fit is the best candidate seen; check the start ([fit])")
     if "memory" in cfg.axes or "compute" in cfg.axes:
         lines.append("held at the start: " + ", ".join(
             f"{k} = {rep[k]:.4g}" for k in cfg.start if f"roofline_ms_{k}" not in v) + " (per-request times "

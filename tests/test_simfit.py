@@ -91,3 +91,29 @@ def test_the_fit_recovers_the_harness_hidden_roofline_from_per_request_times():
     truth_ms = sl.FRONTEND["in_ms"] + sl.FRONTEND["out_ms"]
     assert abs(res.values["client_overhead_ms"] - truth_ms) <= 2.0
     assert res.error < 0.01 and res.candidates == 27 * res.rounds
+
+
+def test_the_narrowing_walks_to_a_minimum_and_says_when_it_did_not_settle(monkeypatch):
+    """simulate replaced by a bowl whose minimum is at memory factor 3 and an overhead
+    of 21 ms (errors computes from the fake metrics): the narrowing walks there from 1
+    and 10 ms, to within its resolution; with too few rounds it says it did not settle."""
+    log = simfit.Log("x", np.array([0.0, 1000.0]), np.ones(2, np.int64), np.full(2, 3, np.int64),
+                     np.array([10.0, 10.0]), np.array([30.0, 30.0]))
+    axes = [simfit.Axis("memory", {"roofline_ms_weights": 1.0}),
+            simfit.Axis("client_overhead_ms", {"client_overhead_ms": 0.0}, "lin", center=10.0, step=8.0)]
+
+    def fake(logs, replica, vals):
+        from routesim.batching.dtypes import METRICS
+        m = np.zeros((1, len(vals["client_overhead_ms"])), METRICS)
+        bad = np.abs(np.log(vals["roofline_ms_weights"] / 3.0)) + np.abs(vals["client_overhead_ms"] - 21.0) / 100
+        m["completed"] = 2
+        for name, truth in simfit.measured(log).items():
+            m[name] = truth * (1 + bad)
+        return m
+
+    monkeypatch.setattr(simfit, "simulate", fake)
+    res = simfit.fit([log], {}, axes)
+    assert res.converged and res.rounds < simfit.MAX_ROUNDS
+    assert abs(res.values["roofline_ms_weights"] / 3.0 - 1) < 0.02 and abs(res.values["client_overhead_ms"] - 21) <= 0.5
+    short = simfit.fit([log], {}, axes, max_rounds=2)
+    assert not short.converged and short.rounds == 2

@@ -62,6 +62,7 @@ BAD = [
     (GOOD.replace('name = "12 req/s"', 'name = "1 req/s"'), "v.toml: runs: two runs have one name"),
     (GOOD.replace('scheduler = "vllm"', 'scheduler = "vllm"\nstep_cost = "linear"'), "v.toml: replica.step_cost"),
     (GOOD.replace('model = "desc.toml"', 'model = "nope.toml"'), "v.toml: model: "),
+    (GOOD.replace('[replica]', '[fit]\naxes = ["memory", "speed"]\n[replica]'), "v.toml: fit.axes: unknown axis 'speed'"),
 ]
 
 

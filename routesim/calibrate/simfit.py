@@ -326,7 +326,9 @@ def errors(logs, metrics) -> np.ndarray:
 class Result:
     """The fit: ``values`` {flat: value} of the best candidate, its ``error``, the
     ``axes`` at the end (their centres are the best coordinates), the ``rounds``, the
-    ``candidates`` evaluated (each on every log), the runs simulated and the wall time."""
+    ``candidates`` evaluated (each on every log), the runs simulated, the wall time, and
+    whether it ``converged`` (False: ``max_rounds`` ran out before every step reached its
+    resolution with the best inside)."""
     values: dict
     error: float
     axes: list
@@ -334,6 +336,7 @@ class Result:
     candidates: int
     runs: int
     seconds: float
+    converged: bool = True
     history: list = field(default_factory=list)
 
     @property
@@ -365,4 +368,4 @@ def fit(logs, replica: dict, axes, max_rounds=MAX_ROUNDS, progress=None) -> Resu
         axes = [a.narrowed(int(o)) for a, o in zip(axes, offs[k])]
         if done:
             break
-    return Result(best_vals, best_err, axes, rnd, n_cand, runs, time.perf_counter() - t0, history)
+    return Result(best_vals, best_err, axes, rnd, n_cand, runs, time.perf_counter() - t0, done, history)
