@@ -144,3 +144,14 @@ def test_the_readme_gpu_rows_are_what_the_shipped_runs_print(tmp_path, capsys, g
     errors = next(line for line in out.splitlines() if line.startswith("first half ") and "+" in line).split()[2:]
     shown = [c for cell in cells for c in re.split(r"\s*/\s*", cell.strip())]
     assert shown == errors
+
+
+def test_python_m_routesim_validate_bad_input_is_one_line_exit_2(tmp_path):
+    import subprocess
+    import sys
+    cfg = folder(tmp_path, GOOD.replace('log = "b.csv"', 'log = "missing.csv"'))
+    proc = subprocess.run([sys.executable, "-m", "routesim", "validate", str(cfg), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"error: {tmp_path / 'missing.csv'}: file: ")
+    assert not (tmp_path / "out").exists()
