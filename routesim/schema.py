@@ -8,7 +8,7 @@ it. Besides its sweep tables, every model package has modules of the same names
 holding functions of the same names, which the interface calls (and imports only
 then, so that reading a sweep file compiles nothing):
 
-- ``params``: ``check_stage(rd, stage, src)``, the checks only that model makes;
+- ``params``: ``check_stage(rd, stage, src, replicas)``, the checks only that model makes (``replicas``: the stage's cluster size);
 - ``grid``: ``build``, ``estimate_bytes``, ``Outcome``, ``default_chunk_size``,
   ``simulate_range``, ``to_dataset``;
 - ``metrics``: ``VARIABLES`` (units and description of every result variable);
@@ -103,8 +103,8 @@ class ReplicaModel:
         return importlib.import_module(f"{self.package}.{module}")
 
     # the sweep file
-    def check_stage(self, rd, stage, src) -> None:
-        self.part("params").check_stage(rd, stage, src)
+    def check_stage(self, rd, stage, src, replicas) -> None:
+        self.part("params").check_stage(rd, stage, src, replicas)
 
     def variables(self) -> dict:
         """Result variable -> (units, description)."""

@@ -14,7 +14,7 @@ import math
 
 from .. import step_cost
 from ..schema import LENGTHS_PARAMS, TRACE_LEAVES, TRACE_PARAMS, Param, ReplicaModel
-from . import policies
+from . import pd_keys, policies
 from .dtypes import EVENT_NAMES
 
 INF = math.inf
@@ -95,6 +95,8 @@ TOKEN_PARAMS = (
     Param("breaker_max_ejected_fraction", "router", ("breaker", "max_ejected_fraction"), 0.1, "1", "share of replicas that may be ejected at once (at least one)", low=0, high=1),
     Param("admission_max_tokens", "router", ("admission", "max_tokens"), INF, "tokens", "front door: turn requests away when every replica holds more (inf: off)", low=0, allow_inf=True),
     Param("admission_mode", "router", ("admission", "mode"), "reject", "", "front door: reject, or queue at the router", kind=str, options=("reject", "queue")),
+    # [pools] (docs/model.md "Prefill/decode disaggregation")
+    *pd_keys.PARAMS,
 )
 TOKEN_PARAM = {p.name: p for p in TOKEN_PARAMS}
 
@@ -115,6 +117,7 @@ SECTION_KEYS = {
     "signals": ("mode", "period_ms", "routers"),
     "client": ("timeout_ms", "ttft_timeout_ms", "max_attempts", "backoff_ms", "retry_avoid_previous"),
     "router": ("retry_budget", "min_retry_concurrency", "breaker", "admission"),
+    pd_keys.SECTION: pd_keys.SECTION_KEYS,
 }
 """Keys each top-level table of a batching sweep may hold."""
 
@@ -125,6 +128,7 @@ LEAVES = {
     "prefix": ("probability", "groups", "zipf", "tokens"),
     "breaker": ("consecutive", "eject_ms", "max_ejected_fraction"),
     "admission": ("max_tokens", "mode"),
+    **pd_keys.LEAVES,
 }
 """Keys of each inline table."""
 
@@ -145,14 +149,16 @@ MODEL = ReplicaModel(
     typed_set_values=True, capacity_latency=("ttft_p99", "slo_ttft_ms"), writes_behind=True)
 
 
-def check_stage(rd, stage, src):
-    """token-model.md's "What a sweep must satisfy", for every combination a stage holds."""
+def check_stage(rd, stage, src, replicas):
+    """token-model.md's "What a sweep must satisfy", for every combination a stage holds
+    (a cluster of ``replicas`` replicas)."""
     v = stage.values
     if max(v["dt_ms"]) > 0:
         rd.fail(src("dt_ms"), "the batching model runs in exact event time only: dt_ms must be 0, "
                               f"got {max(v['dt_ms']):g}")
     _check_scheduler(rd, stage, src)
     _check_step_cost(rd, stage, src)
+    pd_keys.check_stage(rd, stage, src, replicas)
     synthetic_lengths = v["source"] == ("synthetic",) and "" in v["lengths_trace"]
     for p_long in v["p_long"] if synthetic_lengths else ():  # a trace's rows: _check_traces
         classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
@@ -175,12 +181,13 @@ STEP_COST_KEYS = step_cost.KEYS
 
 
 def unused_params(values) -> set:
-    """The step-cost parameters no run of a stage uses (``values``: the stage's
-    parameter -> tuple of values): the table of a step cost that ``step_cost`` never
-    names, and ``step_cost`` itself when every run is linear. The Dataset leaves them
-    out of its attributes, so a linear stage's Dataset is what it was before the
-    roofline existed."""
+    """The parameters no run of a stage uses (``values``: the stage's parameter ->
+    tuple of values): the table of a step cost that ``step_cost`` never names,
+    ``step_cost`` itself when every run is linear, and every ``[pools]`` key when no run
+    has a prefill pool. The Dataset leaves them out of its attributes, so a linear,
+    co-located stage's Dataset is what it was before the roofline and the pools existed."""
     out = {n for cost, names in STEP_COST_KEYS.items() if cost not in values["step_cost"] for n in names}
+    out |= pd_keys.unused(values)
     return out | ({"step_cost"} if values["step_cost"] == (step_cost.DEFAULT,) else set())
 
 

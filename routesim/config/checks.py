@@ -40,7 +40,7 @@ def check_stage(rd, stage, het, scenarios, where, m):
                 rd.fail(_join(ev.key, "replica"), f"replica {ev.replica + 1} does not exist in stage {stage.name!r} "
                               f"(replicas are 1..{n_rep})")
     _check_traces(rd, stage, src, m)
-    m.check_stage(rd, stage, src)
+    m.check_stage(rd, stage, src, n_rep)
 
 
 def trace_file(sweep_path, path) -> Path:

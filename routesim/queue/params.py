@@ -68,8 +68,9 @@ MODEL = ReplicaModel(
                           # thread beside them delays the whole chunk; the study 3.0 -> 3.4 s)
 
 
-def check_stage(rd, stage, src):
-    """What only a queue stage must satisfy: its time step divides every horizon."""
+def check_stage(rd, stage, src, replicas):
+    """What only a queue stage must satisfy: its time step divides every horizon
+    (``replicas``, the cluster's size, is not needed here)."""
     from .engine import grid_end_ms
     v = stage.values
     for dt in v["dt_ms"]:

@@ -1,0 +1,91 @@
+"""The ``[pools]`` keys of prefill/decode disaggregation (issue 42, docs/model.md
+"Prefill/decode disaggregation"): every bad value refused with one line naming the file
+and the key (exit 2, nothing written), a co-located stage unchanged, and a declared
+pool refused while the request's way through a pair is not simulated."""
+
+import pytest
+
+import routesim
+from routesim.batching import pd_keys
+from routesim.batching.params import TOKEN_PARAM, unused_params
+from test_token_config import BASE, assert_refused, bad, edit, run_cli  # noqa: F401 (run_cli: a fixture)
+
+SIGNALS = "[signals]"
+"""BASE's cluster has 3 replicas (``uniform = [1, 1, 1]``)."""
+
+
+def pools(body: str) -> tuple:
+    """The edit that adds a ``[pools]`` table with ``body`` before BASE's [signals]."""
+    return (SIGNALS, f"[pools]\n{body}\n\n{SIGNALS}")
+
+
+BAD = [
+    bad("unknown-key", "pools.prefil", "did you mean 'prefill'", pools("prefil = 1")),
+    bad("unknown-link-leaf", "pools.link.bandwith_gb_s", "did you mean 'bandwidth_gb_s'",
+        pools("prefill = 1\ndecode = 2\nlink = { bandwith_gb_s = 10 }")),
+    bad("negative-prefill", "pools.prefill", "must be >= 0", pools("prefill = -1")),
+    bad("fraction-decode", "pools.decode", "whole number", pools("prefill = 1\ndecode = 1.5")),
+    bad("unknown-route", "pools.route", "unknown value 'greedy'", pools('prefill = 1\ndecode = 2\nroute = "greedy"')),
+    bad("unknown-prefill-policy", "pools.prefill_policy", "unknown value 'least_latency'",
+        pools('prefill = 1\ndecode = 2\nprefill_policy = "least_latency"')),
+    bad("queue-decode-policy", "pools.decode_policy", "unknown value 'adaptive'",
+        pools('prefill = 1\ndecode = 2\ndecode_policy = "adaptive"')),
+    bad("negative-threshold", "pools.threshold_tokens", "must be >= 0",
+        pools('prefill = 1\ndecode = 2\nroute = "selective"\nthreshold_tokens = -4')),
+    bad("negative-token-ms", "pools.token_ms", "must be >= 0",
+        pools('prefill = 1\ndecode = 2\nroute = "transfer_aware"\ntoken_ms = -1')),
+    bad("zero-lease", "pools.lease_ms", "must be > 0", pools("prefill = 1\ndecode = 2\nlease_ms = 0")),
+    bad("negative-latency", "pools.link.latency_ms", "must be >= 0",
+        pools("prefill = 1\ndecode = 2\nlink = { latency_ms = -0.5 }")),
+    bad("zero-bandwidth", "pools.link.bandwidth_gb_s", "must be > 0",
+        pools("prefill = 1\ndecode = 2\nlink = { bandwidth_gb_s = 0 }")),
+    bad("zero-kv-bytes", "pools.link.kv_bytes_per_token", "must be >= 1",
+        pools("prefill = 1\ndecode = 2\nlink = { kv_bytes_per_token = 0 }")),
+    # bounds between keys and against the cluster
+    bad("decode-without-prefill", "pools.decode", "no prefill pool", pools("decode = 3")),
+    bad("link-without-prefill", "pools.link.latency_ms", "no prefill pool", pools("link = { latency_ms = 2 }")),
+    bad("prefill-without-decode", "pools.decode", "must both be at least 1", pools("prefill = 3")),
+    bad("pools-over-cluster", "pools.decode", "add up to the cluster's 3 replicas", pools("prefill = 2\ndecode = 2")),
+    bad("threshold-not-selective", "pools.threshold_tokens", "only with route = 'selective'",
+        pools("prefill = 1\ndecode = 2\nthreshold_tokens = 100")),
+    bad("token-ms-not-transfer-aware", "pools.token_ms", "only with route = 'transfer_aware'",
+        pools('prefill = 1\ndecode = 2\nroute = "selective"\ntoken_ms = 0.02')),
+    bad("stage-pool-over-cluster", "stages[0].decode_replicas", "add up to the cluster's 3 replicas",
+        pools("prefill = 1\ndecode = 2"), ('name = "policies"', 'name = "policies"\ndecode_replicas = 1')),
+    bad("vllm-mode", "pools.prefill", 'need scheduler = "reserve"', pools("prefill = 1\ndecode = 2"),
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"')),
+    # a well-formed pool: refused until the engine simulates it
+    bad("not-simulated-yet", "pools.prefill", "not simulated yet", pools(
+        'prefill = 1\ndecode = 2\nroute = "selective"\nthreshold_tokens = 512\nprefill_policy = "least_tokens"\n'
+        'decode_policy = "least_kv"\nlease_ms = 1000\nlink = { latency_ms = 0.5, bandwidth_gb_s = 25, '
+        'kv_bytes_per_token = 65536 }')),
+]
+
+
+@pytest.mark.parametrize("text,key,fragment", BAD)
+def test_bad_pools_keys(tmp_path, run_cli, text, key, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
+
+
+def test_co_located_pools_are_accepted_and_leave_the_attributes_alone():
+    """``prefill = 0`` (said or not) is the co-located cluster: the stage parses, and
+    no [pools] key is among the parameters its Dataset records."""
+    for text in (BASE, edit(pools("prefill = 0"))):
+        stage = routesim.parse_sweep(text, "ok.toml").stages[0]
+        assert stage.values["prefill_replicas"] == (0,)
+        assert set(pd_keys.NAMES) <= unused_params(stage.values)
+
+
+def test_defaults_are_the_design_pages():
+    """The defaults docs/model.md states: Llama-3.1-8B's KV bytes per token in 16 bits
+    (32 layers, 8 KV heads of 128, 2 bytes, K and V), a 50 GB/s link, 1 ms latency,
+    vLLM's 30 s lease, independent selection by the run's policy."""
+    assert TOKEN_PARAM["kv_bytes_per_token"].default == 131072 == 2 * 32 * 8 * 128 * 2
+    assert TOKEN_PARAM["link_bandwidth_gb_s"].default == 50.0
+    assert TOKEN_PARAM["link_latency_ms"].default == 1.0
+    assert TOKEN_PARAM["lease_ms"].default == 30000.0
+    assert (TOKEN_PARAM["pair_route"].default, TOKEN_PARAM["prefill_policy"].default,
+            TOKEN_PARAM["decode_policy"].default) == ("independent", "same", "same")
+    assert TOKEN_PARAM["prefill_replicas"].default == 0
