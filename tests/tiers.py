@@ -77,6 +77,8 @@ MODULES = {
     "test_least_outstanding_retries": "engine",
     "test_least_outstanding_staleness": "engine",
     "test_machine_independence": "subprocess",
+    "test_pd_keys": "unit",
+    "test_pd_reference": "unit",
     "test_plot": "engine",
     "test_pools": "unit",
     "test_provenance": ("engine", {"unit": ("test_commit_clean_dirty_and_outside_git", "test_pins_leave_the_environment_out",

@@ -2311,6 +2311,96 @@ class _Sim:
         return out
 
 
+class Links:
+    """Prefill/decode disaggregation's KV transfers over the replicas' links, read
+    literally from docs/model.md "The transfer and the link model" (issue 42).
+
+    A transfer started at ``t0`` waits ``latency_ms`` using no bandwidth, then its bytes
+    flow.  Every replica has one outgoing and one incoming link of ``bandwidth`` bytes/ms
+    (GB/s × 10**6); while n_out(p) transfers flow out of p and n_in(d) into d, each flows
+    at min(B / n_out(p), B / n_in(d)); rates change only when a transfer starts or ends
+    flowing; a transfer ends when its last byte has flowed.  No max-min redistribution.
+
+    Plain piecewise-constant integration: ``advance(T)`` walks every time in (now, T]
+    at which something starts or ends flowing, moving each flowing transfer's bytes at
+    its rate over each piece.  Transfers are keyed by the caller (a request, say) and
+    kept in start order, the order of ends at one time.
+    """
+
+    def __init__(self, bandwidth: float, latency_ms: float):
+        self.B = bandwidth
+        self.L = latency_ms
+        self.now = 0.0
+        self.transfers = {}   # key -> dict(src, dst, start, flows_at, left, bytes), start order
+        self.ended = []       # (key, end time, bytes) in end order
+
+    def start(self, key, T: float, src: int, dst: int, nbytes: float):
+        """A transfer of ``nbytes`` from replica ``src`` to ``dst`` starts at ``T``."""
+        assert T >= self.now and key not in self.transfers
+        self.advance(T)
+        self.transfers[key] = dict(src=src, dst=dst, start=T, flows_at=T + self.L, left=float(nbytes),
+                                   bytes=float(nbytes))
+
+    def flowing(self, T: float) -> list:
+        """The keys of the transfers whose bytes flow at ``T`` (latency over, bytes left)."""
+        return [k for k, x in self.transfers.items() if x["flows_at"] <= T]
+
+    def rates(self, T: float) -> dict:
+        """key -> bytes/ms of every transfer flowing at ``T``."""
+        keys = self.flowing(T)
+        n_out, n_in = {}, {}
+        for k in keys:
+            x = self.transfers[k]
+            n_out[x["src"]] = n_out.get(x["src"], 0) + 1
+            n_in[x["dst"]] = n_in.get(x["dst"], 0) + 1
+        return {k: min(self.B / n_out[self.transfers[k]["src"]], self.B / n_in[self.transfers[k]["dst"]])
+                for k in keys}
+
+    def next_time(self) -> float:
+        """The next time something starts or ends flowing (inf: nothing is in transfer)."""
+        t = INF
+        for k, x in self.transfers.items():
+            if x["flows_at"] > self.now:
+                t = min(t, x["flows_at"])
+        for k, r in self.rates(self.now).items():
+            t = min(t, self.now + self.transfers[k]["left"] / r)
+        return t
+
+    def advance(self, T: float) -> list:
+        """Everything up to and at ``T``: the keys of the transfers that ended, in end
+        order (at one time, in start order)."""
+        out = []
+        while True:
+            t = self.next_time()
+            if t > T:
+                break
+            rates = self.rates(self.now)
+            done = []
+            for k, r in rates.items():
+                x = self.transfers[k]
+                if self.now + x["left"] / r == t:   # this piece's end is this transfer's
+                    x["left"] = 0.0
+                    done.append(k)
+                else:
+                    x["left"] -= r * (t - self.now)
+            self.now = t
+            for k in done:
+                x = self.transfers.pop(k)
+                self.ended.append((k, t, x["bytes"]))
+                out.append(k)
+        if T > self.now:
+            for k, r in self.rates(self.now).items():
+                self.transfers[k]["left"] -= r * (T - self.now)
+            self.now = T
+        return out
+
+    def abort(self, key, T: float):
+        """The transfer ``key`` stops at ``T`` (a crash of either end): its link shares
+        go to the others from then on."""
+        self.advance(T)
+        del self.transfers[key]
+
+
 def simulate(workload: Workload, params: dict, factors: list[float], events: list, policy: str,
              seed: int, check: bool = False, _return_sim: bool = False,
              log_steps: bool = False) -> dict:
