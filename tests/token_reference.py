@@ -812,6 +812,63 @@ class _Sim:
             n += 1
         return min(n, (P + g - 1) // self.b)
 
+    def take_planned(self, rep: Replica, h: Attempt, T: float) -> bool:
+        """Admission's blocks for ``h`` (§2 step 2b): every resident id'd block of its
+        prompt referenced, the rest of ceil((P + g)/b) taken (D3); False, and nothing
+        done, when those cannot be had."""
+        b = self.b
+        n_blocks = -(-(h.P + h.g) // b)
+        plan = []     # per position: ("ref", block) | ("id", id) | ("anon", None)
+        seen_new = set()
+        for j in range(n_blocks):
+            if j < len(h.ids):
+                bid = h.ids[j]
+                if bid in rep.resident:
+                    plan.append(("ref", rep.resident[bid]))
+                elif bid in seen_new:
+                    plan.append(("dup", bid))
+                else:
+                    seen_new.add(bid)
+                    plan.append(("id", bid))
+            else:
+                plan.append(("anon", None))
+        need = sum(1 for kind, _ in plan if kind in ("id", "anon"))
+        # cached blocks it is about to reference cannot be evicted for it
+        to_ref = {blk.index: blk for kind, blk in plan if kind == "ref"}
+        cached_free = rep.count(CACHED) - sum(1 for blk in to_ref.values() if blk.state == CACHED)
+        available = rep.count(FREE) + cached_free
+        if need > available:
+            return False
+        # admit
+        rep.waiting.pop(0)
+        for kind, obj in plan:
+            if kind == "ref":
+                self.reference(rep, obj, T)
+        new_of_id = {}
+        for j, (kind, obj) in enumerate(plan):
+            if kind == "ref":
+                h.blocks.append(obj)
+            elif kind == "dup":
+                blk = new_of_id[obj]
+                self.reference(rep, blk, T)
+                h.blocks.append(blk)
+            else:
+                blk = self.take_block(rep, T)
+                assert blk is not None
+                rep.set_state(blk, REFERENCED)
+                blk.refcount = 1
+                blk.last_use = T
+                blk.position = j
+                if kind == "id":
+                    blk.id = obj
+                    blk.prev_id = h.ids[j - 1] if j > 0 else None
+                    rep.resident[obj] = blk
+                    new_of_id[obj] = blk
+                else:
+                    blk.id = None
+                h.blocks.append(blk)
+        return True
+
     # ---------------------------------------------------------------- §2 iteration
     def preempt(self, rep: Replica, v: Attempt, T: float):
         self.release_all(rep, v, T)
@@ -883,57 +940,8 @@ class _Sim:
                     ok = u <= B or first
                 if not ok:
                     break
-                # blocks: every resident id'd block of the prompt is referenced, the rest taken
-                n_blocks = -(-(h.P + h.g) // b)
-                plan = []     # per position: ("ref", block) | ("id", id) | ("anon", None)
-                seen_new = set()
-                for j in range(n_blocks):
-                    if j < len(h.ids):
-                        bid = h.ids[j]
-                        if bid in rep.resident:
-                            plan.append(("ref", rep.resident[bid]))
-                        elif bid in seen_new:
-                            plan.append(("dup", bid))
-                        else:
-                            seen_new.add(bid)
-                            plan.append(("id", bid))
-                    else:
-                        plan.append(("anon", None))
-                need = sum(1 for kind, _ in plan if kind in ("id", "anon"))
-                # cached blocks it is about to reference cannot be evicted for it
-                to_ref = {blk.index: blk for kind, blk in plan if kind == "ref"}
-                cached_free = rep.count(CACHED) - sum(1 for blk in to_ref.values() if blk.state == CACHED)
-                available = rep.count(FREE) + cached_free
-                if need > available:
+                if not self.take_planned(rep, h, T):
                     break
-                # admit
-                rep.waiting.pop(0)
-                for kind, obj in plan:
-                    if kind == "ref":
-                        self.reference(rep, obj, T)
-                new_of_id = {}
-                for j, (kind, obj) in enumerate(plan):
-                    if kind == "ref":
-                        h.blocks.append(obj)
-                    elif kind == "dup":
-                        blk = new_of_id[obj]
-                        self.reference(rep, blk, T)
-                        h.blocks.append(blk)
-                    else:
-                        blk = self.take_block(rep, T)
-                        assert blk is not None
-                        rep.set_state(blk, REFERENCED)
-                        blk.refcount = 1
-                        blk.last_use = T
-                        blk.position = j
-                        if kind == "id":
-                            blk.id = obj
-                            blk.prev_id = h.ids[j - 1] if j > 0 else None
-                            rep.resident[obj] = blk
-                            new_of_id[obj] = blk
-                        else:
-                            blk.id = None
-                        h.blocks.append(blk)
                 h.kv = h.P + h.g
                 h.m = m
                 h.u = u
