@@ -1,13 +1,21 @@
-"""The reference's KV-transfer link model (tests/token_reference.py ``Links``) on
-hand-worked cases (docs/model.md "Prefill/decode disaggregation", "The transfer and the
-link model"). Every expected time is derived below from the page's definitions:
-a transfer waits the latency using no bandwidth, then flows at
-min(B / n_out(src), B / n_in(dst)), rates changing only when a transfer starts or ends
-flowing. The byte counts and bandwidths are chosen so that the times are exact in
-binary floating point where the test asks for equality."""
+"""Prefill/decode disaggregation in the reference (tests/token_reference.py), on
+hand-worked cases (docs/model.md "Prefill/decode disaggregation").
+
+First the link model (``Links``): a transfer waits the latency using no bandwidth, then
+flows at min(B / n_out(src), B / n_in(dst)), rates changing only when a transfer starts or
+ends flowing. Then whole requests through a pair (``simulate`` with ``[pools]``): the
+prefill replica computes the prompt and drops its token, holds its blocks until the
+transfer ends; the decode replica allocates, receives, recomputes the last prompt token
+(which emits the first token), then decodes. Every expected time is derived in the
+test's docstring from those definitions and the linear step cost, not from a run; byte
+counts and bandwidths are chosen so that the times are exact or nearly so in binary
+floating point."""
+
+import math
 
 import pytest
 
+import token_reference as ref
 from token_reference import Links
 
 GB_S = 1e6
@@ -92,3 +100,171 @@ def test_back_to_back_transfers_do_not_overlap():
     assert links.next_time() == 7.0
     links.advance(100.0)
     assert links.ended == [("A", 6.0, 500.0), ("B", 12.0, 500.0)]
+
+
+# --------------------------------------------------------------------------- requests
+
+B_TOK = 16
+STEP = dict(step_ms_base=1.0, step_ms_per_prefill_token=0.01, step_ms_per_prefill_token_pair=0.0,
+            step_ms_per_decode_sequence=0.5, step_ms_per_kv_token=0.0)
+"""d = 1 + 0.01 U + 0.5 n (ms): no attention or KV term, so each step is easy by hand."""
+LINK = dict(link_latency_ms=0.5, link_bandwidth_gb_s=0.1, kv_bytes_per_token=1000)
+"""B = 0.1 GB/s = 1e5 bytes/ms; a token's KV is 1,000 bytes: 100 tokens flow in 1 ms alone."""
+
+
+def unique_ids(k: int, P: int) -> list:
+    return [2**40 + k * 2**16 + j for j in range(P // B_TOK)]
+
+
+def run(arrivals, n_prefill, n_decode, ids=None, replicas=None, keys=None, **extra):
+    """The reference on ``arrivals`` [(t_ms, P, O)], a cluster of n_prefill + n_decode
+    reference replicas (or ``replicas``, co-located), round robin for both pools, window
+    [10, 1010) ms."""
+    n = len(arrivals)
+    wl = ref.Workload(t=[float(t) for t, _P, _O in arrivals], prompt=[P for _t, P, _O in arrivals],
+                      output=[O for _t, _P, O in arrivals], key=keys or [(k + 0.5) / n for k in range(n)],
+                      blocks=ids or [unique_ids(k, P) for k, (_t, P, _O) in enumerate(arrivals)])
+    params = dict(STEP, **LINK, block_tokens=B_TOK, kv_blocks=256, warmup_s=0.01, measure_s=1.0,
+                  drain_s=10.0, prefill_replicas=n_prefill, decode_replicas=n_decode, **extra)
+    factors = [1.0] * (replicas or n_prefill + n_decode)
+    return ref.simulate(wl, params, factors, [], "round_robin", seed=1, check=True)
+
+
+def test_one_request_through_a_pair():
+    """Replica 1 prefills, replica 2 decodes; P = 100, O = 3, arrives at 10.
+    10: the prefill replica admits it, one chunk of 100: d = 1 + 0.01·100 = 2, ends 12.
+    12: its prefill ends, no token; handed off; the idle decode replica allocates
+        ceil(100/16) = 7 blocks (no hit) and the transfer of 100 tokens = 100,000 bytes
+        starts: flows from 12.5, 1 ms alone, ends 13.5.
+    13.5: the prefill replica releases its blocks; the decode replica admits it with
+        m = 99, one token: d = 1 + 0.01·1 = 1.01, ends 14.51, the first token (TTFT 4.51).
+    14.51, 16.01: two decode steps of d = 1 + 0.5·1 = 1.5: tokens at 16.01 and 17.51,
+        completion at 17.51.
+    TTFT parts: prefill queue 0, prefill 2, transfer 1.5 (latency included), decode
+    queue 4.51 − 2 − 1.5 = 1.01 (the one-token step). Link utilisation over [10, 1010]:
+    100,000 bytes out of replica 1 and into replica 2, over 2 · 1e5 · 1000 = 2e8."""
+    out = run([(10, 100, 3)], 1, 1)
+    (rec,) = out["records"]
+    assert rec["outcome"] == "completed"
+    assert rec["first_token"] == pytest.approx(14.51, rel=1e-14)
+    assert rec["completion"] == pytest.approx(17.51, rel=1e-14)
+    assert rec["pd"] == dict(routed=10.0, prefill=0, decode=1, prefill_admit=10.0, prefill_end=12.0,
+                             transfer_start=12.0, bytes=100000, decode_hit=0, transfer_end=13.5)
+    assert out["ttft_prefill_queue_p50"] == 0.0
+    assert out["ttft_prefill_p50"] == 2.0
+    assert out["ttft_transfer_p50"] == 1.5
+    assert out["ttft_decode_queue_p50"] == pytest.approx(1.01, rel=1e-12)
+    assert (out["transfer_count"], out["transfer_bytes"]) == (1, 100000.0)
+    assert out["link_utilization"] == [pytest.approx(5e-4, rel=1e-12)] * 2
+    assert out["replica_tokens"] == [0, 3]            # the prefill replica's token is dropped
+    assert out["assigned"] == [1, 1]
+    assert (out["completed"], out["arrivals"]) == (1, 1)
+
+
+def test_two_transfers_compete_for_the_prefill_replicas_link():
+    """One prefill replica, two decode replicas; two requests of P = 100, O = 2 at 10.
+    10: both admitted on replica 1 (round robin pairs them with replicas 2 and 3): one
+        iteration, U = 200, d = 1 + 2 = 3, ends 13.
+    13: both prefills end; both decode replicas allocate; both transfers start, flow
+        from 13.5, both out of replica 1: n_out = 2, each at 1e5/2 = 5e4 bytes/ms:
+        100,000 bytes take 2 ms, both end at 15.5 (alone they would end at 14.5).
+    15.5: each decode replica's one-token step, d = 1.01: first tokens at 16.51
+        (TTFT 6.51), then one decode step of 1.5: completions at 18.01.
+    TTFT parts: prefill 3, transfer 2.5, decode queue 1.01."""
+    out = run([(10, 100, 2), (10, 100, 2)], 1, 2)
+    for k, rec in enumerate(out["records"]):
+        assert rec["outcome"] == "completed"
+        assert rec["pd"]["decode"] == 1 + k
+        assert rec["pd"]["transfer_end"] == 15.5
+        assert rec["first_token"] == pytest.approx(16.51, rel=1e-14)
+        assert rec["completion"] == pytest.approx(18.01, rel=1e-14)
+    assert out["ttft_prefill_p99"] == 3.0
+    assert out["ttft_transfer_p99"] == 2.5
+    assert out["ttft_decode_queue_p99"] == pytest.approx(1.01, rel=1e-12)
+    assert out["link_utilization"][0] == pytest.approx(2 * 1e5 / 2e8, rel=1e-12)
+
+
+def test_a_decode_side_hit_shortens_the_transfer():
+    """Two requests with the same 6 prompt blocks (P = 100 = 6·16 + 4), one prefill and
+    one decode replica, A at 10 and B at 30 (A long done: as above, completion at 17.51
+    with O = 3; its blocks cached on both replicas). B: hit capped at floor(99/16) = 6
+    blocks, m = 96 on both. 30: prefill of 4 tokens, d = 1.04, ends 31.04; the decode
+    replica references its 6 cached blocks and takes 1; the transfer of 100 − 96 = 4
+    tokens = 4,000 bytes: 0.5 + 0.04, ends 31.58; one-token step 1.01: first token
+    32.59 (TTFT 2.59)."""
+    shared = unique_ids(0, 100)
+    out = run([(10, 100, 3), (30, 100, 3)], 1, 1, ids=[shared, shared])
+    rec = out["records"][1]
+    assert rec["pd"]["decode_hit"] == 96 and rec["pd"]["bytes"] == 4000
+    assert rec["pd"]["prefill_end"] == pytest.approx(31.04, rel=1e-14)
+    assert rec["pd"]["transfer_end"] == pytest.approx(31.58, rel=1e-14)
+    assert rec["first_token"] == pytest.approx(32.59, rel=1e-14)
+    assert out["transfer_bytes"] == 104000.0
+
+
+def test_selective_serves_a_short_uncached_prompt_on_the_decode_replica():
+    """route = "selective", threshold 100: P = 100 has 100 uncached tokens on the decode
+    replica (not over 100): served whole there, co-located: one prefill step of 2 ms
+    emits the first token at 12 (TTFT 2), no transfer. With threshold 99 it goes to the
+    pair (TTFT 4.51, as in the one-request case)."""
+    whole = run([(10, 100, 3)], 1, 1, pair_route="selective", threshold_tokens=100)
+    (rec,) = whole["records"]
+    assert rec["pd"] is None and rec["first_token"] == 12.0
+    assert whole["transfer_count"] == 0 and whole["disaggregated_share"] == 0.0
+    assert whole["assigned"] == [0, 1]
+    pair = run([(10, 100, 3)], 1, 1, pair_route="selective", threshold_tokens=99)
+    assert pair["records"][0]["first_token"] == pytest.approx(14.51, rel=1e-14)
+    assert pair["disaggregated_share"] == 1.0
+
+
+def test_co_located_runs_do_not_see_the_pools():
+    """prefill_replicas = 0: no [pools] metric, no record's way; the request is served
+    whole (one prefill step of 2 ms: first token at 12)."""
+    out = run([(10, 100, 3)], 0, 0, replicas=2)
+    assert "transfer_count" not in out and "pd" not in out["records"][0]
+    assert out["records"][0]["first_token"] == 12.0
+    assert not math.isnan(out["ttft_p50"])
+
+
+def test_transfer_aware_avoids_a_busy_link():
+    """Two prefill and two decode replicas, route = "transfer_aware", round robin for
+    the decode pool; A and B (P = 100) with the same key h = 0.25, whose hash rule
+    prefers prefill replica index 1: frac(0.25 + 0.618·1) = 0.868 against
+    frac(0.25 + 0.618·2) = 0.486. A at 10: both prefill replicas cost the same
+    (0.01·100 + 0.5 + 100,000·1/1e5 = 2.5 ms), so index 1 by the hash; its transfer to
+    decode index 2 runs 12 → 13.5. B at 12.2 goes to decode index 3 (the cursor); index 1
+    now sends A's transfer: its cost has max(n_out + 1, n_in + 1) = 2, 3.5 ms, against
+    2.5 ms for index 0: B is prefilled on index 0. Had B come at 20 (the link idle again)
+    the tie would send it to index 1."""
+    busy = run([(10, 100, 2), (12.2, 100, 2)], 2, 2, keys=[0.25, 0.25], pair_route="transfer_aware")
+    assert [rec["pd"]["prefill"] for rec in busy["records"]] == [1, 0]
+    assert [rec["pd"]["decode"] for rec in busy["records"]] == [2, 3]
+    idle = run([(10, 100, 2), (20, 100, 2)], 2, 2, keys=[0.25, 0.25], pair_route="transfer_aware")
+    assert [rec["pd"]["prefill"] for rec in idle["records"]] == [1, 1]
+
+
+@pytest.mark.parametrize("route, policy", [
+    ("independent", "round_robin"),   # the fast tier's; the others about 10 s each with check=True
+    pytest.param("independent", "least_tokens", marks=pytest.mark.slow),
+    pytest.param("selective", "power_of_d", marks=pytest.mark.slow),
+    pytest.param("transfer_aware", "least_kv", marks=pytest.mark.slow)])
+def test_a_busy_pd_cluster_keeps_every_invariant(route, policy):
+    """A generated workload at a rate that queues, through 2 prefill and 3 decode
+    replicas with small KV pools (so allocations wait for blocks) and a slow link:
+    check=True verifies the block accounting on every replica at every time (held,
+    receiving and transferred blocks included); every cohort request has one outcome
+    and, with a long drain, completes; every disaggregated one passed through
+    prefill, transfer and decode in that order."""
+    params = dict(warmup_s=0.5, measure_s=1.0, drain_s=60.0, kv_blocks=600, max_batched_tokens=2048,
+                  chat_prompt_median=300, chat_prompt_max=2000, chat_output_median=20, chat_output_max=200,
+                  p_long=0.0, prefix_tokens=256, prefix_groups=4, block_tokens=B_TOK, context_limit=8192,
+                  prefill_replicas=2, decode_replicas=3, pair_route=route, threshold_tokens=200,
+                  link_bandwidth_gb_s=0.5, kv_bytes_per_token=2000)
+    wl = ref.generate_workload(3, 60.0, dict(ref.defaults(), **params), [])
+    out = ref.simulate(wl, params, [1.0, 1.5, 1.0, 1.0, 2.0], [], policy, seed=3, check=True)
+    assert out["arrivals"] > 40 and out["completed"] == out["arrivals"]
+    pairs = [rec["pd"] for rec in out["records"] if rec["pd"] is not None]
+    assert pairs and out["transfer_count"] > 0
+    for x in pairs:
+        assert x["routed"] <= x["prefill_admit"] < x["prefill_end"] <= x["transfer_start"] < x["transfer_end"]
+        assert x["prefill"] < 2 <= x["decode"]

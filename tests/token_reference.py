@@ -29,6 +29,16 @@ AsyncScheduler (VLLM-SCHEDULER.md §9, VLLM-MODE.md 25-35).  ``simulate(..., log
 (asynchronous: per batch, with ``S``, the time it was scheduled), which
 tests/test_vllm_conformance.py compares with vLLM's recordings exactly.
 
+Prefill/decode disaggregation (issue 42): params ``prefill_replicas`` and
+``decode_replicas`` (0: co-located, the default, unchanged), ``pair_route``,
+``prefill_policy``, ``decode_policy``, ``threshold_tokens``, ``transfer_token_ms``,
+``link_latency_ms``, ``link_bandwidth_gb_s``, ``kv_bytes_per_token`` (``lease_ms`` is
+read only by the failures mid-transfer, a later increment): docs/model.md "Prefill/decode
+disaggregation", read as written there (``_Sim.pd_*`` and ``Links``), reserve mode only.
+With pools, ``simulate`` adds the TTFT parts, ``transfer_count``, ``transfer_bytes``,
+``link_utilization`` and ``disaggregated_share``, and each record's way (``pd``); it
+refuses failures, deadlines, retries, the front door and the closed loop (ValueError).
+
 Decisions (where token-model.md is silent; the lead copies them into docs/model.md)
 -----------------------------------------------------------------------------------
 Given by the lead:
@@ -239,7 +249,19 @@ def defaults() -> dict:
         start_down=[],
         # the closed-loop client (issue 25; docs/model.md "Closed-loop clients")
         max_in_flight=0, client_overhead_ms=0.0,
+        # prefill/decode disaggregation (issue 42; docs/model.md "Prefill/decode disaggregation")
+        **pd_defaults(),
     )
+
+
+def pd_defaults() -> dict:
+    """``[pools]`` with docs/model.md's defaults: no prefill pool; Llama-3.1-8B's KV bytes
+    per token in 16 bits (2 K/V · 32 layers · 8 KV heads · 128 · 2 bytes); the transfer-
+    aware rule's time per token is the linear step cost's per prefill token."""
+    return dict(prefill_replicas=0, decode_replicas=0, pair_route="independent",
+                prefill_policy="same", decode_policy="same", threshold_tokens=0,
+                transfer_token_ms=step_cost_defaults()["step_ms_per_prefill_token"], lease_ms=30000.0,
+                link_latency_ms=1.0, link_bandwidth_gb_s=50.0, kv_bytes_per_token=2 * 32 * 8 * 128 * 2)
 
 
 # =====================================================================================
@@ -457,6 +479,9 @@ class Attempt:
         self.placeholders = 0
         self.inflight = 0
         self.stale = 0
+        # issue 42, prefill/decode disaggregation: None (co-located), or where it is on its
+        # way: prefill | handoff | receiving | transferred | decode
+        self.pd_stage = None
 
     def decoding(self) -> bool:
         return self.c >= self.u
@@ -475,6 +500,7 @@ class Replica:
         self.waiting: list[Attempt] = []
         self.running: list[Attempt] = []
         self.pending_ff: list[Attempt] = []
+        self.receiving: list[Attempt] = []   # issue 42: allocated, their KV in transfer
         self.blocks = [Block(x) for x in range(kv_blocks)]
         self.tally = {FREE: kv_blocks, REFERENCED: 0, CACHED: 0}
         self.free_stack = list(range(kv_blocks - 1, -1, -1))   # pop() takes the top
@@ -722,6 +748,7 @@ class _Sim:
         self.waiting_at_H = None                 # requests not yet sent after time H
         self.cohort_cursor = 0                   # cohort[:cursor] have left the system for good
         self.trace: list = []      # (T, what, ...) log of decisions, for tests
+        self.pd_init()
 
     # ---------------------------------------------------------------- helpers
     def in_window_open(self, T):     # [W, H)
@@ -929,8 +956,20 @@ class _Sim:
                 B -= x
         if not preempted:
             first = True
-            while rep.waiting and len(rep.running) < int(p["max_batch"]):
+            while rep.waiting:
                 h = rep.waiting[0]
+                if h.pd_stage == "handoff":    # issue 42: a decode replica allocates for a transfer
+                    if not self.pd_allocate(rep, h, T):
+                        break
+                    continue
+                if len(rep.running) >= int(p["max_batch"]):
+                    break
+                if h.pd_stage == "transferred":   # issue 42: its one-token prefill
+                    if not (B > 0 if chunked else 1 <= B or first):
+                        break
+                    B -= self.pd_admit_transferred(rep, h, T, chunks)
+                    first = False
+                    continue
                 hit = self.hit(h.ids, h.P, h.g, rep.resident)
                 m = b * hit
                 u = h.P + h.g - m
@@ -942,6 +981,8 @@ class _Sim:
                     break
                 if not self.take_planned(rep, h, T):
                     break
+                if h.pd_stage == "prefill":   # issue 42: the TTFT's prefill queue ends here
+                    h.pd.setdefault("prefill_admit", T)
                 h.kv = h.P + h.g
                 h.m = m
                 h.u = u
@@ -1017,6 +1058,9 @@ class _Sim:
         decoding = {id(s) for s in it["decoding"]}
         for s in list(rep.running):
             if id(s) not in decoding and id(s) not in prefilled:
+                continue
+            if s.pd_stage == "prefill":     # issue 42: the prefill replica's token is dropped
+                self.pd_prefilled(rep, s, T)
                 continue
             self.emit(rep, s, T)
             if s.g == s.O:
@@ -1747,9 +1791,9 @@ class _Sim:
     # ---------------------------------------------------------------- §3 signals
     def true_view(self, rep: Replica):
         A = self.A
-        o = len(rep.waiting) + len(rep.running) + len(rep.pending_ff)
+        o = len(rep.waiting) + len(rep.running) + len(rep.pending_ff) + len(rep.receiving)
         tau = 0
-        for a in rep.waiting + rep.running + rep.pending_ff:
+        for a in rep.waiting + rep.running + rep.pending_ff + rep.receiving:
             tau += a.P + (a.O if self.exact else max(A, a.g))
         referenced = rep.count(REFERENCED)
         return dict(o=o, tau=tau, referenced=referenced, ids=rep.resident)
@@ -1830,9 +1874,10 @@ class _Sim:
         # largest m, then smallest hash
         return min(tied, key=lambda i: (-ms[i], self.hash_rule(r, i)))
 
-    def choose(self, r: Request, E: list[int], T: float) -> int:
+    def choose(self, r: Request, E: list[int], T: float, pol=None) -> int:
+        """The policy's pick among E (``pol``: the run's policy unless given)."""
         p = self.p
-        pol = self.policy
+        pol = pol or self.policy
         router = self.routers[r.router]
         views = {i: self.view(r.router, i) for i in E}
         ms = {i: self.b * self.hit(r.ids, r.P, 0, views[i]["ids"]) for i in E}
@@ -1883,15 +1928,18 @@ class _Sim:
             return min(tied, key=lambda i: (o[i], self.hash_rule(r, i)))
         raise ValueError(pol)
 
-    def draw_for_shed(self):
-        if self.policy in ("random", "rate_weighted"):
+    def draw_for_shed(self, pol=None):
+        pol = pol or self.policy
+        if pol in ("random", "rate_weighted"):
             self.uniform()
-        elif self.policy == "power_of_d":
+        elif pol == "power_of_d":
             for _ in range(int(self.p["choices"])):
                 self.uniform()
 
     def route(self, r: Request, T: float, is_retry: bool) -> str:
         """Route one request at T: returns placed | shed | front_door."""
+        if self.pools:
+            return self.pd_route(r, T, is_retry)
         p = self.p
         router = self.routers[r.router]
         E = self.eligible(router, T)
@@ -2029,6 +2077,247 @@ class _Sim:
             if res == "front_door":
                 self.stopped_at_front_door(r, T)
 
+    # =================================================================================
+    # Prefill/decode disaggregation (issue 42), read from docs/model.md "Prefill/decode
+    # disaggregation" (scheduler = "reserve"): pools, the pair's routing, the prefill
+    # replica's dropped token and held blocks, the decode replica's allocation, the
+    # transfer over the links (Links), the one-token prefill of the last prompt token.
+    # Failures, deadlines, retries, the front door, the closed loop and fast failures are
+    # a later increment: a run that asks for them with pools is refused (ValueError).
+    # =================================================================================
+    def pd_init(self):
+        p = self.p
+        self.pools = int(p["prefill_replicas"]) > 0
+        if not self.pools:
+            return
+        n_p, n_d = int(p["prefill_replicas"]), int(p["decode_replicas"])
+        if n_d < 1 or n_p + n_d != self.N:
+            raise ValueError(f"prefill ({n_p}) and decode ({n_d}) must be >= 1 and add up to {self.N} replicas")
+        if self.vllm:
+            raise ValueError("pools need scheduler = 'reserve'")
+        if p["pair_route"] not in ("independent", "selective", "transfer_aware"):
+            raise ValueError(f"unknown pair_route {p['pair_route']!r}")
+        later = [k for k, v in (("fail/fail_fast/recover events", any(e[1] != "rate_multiplier" and e[1] != "slowdown"
+                                                                      for e in self.events)),
+                                ("start_down", bool(p["start_down"])), ("timeout_ms", p["timeout_ms"] < INF),
+                                ("ttft_timeout_ms", p["ttft_timeout_ms"] < INF), ("max_attempts", p["max_attempts"] > 1),
+                                ("admission_max_tokens", p["admission_max_tokens"] < INF),
+                                ("max_in_flight", self.cap > 0)) if v]
+        if later:
+            raise ValueError(f"pools with {', '.join(later)}: a later increment of issue 42")
+        self.role = ["prefill"] * n_p + ["decode"] * n_d
+        self.links = Links(p["link_bandwidth_gb_s"] * 1e6, p["link_latency_ms"], window=(self.W, self.H))
+        self.pd_held: list[Attempt] = []        # attempts whose prefill replica holds their blocks
+        self.pd_handoffs: list[Attempt] = []    # prefills ended at this time, not yet handed off
+        self.pd_placements = 0                  # placements in [W, H) (selective: pairs or not)
+        self.pd_pairs = 0                       # ... of them sent to a pair
+
+    def pd_policies(self):
+        """(prefill policy, decode policy): "same" is the run's policy."""
+        p = self.p
+        pick = [p[k] if p[k] != "same" else self.policy for k in ("prefill_policy", "decode_policy")]
+        return tuple("least_requests" if x == "least_queue" else x for x in pick)
+
+    def pd_route(self, r: Request, T: float, is_retry: bool) -> str:
+        """Phase 6 with pools: the pair (p, d), or (selective) the decode replica alone."""
+        p = self.p
+        rule = p["pair_route"]
+        pol_p, pol_d = self.pd_policies()
+        E = self.eligible(self.routers[r.router], T)
+        E_p = [i for i in E if self.role[i] == "prefill"]
+        E_d = [i for i in E if self.role[i] == "decode"]
+        if not E_p or not E_d:
+            for pol in ((pol_p, pol_d) if rule == "independent" else (pol_d, pol_p)):
+                self.draw_for_shed(pol)
+            r.outcome = "shed"
+            r.left_at = T
+            self.trace.append((T, "shed", r.index))
+            return "shed"
+        if self.in_window_open(T):
+            self.pd_placements += 1
+        if rule == "independent":
+            i_p = self.choose(r, E_p, T, pol_p)
+            i_d = self.choose(r, E_d, T, pol_d)
+        else:
+            i_d = self.choose(r, E_d, T, pol_d)
+            m_d = self.b * self.hit(r.ids, r.P, 0, self.view(r.router, i_d)["ids"])
+            if rule == "selective" and r.P - m_d <= p["threshold_tokens"]:
+                self.place(r, i_d, T)        # served whole on the decode replica
+                return "placed"
+            if rule == "selective":
+                i_p = self.choose(r, E_p, T, pol_p)
+            else:
+                i_p = min(E_p, key=lambda i: (self.pd_transfer_cost(r, i, i_d, m_d), self.hash_rule(r, i)))
+        if self.in_window_open(T):
+            self.pd_pairs += 1
+        self.place(r, i_p, T)
+        a = r.current
+        a.pd_stage = "prefill"
+        a.decode_replica = i_d
+        a.pd = dict(routed=T, prefill=i_p, decode=i_d)
+        if self.in_window_open(T):
+            self.assigned[i_d] += 1
+        if self.mode == "periodic_local":   # the router sent it to d too
+            router = self.routers[r.router]
+            router.local_o[i_d] += 1
+            router.local_tau[i_d] += r.P + self.own_allowance(r)
+            router.local_ids[i_d] |= set(r.ids)
+        self.trace.append((T, "pair", r.index, i_p, i_d))
+        return "placed"
+
+    def pd_transfer_cost(self, r: Request, i: int, d: int, m_d: int) -> float:
+        """transfer_aware: token_ms · (tau_p + P - m_p) + latency + bytes · max(n_out(p) + 1,
+        n_in(d) + 1) / B, with the transfers in progress (started, not ended)."""
+        p = self.p
+        v = self.view(r.router, i)
+        m_p = self.b * self.hit(r.ids, r.P, 0, v["ids"])
+        n_out = sum(1 for x in self.links.transfers.values() if x["src"] == i)
+        n_in = sum(1 for x in self.links.transfers.values() if x["dst"] == d)
+        nbytes = (r.P - m_d) * p["kv_bytes_per_token"]
+        return (p["transfer_token_ms"] * (v["tau"] + r.P - m_p) + self.links.L
+                + nbytes * max(n_out + 1, n_in + 1) / self.links.B)
+
+    def pd_prefilled(self, rep: Replica, s: Attempt, T: float):
+        """Phase 1: s's prefill ended on rep (it emits nothing): it leaves the running list,
+        keeps its blocks there, and is handed off to its decode replica after the
+        iteration ends of every replica."""
+        rep.running.remove(s)
+        s.held_on = rep.index
+        s.held_blocks = s.blocks
+        s.blocks = []
+        s.kv = s.c = s.u = s.m = 0
+        s.replica = s.decode_replica
+        s.pd_stage = "handoff"
+        s.where = "waiting"
+        s.pd["prefill_end"] = T
+        self.pd_held.append(s)
+        self.pd_handoffs.append(s)
+        self.trace.append((T, "prefilled", rep.index, s.req.index))
+
+    def pd_phase1(self, T: float):
+        """After the iteration ends at T: the transfers that end at T (in end order, then
+        start order: each to the front of its decode replica's waiting queue, those of one
+        replica in that order), then the hand-offs, in request order, to the back."""
+        if not self.pools:
+            return
+        front = {}
+        for a in self.links.advance(T):
+            self.pd_transferred(a, T)
+            front.setdefault(a.replica, []).append(a)
+        for i, attempts in front.items():
+            self.replicas[i].waiting[0:0] = attempts
+        for a in sorted(self.pd_handoffs, key=lambda a: a.req.index):
+            self.replicas[a.replica].waiting.append(a)
+        self.pd_handoffs = []
+
+    def pd_allocate(self, rep: Replica, h: Attempt, T: float) -> bool:
+        """The decode replica's allocation for the handed-off head h: its local hit
+        referenced, the rest of ceil(P/b) blocks taken (no budget, outside max_batch),
+        and the transfer of P - m_d tokens starts; False when the blocks cannot be had."""
+        hit = self.hit(h.ids, h.P, 0, rep.resident)
+        if not self.take_planned(rep, h, T):
+            return False
+        h.m = self.b * hit
+        h.where = "receiving"
+        h.pd_stage = "receiving"
+        rep.receiving.append(h)
+        nbytes = (h.P - h.m) * self.p["kv_bytes_per_token"]
+        self.links.start(h, T, h.held_on, rep.index, nbytes)
+        h.pd.update(transfer_start=T, bytes=nbytes, decode_hit=h.m)
+        if self.in_window_open(T):
+            self.hit_num += h.m
+            self.hit_den += h.P
+        self.trace.append((T, "allocate", rep.index, h.req.index, hit))
+        return True
+
+    def pd_transferred(self, a: Attempt, T: float):
+        """a's transfer ended at T: the prefill replica releases the blocks it held (as a
+        completion does), the blocks taken on the decode replica are computed."""
+        held = self.replicas[a.held_on]
+        blocks, a.blocks = a.blocks, a.held_blocks
+        self.release_all(held, a, T)
+        a.blocks = blocks
+        self.pd_held.remove(a)
+        a.held_on = None
+        rep = self.replicas[a.replica]
+        rep.receiving.remove(a)
+        for j in range(len(a.ids)):
+            if a.m <= j * self.b:
+                a.blocks[j].computed = True
+        a.where = "waiting"
+        a.pd_stage = "transferred"
+        a.pd["transfer_end"] = T
+        self.trace.append((T, "transferred", rep.index, a.req.index))
+
+    def pd_admit_transferred(self, rep: Replica, h: Attempt, T: float, chunks: list) -> int:
+        """Admission of a transferred head: its blocks held, kv = P, m = P - 1, u = 1;
+        one chunk of one token (the last prompt token's recompute, which samples the
+        first token).  Returns the tokens it takes from the budget (1)."""
+        rep.waiting.pop(0)
+        h.kv = h.P
+        h.m = h.P - 1
+        h.u = 1
+        h.c = 0
+        h.where = "running"
+        h.pd_stage = "decode"
+        h.admit_order = rep.admissions
+        rep.admissions += 1
+        rep.running.append(h)
+        chunks.append((h, 1, h.m, 0))
+        self.trace.append((T, "admit", rep.index, h.req.index, -1, 1))
+        return 1
+
+    def pd_has_work(self, rep: Replica, T: float) -> bool:
+        """Phase 7: does an idle replica start an iteration?  With pools, an idle replica
+        with nothing running first allocates for the handed-off heads of its waiting queue
+        (no iteration for that); it starts one when something runs or waits to be admitted."""
+        if self.pools and not rep.running:
+            while rep.waiting and rep.waiting[0].pd_stage == "handoff":
+                if not self.pd_allocate(rep, rep.waiting[0], T):
+                    break
+            return bool(rep.waiting) and rep.waiting[0].pd_stage != "handoff"
+        return bool(rep.running or rep.waiting)
+
+    def pd_holdings(self, rep: Replica) -> list:
+        """The block lists rep holds for attempts outside its running list (check=True)."""
+        if not self.pools:
+            return []
+        out = [a.held_blocks for a in self.pd_held if a.held_on == rep.index]
+        out += [a.blocks for a in rep.receiving]
+        out += [a.blocks for a in rep.waiting if a.pd_stage == "transferred"]
+        return out
+
+    def pd_results(self, out: dict):
+        """The TTFT parts of the completed cohort's disaggregated requests (p50, p99), the
+        transfers ended in (W, H] (count, bytes), each replica's link utilisation over
+        [W, H] ((bytes out + in) / (2 B (H - W))), the selective rule's share of pairs,
+        and each request's way (records)."""
+        if not self.pools:
+            return
+        parts = dict(prefill_queue=[], prefill=[], transfer=[], decode_queue=[])
+        for r in self.cohort:
+            a = r.last_attempt
+            if r.outcome != "completed" or a.pd_stage is None:
+                continue
+            x = a.pd
+            parts["prefill_queue"].append(x["prefill_admit"] - x["routed"])
+            parts["prefill"].append(x["prefill_end"] - x["prefill_admit"])
+            parts["transfer"].append(x["transfer_end"] - x["transfer_start"])
+            parts["decode_queue"].append(r.first_token - x["prefill_end"] - (x["transfer_end"] - x["transfer_start"]))
+        for name, values in parts.items():
+            out[f"ttft_{name}_p50"] = nearest_rank(values, 50)
+            out[f"ttft_{name}_p99"] = nearest_rank(values, 99)
+        ended = [(t, nb) for _k, t, nb in self.links.ended if self.in_window_closed(t)]
+        out["transfer_count"] = len(ended)
+        out["transfer_bytes"] = sum(nb for _t, nb in ended)
+        span = 2 * self.links.B * (self.H - self.W)
+        out["link_utilization"] = [(self.links.moved_out.get(i, 0.0) + self.links.moved_in.get(i, 0.0)) / span
+                                   for i in range(self.N)]
+        out["disaggregated_share"] = self.pd_pairs / self.pd_placements if self.pd_placements else math.nan
+        for rec, r in zip(out["records"], self.requests):
+            a = r.last_attempt
+            rec["pd"] = dict(a.pd) if a is not None and a.pd_stage is not None else None
+
     # ---------------------------------------------------------------- main loop
     def next_time(self, after: float):
         c = []
@@ -2063,6 +2352,8 @@ class _Sim:
             for r in router.fifo:
                 c.append(self.front_door_deadline(r))
         c.extend(self.readiness_times)
+        if self.pools and self.links.next_time() < INF:
+            c.append(self.links.next_time())
         c = [x for x in c if x > after]
         return min(c) if c else None
 
@@ -2123,6 +2414,7 @@ class _Sim:
             for rep in self.replicas:
                 if rep.iteration is not None and rep.iteration["end"] == T:
                     self.end_iteration(rep, T)
+            self.pd_phase1(T)    # issue 42: transfer ends, then hand-offs
             # (2) scenario events
             while self.next_event < len(self.events) and self.events[self.next_event][0] == T:
                 self.apply_event(self.events[self.next_event], T)
@@ -2138,7 +2430,7 @@ class _Sim:
             # (7) iteration starts of idle replicas with work
             for rep in self.replicas:
                 if not rep.down and rep.iteration is None and (
-                        self.v_has_work(rep) if self.vllm else (rep.running or rep.waiting)):
+                        self.v_has_work(rep) if self.vllm else self.pd_has_work(rep, T)):
                     self.start_iteration(rep, T)
             if self.check:
                 self.check_invariants(T)
@@ -2167,6 +2459,9 @@ class _Sim:
             assert (free, ref, cached) == (rep.count(FREE), rep.count(REFERENCED), rep.count(CACHED))
             assert sorted(rep.free_stack) == [blk.index for blk in rep.blocks if blk.state == FREE]
             holders = {}
+            for blocks in self.pd_holdings(rep):    # issue 42: held, receiving, transferred
+                for blk in blocks:
+                    holders[blk.index] = holders.get(blk.index, 0) + 1
             for a in rep.running:
                 assert a.where == "running" and a.replica == rep.index
                 assert len(a.blocks) == -(-a.kv // b), (len(a.blocks), a.kv)
@@ -2181,7 +2476,7 @@ class _Sim:
                 assert a.kv == a.P + a.g      # reserved at admission, grown by one per decode step
                 assert a.decoding() == (a.c == a.u) and (not a.decoding() or a.g >= 1)
             for a in rep.waiting:
-                assert a.where == "waiting" and not a.blocks and a.kv == 0
+                assert a.where == "waiting" and (a.pd_stage == "transferred" or not a.blocks and a.kv == 0)
             for blk in rep.blocks:
                 assert blk.refcount == holders.get(blk.index, 0), blk
                 if blk.state == REFERENCED:
@@ -2224,7 +2519,7 @@ class _Sim:
             for a in rep.pending_ff:
                 assert a.where == "ff" and not a.blocks
         for a in self.in_flight:
-            assert a.where in ("waiting", "running", "ff")
+            assert a.where in ("waiting", "running", "ff", "receiving")
             assert a.req.current is a and a.req.outcome is None
         for r in self.requests[:self.next_arrival]:
             states = [r.outcome is not None, r.current is not None, r.retry_due is not None, r.in_fifo]
@@ -2316,6 +2611,7 @@ class _Sim:
                                ttft=r.ttft, completion=r.completion, left_at=r.left_at,
                                first_token=r.first_token, attempts=r.attempts)
                           for r in self.requests]
+        self.pd_results(out)
         return out
 
 
@@ -2335,17 +2631,20 @@ class Links:
     kept in start order, the order of ends at one time.
     """
 
-    def __init__(self, bandwidth: float, latency_ms: float):
+    def __init__(self, bandwidth: float, latency_ms: float, window=(0.0, 0.0)):
         self.B = bandwidth
         self.L = latency_ms
         self.now = 0.0
         self.transfers = {}   # key -> dict(src, dst, start, flows_at, left, bytes), start order
         self.ended = []       # (key, end time, bytes) in end order
+        self.window = window  # (W, H): the bytes that flow in it, per replica and direction
+        self.moved_out = {}
+        self.moved_in = {}
 
     def start(self, key, T: float, src: int, dst: int, nbytes: float):
         """A transfer of ``nbytes`` from replica ``src`` to ``dst`` starts at ``T``."""
         assert T >= self.now and key not in self.transfers
-        self.advance(T)
+        assert self.advance(T) == [], "the caller advances to T (and handles its ends) first"
         self.transfers[key] = dict(src=src, dst=dst, start=T, flows_at=T + self.L, left=float(nbytes),
                                    bytes=float(nbytes))
 
@@ -2382,25 +2681,32 @@ class Links:
             t = self.next_time()
             if t > T:
                 break
-            rates = self.rates(self.now)
-            done = []
-            for k, r in rates.items():
-                x = self.transfers[k]
-                if self.now + x["left"] / r == t:   # this piece's end is this transfer's
-                    x["left"] = 0.0
-                    done.append(k)
-                else:
-                    x["left"] -= r * (t - self.now)
-            self.now = t
-            for k in done:
+            for k in self._flow(t):
                 x = self.transfers.pop(k)
                 self.ended.append((k, t, x["bytes"]))
                 out.append(k)
         if T > self.now:
-            for k, r in self.rates(self.now).items():
-                self.transfers[k]["left"] -= r * (T - self.now)
-            self.now = T
+            assert self._flow(T) == []
         return out
+
+    def _flow(self, t: float) -> list:
+        """Every flowing transfer's bytes from now to ``t`` at its rate (no rate changes
+        in between); the keys of those whose last byte flows at ``t``."""
+        done = []
+        W, H = self.window
+        overlap = max(0.0, min(t, H) - max(self.now, W))
+        for k, r in self.rates(self.now).items():
+            x = self.transfers[k]
+            if self.now + x["left"] / r == t:   # this piece's end is this transfer's
+                x["left"] = 0.0
+                done.append(k)
+            else:
+                x["left"] -= r * (t - self.now)
+            if overlap > 0:
+                self.moved_out[x["src"]] = self.moved_out.get(x["src"], 0.0) + r * overlap
+                self.moved_in[x["dst"]] = self.moved_in.get(x["dst"], 0.0) + r * overlap
+        self.now = t
+        return done
 
     def abort(self, key, T: float):
         """The transfer ``key`` stops at ``T`` (a crash of either end): its link shares
