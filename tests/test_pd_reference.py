@@ -116,10 +116,10 @@ def unique_ids(k: int, P: int) -> list:
     return [2**40 + k * 2**16 + j for j in range(P // B_TOK)]
 
 
-def run(arrivals, n_prefill, n_decode, ids=None, replicas=None, keys=None, **extra):
+def run(arrivals, n_prefill, n_decode, ids=None, replicas=None, keys=None, events=(), **extra):
     """The reference on ``arrivals`` [(t_ms, P, O)], a cluster of n_prefill + n_decode
     reference replicas (or ``replicas``, co-located), round robin for both pools, window
-    [10, 1010) ms."""
+    [10, 1010) ms, scenario ``events``; the simulator returned too (``_sim``)."""
     n = len(arrivals)
     wl = ref.Workload(t=[float(t) for t, _P, _O in arrivals], prompt=[P for _t, P, _O in arrivals],
                       output=[O for _t, _P, O in arrivals], key=keys or [(k + 0.5) / n for k in range(n)],
@@ -127,7 +127,7 @@ def run(arrivals, n_prefill, n_decode, ids=None, replicas=None, keys=None, **ext
     params = dict(STEP, **LINK, block_tokens=B_TOK, kv_blocks=256, warmup_s=0.01, measure_s=1.0,
                   drain_s=10.0, prefill_replicas=n_prefill, decode_replicas=n_decode, **extra)
     factors = [1.0] * (replicas or n_prefill + n_decode)
-    return ref.simulate(wl, params, factors, [], "round_robin", seed=1, check=True)
+    return ref.simulate(wl, params, factors, list(events), "round_robin", seed=1, check=True, _return_sim=True)
 
 
 def test_one_request_through_a_pair():
@@ -268,3 +268,67 @@ def test_a_busy_pd_cluster_keeps_every_invariant(route, policy):
     for x in pairs:
         assert x["routed"] <= x["prefill_admit"] < x["prefill_end"] <= x["transfer_start"] < x["transfer_end"]
         assert x["prefill"] < 2 <= x["decode"]
+
+
+@pytest.mark.parametrize("how", ["decode replica crashes", "first-token deadline"])
+def test_losing_the_decode_side_mid_transfer_leaves_the_prefill_blocks_leased(how):
+    """One prefill, one decode replica; P = 100, O = 3 at 10, lease_ms = 5. As in the
+    one-request case the transfer runs 12 → 13.5; at 13 the decode side is lost (its
+    replica crashes, or the first-token deadline 10 + 3 passes): the attempt fails at
+    13 (one attempt: failed for good), the transfer stops, the decode replica's 7 blocks
+    go at 13, and the prefill replica keeps its 7 until 13 + 5 = 18. kv_occupancy over
+    [10, 1010], 256 blocks a replica: (7 · (18 − 10) + 7 · (13 − 12)) / (1000 · 256) / 2
+    = 63 / 512,000."""
+    extra = (dict(events=[(13.0, "fail", 1, 0.0)]) if how == "decode replica crashes"
+             else dict(ttft_timeout_ms=3.0))
+    events = extra.pop("events", [])
+    out = run([(10, 100, 3)], 1, 1, events=events, lease_ms=5.0, **extra)
+    assert (out["failed"], out["completed"], out["transfer_count"]) == (1, 0, 0)
+    assert out["kv_occupancy"] == pytest.approx(63 / 512000, rel=1e-12)
+    sim = out["_sim"]
+    assert [x[0] for x in sim.trace if x[1] == "fail"] == [13.0]
+    assert not sim.pd_held and sim.replicas[0].count(ref.REFERENCED) == 0
+
+
+def test_a_prefill_crash_mid_transfer_fails_the_attempt_and_its_retry_takes_another_pair():
+    """Two prefill replicas (indices 0, 1), one decode (2); max_attempts = 2, backoff 20.
+    The request (P = 100, O = 3, at 10) goes to 0 (round robin); prefill 10 → 12, transfer
+    12 → 13.5. Replica 0 crashes at 13: the read fails, the attempt fails at 13 and the
+    decode replica releases its blocks (uncomputed: free, no hit later). The retry at
+    13 + 20 = 33 avoids 0 (down, and failed on): prefill on 1, 33 → 35; transfer of all
+    100 tokens 35 → 36.5; the one-token step 36.5 → 37.51 (first token, TTFT 27.51);
+    two decode steps: completion at 40.51."""
+    out = run([(10, 100, 3)], 2, 1, events=[(13.0, "fail", 0, 0.0)], max_attempts=2, backoff_ms=20.0)
+    (rec,) = out["records"]
+    assert (rec["outcome"], rec["attempts"]) == ("completed", 2)
+    assert rec["pd"]["prefill"] == 1 and rec["pd"]["decode_hit"] == 0
+    assert rec["pd"]["transfer_start"] == 35.0 and rec["pd"]["transfer_end"] == 36.5
+    assert rec["first_token"] == pytest.approx(37.51, rel=1e-14)
+    assert rec["completion"] == pytest.approx(40.51, rel=1e-14)
+    assert out["ttft_p50"] == pytest.approx(27.51, rel=1e-14)
+    assert (out["retries"], out["transfer_count"]) == (1, 1)
+
+
+
+def test_a_pd_cluster_with_crashes_deadlines_and_retries_keeps_every_invariant():
+    """The busy cluster above with a prefill and a decode replica crashing mid-run (and
+    recovering), a first-token deadline that fires on both sides and retries: check=True
+    verifies the block accounting (held, leased, receiving, transferred) at every time,
+    and every cohort request has exactly one outcome; attempts fail by crash and by
+    deadline on either side, some requests complete and some fail for good."""
+    params = dict(warmup_s=0.5, measure_s=1.0, drain_s=60.0, kv_blocks=600, max_batched_tokens=2048,
+                  chat_prompt_median=300, chat_prompt_max=2000, chat_output_median=20, chat_output_max=200,
+                  p_long=0.0, prefix_tokens=256, prefix_groups=4, block_tokens=B_TOK, context_limit=8192,
+                  prefill_replicas=2, decode_replicas=3, link_bandwidth_gb_s=0.5, kv_bytes_per_token=2000,
+                  max_attempts=3, backoff_ms=5.0, ttft_timeout_ms=120.0, lease_ms=50.0)
+    events = [(700.0, "fail", 0, 0.0), (760.0, "fail", 3, 0.0), (900.0, "recover", 0, 0.0),
+              (1000.0, "recover", 3, 0.0)]
+    wl = ref.generate_workload(3, 60.0, dict(ref.defaults(), **params), events)
+    out = ref.simulate(wl, params, [1.0, 1.5, 1.0, 1.0, 2.0], events, "least_tokens", seed=3, check=True,
+                       _return_sim=True)
+    assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed", "unfinished"))
+    sim = out["_sim"]
+    kinds = {(x[2], sim.role[x[3]]) for x in sim.trace if x[1] == "fail"}
+    assert kinds == {("crash", "prefill"), ("crash", "decode"), ("ttft_timeout", "prefill"),
+                     ("ttft_timeout", "decode")}
+    assert out["retries"] > 0 and 0 < out["completed"] < out["arrivals"]

@@ -32,12 +32,12 @@ tests/test_vllm_conformance.py compares with vLLM's recordings exactly.
 Prefill/decode disaggregation (issue 42): params ``prefill_replicas`` and
 ``decode_replicas`` (0: co-located, the default, unchanged), ``pair_route``,
 ``prefill_policy``, ``decode_policy``, ``threshold_tokens``, ``transfer_token_ms``,
-``link_latency_ms``, ``link_bandwidth_gb_s``, ``kv_bytes_per_token`` (``lease_ms`` is
-read only by the failures mid-transfer, a later increment): docs/model.md "Prefill/decode
-disaggregation", read as written there (``_Sim.pd_*`` and ``Links``), reserve mode only.
-With pools, ``simulate`` adds the TTFT parts, ``transfer_count``, ``transfer_bytes``,
+``link_latency_ms``, ``link_bandwidth_gb_s``, ``kv_bytes_per_token``, ``lease_ms``:
+docs/model.md "Prefill/decode disaggregation", read as written there (``_Sim.pd_*`` and
+``Links``), reserve mode only, crashes, deadlines and retries included.  With pools,
+``simulate`` adds the TTFT parts, ``transfer_count``, ``transfer_bytes``,
 ``link_utilization`` and ``disaggregated_share``, and each record's way (``pd``); it
-refuses failures, deadlines, retries, the front door and the closed loop (ValueError).
+refuses fast failures, the front door and the closed loop (ValueError).
 
 Decisions (where token-model.md is silent; the lead copies them into docs/model.md)
 -----------------------------------------------------------------------------------
@@ -482,6 +482,11 @@ class Attempt:
         # issue 42, prefill/decode disaggregation: None (co-located), or where it is on its
         # way: prefill | handoff | receiving | transferred | decode
         self.pd_stage = None
+        self.pd = None              # its way's times (docs/model.md: the TTFT parts)
+        self.decode_replica = None
+        self.held_on = None         # the prefill replica holding its blocks, after its prefill
+        self.held_blocks: list[Block] = []
+        self.lease_until = None     # ... until then, its decode side lost
 
     def decoding(self) -> bool:
         return self.c >= self.u
@@ -1649,6 +1654,8 @@ class _Sim:
                 return
             rep.down = True
             rep.iteration = None          # abandoned: nothing emitted
+            if self.pools:
+                self.pd_crash(rep, T)      # issue 42: the pairs it is one side of
             victims = rep.waiting + rep.running + rep.pending_ff
             for a in victims:
                 a.blocks = []
@@ -1688,6 +1695,8 @@ class _Sim:
     def cancel(self, a: Attempt, T: float):
         """Remove an attempt from its replica (timeout), releasing its blocks."""
         rep = self.replicas[a.replica]
+        if a.pd_stage in ("handoff", "receiving", "transferred"):
+            return self.pd_cancel(a, T)
         if self.vllm:
             return self.v_cancel(rep, a)
         if a.where == "waiting":
@@ -2082,8 +2091,9 @@ class _Sim:
     # disaggregation" (scheduler = "reserve"): pools, the pair's routing, the prefill
     # replica's dropped token and held blocks, the decode replica's allocation, the
     # transfer over the links (Links), the one-token prefill of the last prompt token.
-    # Failures, deadlines, retries, the front door, the closed loop and fast failures are
-    # a later increment: a run that asks for them with pools is refused (ValueError).
+    # Crashes of either side (mid-transfer too), deadlines, retries and the prefill side's
+    # lease follow the page's "Failures"; fast failures, the front door and the closed
+    # loop are a later increment: a run that asks for them with pools is refused.
     # =================================================================================
     def pd_init(self):
         p = self.p
@@ -2097,10 +2107,7 @@ class _Sim:
             raise ValueError("pools need scheduler = 'reserve'")
         if p["pair_route"] not in ("independent", "selective", "transfer_aware"):
             raise ValueError(f"unknown pair_route {p['pair_route']!r}")
-        later = [k for k, v in (("fail/fail_fast/recover events", any(e[1] != "rate_multiplier" and e[1] != "slowdown"
-                                                                      for e in self.events)),
-                                ("start_down", bool(p["start_down"])), ("timeout_ms", p["timeout_ms"] < INF),
-                                ("ttft_timeout_ms", p["ttft_timeout_ms"] < INF), ("max_attempts", p["max_attempts"] > 1),
+        later = [k for k, v in (("fail_fast events", any(e[1] == "fail_fast" for e in self.events)),
                                 ("admission_max_tokens", p["admission_max_tokens"] < INF),
                                 ("max_in_flight", self.cap > 0)) if v]
         if later:
@@ -2126,6 +2133,9 @@ class _Sim:
         E = self.eligible(self.routers[r.router], T)
         E_p = [i for i in E if self.role[i] == "prefill"]
         E_d = [i for i in E if self.role[i] == "decode"]
+        if is_retry and p["retry_avoid_previous"]:   # D15, in each pool
+            E_p = [i for i in E_p if i not in r.failed_on] or E_p
+            E_d = [i for i in E_d if i not in r.failed_on] or E_d
         if not E_p or not E_d:
             for pol in ((pol_p, pol_d) if rule == "independent" else (pol_d, pol_p)):
                 self.draw_for_shed(pol)
@@ -2200,6 +2210,8 @@ class _Sim:
         replica in that order), then the hand-offs, in request order, to the back."""
         if not self.pools:
             return
+        for a in [a for a in self.pd_held if a.lease_until == T]:   # leases that run out
+            self.pd_release_held(a, T)
         front = {}
         for a in self.links.advance(T):
             self.pd_transferred(a, T)
@@ -2209,6 +2221,68 @@ class _Sim:
         for a in sorted(self.pd_handoffs, key=lambda a: a.req.index):
             self.replicas[a.replica].waiting.append(a)
         self.pd_handoffs = []
+
+    def pd_release_held(self, a: Attempt, T: float):
+        """The prefill replica releases the blocks it held for a (as a completion does)."""
+        blocks, a.blocks = a.blocks, a.held_blocks
+        self.release_all(self.replicas[a.held_on], a, T)
+        a.blocks = blocks
+        a.held_blocks = []
+        self.pd_held.remove(a)
+        a.held_on = None
+
+    def pd_lose_decode_side(self, a: Attempt, T: float):
+        """a's decode side is lost (its decode replica crashed, or a deadline cancelled
+        it) while its prefill replica holds its blocks: held until lease_ms from now."""
+        if a.held_on is not None:
+            a.lease_until = T + self.p["lease_ms"]
+
+    def pd_cancel(self, a: Attempt, T: float):
+        """A deadline cancels a on its decode replica, before its one-token step: handed
+        off (in the waiting queue, no block there), receiving (the transfer stops, the
+        decode replica releases) or transferred (waiting, holding its blocks)."""
+        rep = self.replicas[a.replica]
+        if a.pd_stage == "receiving":
+            assert self.links.abort(a, T) == []
+            rep.receiving.remove(a)
+        else:
+            rep.waiting.remove(a)
+        self.release_all(rep, a, T)
+        self.pd_lose_decode_side(a, T)
+        a.where = "done"
+
+    def pd_crash(self, rep: Replica, T: float):
+        """Phase 2, rep crashes (before its cache is emptied and its own waiting, running
+        and black-holed attempts fail): the attempts it holds blocks for after their
+        prefill fail (the read fails: vLLM's kv_load_failure_policy "fail"), their
+        decode side letting go; the attempts it was to decode that are still on their
+        prefill replica fail there; those it was receiving fail with their transfers
+        stopped; every one of them whose blocks another prefill replica holds leaves
+        them leased. Each fails as a crash of rep (failed_on, no breaker count)."""
+        i = rep.index
+        victims = []
+        for a in [a for a in self.pd_held if a.held_on == i]:
+            a.held_blocks = []                      # emptied with the cache
+            self.pd_held.remove(a)
+            a.held_on = None
+            if a.lease_until is None:               # still on its way: on a decode replica
+                self.pd_cancel(a, T)
+                victims.append(a)
+        for a in [a for a in self.in_flight if a.pd_stage == "prefill" and a.decode_replica == i
+                  and a.where != "done"]:
+            self.cancel(a, T)
+            victims.append(a)
+        for a in rep.receiving:
+            assert self.links.abort(a, T) == []
+            victims.append(a)
+        for a in rep.waiting + rep.receiving:
+            self.pd_lose_decode_side(a, T)
+        rep.receiving = []
+        for a in victims:
+            a.blocks = []
+            a.where = "done"
+            a.replica = i
+            self.crash_failures.append(a)
 
     def pd_allocate(self, rep: Replica, h: Attempt, T: float) -> bool:
         """The decode replica's allocation for the handed-off head h: its local hit
@@ -2233,12 +2307,7 @@ class _Sim:
     def pd_transferred(self, a: Attempt, T: float):
         """a's transfer ended at T: the prefill replica releases the blocks it held (as a
         completion does), the blocks taken on the decode replica are computed."""
-        held = self.replicas[a.held_on]
-        blocks, a.blocks = a.blocks, a.held_blocks
-        self.release_all(held, a, T)
-        a.blocks = blocks
-        self.pd_held.remove(a)
-        a.held_on = None
+        self.pd_release_held(a, T)
         rep = self.replicas[a.replica]
         rep.receiving.remove(a)
         for j in range(len(a.ids)):
@@ -2354,6 +2423,8 @@ class _Sim:
         c.extend(self.readiness_times)
         if self.pools and self.links.next_time() < INF:
             c.append(self.links.next_time())
+        if self.pools:
+            c.extend(a.lease_until for a in self.pd_held if a.lease_until is not None)
         c = [x for x in c if x > after]
         return min(c) if c else None
 
@@ -2710,9 +2781,10 @@ class Links:
 
     def abort(self, key, T: float):
         """The transfer ``key`` stops at ``T`` (a crash of either end): its link shares
-        go to the others from then on."""
-        self.advance(T)
+        go to the others from then on.  Returns what ended up to T (see advance)."""
+        out = self.advance(T)
         del self.transfers[key]
+        return out
 
 
 def simulate(workload: Workload, params: dict, factors: list[float], events: list, policy: str,
