@@ -6,7 +6,8 @@ flows at min(B / n_out(src), B / n_in(dst)), rates changing only when a transfer
 ends flowing. Then whole requests through a pair (``simulate`` with ``[pools]``): the
 prefill replica computes the prompt and drops its token, holds its blocks until the
 transfer ends; the decode replica allocates, receives, recomputes the last prompt token
-(which emits the first token), then decodes. Every expected time is derived in the
+(which emits the first token), then decodes; and what a crash or a deadline on either
+side does mid-transfer (the lease). Every expected time is derived in the
 test's docstring from those definitions and the linear step cost, not from a run; byte
 counts and bandwidths are chosen so that the times are exact or nearly so in binary
 floating point."""
