@@ -30,7 +30,8 @@ FLOATS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"
           "e2e_p90", "e2e_p99", "e2e_mean", "attainment", "goodput", "throughput",
           "token_throughput", "prefix_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy",
           "placement_occupancy_high",
-          "itl_p50", "itl_p90", "itl_p99", "itl_max", "kv_occupancy_first", "kv_occupancy_last")
+          "itl_p50", "itl_p90", "itl_p99", "itl_max", "kv_occupancy_first", "kv_occupancy_last",
+          "attainment_first", "attainment_last")
 VECTORS = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens",
            "replica_max_outstanding": "max_out"}
 FLOAT_VECTORS = {"replica_ttft_p50": "ttft_p50", "replica_ttft_p99": "ttft_p99"}

@@ -177,7 +177,9 @@ Issue 19 (token-model.md §2 "Computed blocks", §3 "exact", §6 ttft_timeout_ms
      same after processing W (each: after every phase at that time, or, when nothing
      happens exactly then, the state left by the last time before it).  kv_occupancy_first/_last
      integrate like kv_occupancy (D23) over [W, W + q] and [H - q, H], q = measure_s*250,
-     each / q / kv_blocks, mean over replicas.
+     each / q / kv_blocks, mean over replicas.  attainment_first/_last = the attainment
+     (within both SLOs) of the cohort requests whose intended arrival is in [W, W + q)
+     and [H - q, H); NaN when none arrived there.
 """
 
 from __future__ import annotations
@@ -2607,6 +2609,7 @@ class _Sim:
         ttft, tpot, e2e = [], [], []
         ttft_on = [[] for _ in range(self.N)]
         good = 0
+        good_set = set()
         attempts = retries = 0
         waits = []
         ovh = self.overhead     # the client measures its TTFT and E2E with its overhead
@@ -2628,6 +2631,7 @@ class _Sim:
                     ok = ok and x <= p["slo_tpot_ms"]
                 if ok:
                     good += 1
+                    good_set.add(r)
         arrivals = len(cohort)
         assert arrivals == sum(counts.values())
         out = dict(arrivals=arrivals, **counts)
@@ -2654,6 +2658,10 @@ class _Sim:
         out["kv_occupancy_first"] = sum(area / q / self.kv_blocks for area in self.kv_area_first) / self.N
         out["kv_occupancy_last"] = sum(area / q / self.kv_blocks for area in self.kv_area_last) / self.N
         out["backlog_growth"] = self.in_system_at_H - self.in_system_at_W
+        # attainment of the cohort arriving in the window's first and last quarter
+        for name, lo, hi in (("attainment_first", W, W + q), ("attainment_last", H - q, H)):
+            part = [r for r in cohort if lo <= r.intended < hi]
+            out[name] = sum(r in good_set for r in part) / len(part) if part else math.nan
         # ITL: every gap between consecutive tokens of one attempt, by its later token's time
         gaps = []
         for a in self.all_attempts:

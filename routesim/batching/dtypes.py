@@ -456,6 +456,7 @@ METRICS = np.dtype(
         ("backlog_growth", np.int64), ("kv_occupancy_first", np.float64), ("kv_occupancy_last", np.float64),
         ("attempts", np.int64), ("retries", np.int64), ("placement_occupancy", np.float64),
         ("placement_occupancy_high", np.float64),
+        ("attainment_first", np.float64), ("attainment_last", np.float64),
         # closed-loop client (max_in_flight > 0; Dataset variables only then)
         ("client_wait_p50", np.float64), ("client_wait_p99", np.float64), ("client_wait_mean", np.float64),
         ("client_waiting", np.int64),

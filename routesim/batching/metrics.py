@@ -51,6 +51,10 @@ VARIABLES = {
                        "warm-up: near 0 in a steady state"),
     "kv_occupancy_first": ("1", "kv_occupancy over the window's first quarter [warm-up, warm-up + measure_s/4]"),
     "kv_occupancy_last": ("1", "kv_occupancy over the window's last quarter [horizon - measure_s/4, horizon]"),
+    "attainment_first": ("1", "attainment of the cohort requests arriving in the window's first quarter "
+                         "[warm-up, warm-up + measure_s/4) (NaN if none arrived)"),
+    "attainment_last": ("1", "attainment of the cohort requests arriving in the window's last quarter "
+                        "[horizon - measure_s/4, horizon) (NaN if none arrived)"),
     "batch_mean": ("sequences", "duration-weighted mean sequences per iteration started in the window"),
     "attempts": ("attempts", "attempts routed for cohort requests"),
     "retries": ("attempts", "attempts for cohort requests beyond each one's first"),
@@ -120,6 +124,17 @@ def _per_replica_ttft(rep, ttft, where):
 
 
 @nb.njit(**JIT)
+def _count_quarter(p, t, quarter, what):
+    """Count a cohort request arriving at ``t`` ms in ``quarter`` (4,): index ``what``
+    (0 an arrival, 1 one within the SLO) for the window's first quarter, ``2 + what``
+    for its last (``attainment_first``/``_last``)."""
+    if t < p.warmup_ms + p.quarter_ms:
+        quarter[what] += 1
+    if t >= p.horizon_ms - p.quarter_ms:
+        quarter[2 + what] += 1
+
+
+@nb.njit(**JIT)
 def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     """§7 from the per-request records and the run's accumulators: t_arr (n,) ms each
     request's arrival (its intended time: the cohort's), sent (n,) ms its send (NaN if
@@ -135,6 +150,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     nt = 0
     np_ = 0
     good = 0
+    quarter = np.zeros(4, np.int64)  # arrivals, good: first quarter; arrivals, good: last quarter
     e2e_sum = 0.0
     wait = np.empty(n if p.max_in_flight > 0 else 0)
     nw = 0
@@ -145,6 +161,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
             continue
         q = req[k]
         mt.arrivals += 1
+        _count_quarter(p, t_arr[k], quarter, 0)
         mt.attempts += q.attempts
         mt.retries += q.retries
         o = q.outcome
@@ -169,6 +186,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
                 ok = ok and tp <= p.slo_tpot_ms
             if ok:
                 good += 1
+                _count_quarter(p, t_arr[k], quarter, 1)
         elif o == Fate.FAILED:
             mt.failed += 1
         elif o == Fate.REJECTED:
@@ -191,6 +209,8 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     itl = of_weighted_nb(gap_ms, gap_n, ITL_RANKS)
     mt.itl_p50, mt.itl_p90, mt.itl_p99, mt.itl_max = itl[0], itl[1], itl[2], itl[3]
     mt.attainment = good / mt.arrivals if mt.arrivals > 0 else np.nan
+    mt.attainment_first = quarter[1] / quarter[0] if quarter[0] > 0 else np.nan
+    mt.attainment_last = quarter[3] / quarter[2] if quarter[2] > 0 else np.nan
     mt.goodput = good / measure_s
     mt.throughput = mt.done_any / measure_s
     mt.token_throughput = mt.tokens_window / measure_s
