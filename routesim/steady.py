@@ -1,37 +1,116 @@
 """Was a window in a steady state? The one rule the printed tables and
-``routesim.capacity`` apply to a run's ``backlog_growth`` and KV occupancy trend
-(token-model.md §7, "Steady state").
+``routesim.capacity`` apply to a run's ``backlog_growth``, KV occupancy trend and
+attainment trend (token-model.md §7, "Steady state"; docs/model.md "Steady state and
+collapse").
+
+Two scales, because one run's figures are noisy (on the example cluster at 41 req/s,
+below capacity, one run's KV occupancy moves by up to 16 points between the window's
+first and last quarter as the long class's few requests come and go, and its backlog
+by up to 3.4 % of its arrivals) while a shared trend is not:
+
+- **Per run** (:func:`unsteady_runs`): a run is *not steady* when its backlog grew by
+  more than :data:`RUN_BACKLOG_SHARE` of its cohort arrivals, its KV occupancy rose by
+  more than :data:`RUN_OCCUPANCY_RISE`, or the attainment of the requests arriving in
+  its window's last quarter is more than :data:`ATTAINMENT_FALL` below that of its
+  first quarter's (a collapse under way; a Dataset written before
+  ``attainment_first``/``_last`` existed is judged on the other two). Judged on each
+  run alone, never on medians, so that a minority of collapsed seeds shows.
+- **Per cell** (:func:`trend`, :func:`is_steady`): the median over the cell's runs of
+  the backlog growth above :data:`BACKLOG_SHARE` or of the KV rise above
+  :data:`OCCUPANCY_RISE`: a trend every run shares (the KV cache still filling after too
+  short a warm-up), which the per-run thresholds, set above one run's noise, miss.
+
+A cell is steady (:func:`cell_steady`) when neither flags it.
 """
 
 import numpy as np
 
+RUN_BACKLOG_SHARE = 0.05
+"""A run is not steady when its ``backlog_growth`` exceeds this share of its cohort's
+arrivals (a run below capacity on the example cluster reaches 3.4 %)."""
+RUN_OCCUPANCY_RISE = 0.20
+"""A run is not steady when its ``kv_occupancy_last - kv_occupancy_first`` exceeds this
+(20 points; a run below capacity on the example cluster reaches 16)."""
+ATTAINMENT_FALL = 0.10
+"""A run is not steady when its ``attainment_first - attainment_last`` exceeds this (the
+last quarter's arrivals met the SLO 10 points less often than the first quarter's; a
+run below capacity on the example cluster reaches 2.7 points, a collapsing one 14-28)."""
 BACKLOG_SHARE = 0.02
-"""Not steady when the median over runs of ``backlog_growth`` exceeds this share of the
-cohort's arrivals (requests in the system grew by more than 2 % of what arrived)."""
+"""A cell is not steady when the median over its runs of ``backlog_growth`` over
+arrivals exceeds this (2 % of what arrived)."""
 OCCUPANCY_RISE = 0.05
-"""Not steady when the median over runs of ``kv_occupancy_last - kv_occupancy_first``
-exceeds this (5 points of the KV pool between the window's first and last quarter)."""
+"""A cell is not steady when the median over its runs of the KV occupancy rise exceeds
+this (5 points of the KV pool between the window's first and last quarter)."""
 
 VARIABLES = ("backlog_growth", "kv_occupancy_first", "kv_occupancy_last")
 """The variables a Dataset needs for the check (the batching model's)."""
+ATTAINMENT_TREND = ("attainment_first", "attainment_last")
+"""The attainment trend's variables: used when the Dataset has them."""
 
 
 def has_check(ds) -> bool:
     return all(v in ds for v in VARIABLES)
 
 
-def trend(sub):
-    """(median backlog growth over cohort arrivals, median KV occupancy rise) of the
-    runs of ``sub`` (a Dataset of some runs: any shape)."""
+def run_trends(sub):
+    """Each run's (backlog growth over its cohort arrivals, KV occupancy rise,
+    attainment fall) as arrays of the shape of ``sub.arrivals`` (``sub``: a Dataset of
+    some runs, any shape); the fall is 0 when the Dataset lacks the attainment trend
+    and NaN where a quarter had no arrivals (not counted against the run)."""
     growth = sub.backlog_growth.values / np.maximum(sub.arrivals.values, 1)
     rise = sub.kv_occupancy_last.values - sub.kv_occupancy_first.values
+    if all(v in sub for v in ATTAINMENT_TREND):
+        fall = sub.attainment_first.values - sub.attainment_last.values
+    else:
+        fall = np.zeros_like(rise)
+    return growth, rise, fall
+
+
+def unsteady(growth, rise, fall):
+    """The per-run rule, per element (NumPy broadcasting): does any of a run's figures
+    exceed its threshold? NaN figures (a run that did not run, an empty quarter) do not."""
+    with np.errstate(invalid="ignore"):
+        return ((np.asarray(growth) > RUN_BACKLOG_SHARE) | (np.asarray(rise) > RUN_OCCUPANCY_RISE)
+                | (np.asarray(fall) > ATTAINMENT_FALL))
+
+
+def unsteady_runs(sub) -> np.ndarray:
+    """Per run of ``sub`` (bool, the shape of ``sub.arrivals``): not steady by the
+    per-run rule. A run that did not run (NaN arrivals) is False."""
+    return unsteady(*run_trends(sub)) & ~np.isnan(np.asarray(sub.arrivals.values, float))
+
+
+def count_unsteady(sub) -> tuple[int, int]:
+    """(runs of ``sub`` not steady by the per-run rule, runs of ``sub`` that ran)."""
+    ran = ~np.isnan(np.asarray(sub.arrivals.values, float))
+    return int(unsteady_runs(sub).sum()), int(ran.sum())
+
+
+def trend(sub):
+    """(median backlog growth over cohort arrivals, median KV occupancy rise) of the
+    runs of ``sub``: the cell's shared trend."""
+    growth, rise, _ = run_trends(sub)
     return float(np.nanmedian(growth)), float(np.nanmedian(rise))
 
 
 def is_steady(growth: float, rise: float) -> bool:
+    """The per-cell rule on a cell's medians (:func:`trend`)."""
     return not (growth > BACKLOG_SHARE or rise > OCCUPANCY_RISE)
 
 
+def cell_steady(sub) -> bool:
+    """Neither the cell's medians trend nor any of its runs is not steady."""
+    return is_steady(*trend(sub)) and count_unsteady(sub)[0] == 0
+
+
+def run_rule() -> str:
+    return (f"its backlog grew by more than {100 * RUN_BACKLOG_SHARE:g} % of its arrivals, its KV occupancy "
+            f"rose by more than {100 * RUN_OCCUPANCY_RISE:g} points from the window's first quarter to its last, "
+            f"or its last quarter's arrivals met the SLO more than {100 * ATTAINMENT_FALL:g} points less often "
+            f"than its first quarter's")
+
+
 def rule() -> str:
-    return (f"backlog growth above {100 * BACKLOG_SHARE:g} % of arrivals, or KV occupancy rising by more "
-            f"than {100 * OCCUPANCY_RISE:g} points from the window's first quarter to its last (medians over seeds)")
+    return (f"a run is not steady when {run_rule()}; a cell also when the medians over its runs show backlog "
+            f"growth above {100 * BACKLOG_SHARE:g} % of arrivals or a KV occupancy rise above "
+            f"{100 * OCCUPANCY_RISE:g} points")

@@ -1,5 +1,6 @@
 """The steady-state check (routesim/steady.py) and the columns it gives the batching
-table: hand-made Datasets whose verdicts follow from the stated thresholds."""
+table: hand-made Datasets whose verdicts follow from the stated thresholds, each run
+judged on its own."""
 
 import numpy as np
 import xarray as xr
@@ -8,8 +9,9 @@ from routesim import steady
 from routesim.batching.summary import policy_table, token_policy_rows
 
 
-def _ds(growth, first, last, unfinished=(0, 0)):
-    """Two policies × two seeds at one condition; 1,000 cohort arrivals a run."""
+def _ds(growth, first, last, unfinished=(0, 0), att_first=None, att_last=None):
+    """Two policies × two seeds at one condition; 1,000 cohort arrivals a run; the
+    attainment trend variables when given."""
     dims = ("policy", "rate_rps", "heterogeneity", "scenario", "seed")
     shape = (2, 1, 1, 1, 2)
 
@@ -26,24 +28,37 @@ def _ds(growth, first, last, unfinished=(0, 0)):
     data["backlog_growth"] = var(growth)
     data["kv_occupancy_first"] = var(first)
     data["kv_occupancy_last"] = var(last)
+    if att_first is not None:
+        data["attainment_first"] = var(att_first)
+        data["attainment_last"] = var(att_last)
     coords = {"policy": ["a", "b"], "rate_rps": [10.0], "heterogeneity": ["u"], "scenario": ["s"], "seed": [1, 2]}
     return xr.Dataset(data, coords=coords)
 
 
 def test_thresholds_decide_the_verdict():
+    # a cell's medians
     assert steady.is_steady(0.02, 0.05)          # at the thresholds: still steady
     assert not steady.is_steady(0.0201, 0.0)     # backlog grew by more than 2 % of arrivals
     assert not steady.is_steady(0.0, 0.0501)     # occupancy rose by more than 5 points
+    # one run's figures
+    assert not steady.unsteady(0.05, 0.2, 0.1)
+    assert steady.unsteady(0.0501, 0.0, 0.0)     # backlog grew by more than 5 % of its arrivals
+    assert steady.unsteady(0.0, 0.2001, 0.0)     # its occupancy rose by more than 20 points
+    assert steady.unsteady(0.0, 0.0, 0.1001)     # its attainment fell by more than 10 points
+    # NaN figures (a quarter without arrivals, a run that did not run) are not a verdict
+    assert not steady.unsteady(float("nan"), float("nan"), float("nan"))
 
 
-def test_table_marks_the_row_whose_backlog_grows():
-    # policy a: backlog +10 and +30 of 1,000 arrivals (median 2 %: steady); occupancy flat.
-    # policy b: +40 and +60 (median 5 %: not steady).
-    ds = _ds([[10, 30], [40, 60]], [[0.5, 0.5], [0.5, 0.5]], [[0.52, 0.5], [0.5, 0.5]], unfinished=(0, 25))
+def test_table_counts_the_runs_whose_backlog_grows():
+    # policy a: backlog +10 and +30 of 1,000 arrivals: each run within 5 %, the median
+    # 2 %: steady. Policy b: +10 and +60: the second run above 5 % (the median, 3.5 %,
+    # is above 2 % too).
+    ds = _ds([[10, 30], [10, 60]], [[0.5, 0.5], [0.5, 0.5]], [[0.52, 0.5], [0.5, 0.5]], unfinished=(0, 25))
     headers, rows = token_policy_rows(ds)
     col = {h: k for k, h in enumerate(headers)}
+    assert [r[col["runs not steady"]] for r in rows] == ["0/2", "1/2"]
     assert [r[col["steady"]] for r in rows] == ["yes", "no"]
-    assert [r[col["backlog Δ"]] for r in rows] == ["20", "50"]
+    assert [r[col["backlog Δ"]] for r in rows] == ["20", "35"]
     assert [r[col["KV occ. Δ pts"]] for r in rows] == ["+1.0", "+0.0"]
     # 25 unfinished on each seed: 50 of 2,000 arrivals, 2.5 %
     assert [r[col["unfinished %"]] for r in rows] == ["0.00", "2.50"]
@@ -51,15 +66,31 @@ def test_table_marks_the_row_whose_backlog_grows():
     assert "warning: 1 of 2 rows were not in a steady state" in policy_table(ds)
 
 
-def test_table_marks_rising_occupancy():
-    ds = _ds([[0, 0], [0, 0]], [[0.5, 0.5], [0.30, 0.30]], [[0.5, 0.5], [0.40, 0.36]])
+def test_a_shared_trend_shows_in_the_medians_and_one_collapse_per_run():
+    # policy a: both runs' occupancy rises 8 and 6 points (each within a run's 20, the
+    # median 7 above a cell's 5): not steady, no run flagged. Policy b: medians flat, one
+    # run's occupancy up 25 points: that run flagged.
+    ds = _ds([[0, 0], [0, 0]], [[0.30, 0.30], [0.5, 0.5]], [[0.38, 0.36], [0.5, 0.75]])
     headers, rows = token_policy_rows(ds)
-    k = headers.index("steady")
-    assert [r[k] for r in rows] == ["yes", "no"]
-    assert rows[1][headers.index("KV occ. Δ pts")] == "+8.0"
+    assert [r[headers.index("runs not steady")] for r in rows] == ["0/2", "1/2"]
+    assert [r[headers.index("steady")] for r in rows] == ["no", "no"]
+    assert rows[0][headers.index("KV occ. Δ pts")] == "+7.0"
+    assert "warning: 2 of 2 rows" in policy_table(ds)
+
+
+def test_a_collapsing_run_shows_by_its_attainment_trend():
+    """Backlog and occupancy flat in every run (the KV cache already full): policy b's
+    second run met the SLO for 95 % of its first quarter's arrivals and 40 % of its last
+    quarter's, a collapse; policy a's runs fell by 5 points and rose by 3."""
+    ds = _ds([[0, 0], [0, 0]], [[0.97, 0.97], [0.97, 0.97]], [[0.97, 0.97], [0.97, 0.97]],
+             att_first=[[0.95, 0.90], [0.95, 0.95]], att_last=[[0.90, 0.93], [0.94, 0.40]])
+    headers, rows = token_policy_rows(ds)
+    assert [r[headers.index("runs not steady")] for r in rows] == ["0/2", "1/2"]
+    assert [r[headers.index("steady")] for r in rows] == ["yes", "no"]
+    assert list(steady.unsteady_runs(ds.sel(policy="b")).ravel()) == [False, True]
 
 
 def test_a_dataset_without_the_variables_gets_no_check():
     ds = _ds([[0, 0], [0, 0]], [[0, 0], [0, 0]], [[0, 0], [0, 0]]).drop_vars(list(steady.VARIABLES))
     headers, _ = token_policy_rows(ds)
-    assert "steady" not in headers and "warning" not in policy_table(ds)
+    assert "steady" not in headers and "runs not steady" not in headers and "warning" not in policy_table(ds)

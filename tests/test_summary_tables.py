@@ -106,4 +106,9 @@ def test_token_table_says_what_each_column_is():
 def test_token_legend_gives_the_steady_rule_when_the_table_has_it():
     from test_steady import _ds
     legend = token_table(_ds([[0, 0], [0, 0]], [[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]])).split("\n\n")[1]
-    assert "steady = no when backlog Δ is above 2 % of arrivals or KV occ. Δ above 5 pts" in " ".join(legend.split())
+    flat = " ".join(legend.split())
+    assert ("steady = no when a run is not steady or the medians over runs show backlog Δ above 2 % of arrivals "
+            "or KV occ. Δ above 5 pts") in flat
+    assert ("runs not steady = runs of the row whose own window was not steady: its backlog grew by more than 5 % "
+            "of its arrivals, its KV occupancy rose by more than 20 points") in flat
+    assert "more than 10 points less often than its first quarter's" in flat

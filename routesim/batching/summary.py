@@ -43,8 +43,9 @@ def token_policy_rows(ds: xr.Dataset):
     ejections (median over runs). Unfinished: percent of cohort arrivals still in the
     system when the run stopped. When the Dataset has them: ITL p99 (median over runs)
     and the steady-state check (``routesim.steady``): backlog growth and the rise of KV
-    occupancy over the window, medians over runs, and ``no`` in the steady column when
-    either is too large. With a closed-loop client (``client_wait_p99`` in the Dataset):
+    occupancy over the window, medians over runs; how many of the row's runs the per-run
+    check flags (``k/n``); and ``no`` in the steady column when any run is flagged or the
+    medians show a trend. With a closed-loop client (``client_wait_p99`` in the Dataset):
     the client's wait p99 and the throughput (completions in the window per second;
     medians over runs), since a closed loop's goodput counts every cohort request,
     whenever the client sent it."""
@@ -87,8 +88,9 @@ def token_policy_rows(ds: xr.Dataset):
                     fmt(_median(sub.throughput.values), ".1f")]
         if check:
             growth, rise = steady.trend(sub)
-            row += [fmt(_median(sub.backlog_growth.values), ".0f"), fmt(100 * rise, "+.1f"),
-                    "yes" if steady.is_steady(growth, rise) else "no"]
+            bad, ran = steady.count_unsteady(sub)
+            row += [fmt(_median(sub.backlog_growth.values), ".0f"), fmt(100 * rise, "+.1f"), f"{bad}/{ran}",
+                    "yes" if steady.is_steady(growth, rise) and not bad else "no"]
         rows.append(row)
     headers = [names.get(d, d) for d in order] + [
         "runs", "attain %", "TTFT p99 ms", "TPOT p99 ms", *(["ITL p99 ms"] if itl else []), "E2E p99 ms",
@@ -99,7 +101,7 @@ def token_policy_rows(ds: xr.Dataset):
     if client:
         headers += ["client wait p99 ms", "throughput/s"]
     if check:
-        headers += ["backlog Δ", "KV occ. Δ pts", "steady"]
+        headers += ["backlog Δ", "KV occ. Δ pts", "runs not steady", "steady"]
     return headers, rows
 
 
@@ -139,8 +141,10 @@ def legend(ds: xr.Dataset, headers) -> str:
              (", ".join(h for h in POOLED if h in headers), "per request arrived, all runs pooled"),
              ("backlog Δ", "growth of the requests in the system over the window"),
              ("KV occ. Δ pts", "rise of the KV occupancy from the window's first quarter to its last"),
-             ("steady", f"no when backlog Δ is above {100 * steady.BACKLOG_SHARE:g} % of arrivals "
-                        f"or KV occ. Δ above {100 * steady.OCCUPANCY_RISE:g} pts"),
+             ("runs not steady", f"runs of the row whose own window was not steady: {steady.run_rule()}"),
+             ("steady", f"no when a run is not steady or the medians over runs show backlog Δ above "
+                        f"{100 * steady.BACKLOG_SHARE:g} % of arrivals or KV occ. Δ above "
+                        f"{100 * steady.OCCUPANCY_RISE:g} pts"),
              ("every other column but runs", "median over runs of each run's value")]
     return legend_text([(h, m) for h, m in items if h.startswith("every other") or (h and h.split(", ")[0] in headers)])
 
@@ -155,5 +159,6 @@ def policy_table(ds: xr.Dataset) -> str:
         unsteady = sum(r[col] == "no" for r in rows)
         if unsteady:
             text += (f"\n\nwarning: {unsteady} of {len(rows)} rows were not in a steady state over their window "
-                     f"({steady.rule()}): their numbers describe a filling transient; lengthen warmup_s")
+                     f"({steady.rule()}): their numbers describe a transient (the KV cache still filling: lengthen "
+                     f"warmup_s) or a collapse (the load is beyond what those runs sustain)")
     return text
