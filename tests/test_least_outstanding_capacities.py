@@ -1,8 +1,8 @@
 """The least-outstanding study's capacity table (routesim/studies/least_outstanding/
 capacities.py) on hand-built results whose capacities follow from the rule (the largest
-evaluated rate at which the median over seeds of TTFT p99 is at most 1 s there and at
-every lower one), read back by common.capacity; the study command runs it first and
-keeps it under --resume."""
+evaluated rate at which TTFT p99 is at most 1 s in at least 90 % of the seeds' windows,
+and no window is unsteady, there and at every lower one), read back by common.capacity;
+the study command runs it first and keeps it under --resume."""
 
 import numpy as np
 import pytest
@@ -18,8 +18,8 @@ DET = ("round_robin", "least_requests", "least_tokens", "least_kv", "least_cost"
 # round_robin not even at 0.5; least_kv at 0.5 only; the others never
 TTFT = {"round_robin": (1200, 1300, 2000), "least_requests": (1100, 1200, 1300), "least_tokens": (700, 950, 1400),
         "least_kv": (990, 1010, 900), "least_cost": (1500, 1500, 1500)}
-# power_of_d's four seeds at each scale: median (850 + 900) / 2 = 875 ms at 0.5,
-# (1000 + 1100) / 2 = 1050 ms at 1
+# power_of_d's four seeds at each scale: at 0.5, 3 of 4 windows within 1 s (under
+# 0.9 · 4; the median, (850 + 900) / 2 = 875 ms, would pass)
 POD = ((800, 850, 900, 1200), (900, 1000, 1100, 1300), (1500, 1600, 1700, 1800))
 ARRIVALS = {"0.5": 900, "1": 900, "1.5": 900}      # the same trace span at every scale
 MEASURE = {"0.5": 600.0, "1": 300.0, "1.5": 200.0}
@@ -60,7 +60,7 @@ def test_mooncake_capacity_by_the_rule(folder, tmp_path):
     assert cap["least_tokens"] == 3.0
     assert cap["least_kv"] == 1.5               # 900 ms at 1.5 does not count: 1.01 s failed below it
     assert np.isnan(cap["round_robin"]) and np.isnan(cap["least_cost"]) and np.isnan(cap["least_requests"])
-    assert cap["power_of_d"] == 1.5             # median 875 ms at 0.5, 1,050 at 1
+    assert np.isnan(cap["power_of_d"])          # 3 of 4 windows within 1 s at 0.5 (median 875 ms)
     # each seed by itself: seed 1 800/900/1500 -> 3.0; seed 4 1200 -> none
     seeds = ds.capacity_rps_seed.sel(policy="power_of_d").values
     assert seeds[0] == 3.0 and np.isnan(seeds[3])
@@ -69,7 +69,11 @@ def test_mooncake_capacity_by_the_rule(folder, tmp_path):
     write_atomic(ds, folder / "mooncake-capacity.nc")
     assert capacity(tmp_path, "least_tokens", "mooncake") == (3.0, 3.0, 3.0, True)
     c = capacity(tmp_path, "power_of_d", "mooncake")
-    assert c[0] == 1.5 and (c[1], c[2]) == (1.5, 3.0)
+    # its seeds' own: 800/900/1500 and 850/1000/1600 -> 3.0; 900/1100 -> 1.5; 1200 -> none
+    assert np.isnan(c[0]) and (c[1], c[2]) == (1.5, 3.0)
+    # a deterministic policy's interval is its capacity (every resample is the same run)
+    assert float(ds.capacity_rps_low.sel(policy="least_tokens")) == 3.0 == float(
+        ds.capacity_rps_high.sel(policy="least_tokens"))
     table = capacities.mooncake_table(ds)
     assert "| least_tokens | 700 | 950 | 1,400 | 90 → 90 | 3 |" in table
     assert "| round_robin | 1,200 | 1,300 | 2,000 | 90 → 90 | < 1.5 |" in table
@@ -102,9 +106,10 @@ def test_default_table_and_the_warm_up_check(tmp_path):
     data = capacities.load(tmp_path)
     assert data["mooncake"] is None
     t = capacities.table(data["default"])
-    # 60 / 2,640 = 2.3 % of arrivals: above routesim.steady's 2 % bound, not steady
-    assert "| least_tokens | 44 | 44 | 925 | +60 | 80 → 82 | no |" in t
-    assert "| round_robin | < 36 | < 36 | — | — | — | — |" in t
+    # 60 / 2,640 = 2.3 % of arrivals in each run: within a run's 5 %, but the median is
+    # above a cell's 2 %: not steady; a file written before the interval shows none
+    assert "| least_tokens | 44 | — | 44 | 925 | +60 | 80 → 82 | 0 of 2 | no |" in t
+    assert "| round_robin | < 36 | — | < 36 | — | — | — | — | — |" in t
     text = capacities.section(data)
     assert text.startswith("## Capacity at the SLO") and "least_tokens; their capacity is an upper bound" in text
     assert capacities.row(data) is None and capacities.verdict(data) is None

@@ -1,6 +1,7 @@
 """The least-outstanding study's capacity table (issue 23 item 1): each compared policy's
-capacity at the SLO (median over seeds of TTFT p99 at most 1 s, ``python -m
-routesim.capacity``'s criterion), on the default workload and on the Mooncake excerpt;
+capacity at the SLO (``python -m routesim.capacity``'s default rule: TTFT p99 at most 1 s
+in at least 90 % of the seeds' windows and no window unsteady), on the default workload
+and on the Mooncake excerpt;
 the document's first section. Not a claim (``row`` is None): every claim places its
 loads against these figures (:func:`.common.capacity`).
 
@@ -9,7 +10,7 @@ sweeps): stage ``default`` of sweeps/token-routing-capacity.toml by ``python -m
 routesim.capacity`` (results/token-routing-capacity/default-capacity.nc), and the
 ``mooncake-*`` stages by ``python -m routesim.sweep``; a trace brings its own arrivals,
 so its load is set by ``time_scale``, not searched on ``rate_rps``: the capacity rule
-(:func:`routesim.capacity.capacity_of`) is applied over the three time scales, each
+(:func:`routesim.capacity.capacities`) is applied over the three time scales, each
 read as the request rate of its window, and written as
 results/token-routing-capacity/mooncake-capacity.nc in ``python -m routesim.capacity``'s
 layout (``capacity_rps``: policy; ``capacity_rps_seed``: policy × seed; the runs: policy
@@ -92,20 +93,12 @@ def mooncake_runs(folder):
 
 def mooncake_capacity(folder):
     """mooncake-capacity.nc's Dataset: the runs of :func:`mooncake_runs` with
-    ``capacity_rps`` (policy) and ``capacity_rps_seed`` (policy × seed) by the
-    capacity rule, and the time scales in ``time_scales``."""
+    ``capacity_rps`` (policy), its bootstrap interval and ``capacity_rps_seed`` (policy
+    × seed) by ``routesim.capacity``'s default rule (:func:`routesim.capacity.capacities`),
+    and the time scales in ``time_scales``."""
     ds = mooncake_runs(folder)
-    crit = _criterion(ds)
-    rates = ds.rate_rps.values
-    m = ds[crit.metric].transpose("policy", "rate_rps", "seed").values
-    cap = np.array([capacity_mod.capacity_of(rates, crit.holds(crit.median(row, axis=1))) for row in m])
-    seed_cap = np.array([[capacity_mod.capacity_of(rates, crit.holds(row[:, k])) for k in range(row.shape[1])]
-                         for row in m])
-    ds["capacity_rps"] = ("policy", cap, {"units": "requests/s"})
-    ds["capacity_rps_seed"] = (("policy", "seed"), seed_cap, {"units": "requests/s"})
+    ds = capacity_mod.capacities(ds, _criterion(ds), capacity_mod.Rule(), "ms")
     ds["time_scale"] = ("rate_rps", np.array([float(s) for s in SCALES]))
-    ds.attrs.update(capacity_metric=crit.metric, capacity_bound=crit.bound, capacity_at_most=1,
-                    capacity_low=float(rates.min()), capacity_high=float(rates.max()))
     return ds
 
 
@@ -165,7 +158,9 @@ def figure(data, figures_dir=FIGURES):
 def at_capacity(ds, policy):
     """(capacity, seeds' low, seeds' high, TTFT p99 there (median, ms), backlog growth
     (median, requests), KV occupancy first and last quarter (medians, fractions),
-    steady) of ``policy``; NaNs when it has no capacity in the searched range."""
+    (runs not steady by ``routesim.steady``'s per-run check, runs, the cell steady by
+    :func:`routesim.steady.cell_steady`)) of ``policy``; NaNs and None when it has no
+    capacity in the searched range."""
     one = ds.sel(policy=policy)
     c = float(one.capacity_rps)
     seeds = one.capacity_rps_seed.values.astype(float)
@@ -174,10 +169,17 @@ def at_capacity(ds, policy):
     if not np.isfinite(c):
         return (c, lo, hi, np.nan, np.nan, np.nan, np.nan, None)
     at = one.sel(rate_rps=c)
-    growth, rise = steady.trend(at)
     return (c, lo, hi, float(np.nanmedian(at.ttft_p99)), float(np.nanmedian(at.backlog_growth)),
             float(np.nanmedian(at.kv_occupancy_first)), float(np.nanmedian(at.kv_occupancy_last)),
-            steady.is_steady(growth, rise))
+            (*steady.count_unsteady(at), steady.cell_steady(at)))
+
+
+def _interval(ds, p):
+    """The capacity's bootstrap interval as text (a file from before the interval: —)."""
+    if "capacity_rps_low" not in ds:
+        return "—"
+    lo, hi = (float(ds[f"capacity_rps_{e}"].sel(policy=p)) for e in ("low", "high"))
+    return "—" if not np.isfinite(hi) else f"{_cap_text(ds, lo)}–{hi:g}"
 
 
 def _cap_text(ds, c):
@@ -194,18 +196,19 @@ def _rng(ds, lo, hi, seeds):
 
 
 def table(ds):
-    """Markdown rows: per policy, capacity, the seeds' range and the steady-state
-    figures of the runs at capacity."""
-    lines = ["| policy | capacity req/s | seeds' range | TTFT p99 at capacity ms | backlog growth | "
-             "KV occupancy first → last % | steady |", "|---|---|---|---|---|---|---|"]
+    """Markdown rows: per policy, capacity, its bootstrap interval, the seeds' range and
+    the steady-state figures of the runs at capacity."""
+    lines = ["| policy | capacity req/s | 95 % interval | seeds' range | TTFT p99 at capacity ms | backlog growth | "
+             "KV occupancy first → last % | runs not steady | steady |", "|---|---|---|---|---|---|---|---|---|"]
     for p in ds.policy.values:
-        c, lo, hi, ttft, growth, first, last, ok = at_capacity(ds, p)
+        c, lo, hi, ttft, growth, first, last, bad = at_capacity(ds, p)
         seeds = ds.capacity_rps_seed.sel(policy=p).values.astype(float)
+        head = f"| {p} | {_cap_text(ds, c)} | {_interval(ds, p)} | {_rng(ds, lo, hi, seeds)} |"
         if not np.isfinite(c):
-            lines.append(f"| {p} | {_cap_text(ds, c)} | {_rng(ds, lo, hi, seeds)} | — | — | — | — |")
+            lines.append(f"{head} — | — | — | — | — |")
             continue
-        lines.append(f"| {p} | {_cap_text(ds, c)} | {_rng(ds, lo, hi, seeds)} | {ttft:.0f} | {growth:+.0f} | "
-                     f"{first * 100:.0f} → {last * 100:.0f} | {'yes' if ok else 'no'} |")
+        lines.append(f"{head} {ttft:.0f} | {growth:+.0f} | {first * 100:.0f} → {last * 100:.0f} | "
+                     f"{bad[0]} of {bad[1]} | {'yes' if bad[2] else 'no'} |")
     return "\n".join(lines)
 
 
@@ -232,18 +235,27 @@ def mooncake_table(ds):
     return "\n".join(lines)
 
 
+def _rule_of(ds):
+    """The rule a capacity file was found by (a file from before issue 44: the median rule)."""
+    return capacity_mod.Rule(ds.attrs.get("capacity_rule", "median"), float(ds.attrs.get("capacity_quantile", 0.9)))
+
+
 def section(data):
     d, m = data["default"], data["mooncake"]
     text = ["## Capacity at the SLO", ""]
     if d is not None:
         bound = float(d.attrs["capacity_bound"])
         seeds = d.sizes["seed"]
-        unsteady = [str(p) for p in d.policy.values if at_capacity(d, p)[7] is False]
+        unsteady = [str(p) for p in d.policy.values if at_capacity(d, p)[7] is not None and not at_capacity(d, p)[7][2]]
+        rule = _rule_of(d)
         text += [
             f"**How it was measured.** `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}` "
-            f"(stage `default`): for each policy, the largest evaluated rate at which the median "
-            f"over {seeds} seeds of TTFT p99 is at most {bound:,.0f} ms there and at every lower "
-            f"evaluated rate; the seeds' range is the same rule on each seed's own runs. The "
+            f"(stage `default`): for each policy, the largest evaluated rate at which "
+            f"{rule.text(f'TTFT p99 ≤ {bound:,.0f} ms')} ({seeds} seeds; a window is not steady by "
+            f"`routesim.steady`'s per-run check: {steady.rule()}) there and at every lower "
+            f"evaluated rate; the seeds' range is the same rule on each seed's own runs, the interval "
+            f"a percentile bootstrap over seeds "
+            f"({int(d.attrs.get('capacity_resamples', capacity_mod.BOOTSTRAP_RESAMPLES))} resamples). The "
             f"study's baseline: 8 default replicas, the default workload with the long class "
             f"(p_long {float(d.attrs.get('p_long', 0.02)):g}), {float(d.attrs['warmup_s']):,.0f} s "
             f"warm-up, a {float(d.attrs['measure_s']):g} s window, drained "
@@ -258,12 +270,13 @@ def section(data):
             "**The warm-up check.** The steady-state figures are those of the runs at each "
             "policy's capacity (medians over seeds): backlog growth (requests in the system at "
             "the window's end minus at its start) and the KV occupancy of the window's first and "
-            "last quarter. "
-            + ("Every row is steady by `routesim.steady`'s rule (" + steady.rule() + " would flag it): "
+            "last quarter; the runs there that `routesim.steady`'s per-run check flags, and whether "
+            "the cell is steady (" + steady.rule() + "). "
+            + ("Every row is steady: "
                f"{float(d.attrs['warmup_s']):,.0f} s of warm-up is enough at these loads."
                if not unsteady else
-               "Not steady by `routesim.steady`'s rule (" + steady.rule() + "): "
-               + ", ".join(unsteady) + "; their capacity is an upper bound."), ""]
+               "Not steady at capacity: " + ", ".join(unsteady) + "; their capacity is an upper bound."),
+            ""]
     if m is not None:
         bound = float(m.attrs["capacity_bound"])
         text += [
@@ -274,8 +287,10 @@ def section(data):
             "time scale replays the same span of trace time (60 s of warm-up, then 300 s measured, "
             "in trace seconds), so the three loads differ only in rate, and the rate shown is the "
             "window's (cohort arrivals / window). The seed drives only the router stream: "
-            f"power_of_d ran {m.sizes['seed']} seeds, the deterministic policies one. Capacity by "
-            f"the same rule (median TTFT p99 ≤ {bound:,.0f} ms):", "",
+            f"power_of_d ran {m.sizes['seed']} seeds, the deterministic policies one (standing for "
+            f"every seed). Capacity by the same rule "
+            f"({_rule_of(m).text(f'TTFT p99 ≤ {bound:,.0f} ms')}):",
+            "",
             mooncake_table(m), "", _mooncake_reading(m), ""]
     return "\n".join(text)
 

@@ -267,18 +267,20 @@ def steady_table(ds, by, dims=("seed",)):
 
 def steady_words(ds, by=("policy",)):
     """Whether each cell of the axes ``by`` of ``ds`` was steady by
-    :func:`routesim.steady.is_steady` (medians over seeds), in words (the rule itself is
-    stated once, under the capacity table)."""
+    :func:`routesim.steady.cell_steady` (its medians, and each of its runs: the count of
+    runs flagged is given), in words (the rule itself is stated once, under the capacity
+    table)."""
     import itertools
 
     from ... import steady
     by = (by,) if isinstance(by, str) else tuple(by)
-    flags = {", ".join(f"{v:g}" if isinstance(v, (int, float, np.number)) else str(v) for v in key):
-             steady.is_steady(*steady.trend(ds.sel(dict(zip(by, key)))))
-             for key in itertools.product(*(ds[b].values for b in by))}
-    if all(flags.values()):
+    cells = {", ".join(f"{v:g}" if isinstance(v, (int, float, np.number)) else str(v) for v in key):
+             ds.sel(dict(zip(by, key))) for key in itertools.product(*(ds[b].values for b in by))}
+    flagged = {k: steady.count_unsteady(sub) for k, sub in cells.items() if not steady.cell_steady(sub)}
+    if not flagged:
         return "every arm steady by `routesim.steady`'s rule"
-    return "not steady by `routesim.steady`'s rule: " + ", ".join(k for k, f in flags.items() if not f)
+    return "not steady by `routesim.steady`'s rule: " + ", ".join(
+        f"{k} ({bad} of {n} runs flagged)" if bad else k for k, (bad, n) in flagged.items())
 
 
 def squeeze(ds):
