@@ -1,5 +1,5 @@
 """python -m routesim.capacity SWEEP.toml [--stage NAME] [--slo-ms MS | --attainment LEVEL]
-       [--rule quantile|median] [--quantile Q] [--per-seed] [options]
+       [--rule quantile|median] [--quantile Q] [--per-seed] [--policy P,...] [options]
 
 Finds, for every policy and condition of a stage, its capacity: the largest arrival
 rate at which a rule holds there and at every lower rate the search evaluated. The
@@ -106,7 +106,7 @@ class Rule:
 
     def text(self, criterion_text: str) -> str:
         if self.name == "median":
-            return f"median over seeds of {criterion_text}"
+            return f"the median over seeds of {criterion_text}"
         return (f"{criterion_text} in at least {100 * self.quantile:g} % of the seeds' windows "
                 f"and every window steady")
 
@@ -520,6 +520,8 @@ def _parser():
     ap.add_argument("--quantile", default=None, metavar="Q",
                     help="the fraction of windows that must meet the criterion (rule quantile; default 0.9)")
     ap.add_argument("--per-seed", action="store_true", help="also print each seed's own capacity")
+    ap.add_argument("--policy", default=None, metavar="P,...",
+                    help="search these of the stage's policies only (default: every one)")
     ap.add_argument("--low", default=None, metavar="RPS", help="lowest rate (default: the stage's smallest rate_rps)")
     ap.add_argument("--high", default=None, metavar="RPS", help="highest rate (default: the stage's largest rate_rps)")
     ap.add_argument("--points", default="6", metavar="N", help="rates per row and round (default 6)")
@@ -576,6 +578,20 @@ def _rule(args) -> Rule:
     return Rule("quantile", q)
 
 
+def _policies(args, stage):
+    """The stage with only the policies ``--policy`` names (in the stage's order)."""
+    from .config import ConfigError
+    if args.policy is None:
+        return stage
+    have = tuple(stage.values["policy"])
+    asked = [p.strip() for p in args.policy.split(",") if p.strip()]
+    missing = [p for p in asked if p not in have]
+    if missing or not asked:
+        raise ConfigError(args.sweep, "--policy", f"stage {stage.name!r} has no policy {', '.join(missing) or '(none given)'}"
+                          f" (it has {', '.join(have)})")
+    return replace(stage, values={**stage.values, "policy": tuple(p for p in have if p in asked)})
+
+
 def _search(args, stage) -> Search:
     from .config import ConfigError
     rates = stage.values["rate_rps"]
@@ -603,7 +619,7 @@ def main(argv=None) -> int:
         todo = study._needed(sweep, args.stage)
         names = args.stage or [s.name for s in sweep.stages]
         rule = _rule(args)
-        plans = [(s, _criterion(args, sweep, s), _search(args, s)) for s in todo if s.name in names]
+        plans = [(_policies(args, s), _criterion(args, sweep, s), _search(args, s)) for s in todo if s.name in names]
         out_dir = args.out or Path("results") / sweep.name
         if why := unwritable(out_dir):
             raise ConfigError(args.sweep, "--out", why)

@@ -391,6 +391,21 @@ def test_command_prints_a_table_and_writes_a_dataset(tmp_path, capsys):
     assert ds.attrs["capacity_metric"] == "latency_p99" and ds.attrs["capacity_bound"] == 60.0
 
 
+def test_policy_searches_those_policies_and_per_seed_prints_each_seeds_capacity(tmp_path, capsys):
+    path = _write(tmp_path, QUEUE)
+    out_dir = tmp_path / "out"
+    assert capacity.main([str(path), "--out", str(out_dir), "--resolution", "20", "--points", "4", "--policy",
+                          "least_queue", "--per-seed", "-q"]) == 0
+    text = capsys.readouterr().out
+    ds = xr.open_dataset(out_dir / "rates-capacity.nc", engine="netcdf4")
+    assert list(ds.policy.values) == ["least_queue"] and "round_robin" not in text
+    head = next(line for line in text.splitlines() if line.startswith("policy") and "seed 1" in line)
+    assert head.split() == ["policy", "seed", "1", "seed", "2", "seed", "3"]
+    row = text.splitlines()[text.splitlines().index(head) + 2].split()
+    own = ds.capacity_rps_seed.sel(policy="least_queue").values.ravel()
+    assert row == ["least_queue"] + [capacity._rate_text(float(x), 100, 340) for x in own]
+
+
 @pytest.mark.parametrize("args,key", [
     (["--points", "1"], "--points"),
     (["--points", "two"], "--points"),
@@ -405,6 +420,8 @@ def test_command_prints_a_table_and_writes_a_dataset(tmp_path, capsys):
     (["--quantile", "1.5"], "--quantile"),
     (["--quantile", "most"], "--quantile"),
     (["--rule", "median", "--quantile", "0.9"], "--quantile"),
+    (["--policy", "least_tokens"], "--policy"),
+    (["--policy", ","], "--policy"),
 ])
 def test_bad_options_are_one_line_and_write_nothing(tmp_path, capsys, args, key):
     path = _write(tmp_path, QUEUE)
