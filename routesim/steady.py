@@ -3,10 +3,10 @@
 attainment trend (token-model.md §7, "Steady state"; docs/model.md "Steady state and
 collapse").
 
-Two scales, because one run's figures are noisy (on the example cluster at 41 req/s,
-below capacity, one run's KV occupancy moves by up to 16 points between the window's
-first and last quarter as the long class's few requests come and go, and its backlog
-by up to 3.4 % of its arrivals) while a shared trend is not:
+Two scales, because one run's figures are noisy (on the example cluster below capacity,
+one run's KV occupancy moves by up to 20 points between the window's first and last
+quarter as the long class's few requests come and go, and its backlog by up to 4 % of
+its arrivals) while a shared trend is not:
 
 - **Per run** (:func:`unsteady_runs`): a run is *not steady* when its backlog grew by
   more than :data:`RUN_BACKLOG_SHARE` of its cohort arrivals, its KV occupancy rose by
@@ -27,10 +27,11 @@ import numpy as np
 
 RUN_BACKLOG_SHARE = 0.05
 """A run is not steady when its ``backlog_growth`` exceeds this share of its cohort's
-arrivals (a run below capacity on the example cluster reaches 3.4 %)."""
-RUN_OCCUPANCY_RISE = 0.20
+arrivals (a run below capacity on the example cluster reaches 4 %)."""
+RUN_OCCUPANCY_RISE = 0.30
 """A run is not steady when its ``kv_occupancy_last - kv_occupancy_first`` exceeds this
-(20 points; a run below capacity on the example cluster reaches 16)."""
+(30 points; a run below capacity on the example cluster reaches 20: one run's KV rise is
+mostly the noise of the long class, and a collapse at a full cache does not show here)."""
 ATTAINMENT_FALL = 0.10
 """A run is not steady when its ``attainment_first - attainment_last`` exceeds this (the
 last quarter's arrivals met the SLO 10 points less often than the first quarter's; a

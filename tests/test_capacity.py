@@ -121,12 +121,12 @@ def test_the_median_accepts_a_minority_of_collapsed_seeds_and_the_planner_rule_r
     seeds collapse (the median rule reads only the median TTFT, 500 ms, and accepts 40):
     by the SLO itself (5 s) — 7 of 10 windows within, under 9 = 0.9 · 10 — or, within
     the SLO, by one sign of the per-run check each: backlog +60 of 1,000 arrivals (6 % >
-    5 %), KV occupancy +21 points (> 20), attainment -11 points (> 10)."""
+    5 %), KV occupancy +31 points (> 30), attainment -11 points (> 10)."""
     rates = [30, 40, 50]
     ttft = np.full((3, 10), 500.0)
     ttft[2] = 3000.0
     trend = {k: np.zeros((3, 10)) for k in ("growth", "rise", "fall")}
-    sick = {"slo": 5000.0, "growth": 60.0, "rise": 0.21, "fall": 0.11}[collapse]
+    sick = {"slo": 5000.0, "growth": 60.0, "rise": 0.31, "fall": 0.11}[collapse]
     if collapse == "slo":
         ttft[1, :3] = sick
     else:
@@ -134,9 +134,9 @@ def test_the_median_accepts_a_minority_of_collapsed_seeds_and_the_planner_rule_r
     ds = runs(ttft, rates, **trend)
     assert _cap(ds, capacity.Rule("median")) == 40.0
     assert _cap(ds, capacity.Rule()) == 30.0
-    # figures just inside the thresholds (backlog +5 %, KV +19 pts, attainment -9.9 pts) do not collapse
+    # figures just inside the thresholds (backlog +5 %, KV +29 pts, attainment -9.9 pts) do not collapse
     if collapse != "slo":
-        trend[collapse][1, :3] = {"growth": 50.0, "rise": 0.19, "fall": 0.099}[collapse]
+        trend[collapse][1, :3] = {"growth": 50.0, "rise": 0.29, "fall": 0.099}[collapse]
         assert _cap(runs(ttft, rates, **trend), capacity.Rule()) == 40.0
     # each seed's own capacity: the three sick seeds 30, the others 40
     seeds = capacity.capacities(ds, TTFT, capacity.Rule()).capacity_rps_seed.sel(policy="p").values
@@ -251,7 +251,7 @@ def _brute(sweep, stage_name, rates):
 def _passes(rule_name, criterion, runs):
     """Per rate, the rule written out here on ``runs`` (rate_rps × seed): the median rule,
     or at least ceil(0.9 · seeds) windows meeting the criterion and no run past a
-    per-run threshold (backlog growth 5 % of arrivals, KV rise 20 points, attainment
+    per-run threshold (backlog growth 5 % of arrivals, KV rise 30 points, attainment
     fall 10 points; the queue model has none)."""
     m = runs[criterion.metric].transpose("rate_rps", "seed").values
     if rule_name == "median":
@@ -261,7 +261,7 @@ def _passes(rule_name, criterion, runs):
         return meet
     r = runs[["arrivals", "backlog_growth", "kv_occupancy_first", "kv_occupancy_last", "attainment_first",
               "attainment_last"]].transpose("rate_rps", "seed")
-    bad = ((r.backlog_growth / r.arrivals > 0.05) | (r.kv_occupancy_last - r.kv_occupancy_first > 0.20)
+    bad = ((r.backlog_growth / r.arrivals > 0.05) | (r.kv_occupancy_last - r.kv_occupancy_first > 0.30)
            | (r.attainment_first - r.attainment_last > 0.10))
     return meet & ~bad.values.any(axis=1)
 
@@ -331,7 +331,7 @@ def test_rerun_at_the_reported_capacity_the_windows_meet_the_slo_and_none_collap
     search and rerun). Run again as a plain sweep at each policy's reported capacity, at
     least 90 % of the windows (9 of 10) meet TTFT p99 <= 1 s and no run shows a collapse,
     by the thresholds written out here (backlog growth <= 5 % of arrivals, KV occupancy
-    rise <= 20 points, attainment fall <= 10 points); at the next rate the search
+    rise <= 30 points, attainment fall <= 10 points); at the next rate the search
     evaluated above it, one of the two fails. The median rule on the same runs accepts
     at least as much (it asks less)."""
     sweep = parse_sweep(DONE, tmp_path / "sweep.toml")
@@ -345,7 +345,7 @@ def test_rerun_at_the_reported_capacity_the_windows_meet_the_slo_and_none_collap
         growth = runs.backlog_growth.values / runs.arrivals.values
         rise = runs.kv_occupancy_last.values - runs.kv_occupancy_first.values
         fall = runs.attainment_first.values - runs.attainment_last.values
-        collapsed = (growth > 0.05) | (rise > 0.20) | (fall > 0.10)
+        collapsed = (growth > 0.05) | (rise > 0.30) | (fall > 0.10)
         return within >= 9 and not collapsed.any()
 
     for pol, c in caps.items():

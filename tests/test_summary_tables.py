@@ -110,5 +110,5 @@ def test_token_legend_gives_the_steady_rule_when_the_table_has_it():
     assert ("steady = no when a run is not steady or the medians over runs show backlog Δ above 2 % of arrivals "
             "or KV occ. Δ above 5 pts") in flat
     assert ("runs not steady = runs of the row whose own window was not steady: its backlog grew by more than 5 % "
-            "of its arrivals, its KV occupancy rose by more than 20 points") in flat
+            "of its arrivals, its KV occupancy rose by more than 30 points") in flat
     assert "more than 10 points less often than its first quarter's" in flat

@@ -21,9 +21,9 @@ from ..intervals import LEVEL, RESAMPLES, excludes_zero, interval  # noqa: E402
 PROVISIONAL_CAPACITY = {"round_robin": 40.0, "random": 38.0, "least_requests": 45.0, "least_tokens": 46.0,
                         "least_kv": 46.0, "least_cost": 46.0, "power_of_d": 46.0, "rate_weighted": 37.0}
 """Capacity at the 1 s TTFT p99 SLO of 8 default replicas, default workload, 1,200 s
-warm-up, 60 s window, drained, 16 seeds (README, ``python -m routesim.capacity
-sweeps/batching.toml --low 10 --high 56``): what the designs were placed against before
-the study's own capacity stage ran; :func:`capacity` reads the measured value."""
+warm-up, 60 s window, drained, 16 seeds, by the median rule (``python -m routesim.capacity
+sweeps/batching.toml --low 10 --high 56``, the README before issue 44): what the designs were placed against before the study's own capacity
+stage ran; :func:`capacity` reads the measured value."""
 CAPACITY_RESULTS = "token-routing-capacity"
 """The capacity stage's results folder (results/token-routing-capacity/<stage>-capacity.nc,
 stages ``default`` and ``mooncake``: ``python -m routesim.capacity``'s files)."""
