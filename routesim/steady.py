@@ -12,8 +12,8 @@ its arrivals) while a shared trend is not:
   more than :data:`RUN_BACKLOG_SHARE` of its cohort arrivals, its KV occupancy rose by
   more than :data:`RUN_OCCUPANCY_RISE`, or the attainment of the requests arriving in
   its window's last quarter is more than :data:`ATTAINMENT_FALL` below that of its
-  first quarter's (a collapse under way; a Dataset written before
-  ``attainment_first``/``_last`` existed is judged on the other two). Judged on each
+  first quarter's (a collapse under way; read only when the run drained, and a Dataset
+  written before ``attainment_first``/``_last`` existed is judged on the other two). Judged on each
   run alone, never on medians, so that a minority of collapsed seeds shows.
 - **Per cell** (:func:`trend`, :func:`is_steady`): the median over the cell's runs of
   the backlog growth above :data:`BACKLOG_SHARE` or of the KV rise above
@@ -61,10 +61,22 @@ def run_trends(sub):
     growth = sub.backlog_growth.values / np.maximum(sub.arrivals.values, 1)
     rise = sub.kv_occupancy_last.values - sub.kv_occupancy_first.values
     if all(v in sub for v in ATTAINMENT_TREND):
-        fall = sub.attainment_first.values - sub.attainment_last.values
+        fall = np.where(drained(sub), sub.attainment_first.values - sub.attainment_last.values, 0.0)
     else:
         fall = np.zeros_like(rise)
     return growth, rise, fall
+
+
+def drained(sub) -> np.ndarray:
+    """Per run of ``sub`` (the shape of ``sub.arrivals``): did it drain (``drain_s > 0``,
+    an attr or a swept coordinate; a Dataset without it counts as drained)? Undrained,
+    the last quarter's arrivals still in the system at the horizon count as misses, so
+    the attainment trend is not read."""
+    shape = sub.arrivals.shape
+    if "drain_s" in sub.coords:
+        d = sub["drain_s"].broadcast_like(sub.arrivals).transpose(*sub.arrivals.dims).values
+        return np.asarray(d, float) > 0
+    return np.full(shape, float(sub.attrs.get("drain_s", 1.0)) > 0)
 
 
 def unsteady(growth, rise, fall):

@@ -90,6 +90,23 @@ def test_a_collapsing_run_shows_by_its_attainment_trend():
     assert list(steady.unsteady_runs(ds.sel(policy="b")).ravel()) == [False, True]
 
 
+def test_the_attainment_trend_is_read_only_when_the_runs_drained():
+    """Without a drain the last quarter's arrivals still running at the horizon count as
+    misses: the same 55-point fall is a collapse in a drained run and not read in an
+    undrained one (drain_s an attr, or a swept coordinate)."""
+    ds = _ds([[0, 0], [0, 0]], [[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]],
+             att_first=[[0.95, 0.95], [0.95, 0.95]], att_last=[[0.95, 0.95], [0.95, 0.40]])
+    ds.attrs["drain_s"] = 600.0
+    assert steady.count_unsteady(ds) == (1, 4)
+    ds.attrs["drain_s"] = 0.0
+    assert steady.count_unsteady(ds) == (0, 4)
+    del ds.attrs["drain_s"]
+    swept = xr.concat([ds, ds], dim=xr.DataArray([0.0, 600.0], dims="drain_s", name="drain_s"))
+    assert int(steady.unsteady_runs(swept).sum()) == 1
+    assert int(steady.unsteady_runs(swept.sel(drain_s=600.0)).sum()) == 1
+    assert int(steady.unsteady_runs(swept.sel(drain_s=0.0)).sum()) == 0
+
+
 def test_a_dataset_without_the_variables_gets_no_check():
     ds = _ds([[0, 0], [0, 0]], [[0, 0], [0, 0]], [[0, 0], [0, 0]]).drop_vars(list(steady.VARIABLES))
     headers, _ = token_policy_rows(ds)
