@@ -126,13 +126,12 @@ class Search:
 def capacity_of(rates: np.ndarray, ok: np.ndarray) -> float:
     """The largest of ``rates`` (ascending) at which ``ok`` holds there and at every
     lower one; NaN when it fails at the lowest."""
-    bad = np.flatnonzero(~ok)
-    last = (bad[0] if bad.size else rates.size) - 1
-    return float(rates[last]) if last >= 0 else math.nan
+    return float(capacities_of(rates, ok))
 
 
 def capacities_of(rates: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """:func:`capacity_of` along the last axis of ``ok`` (..., rates): shape (...)."""
+    rates = np.asarray(rates, float)
     ok = np.asarray(ok, np.bool_)
     fail = ~ok
     first_bad = np.where(fail.any(axis=-1), fail.argmax(axis=-1), rates.size)
@@ -270,7 +269,7 @@ def find(sweep, stage, criterion: Criterion, search: Search, selected: dict | No
             done[r] |= rs
         if report is not None:
             report(rnd, sorted(set().union(*wanted.values())), n, time.perf_counter() - t0)
-        cap, seed_cap, interval = _capacities(runs, rows, criterion, rule, with_interval=False)
+        cap = _capacities(runs, rows, criterion, rule, with_interval=False)[0]
         wanted = {}
         for r in range(rows.count):
             evaluated = np.array(sorted(done[r]))
