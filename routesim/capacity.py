@@ -5,13 +5,13 @@ Finds, for every policy and condition of a stage, its capacity: the largest arri
 rate at which a rule holds there and at every lower rate the search evaluated. The
 criterion, by default, is the model's latency tail (the batching model's ``ttft_p99``,
 the queue model's ``latency_p99``) at most the sweep's SLO; ``--attainment LEVEL`` asks
-instead for an ``attainment`` of at least LEVEL. The rule (:class:`Rule`), by default
-(``--rule quantile``), is that the criterion holds in at least ``--quantile`` (0.9) of
-the seeds' windows and that no window is not steady by :mod:`routesim.steady`'s per-run
-check (backlog or KV occupancy still growing, attainment falling); ``--rule median``
-asks only that the median over seeds meet it. Each seed's own capacity (the rule on its
-own runs) is reported as a range (``--per-seed``: one by one), and the capacity's
-percentile bootstrap interval over seeds (:func:`bootstrap`) beside it.
+instead for an ``attainment`` of at least LEVEL. The rule, by default (``--rule
+quantile``), is that the criterion holds in at least ``--quantile`` (0.9) of the seeds'
+windows and that every window is steady by routesim.steady's per-run check (no backlog
+or KV occupancy still growing, no attainment falling); ``--rule median`` asks only that
+the median over seeds meet it. Each seed's own capacity (the rule on its own runs) is
+reported as a range (``--per-seed``: one by one), and the capacity's percentile
+bootstrap interval over seeds beside it.
 
 The search is vectorized: each round simulates every candidate rate of every row as
 one grid (the stage with its ``rate_rps`` axis replaced by the round's rates, only the
@@ -88,7 +88,7 @@ class Rule:
     """Whether a rate passes, from its runs (one per seed).
 
     ``"quantile"`` (the default, as a planner means capacity): the criterion holds in at
-    least ``quantile`` of the seeds' windows (:func:`needed`) and no window is not steady
+    least ``quantile`` of the seeds' windows (:func:`needed`) and every window is steady
     by :mod:`routesim.steady`'s per-run check (no backlog or KV occupancy still
     growing, no attainment falling). ``"median"``: the median over seeds of the metric
     meets the bound (the rule before issue 44; steadiness not required)."""
@@ -514,8 +514,8 @@ def _parser():
     ap.add_argument("--attainment", default=None, metavar="LEVEL",
                     help="criterion: attainment >= LEVEL (a fraction, e.g. 0.99) instead of the latency")
     ap.add_argument("--rule", default="quantile", metavar="RULE",
-                    help="quantile (default): the criterion in at least --quantile of the seeds' windows and no "
-                         "window not steady; median: the median over seeds meets it")
+                    help="quantile (default): the criterion in at least --quantile of the seeds' windows and "
+                         "every window steady; median: the median over seeds meets it")
     ap.add_argument("--quantile", default=None, metavar="Q",
                     help="the fraction of windows that must meet the criterion (rule quantile; default 0.9)")
     ap.add_argument("--per-seed", action="store_true", help="also print each seed's own capacity")
