@@ -1,30 +1,43 @@
-"""python -m routesim.calibrate LOG: fit a replica's step cost from a serving log.
+"""python -m routesim.calibrate LOG [LOG ...]: fit a replica's step cost from serving logs.
 
-    python -m routesim.calibrate LOG [--model MODEL.toml] [--out DIR]
+    python -m routesim.calibrate LOG [LOG ...] [--model MODEL.toml] [--out DIR]
                                  [--cost linear|roofline]
                                  [--max-batched-tokens N] [--jitter-ms MS]
                                  [--tie auto|always|never] [-q]
 
-Reads the log (routesim.calibrate.logs: .csv, .jsonl, or vLLM's benchmark .json),
-reconstructs the engine's steps from its token bursts (calibrate.steps), fits
+Reads the logs (routesim.calibrate.logs: .csv, .jsonl, or vLLM's benchmark .json; each
+file one run, or several runs with a ``run`` column), reconstructs each run's engine
+steps from its token bursts on its own clock (calibrate.steps: the burst threshold
+estimated from the run's timestamps unless ``--jitter-ms`` gives it), fits
 token-model.md §2.3's linear step cost (calibrate.fit; ``--cost linear``, the default)
 or the roofline (calibrate.roofline; ``--cost roofline``, docs/model.md "The step
-cost") and prints the ``step_ms`` (or ``step_cost``/``roofline_ms``) lines to paste into
-a sweep, the front-end overhead and the residuals per step class. Writes
-``DIR/<log stem>-step-ms.toml`` (``-roofline-ms.toml``: the table, the overhead, the
-fit's figures) and ``DIR/<log stem>-steps.png`` (``-roofline-steps.png``: modelled
-against measured step times). A bad log or
-description is one line on stderr naming the file and the row or key, exit status 2,
-nothing written; so is an ``--out`` that cannot be written, and a log whose fit makes
-the first step longer than the measured time to first token (a negative front-end
-overhead, beyond ``--jitter-ms``: the log cannot support the fit).
+cost") to the steps of every run, and prints the ``step_ms`` (or
+``step_cost``/``roofline_ms``) lines to paste into a sweep with two standard errors
+(the regression's, and the spread of refits over resampled runs or time blocks:
+calibrate.uncertainty), the coefficients the log cannot separate, the front-end
+overhead and the residuals per step class. Writes ``DIR/<first log's stem>-step-ms.toml``
+(``-roofline-ms.toml``: the table, the overhead, the fit's figures) and
+``DIR/<stem>-steps.png`` (``-roofline-steps.png``: modelled against measured step
+times); with several logs the stem is ``<first>-and-<n>-more``.
+
+Exit status 2, one line on stderr naming the file and the row or key, nothing written:
+a bad log, description or ``--out``; and a log that cannot support the fit — two step
+clocks merged into one run, no burst threshold that keeps every step whole (or a
+``--jitter-ms`` that splits bursts into pseudo-steps or merges two steps), fewer than
+MIN_CLASS_STEPS usable steps of a kind, or a fit that makes the first step longer than
+the measured time to first token (a negative front-end overhead beyond the burst
+threshold). Exit status 3: written and printed, with one ``warning:`` line a problem on
+stderr (a coefficient at its bound, an efficiency above 1, a kind of step whose
+residual RMS exceeds RESIDUAL_MAX), each saying what would fix it.
 """
 
 import argparse
 import sys
 from pathlib import Path
 
-from . import STEP_KEYS
+import numpy as np
+
+from . import STEP_KEYS, uncertainty
 
 DEFAULT_OUT = "results/calibration"
 
@@ -41,30 +54,100 @@ def roofline_lines(coef) -> list:
             "roofline_ms = { " + ", ".join(f"{k} = {coef[k]:.6g}" for k in ROOFLINE_KEYS) + " }"]
 
 
-def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=0.5, tie="auto", cost="linear"):
-    """Everything the command prints, as a dict (raises LogError on bad input)."""
+def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="auto", cost="linear"):
+    """Everything the command prints, as a dict (raises LogError on bad input, or on a
+    log that cannot support the fit). ``log``: one path or a list of them, each file one
+    run or several (a ``run`` column); ``jitter_ms`` None: each run's burst threshold
+    estimated from its own timestamps (calibrate.steps)."""
     from . import fit, hardware, logs, roofline, steps
 
-    recs = logs.read(log)
+    paths = [log] if isinstance(log, (str, Path)) else list(log)
+    name = ", ".join(str(p) for p in paths)
+    runs = [run for p in paths for run in logs.runs(p, logs.read(p))]
     desc = hardware.read(model) if model else None
     derived = hardware.derive(desc) if desc else None
-    st = steps.reconstruct(recs, max_batched_tokens, jitter_ms, path=log)
+    st, recs, iso, jitter = steps.reconstruct_runs(runs, max_batched_tokens, jitter_ms)
+    if cost == "roofline":
+        ratios = derived["roofline_ratios"] if desc else dict(roofline.DEFAULT_RATIOS)
+        keys = roofline.ROOFLINE_KEYS
+        refit = lambda s, tie: roofline.fit(s, ratios, tie)  # noqa: E731
+    else:
+        ratios = derived["ratios"] if desc else dict(hardware.DEFAULT_RATIOS)
+        keys = STEP_KEYS
+        refit = lambda s, tie: fit.fit(s, ratios, tie, physical=desc is not None)  # noqa: E731
     try:
-        if cost == "roofline":
-            ratios = derived["roofline_ratios"] if desc else dict(roofline.DEFAULT_RATIOS)
-            f = roofline.fit(st, ratios, tie)
-        else:
-            ratios = derived["ratios"] if desc else dict(hardware.DEFAULT_RATIOS)
-            f = fit.fit(st, ratios, tie, physical=desc is not None)
+        f = refit(st, tie)
     except ValueError as exc:
-        raise logs.LogError(log, "steps", str(exc)) from None
-    iso = steps.isolated(recs, st)
-    return {"records": recs, "steps": st, "fit": f, "cost": cost, "description": desc, "ratios": ratios,
-            "efficiency": (roofline.efficiencies(f, derived["roofline_priors"])
-                           if cost == "roofline" and desc else None),
-            "residuals": fit.residuals(st, f),
-            "overhead": nonnegative_overhead(fit.overhead(recs, st, f, max_batched_tokens, iso), log, jitter_ms, st),
-            "per_token": sum(r.per_token for r in recs)}
+        raise logs.LogError(name, "steps", str(exc)) from None
+    held = {p: r is not None for p, r in f.tied.items()}
+    tolerance = max([j.threshold_ms for j in jitter] + [0.0])
+    res = {"records": recs, "runs": [label for label, _ in runs], "jitter": jitter, "steps": st, "fit": f,
+           "cost": cost, "description": desc, "ratios": ratios, "keys": keys,
+           "efficiency": (roofline.efficiencies(f, derived["roofline_priors"])
+                          if cost == "roofline" and desc else None),
+           "residuals": fit.residuals(st, f),
+           "overhead": nonnegative_overhead(fit.overhead(recs, st, f, max_batched_tokens, iso), name, tolerance, st),
+           "per_token": sum(r.per_token for r in recs)}
+    refuse_thin(res, name)
+    res["resampled"] = uncertainty.bootstrap(st, lambda s: refit(s, held).coef, keys)
+    res["inseparable"] = uncertainty.inseparable(f, keys, partners(res))
+    res["warnings"] = warnings(res)
+    return res
+
+
+MIN_CLASS_STEPS = 10
+"""Fewer usable steps of a kind (prefill-bearing, decode-only) than this: refused."""
+RESIDUAL_MAX = 0.2
+"""A kind of step whose residual RMS exceeds this (relative): a warning."""
+
+
+def pairs(res) -> dict:
+    """The fitted form's tie pairs {pair: (fitted, partner)} (column indices)."""
+    from .fit import PAIRS
+    from .roofline import PAIRS as ROOF_PAIRS
+    return ROOF_PAIRS if res["cost"] == "roofline" else PAIRS
+
+
+def partners(res) -> tuple:
+    """The keys tied to another (ρ × it), which the fit did not estimate on their own."""
+    return tuple(res["keys"][b] for p, (a, b) in pairs(res).items() if res["fit"].tied[p] is not None)
+
+
+def refuse_thin(res, name):
+    """LogError when a kind of step has fewer than MIN_CLASS_STEPS usable steps: the
+    coefficients it carries would rest on a handful of points."""
+    from .logs import LogError
+    st = res["steps"]
+    for kind, mask in (("prefill-bearing", st.usable & st.prefill), ("decode-only", st.usable & ~st.prefill)):
+        n = int(mask.sum())
+        if n < MIN_CLASS_STEPS:
+            raise LogError(name, "steps", f"only {n} {kind} step{'s' * (n != 1)} with a measured duration (the fit "
+                           f"needs {MIN_CLASS_STEPS} of each kind): calibrate from a longer log"
+                           + (", with requests arriving while others decode" if kind == "prefill-bearing" else ""))
+
+
+def warnings(res) -> list:
+    """One line a problem the fit shows but does not refuse on (the command exits 3): a
+    coefficient at its bound, an efficiency above 1, a kind of step the form does not
+    fit (residual RMS above RESIDUAL_MAX). Each says what would fix it."""
+    f, out = res["fit"], []
+    for k in f.bound:
+        out.append(f"{k} = {f.coef[k]:.3g}, at its bound: the log does not determine it (its steps pull it below "
+                   "0); calibrate from a longer log, or tie it (--tie always" + ("" if res["description"] else
+                                                                                   " with --model") + ")")
+    sep = {(a, b): r for a, b, r in res["inseparable"]}
+    for k, e in (res["efficiency"] or {}).items():
+        if e > 1:
+            other = [(b if a == k else a, r) for (a, b), r in sep.items() if k in (a, b)]
+            what = "memory bandwidth" if k in ("weights", "per_kv_token") else "peak"
+            why = (f"the log does not separate it from {other[0][0]} (correlation {other[0][1]:+.2f}): fix one, or "
+                   "calibrate from runs with more compute-bound steps" if other else "check the description (--model)")
+            out.append(f"{k} efficiency {e:.3f} > 1, faster than the description's {what}: {why}")
+    for kind, r in res["residuals"].items():
+        if r["steps"] and r["rms"] > RESIDUAL_MAX:
+            out.append(f"{kind} steps' residual RMS {100 * r['rms']:.1f} % > {100 * RESIDUAL_MAX:g} %: the {res['cost']} "
+                       "step cost does not fit them" + ("; try --cost roofline" if res["cost"] == "linear" else ""))
+    return out
 
 
 def nonnegative_overhead(o, log, jitter_ms, st) -> dict:
@@ -92,17 +175,21 @@ def nonnegative_overhead(o, log, jitter_ms, st) -> dict:
 def render(res, log) -> str:
     """The printed report."""
     st, f, o = res["steps"], res["fit"], res["overhead"]
-    lines = [f"calibrate: {log}: {len(res['records'])} requests ({res['per_token']} with per-token timestamps), "
-             f"{st.end_ms.size} steps reconstructed, {int(st.usable.sum())} with a measured duration "
-             f"({int((st.usable & st.prefill).sum())} prefill-bearing, {int((st.usable & ~st.prefill).sum())} decode-only)"]
+    runs = len(res["runs"])
+    lines = [f"calibrate: {log}: {len(res['records'])} requests ({res['per_token']} with per-token timestamps)"
+             + (f" in {runs} runs" if runs > 1 else "") + f", {st.end_ms.size} steps reconstructed, "
+             f"{int(st.usable.sum())} with a measured duration "
+             f"({int((st.usable & st.prefill).sum())} prefill-bearing, {int((st.usable & ~st.prefill).sum())} decode-only)",
+             bursts_line(res["jitter"])]
     d = res["description"]
     src = (f"{d['model'].get('name') or 'model'} on {d['hardware'].get('name') or 'hardware'}" if d
            else "routesim's default step_ms (no --model)")
+    b = res["resampled"]
     if res["cost"] == "roofline":
         lines += _render_roofline(res, src)
     else:
         lines += ["", f"fit: weighted least squares on relative error, {f.steps} steps, residual s.d. "
-                  f"{100 * f.rel_sd:.1f} %", f"{'coefficient':<24} {'value':>12} {'s.e.':>10}  note"]
+                  f"{100 * f.rel_sd:.1f} %", f"{'coefficient':<24} {'value':>12} {'s.e.':>10} {'resampled':>10}  note"]
         notes = {"per_prefill_token_pair": ("prefill", f.tied["prefill"]),
                  "per_decode_sequence": ("decode", f.tied["decode"])}
         for k in STEP_KEYS:
@@ -111,13 +198,14 @@ def render(res, log) -> str:
                 pair, rho = notes[k]
                 note = (f"tied: = {rho:.4g} x {'per_prefill_token' if pair == 'prefill' else 'per_kv_token'}"
                         f" ({src}); {f.why[pair]}" if rho is not None else f.why[pair])
-            lines.append(f"{k:<24} {f.coef[k]:>12.4g} {f.se[k]:>10.2g}  {note}")
+            lines.append(f"{k:<24} {f.coef[k]:>12.4g} {f.se[k]:>10.2g} {b['se'][k]:>10.2g}  {note}")
+        lines += uncertainty_lines(res)
         lines += ["", "[replica]   # paste into a sweep", step_ms_line(f.coef), ""]
     if o["requests"]:
         lines.append(f"front-end overhead (TTFT minus the modelled first step, {o['requests']} requests sent to an "
                      f"idle engine): median {o.get('measured_ms', o['median_ms']):.1f} ms (p10 {o['p10_ms']:.1f}, p90 {o['p90_ms']:.1f})")
         if "measured_ms" in o:
-            lines.append(f"(a median of {o['measured_ms']:.2g} ms is within --jitter-ms of 0: no measurable "
+            lines.append(f"(a median of {o['measured_ms']:.2g} ms is within the burst threshold of 0: no measurable "
                          "overhead; a sweep takes none below 0)")
         lines += ["[workload]  # paste into a sweep (docs/model.md \"Closed-loop clients\")",
                   f"client_overhead_ms = {o['median_ms']:.3g}"]
@@ -129,6 +217,37 @@ def render(res, log) -> str:
     return "\n".join(lines)
 
 
+def bursts_line(jitter) -> str:
+    """How the steps were cut from the token bursts: the threshold, estimated or given."""
+    if not jitter[0].estimated:
+        return f"steps: token bursts split at gaps above --jitter-ms {jitter[0].threshold_ms:g} ms"
+    thr = [j.threshold_ms for j in jitter]
+    sep = min(j.separation_ms for j in jitter)
+    over = f" (over {len(jitter)} runs: {min(thr):.3g}-{max(thr):.3g} ms)" if len(jitter) > 1 else ""
+    return (f"steps: token bursts split at gaps above {max(thr):.3g} ms{over}, estimated from the log (a step's "
+            f"tokens arrive within it, steps at least {sep:.3g} ms apart; --jitter-ms overrides)")
+
+
+def uncertainty_lines(res) -> list:
+    """What the two standard errors are, and the coefficients the log cannot separate."""
+    b, f, keys = res["resampled"], res["fit"], res["keys"]
+    dropped = f", {b['failed']} refused" if b["failed"] else ""
+    lines = [f"(s.e.: the regression's; resampled: s.d. of {b['replicates']} refits on block-bootstrap resamples of "
+             f"{b['units']} {b['kind']}{dropped}, seed {uncertainty.SEED})"]
+    rb = b["corr"]
+    for a, c, r in res["inseparable"]:
+        i, j = keys.index(a), keys.index(c)
+        both = f", resampled {rb[i, j]:+.2f}" if rb.shape == (len(keys), len(keys)) else ""
+        cov = f.cov[np.ix_([i, j], [i, j])]
+        total = (f": {a} + {c} = {f.coef[a] + f.coef[c]:.4g} (s.e. {np.sqrt(cov.sum()):.2g}) is what it determines"
+                 if a == "base" and c == "weights" else "")
+        pair = next((p for p, (x, y) in pairs(res).items() if {keys[x], keys[y]} == {a, c}), None)
+        why = (f"untied ({f.why[pair]}); --tie always ties them to the description's ratio" if pair else
+               "not tied: no description relates them")
+        lines.append(f"not separated by this log: {a} and {c} (their estimates correlate {r:+.2f}{both}; {why}){total}")
+    return lines
+
+
 def _render_roofline(res, src) -> list:
     """The roofline fit's lines of the report: coefficients, s.e., efficiencies, ties."""
     from .roofline import PAIRS, ROOFLINE_KEYS
@@ -137,7 +256,7 @@ def _render_roofline(res, src) -> list:
     lines = ["", f"fit: roofline, weighted least squares on relative error, {f.steps} steps ({mem} memory-bound, "
              f"{f.steps - mem} compute-bound after {f.rounds} round{'s' if f.rounds > 1 else ''} of assignment), "
              f"residual s.d. {100 * f.rel_sd:.1f} %",
-             f"{'coefficient':<24} {'value':>12} {'s.e.':>10} {'efficiency':>10}  note"]
+             f"{'coefficient':<24} {'value':>12} {'s.e.':>10} {'resampled':>10} {'efficiency':>10}  note"]
     partner = {b: (pair, ROOFLINE_KEYS[a]) for pair, (a, b) in PAIRS.items()}
     for k in ROOFLINE_KEYS:
         note = ""
@@ -146,9 +265,10 @@ def _render_roofline(res, src) -> list:
             rho = f.tied[pair]
             note = f"tied: = {rho:.4g} x {of} ({src}); {f.why[pair]}" if rho is not None else f.why[pair]
         e = f"{eff[k]:.3f}" if eff and k in eff else ""
-        lines.append(f"{k:<24} {f.coef[k]:>12.4g} {f.se[k]:>10.2g} {e:>10}  {note}")
+        lines.append(f"{k:<24} {f.coef[k]:>12.4g} {f.se[k]:>10.2g} {res['resampled']['se'][k]:>10.2g} {e:>10}  {note}")
     if eff:
         lines.append("(efficiency: the description's time at full bandwidth or peak over the fitted time)")
+    lines += uncertainty_lines(res)
     return lines + ["", "[replica]   # paste into a sweep", *roofline_lines(f.coef), ""]
 
 
@@ -161,21 +281,27 @@ def toml_text(res, log) -> str:
     """The written table: the sweep line, the overhead and the fit's figures."""
     f, o = res["fit"], res["overhead"]
     cost = " --cost roofline" if res["cost"] == "roofline" else ""
+    log = " ".join(str(p) for p in log) if isinstance(log, (list, tuple)) else log
     out = [f"# python -m routesim.calibrate {log}{cost}", "[replica]", *table_lines(res), "",
            "[calibration]", f"overhead_ms = {o['median_ms']:.6g}", f"overhead_requests = {o['requests']}",
            f"steps_fitted = {f.steps}", f"residual_sd = {f.rel_sd:.6g}",
            "standard_error = { " + ", ".join(f"{k} = {v:.6g}" for k, v in f.se.items()) + " }",
+           "standard_error_resampled = { " + ", ".join(f"{k} = {v:.6g}" for k, v in res["resampled"]["se"].items())
+           + " }", f"resampled_over = \"{res['resampled']['units']} {res['resampled']['kind']}\"",
+           "burst_threshold_ms = [" + ", ".join(f"{j.threshold_ms:.6g}" for j in res["jitter"]) + "]",
            "tied = { " + ", ".join(f"{p} = {'false' if r is None else repr(float(r))}" for p, r in f.tied.items()) + " }"]
     return "\n".join(out) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m routesim.calibrate", description=__doc__.splitlines()[0])
-    ap.add_argument("log", help="serving log: .csv, .jsonl, or vLLM's benchmark result .json")
+    ap.add_argument("log", nargs="+", help="serving log(s): .csv, .jsonl, or vLLM's benchmark result .json; "
+                    "each file one run, or several with a run column")
     ap.add_argument("--model", help="model/hardware description (TOML) that ties inseparable coefficients")
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"folder for the table and the figure (default {DEFAULT_OUT})")
     ap.add_argument("--max-batched-tokens", type=int, default=8192, help="the server's token budget per step")
-    ap.add_argument("--jitter-ms", type=float, default=0.5, help="tokens closer than this are one step's burst")
+    ap.add_argument("--jitter-ms", type=float, default=None,
+                    help="tokens closer than this are one step's burst (default: estimated from each run)")
     ap.add_argument("--tie", choices=("auto", "always", "never"), default="auto")
     ap.add_argument("--cost", choices=("linear", "roofline"), default="linear",
                     help="the step cost to fit: linear (step_ms) or roofline (roofline_ms)")
@@ -184,32 +310,37 @@ def main(argv=None):
     from ..files import unwritable
     from .logs import LogError
 
-    if a.max_batched_tokens < 1 or not a.jitter_ms > 0:
+    if a.max_batched_tokens < 1 or not (a.jitter_ms is None or a.jitter_ms > 0):
         print("error: --max-batched-tokens must be >= 1 and --jitter-ms > 0", file=sys.stderr)
         return 2
+    name = ", ".join(a.log)
     if why := unwritable(a.out):
-        print(f"error: {LogError(a.log, '--out', why)}", file=sys.stderr)
+        print(f"error: {LogError(name, '--out', why)}", file=sys.stderr)
         return 2
     try:
-        res = calibrate(a.log, a.model, a.max_batched_tokens, a.jitter_ms, a.tie, a.cost)
+        res = calibrate(a.log if len(a.log) > 1 else a.log[0], a.model, a.max_batched_tokens, a.jitter_ms,
+                        a.tie, a.cost)
     except LogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from . import figure
     from ..files import write_text
 
-    stem = Path(a.log).stem
+    stem = Path(a.log[0]).stem + (f"-and-{len(a.log) - 1}-more" if len(a.log) > 1 else "")
     out = Path(a.out)
     tag = "roofline-" if a.cost == "roofline" else ""
     table = write_text(out / f"{stem}-{tag or 'step-'}ms.toml", toml_text(res, a.log))
+    title = Path(a.log[0]).name + (f" and {len(a.log) - 1} more" if len(a.log) > 1 else "")
     png = figure.draw(res["steps"], res["fit"], out / f"{stem}-{tag}steps.png",
-                      title=f"{Path(a.log).name} ({a.cost})" if tag else f"{Path(a.log).name}")
+                      title=f"{title} ({a.cost})" if tag else title)
     if a.quiet:
         print("\n".join(table_lines(res)))
     else:
-        print(render(res, a.log))
+        print(render(res, name))
         print(f"\nwrote {table} and {png}")
-    return 0
+    for w in res["warnings"]:
+        print(f"warning: {name}: {w}", file=sys.stderr)
+    return 3 if res["warnings"] else 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ the usable steps: each step's residual is divided by its measured duration (step
 noise is multiplicative, so every step counts by its relative error), coefficients
 bounded below by 0 (a sweep requires it; ``c_0 > 0``), solved by
 ``scipy.optimize.lsq_linear``. Standard errors: ``s² (XᵀWX)⁻¹`` of the free
-coefficients, ``s²`` the weighted residual variance (N − p degrees of freedom).
+coefficients, ``s²`` the weighted residual variance (N − p degrees of freedom); the same
+matrix is the covariance ``cov`` whose correlations say which coefficients the log
+cannot separate (calibrate.uncertainty, which also resamples the fit over runs or time
+blocks: the spread a user would see).
 
 **Ties.** A pair the data cannot separate — (c_pf, c_attn) or (c_dec, c_kv) — is fitted
 as one coefficient on ``x₁ + ρ·x₂`` with ``c₂ = ρ·c₁``, ``ρ`` from the model/hardware
@@ -35,15 +38,20 @@ TIE_FACTOR = 3.0
 
 @dataclass(frozen=True)
 class Fit:
-    """``coef`` and ``se`` (ms per unit, by STEP_KEYS; se NaN for a tied partner or a
-    coefficient at its bound), ``tied`` {pair: ρ or None}, ``why`` {pair: reason},
-    ``steps`` the number of steps fitted, ``rel_se`` (residual relative s.d.)."""
+    """``coef`` and ``se`` (ms per unit, by STEP_KEYS; se NaN for a coefficient at its
+    bound), ``tied`` {pair: ρ or None}, ``why`` {pair: reason}, ``steps`` the number of
+    steps fitted, ``rel_sd`` (residual relative s.d.), ``cov`` (p, p) the regression's
+    covariance of the coefficients (NaN rows and columns for those at their bound),
+    ``bound`` the keys the fit left at their bound (0, ``base`` near 0), tied partners
+    included."""
     coef: dict
     se: dict
     tied: dict
     why: dict
     steps: int
     rel_sd: float
+    cov: np.ndarray
+    bound: tuple
 
     def predict(self, U, Q, n, K, R=0.0):
         """Modelled step time (ms), left to right as token-model.md §2.3 evaluates it
@@ -59,7 +67,8 @@ def design(steps, mask):
 
 
 def _wls(X, y, bounded):
-    """(coefficients, standard errors, relative residual s.d.) of min Σ ((y − Xc)/y)²."""
+    """(coefficients (p,), covariance (p, p), relative residual s.d., at bound (p,) bool)
+    of min Σ ((y − Xc)/y)²."""
     A = X / y[:, None]
     scale = np.abs(A).max(axis=0)
     scale[scale == 0] = 1.0
@@ -75,12 +84,16 @@ def _wls(X, y, bounded):
     r = np.ones(len(y)) - As @ cs
     dof = max(len(y) - X.shape[1], 1)
     s2 = float(r @ r) / dof
-    se = np.full(X.shape[1], np.nan)
+    cov = np.full((X.shape[1], X.shape[1]), np.nan)
     free = ~active
     if free.any():
-        cov = s2 * np.linalg.pinv(As[:, free].T @ As[:, free])
-        se[free] = np.sqrt(np.clip(np.diag(cov), 0, None))
-    return cs / scale, se / scale, float(np.sqrt(s2))
+        cov[np.ix_(free, free)] = s2 * np.linalg.pinv(As[:, free].T @ As[:, free])
+    return cs / scale, cov / np.outer(scale, scale), float(np.sqrt(s2)), active
+
+
+def se_of(cov):
+    """(p,) standard errors from a covariance (NaN where it is)."""
+    return np.sqrt(np.clip(np.diag(cov), 0, None))
 
 
 def _reduce(X, tied, ratios, pairs=PAIRS):
@@ -114,27 +127,34 @@ def _reduce(X, tied, ratios, pairs=PAIRS):
 
 def tied_wls(X, y, tied, ratios, pairs=PAIRS):
     """The bounded weighted fit of ``y`` on ``X`` with every tied pair merged (``tied``
-    {pair: bool}): (coefficients (columns,), standard errors (a tied partner's is ρ × its
-    pair's), relative residual s.d.)."""
+    {pair: bool}): (coefficients (columns,), covariance (columns, columns): a tied
+    partner is ρ × its pair's, relative residual s.d., at bound (columns,) bool)."""
     Xr, keep, expand = _reduce(X, tied, ratios, pairs)
-    cr, ser, sd = _wls(Xr, y, bounded=True)
-    se = np.full(X.shape[1], np.nan)
-    se[keep] = ser
-    for pair, (a, b) in pairs.items():
-        if tied[pair]:
-            se[b] = ratios[pair] * se[a]
-    return expand(cr), se, sd
+    cr, covr, sd, active = _wls(Xr, y, bounded=True)
+    E = np.column_stack([expand(e) for e in np.eye(len(keep))])      # c = E c_reduced
+    at = np.zeros(X.shape[1], dtype=bool)
+    for j, a in zip(keep, active):
+        at |= a & (E[:, keep.index(j)] != 0)
+    cov = E @ np.nan_to_num(covr) @ E.T
+    cov[at, :] = np.nan
+    cov[:, at] = np.nan
+    return expand(cr), cov, sd, at
 
 
 def fit(steps, ratios, tie="auto", physical=False) -> Fit:
     """Fit the usable steps of ``steps`` (calibrate.steps.Steps). ``ratios``: {"prefill":
-    c_attn/c_pf, "decode": c_dec/c_kv}; ``tie``: "auto", "always" or "never";
+    c_attn/c_pf, "decode": c_dec/c_kv}; ``tie``: "auto", "always", "never", or {pair:
+    bool} (the ties held, as a resample refits a fit);
     ``physical``: the ratios come from a model/hardware description."""
     X, y = design(steps, steps.usable)
     if len(y) < 3:
         raise ValueError(f"only {len(y)} usable steps: the log needs a decoding request's consecutive tokens")
+    if isinstance(tie, dict):                       # the ties held as given (a resample's refit)
+        c, cov, sd, at = tied_wls(X, y, tie, ratios)
+        return _make(c, cov, sd, at, tie, {p: "held" for p in PAIRS}, ratios, len(y))
     tied, why = {}, {}
-    c0, se0, _ = _wls(X, y, bounded=False)
+    c0, cov0, _, _ = _wls(X, y, bounded=False)
+    se0 = se_of(cov0)
     for pair, (a, b) in PAIRS.items():
         unused = [STEP_KEYS[j] for j in (a, b) if not np.any(X[:, j])]
         if tie == "always" or (tie == "auto" and unused):
@@ -154,9 +174,14 @@ def fit(steps, ratios, tie="auto", physical=False) -> Fit:
         else:
             tied[pair] = False
             why[pair] = f"separable: relative s.e. {rel[0]:.2g}, {rel[1]:.2g}" if tie == "auto" else "tie = never"
-    c, se, sd = tied_wls(X, y, tied, ratios)
-    return Fit(dict(zip(STEP_KEYS, c.tolist())), dict(zip(STEP_KEYS, se.tolist())),
-               {p: (ratios[p] if tied[p] else None) for p in PAIRS}, why, len(y), sd)
+    c, cov, sd, at = tied_wls(X, y, tied, ratios)
+    return _make(c, cov, sd, at, tied, why, ratios, len(y))
+
+
+def _make(c, cov, sd, at, tied, why, ratios, steps):
+    return Fit(dict(zip(STEP_KEYS, c.tolist())), dict(zip(STEP_KEYS, se_of(cov).tolist())),
+               {p: (ratios[p] if tied[p] else None) for p in PAIRS}, why, steps, sd, cov,
+               tuple(k for k, a in zip(STEP_KEYS, at) if a))
 
 
 def residuals(steps, f) -> dict:

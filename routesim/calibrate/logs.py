@@ -7,7 +7,9 @@ Three formats (docs/calibration.md §1), chosen by the file's suffix:
   ``cached_tokens``. ``token_ms`` is a space-separated list of absolute timestamps (ms,
   the clock of ``send_ms``), one per token, or one per stream chunk with
   ``chunk_tokens`` (space-separated counts adding up to ``output_tokens``);
-  ``cached_tokens`` is the prompt's prefix-cache hit (default 0).
+  ``cached_tokens`` is the prompt's prefix-cache hit (default 0); ``run`` names the run
+  a request belongs to (default: the file is one run). Each run is one server's clock:
+  calibrate reconstructs its steps on their own (calibrate.steps) and never merges two.
 - ``.jsonl``: one JSON object a line with the same keys (lists as JSON lists).
 - ``.json``: vLLM's benchmark result (``vllm bench serve --save-result
   --save-detailed``): ``start_times`` (s, perf_counter), ``ttfts`` (s), ``itls`` (s,
@@ -26,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 REQUIRED = ("request_id", "send_ms", "prompt_tokens", "output_tokens", "token_ms")
-OPTIONAL = ("chunk_tokens", "cached_tokens")
+OPTIONAL = ("chunk_tokens", "cached_tokens", "run")
 VLLM_KEYS = ("start_times", "ttfts", "itls", "input_lens", "output_lens")
 
 
@@ -40,7 +42,8 @@ class LogError(ValueError):
 @dataclass(frozen=True)
 class Record:
     """One request: ``token_ms`` (C,) absolute emission times, ms, non-decreasing;
-    ``chunk_tokens`` (C,) tokens per timestamp, or None when unknown."""
+    ``chunk_tokens`` (C,) tokens per timestamp, or None when unknown; ``run`` the
+    log's name of the run it belongs to ("" when the file is one run)."""
     request_id: str
     send_ms: float
     prompt_tokens: int
@@ -48,6 +51,7 @@ class Record:
     token_ms: np.ndarray
     chunk_tokens: np.ndarray | None
     cached_tokens: int = 0
+    run: str = ""
 
     @property
     def per_token(self) -> bool:
@@ -116,7 +120,8 @@ def make_record(path, where, raw):
     cached = 0 if cached in (None, "") else _int(path, f"{where}: cached_tokens", cached)
     if cached >= P:
         raise LogError(path, f"{where}: cached_tokens", f"{cached} >= prompt_tokens {P}")
-    return Record(str(raw["request_id"]), send, P, O, toks, chunks, cached)
+    run = raw.get("run")
+    return Record(str(raw["request_id"]), send, P, O, toks, chunks, cached, "" if run is None else str(run))
 
 
 def _read_csv(path, text):
@@ -201,10 +206,20 @@ def read(path) -> list:
         raise LogError(path, "file", "no requests")
     seen = set()
     for r in recs:
-        if r.request_id in seen:
-            raise LogError(path, f"request_id {r.request_id}", "appears twice")
-        seen.add(r.request_id)
+        if (r.run, r.request_id) in seen:
+            raise LogError(path, f"request_id {r.request_id}", "appears twice" + (f" in run {r.run}" if r.run else ""))
+        seen.add((r.run, r.request_id))
     return recs
+
+
+def runs(path, recs) -> list:
+    """The runs of one file's records, in order of first appearance: [(label, records)],
+    ``label`` the file, or ``file run NAME`` when the log has a ``run`` column (what
+    a message about one run names)."""
+    groups = {}
+    for r in recs:
+        groups.setdefault(r.run, []).append(r)
+    return [(f"{path} run {name}" if name else str(path), rs) for name, rs in groups.items()]
 
 
 def latencies(recs) -> dict:

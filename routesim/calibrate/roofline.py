@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..step_cost import defaults, roofline
-from .fit import TIE_REL_SE, Fit, tied_wls
+from .fit import TIE_REL_SE, Fit, se_of, tied_wls
 
 ROOFLINE_KEYS = tuple(p.path[-1] for p in roofline.PARAMS)
 """The ``[replica] roofline_ms`` keys, in the design's column order (routesim.step_cost.roofline)."""
@@ -71,29 +71,34 @@ def _solve(steps, mask, memory, tied, ratios):
 
 
 def _assign(steps, mask, tied, ratios):
-    """Alternate assignment and fit to a fixed point: (coefficients, s.e., s.d., memory, rounds)."""
+    """Alternate assignment and fit to a fixed point: (coefficients, covariance, s.d., at
+    bound, memory, rounds)."""
     memory = steps.U[mask] == 0
     for rounds in range(1, MAX_ROUNDS + 1):
-        c, se, sd = _solve(steps, mask, memory, tied, ratios)
+        c, cov, sd, at = _solve(steps, mask, memory, tied, ratios)
         mem, comp = roofline.sides(c, *(getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R")))
         now = mem >= comp
         if np.array_equal(now, memory):
             break
         memory = now
-    return c, se, sd, memory, rounds
+    return c, cov, sd, at, memory, rounds
 
 
 def fit(steps, ratios=None, tie="auto") -> RooflineFit:
     """Fit the usable steps of ``steps`` (calibrate.steps.Steps). ``ratios``: {"memory":
     per_kv_token/weights, "compute": per_token_pair/per_token} (default
-    DEFAULT_RATIOS); ``tie``: "auto", "always" or "never"."""
+    DEFAULT_RATIOS); ``tie``: "auto", "always", "never", or {pair: bool} (the ties held)."""
     ratios = dict(DEFAULT_RATIOS) if ratios is None else ratios
     mask = steps.usable
     if mask.sum() < 6:
         raise ValueError(f"only {int(mask.sum())} usable steps: the roofline needs decode and prefill steps")
-    tied = {p: tie == "always" for p in PAIRS}
-    why = {p: "tie = always" if tie == "always" else "tie = never" for p in PAIRS}
-    c, se, sd, memory, rounds = _assign(steps, mask, tied, ratios)
+    if isinstance(tie, dict):                       # the ties held as given (a resample's refit)
+        tied, why = dict(tie), {p: "held" for p in PAIRS}
+    else:
+        tied = {p: tie == "always" for p in PAIRS}
+        why = {p: "tie = always" if tie == "always" else "tie = never" for p in PAIRS}
+    c, cov, sd, at, memory, rounds = _assign(steps, mask, tied, ratios)
+    se = se_of(cov)
     if tie == "auto":
         X, _ = design(steps, mask, memory)
         for pair, (a, b) in PAIRS.items():
@@ -104,11 +109,11 @@ def fit(steps, ratios=None, tie="auto") -> RooflineFit:
                          f"untied: relative s.e. {max(rel):.2g} > {TIE_REL_SE:g}" if tied[pair] else
                          f"separable: relative s.e. {rel[0]:.2g}, {rel[1]:.2g}")
         if any(tied.values()):
-            c, se, sd, memory, r2 = _assign(steps, mask, tied, ratios)
+            c, cov, sd, at, memory, r2 = _assign(steps, mask, tied, ratios)
             rounds += r2
-    return RooflineFit(dict(zip(ROOFLINE_KEYS, c.tolist())), dict(zip(ROOFLINE_KEYS, se.tolist())),
+    return RooflineFit(dict(zip(ROOFLINE_KEYS, c.tolist())), dict(zip(ROOFLINE_KEYS, se_of(cov).tolist())),
                        {p: (ratios[p] if tied[p] else None) for p in PAIRS}, why, int(mask.sum()), sd,
-                       memory, rounds)
+                       cov, tuple(k for k, a in zip(ROOFLINE_KEYS, at) if a), memory, rounds)
 
 
 def efficiencies(f: RooflineFit, priors) -> dict:

@@ -4,10 +4,18 @@ Each engine step emits one token for every running sequence that is decoding or
 finishes its prefill in it, so the tokens of one step reach the client together, up
 to jitter. The reconstruction (docs/calibration.md §2), for a low-load log:
 
-1. **Bursts.** Every timestamp of every request, sorted; a gap above ``jitter_ms``
-   starts a new burst. A burst is a step's end; ``end_ms`` is its mean. Two tokens of
-   one request in one burst are an error (``jitter_ms`` too large, or the log's
-   timestamps are not per step).
+0. **One clock.** A log is one server's run (a ``run`` column or one file per run
+   separates several). Two requests in flight together on one server emit their tokens
+   in the same steps; two whose tokens keep a fraction of a step apart come from two
+   servers whose step clocks interleave: refused (``check_clock``).
+1. **Bursts.** Every timestamp of every request, sorted; a gap above the threshold
+   ``jitter_ms`` starts a new burst. A burst is a step's end; ``end_ms`` is its mean.
+   Two tokens of one request in one burst are an error (threshold too large, or the
+   log's timestamps are not per step); so is a request that skips a burst it decodes
+   through (threshold too small: the client's jitter split a step's burst into
+   pseudo-steps, which would be fitted as steps of a few ms). The threshold is
+   estimated from the log (``estimate_jitter``): the smallest at which no request skips
+   a burst, if no request then has two tokens in one; ``--jitter-ms`` overrides it.
 2. **Decoders.** Request ``r`` with its first token in burst ``f`` and its last in
    ``l`` decodes in every step ``f < k <= l`` (no preemption at low load); there it has
    generated ``k - f`` tokens, so its KV is ``P + k - f`` tokens (VLLM-SCHEDULER.md §4:
@@ -28,7 +36,7 @@ to jitter. The reconstruction (docs/calibration.md §2), for a low-load log:
    duration; such a step's request measures the front-end overhead instead.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -42,7 +50,8 @@ class Steps:
     ``K`` (tokens), ``chained``, ``usable`` (chained and every prefill chunk placed),
     ``size`` (tokens in the burst); ``first`` (R,) each request's first-token burst;
     ``R`` (S,) the KV tokens the prefill chunks attend to, Σ (m + c + x) (the roofline's
-    memory time: docs/model.md "The step cost")."""
+    memory time: docs/model.md "The step cost"); ``run`` (S,) the run each step belongs
+    to (0 .. runs − 1, :func:`reconstruct_runs`)."""
     end_ms: np.ndarray
     d_ms: np.ndarray
     U: np.ndarray
@@ -54,35 +63,213 @@ class Steps:
     size: np.ndarray
     first: np.ndarray
     R: np.ndarray
+    run: np.ndarray
 
     @property
     def prefill(self):
         """(S,) True for prefill-bearing steps (U > 0)."""
         return self.U > 0
 
+    def take(self, idx):
+        """The steps ``idx`` (M,) (indices, repeats allowed), every (S,) array indexed;
+        ``first`` (per request) is left as it is (a resample's fit does not read it)."""
+        return replace(self, **{f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "first"})
+
+
+CLOCK_TOKENS = 8
+"""A pair of requests is compared for a shared clock over at least this many tokens each."""
+CLOCK_NEIGHBOURS = 8
+"""Each request is compared with at most this many of the next requests in flight with it."""
+CLOCK_OFFSET = 0.125
+"""The median offset (in steps) between two requests' tokens above which they run on two
+clocks: one server's are within its jitter (a few per cent of a step), two unrelated
+clocks' spread evenly over ±½ step (median ¼)."""
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """The burst threshold of one run: ``threshold_ms`` (a gap above it starts a new
+    step), ``spread_ms`` (the largest gap inside a burst at that threshold),
+    ``separation_ms`` (the smallest gap between two bursts; inf with one burst),
+    ``estimated`` (False when ``--jitter-ms`` gave it)."""
+    threshold_ms: float
+    spread_ms: float
+    separation_ms: float
+    estimated: bool
+
+
+class _Timeline:
+    """Every timestamp of a run's records, sorted once: the labels at a threshold and the
+    two ways a threshold can be wrong (a skipped burst, two tokens in one)."""
+
+    def __init__(self, recs):
+        times = np.concatenate([r.token_ms for r in recs])
+        self.recs = recs
+        self.order = np.argsort(times, kind="stable")
+        self.t = times[self.order]
+        self.gaps = np.diff(self.t)
+        owner = np.repeat(np.arange(len(recs)), [r.token_ms.size for r in recs])
+        self.pair = np.flatnonzero(owner[1:] == owner[:-1])          # (i, i + 1): consecutive, one request
+        # steps from one timestamp to the next of one request: 1 per token; a chunk of c
+        # tokens came c steps after the previous chunk (at most); unknown chunks: no bound
+        step = np.concatenate([np.full(r.token_ms.size, np.inf) if r.chunk_tokens is None
+                               else r.chunk_tokens.astype(float) for r in recs])
+        self.expect = step[self.pair + 1]
+        self.owner = owner
+
+    def labels(self, threshold):
+        """(N,) the burst of every timestamp (the records' order), (N,) sorted labels."""
+        label_sorted = np.cumsum(np.concatenate([[True], self.gaps > threshold])) - 1
+        label = np.empty_like(label_sorted)
+        label[self.order] = label_sorted
+        return label, label_sorted
+
+    def merged(self, label):
+        """Indices i of ``pair`` whose two timestamps share a burst."""
+        return np.flatnonzero(label[self.pair + 1] == label[self.pair])
+
+    def skipped(self, label):
+        """Indices i of ``pair`` whose second timestamp comes more bursts after the first
+        than the tokens it carries: the request skipped a burst it decoded through."""
+        return np.flatnonzero(label[self.pair + 1] - label[self.pair] > self.expect)
+
+    def where(self, i):
+        """(request_id, its token's time) of ``pair[i]``'s second timestamp."""
+        k = self.pair[i] + 1
+        r = self.recs[self.owner[k]]
+        j = k - np.searchsorted(self.owner, self.owner[k])
+        return r.request_id, float(r.token_ms[j])
+
+
+def estimate_jitter(recs, path="log") -> Jitter:
+    """The burst threshold this run's timestamps support (the module's docstring, 1).
+
+    A request that decodes emits a token in every step (one a chunk's tokens' worth), so
+    too small a threshold shows as a skipped burst and too large a one as two tokens of
+    one request in one burst; skips only fall and merges only rise with the threshold.
+    The threshold is the smallest gap between timestamps at which no request skips (the
+    finest reconstruction in which every decoding request is in every step), and must lie
+    below the smallest at which two tokens merge. Without a checkable request (no
+    per-token or per-chunk counts), the widest relative break in the gaps below the
+    first merge. Raises LogError when no threshold works."""
+    tl = _Timeline(recs)
+    cand = np.unique(tl.gaps)
+    if not cand.size:
+        return Jitter(0.0, 0.0, np.inf, True)
+
+    def first(pred):                                     # smallest i with pred(cand[i]) (monotone)
+        lo, hi = 0, cand.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(cand[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    hi = first(lambda v: tl.merged(tl.labels(v)[0]).size > 0)
+    if np.isfinite(tl.expect).any():
+        lo = first(lambda v: tl.skipped(tl.labels(v)[0]).size == 0)
+    else:
+        below = cand[:hi]
+        ratio = below[1:] / np.maximum(below[:-1], 1e-9) if below.size > 1 else np.array([])
+        lo = int(np.argmax(ratio)) if ratio.size else 0
+    if lo >= hi:
+        at = cand[hi - 1] if hi > 0 else 0.0
+        rid, t = tl.where(tl.skipped(tl.labels(at)[0])[0]) if hi > 0 else (None, None)
+        top = f"{cand[hi]:.3g}" if hi < cand.size else "any gap"
+        raise LogError(path, f"request_id {rid}" if rid is not None else "token_ms",
+                       f"no burst threshold separates the engine's steps: up to {at:.3g} ms the request skips a "
+                       f"step it decodes through (its token at {t:.3f} ms), from {top} ms two tokens of one "
+                       "request share a burst; the timestamps are not one per step (a client that delays tokens "
+                       "by more than the gap between steps, or preemptions: calibrate from a low-load log)")
+    spread = float(cand[lo])
+    return Jitter(spread, spread, float(cand[lo + 1]) if lo + 1 < cand.size else np.inf, True)
+
+
+def check_clock(recs, path="log"):
+    """Raise LogError when the run's requests run on two step clocks (the module's
+    docstring, 0): two per-token requests in flight together whose tokens keep a median
+    CLOCK_OFFSET of a step or more apart (each compared with its next CLOCK_NEIGHBOURS
+    overlapping requests, over at least CLOCK_TOKENS tokens of each)."""
+    per = [r for r in recs if r.per_token and r.token_ms.size >= CLOCK_TOKENS]
+    per.sort(key=lambda r: r.token_ms[0])
+    for i, a in enumerate(per):
+        for b in per[i + 1:i + 1 + CLOCK_NEIGHBOURS]:
+            lo, hi = b.token_ms[0], min(a.token_ms[-1], b.token_ms[-1])
+            if lo >= a.token_ms[-1]:
+                break
+            ta = a.token_ms[(a.token_ms >= lo) & (a.token_ms <= hi)]
+            tb = b.token_ms[(b.token_ms >= lo) & (b.token_ms <= hi)]
+            if ta.size < CLOCK_TOKENS or tb.size < CLOCK_TOKENS:
+                continue
+            j = np.clip(np.searchsorted(tb, ta), 1, tb.size - 1)
+            near = np.minimum(np.abs(ta - tb[j - 1]), np.abs(tb[j] - ta))
+            step = float(np.median(np.diff(ta)))
+            off = float(np.median(near)) / step if step > 0 else 0.0
+            if off >= CLOCK_OFFSET:
+                raise LogError(path, f"request_id {b.request_id}",
+                               f"two step clocks interleave: in flight with request {a.request_id} over "
+                               f"{hi - lo:.0f} ms, its tokens stay {off:.2f} of a step from that one's at the median "
+                               f"(one server's are within {CLOCK_OFFSET:g}): the log merges runs of different "
+                               "servers; give one file per run, or a run column")
+
 
 def bursts(recs, jitter_ms, path="log"):
-    """(burst index of every timestamp, one (C,) array per request; end_ms (S,); size (S,))."""
-    times = np.concatenate([r.token_ms for r in recs])
-    order = np.argsort(times, kind="stable")
-    t = times[order]
-    new = np.concatenate([[True], np.diff(t) > jitter_ms])
-    label_sorted = np.cumsum(new) - 1
-    label = np.empty_like(label_sorted)
-    label[order] = label_sorted
+    """(burst index of every timestamp, one (C,) array per request; end_ms (S,); size (S,)).
+
+    Raises LogError when ``jitter_ms`` puts two tokens of one request in one burst, or
+    splits a burst (a request skips one it decodes through: pseudo-steps)."""
+    tl = _Timeline(recs)
+    label, label_sorted = tl.labels(jitter_ms)
     S = int(label_sorted[-1]) + 1
-    end = np.bincount(label_sorted, weights=t, minlength=S) / np.bincount(label_sorted, minlength=S)
+    end = np.bincount(label_sorted, weights=tl.t, minlength=S) / np.bincount(label_sorted, minlength=S)
     size = np.bincount(label_sorted, minlength=S)
+    if (m := tl.merged(label)).size:
+        rid, t = tl.where(m[0])
+        raise LogError(path, f"request_id {rid}", f"two tokens within jitter_ms = {jitter_ms:g} ms "
+                       f"of each other (at {t:.3f} ms): lower --jitter-ms{_estimate_hint(recs)}")
+    if (k := tl.skipped(label)).size:
+        rid, t = tl.where(k[0])
+        raise LogError(path, f"request_id {rid}", f"skips a step it decodes through (its token at {t:.3f} ms): "
+                       f"jitter_ms = {jitter_ms:g} ms splits step bursts into pseudo-steps ({k.size} token"
+                       f"{'s' * (k.size > 1)} of decoding requests skip one); raise --jitter-ms{_estimate_hint(recs)}")
     out, at = [], 0
-    for i, r in enumerate(recs):
-        lab = label[at:at + r.token_ms.size]
+    for r in recs:
+        out.append(label[at:at + r.token_ms.size])
         at += r.token_ms.size
-        dup = np.flatnonzero(np.diff(lab) == 0)
-        if dup.size:
-            raise LogError(path, f"request_id {r.request_id}", f"two tokens within jitter_ms = {jitter_ms:g} ms "
-                           f"of each other (at {r.token_ms[dup[0]]:.3f} ms): lower --jitter-ms")
-        out.append(lab)
     return out, end, size
+
+
+def _estimate_hint(recs):
+    """``" (the log's own estimate: X ms; omit --jitter-ms)"``, or "" when it has none."""
+    try:
+        j = estimate_jitter(recs)
+    except LogError:
+        return ""
+    return f" (the log's own estimate: {j.threshold_ms:.3g} ms; omit --jitter-ms to use it)"
+
+
+def reconstruct_runs(runs, max_batched_tokens=8192, jitter_ms=None):
+    """The steps of several runs, one after the other: ``runs`` [(label, records)]
+    (logs.runs); each run's clock is checked (``check_clock``), its threshold estimated
+    (``estimate_jitter``) unless ``jitter_ms`` is given, and its steps reconstructed
+    on their own. Returns (Steps with ``run`` and ``first`` offset to the whole, every
+    record in run order (R,), isolated (R,) bool (``isolated`` per run), [Jitter] a run)."""
+    parts, recs, iso, jit = [], [], [], []
+    for label, rs in runs:
+        check_clock(rs, label)
+        j = estimate_jitter(rs, label) if jitter_ms is None else Jitter(jitter_ms, np.nan, np.nan, False)
+        st = reconstruct(rs, max_batched_tokens, j.threshold_ms, path=label)
+        parts.append(st)
+        recs += rs
+        iso.append(isolated(rs, st))
+        jit.append(j)
+    offset = np.cumsum([0] + [p.end_ms.size for p in parts[:-1]])
+    cat = {f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Steps)}
+    cat["first"] = np.concatenate([p.first + o for p, o in zip(parts, offset)])
+    cat["run"] = np.concatenate([np.full(p.end_ms.size, i) for i, p in enumerate(parts)])
+    return Steps(**cat), recs, np.concatenate(iso), jit
 
 
 def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Steps:
@@ -129,7 +316,7 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
             done += x
     d = np.where(chained, end - start, np.nan)
     usable = chained & ~bad
-    return Steps(end, d, U, Q, n, K, chained, usable, size, first, R)
+    return Steps(end, d, U, Q, n, K, chained, usable, size, first, R, np.zeros(S, dtype=np.int64))
 
 
 def place(u, f, send_ms, used, chained, start, budget):
