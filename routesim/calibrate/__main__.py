@@ -90,7 +90,7 @@ def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="aut
            "per_token": sum(r.per_token for r in recs)}
     refuse_thin(res, name)
     res["resampled"] = uncertainty.bootstrap(st, lambda s: refit(s, held).coef, keys)
-    res["inseparable"] = uncertainty.inseparable(f, keys, partners(res))
+    res["inseparable"] = uncertainty.inseparable(f, keys, partners(res), res["resampled"]["se"])
     res["warnings"] = warnings(res)
     return res
 

@@ -27,7 +27,9 @@ to jitter. The reconstruction (docs/calibration.md §2), for a low-load log:
    the last ends in burst ``f``. The admission step is the one consistent with these
    offers among the steps that began after the send (``place``); when several are (the
    log has the send time, not the engine's arrival) or the prefill may have begun in
-   a step no token shows, every step it may have touched is marked unusable. ``U_k = Σ x``,
+   a step no token shows, every step it may have touched is marked unusable; so are a
+   later prefill's when those steps are among its candidates (their offers are then
+   unknown too). ``U_k = Σ x``,
    ``Q_k = Σ x (m + c + x/2)`` (token-model.md §2.3), ``R_k = Σ (m + c + x)``.
 4. **Durations.** A step with a decoder started when the previous burst ended (the
    decoder emitted there, and a busy engine starts its next step at once): ``d_k =
@@ -153,9 +155,7 @@ def estimate_jitter(recs, path="log") -> Jitter:
     per-token or per-chunk counts), the widest relative break in the gaps below the
     first merge. Raises LogError when no threshold works."""
     tl = _Timeline(recs)
-    cand = np.unique(tl.gaps)
-    if not cand.size:
-        return Jitter(0.0, 0.0, np.inf, True)
+    cand = np.unique(np.concatenate([[0.0], tl.gaps]))       # 0: every distinct time a burst
 
     def first(pred):                                     # smallest i with pred(cand[i]) (monotone)
         lo, hi = 0, cand.size
@@ -174,11 +174,15 @@ def estimate_jitter(recs, path="log") -> Jitter:
         below = cand[:hi]
         ratio = below[1:] / np.maximum(below[:-1], 1e-9) if below.size > 1 else np.array([])
         lo = int(np.argmax(ratio)) if ratio.size else 0
+    if hi == 0:
+        rid, t = tl.where(tl.merged(tl.labels(0.0)[0])[0])
+        raise LogError(path, f"request_id {rid}", f"two tokens at the same time ({t:.3f} ms): the timestamps are "
+                       "not one per step")
     if lo >= hi:
-        at = cand[hi - 1] if hi > 0 else 0.0
-        rid, t = tl.where(tl.skipped(tl.labels(at)[0])[0]) if hi > 0 else (None, None)
+        at = cand[hi - 1]
+        rid, t = tl.where(tl.skipped(tl.labels(at)[0])[0])
         top = f"{cand[hi]:.3g}" if hi < cand.size else "any gap"
-        raise LogError(path, f"request_id {rid}" if rid is not None else "token_ms",
+        raise LogError(path, f"request_id {rid}",
                        f"no burst threshold separates the engine's steps: up to {at:.3g} ms the request skips a "
                        f"step it decodes through (its token at {t:.3f} ms), from {top} ms two tokens of one "
                        "request share a burst; the timestamps are not one per step (a client that delays tokens "
@@ -303,7 +307,9 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
     for i in sorted(range(len(recs)), key=lambda i: (first[i], recs[i].send_ms, i)):
         r, f = recs[i], first[i]
         u = r.prompt_tokens - r.cached_tokens
-        chunks, lo = place(u, f, r.send_ms, used, chained, start, max_batched_tokens)
+        chunks, lo, seen = place(u, f, r.send_ms, used, chained, start, max_batched_tokens)
+        if chunks is not None and bad[seen:f + 1].any():  # an earlier prefill's unknown chunks took
+            chunks, lo = None, min(seen, lo)              # an unknown share of the offers it weighed
         if chunks is None:
             bad[lo:f + 1] = True                          # where its chunks went is not known
             continue
@@ -320,8 +326,9 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
 
 
 def place(u, f, send_ms, used, chained, start, budget):
-    """(chunks oldest first, or None; the earliest step the prefill may have touched) for
-    a prefill of ``u`` tokens whose first token ends step ``f``.
+    """(chunks oldest first, or None; the earliest step the prefill may have touched; the
+    earliest step whose offer it weighed) for a prefill of ``u`` tokens whose first token
+    ends step ``f``.
 
     A request admitted at step ``a`` gets every step's whole offer (budget left after the
     decoders and earlier prefills) until the rest fits, so ``a`` is consistent iff the
@@ -344,11 +351,13 @@ def place(u, f, send_ms, used, chained, start, budget):
     consistent = [i for i in range(len(offers)) if total[i] - offers[0] < u <= total[i]]
     if unseen and u > budget + total[-1] - offers[0]:   # unseen steps offer the whole budget
         consistent.append(None)
+    seen = f - len(offers) + 1
     if len(consistent) != 1 or consistent[0] is None:
-        return None, int(np.searchsorted(start, send_ms))   # every step begun after the send
+        # every step begun after the send, and those it weighed (an unchained step began unseen)
+        return None, min(int(np.searchsorted(start, send_ms)), seen), seen
     m = consistent[0] + 1
     chunks = offers[:m][::-1]
-    return chunks[:-1] + [u - sum(chunks[:-1])], f - m + 1
+    return chunks[:-1] + [u - sum(chunks[:-1])], f - m + 1, seen
 
 
 def isolated(recs, steps: Steps) -> np.ndarray:

@@ -14,9 +14,12 @@ the s.d. of the resampled coefficients (N − 1). A resample the fit refuses (to
 steps of a kind) is dropped and counted.
 
 **Inseparable coefficients.** Two free coefficients whose estimates correlate beyond
-``CORRELATION`` (the regression's covariance) are determined only as a combination: the
-log moves one at the other's expense. Ties (calibrate.fit, calibrate.roofline) handle
-the pairs a model/hardware description relates; the rest are reported.
+``CORRELATION`` (the regression's covariance), one of them known no better than
+``REL_SE`` of its value (the larger of the two standard errors), are determined only as
+a combination: the log moves one at the other's expense. (A strong correlation alone is
+no defect: an exact log correlates its estimates as much, and pins both.) Ties
+(calibrate.fit, calibrate.roofline) handle the pairs a model/hardware description
+relates; the rest are reported.
 """
 
 import numpy as np
@@ -26,6 +29,7 @@ BLOCKS = 20
 REPLICATES = 200
 SEED = 41
 CORRELATION = 0.9
+REL_SE = 0.1
 
 
 def units(steps):
@@ -74,10 +78,17 @@ def correlations(cov):
         return cov / np.outer(sd, sd)
 
 
-def inseparable(f, keys, tied_partners=()) -> list:
+def inseparable(f, keys, tied_partners=(), resampled_se=None) -> list:
     """[(key a, key b, correlation)] of the fit's free coefficients (not at a bound, not
-    a tied partner) whose regression estimates correlate beyond CORRELATION."""
+    a tied partner) whose regression estimates correlate beyond CORRELATION, one of them
+    with a standard error (the regression's or ``resampled_se``'s {key: s.e.}, the
+    larger) above REL_SE of its value."""
     r = correlations(f.cov)
     free = [i for i, k in enumerate(keys) if k not in f.bound and k not in tied_partners]
+
+    def loose(k):
+        se = max(f.se[k], (resampled_se or {}).get(k, 0.0))
+        return not se <= REL_SE * abs(f.coef[k])
+
     return [(keys[i], keys[j], float(r[i, j])) for n, i in enumerate(free) for j in free[n + 1:]
-            if abs(r[i, j]) > CORRELATION]
+            if abs(r[i, j]) > CORRELATION and (loose(keys[i]) or loose(keys[j]))]
