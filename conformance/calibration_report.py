@@ -32,12 +32,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from conformance import serving_log as sl  # noqa: E402
-from routesim.calibrate import STEP_KEYS, figure, logs  # noqa: E402
+from routesim.calibrate import STEP_KEYS, figure, logs, steps  # noqa: E402
 from routesim.calibrate.__main__ import calibrate, render  # noqa: E402
 from routesim.calibrate.roofline import ROOFLINE_KEYS  # noqa: E402
 from routesim.files import write_text  # noqa: E402
 
 FIT = (1.0, 150, 1)                       # rate, count, seed: examples/serving-log.csv
+SECOND = (1.0, 150, 3)                    # another server's run at the fitting load (issue 41's merged log)
+EXTRA_JITTER_MS = 0.7                     # more client jitter on every token (issue 41's jittered log)
 HELD_OUT = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0)
 COUNT = 300
 MODEL = REPO / "examples" / "llama-3.1-8b-h100.toml"
@@ -241,6 +243,64 @@ def sim_reading(sim):
     ]
 
 
+def refusal(run, folder):
+    """The one line calibrate refuses with (``run()`` must raise LogError), its files
+    named from ``folder``."""
+    try:
+        run()
+    except logs.LogError as exc:
+        return f"error: {exc}".replace(f"{folder}/", "")
+    raise AssertionError("calibrate did not refuse")
+
+
+def client_lines(fit_rows, second_rows, folder):
+    """§ "Logs as a real client records them" (issue 41): the shipped log's own burst
+    threshold; the same log with EXTRA_JITTER_MS more jitter on every token, refused at
+    the old fixed 0.5 ms and rebuilt at its own estimate; and a second server's run
+    (SECOND) merged into the same file (refused), then given as a second file."""
+    d = Path(folder)
+    sl.write_csv(fit_rows, d / "serving-log.csv")
+    sl.write_csv(second_rows, d / "second-server.csv")
+    j = steps.estimate_jitter(logs.read(d / "serving-log.csv"))
+    rng = np.random.default_rng(41)
+    sl.write_csv([(i, s, P, O, t + rng.uniform(0.0, EXTRA_JITTER_MS, len(t))) for i, s, P, O, t in fit_rows],
+                 d / "jittered.csv")
+    jn = steps.estimate_jitter(logs.read(d / "jittered.csv"))
+    base = calibrate(str(d / "serving-log.csv"), str(MODEL), cost="roofline")["steps"]
+    noisy = calibrate(str(d / "jittered.csv"), str(MODEL), cost="roofline")
+    sl.write_csv(fit_rows + [(f"b{i}", s, P, O, t) for i, s, P, O, t in second_rows], d / "merged.csv")
+    two = calibrate([str(d / "serving-log.csv"), str(d / "second-server.csv")], str(MODEL), cost="roofline")
+    st = noisy["steps"]
+    same = all(np.array_equal(getattr(base, k), getattr(st, k)) for k in ("U", "Q", "n", "K", "R", "size"))
+    return [
+        "### Logs as a real client records them", "",
+        "A client's timestamps carry its own jitter, and a log may hold several runs. calibrate cuts each run's "
+        "tokens into steps at a burst threshold estimated from the run itself (routesim/calibrate/steps.py): the "
+        "smallest gap at which no decoding request skips a step (a token in every step it decodes through), which "
+        "must stay below the smallest at which two tokens of one request share a burst; `--jitter-ms` overrides it. "
+        f"On the shipped log the threshold is {j.threshold_ms:.3g} ms (the harness's jitter is uniform below "
+        f"{sl.FRONTEND['jitter_ms']:g} ms), with steps at least {j.separation_ms:.3g} ms apart.", "",
+        f"The same log with up to {EXTRA_JITTER_MS:g} ms more jitter on every token (uniform, seed 41): at the old fixed "
+        "`--jitter-ms 0.5` it is refused,", "",
+        "```", refusal(lambda: calibrate(str(d / "jittered.csv"), str(MODEL), jitter_ms=0.5, cost="roofline"), d),
+        "```", "",
+        f"and at its own estimate ({jn.threshold_ms:.3g} ms) it gives "
+        f"{'the same' if same else 'NOT the same'} {st.end_ms.size} steps with the same work "
+        + (f"({int(st.usable.sum())} measured, against {int(base.usable.sum())}: an admission whose send the jitter "
+           "moved past a step's end is no longer placed)" if st.usable.sum() != base.usable.sum() else
+           f"({int(st.usable.sum())} of them measured, as in the shipped log)")
+        + ", and a roofline within "
+        + ", ".join(f"{k} {100 * (noisy['fit'].coef[k] / c - 1):+.1f} %" for k, c in
+                    calibrate(str(d / "serving-log.csv"), str(MODEL), cost="roofline")["fit"].coef.items())
+        + " of the shipped log's.", "",
+        f"A second server's run at the same load (seed {SECOND[2]}) merged into the same file is refused:", "",
+        "```", refusal(lambda: calibrate(str(d / "merged.csv"), str(MODEL), cost="roofline"), d), "```", "",
+        "Given as two files (or one file with a `run` column), each run's steps are rebuilt on its own clock and "
+        "fitted together: `python -m routesim.calibrate serving-log.csv second-server.csv --model "
+        "examples/llama-3.1-8b-h100.toml --cost roofline` prints", "",
+        "```", render(two, "serving-log.csv, second-server.csv").replace(f"{d}/", ""), "```", ""]
+
+
 def measured_itl_p50(rows):
     """The log's median inter-token gap (ms), nearest rank over every gap of every request."""
     gaps = np.concatenate([np.diff(np.asarray(r[4])) for r in rows])
@@ -334,8 +394,10 @@ def main(argv=None):
         same = log.read_bytes() == (REPO / "examples" / "serving-log.csv").read_bytes()
         cal = calibrate(str(log), str(MODEL))
         roof = calibrate(str(log), str(MODEL), cost="roofline")
-    printed = render(cal, "examples/serving-log.csv")
-    printed_roof = render(roof, "examples/serving-log.csv")
+    printed = render(cal, "examples/serving-log.csv") + "".join(
+        f"\nwarning: examples/serving-log.csv: {w}" for w in cal["warnings"])
+    printed_roof = render(roof, "examples/serving-log.csv") + "".join(
+        f"\nwarning: examples/serving-log.csv: {w}" for w in roof["warnings"])
     f, o = cal["fit"], cal["overhead"]
     g, og = roof["fit"], roof["overhead"]
     figure.draw(cal["steps"], f, REPO / "figures" / "calibration-steps.png", title="examples/serving-log.csv")
@@ -345,7 +407,10 @@ def main(argv=None):
     rates = (2.0, 10.0) if a.quick else HELD_OUT
     fits = {"linear": (sl.linear_case, f.coef, o["median_ms"]), "roofline": (roofline_case, g.coef, og["median_ms"])}
     sat = sl.case(SATURATION[0], SATURATION[1], SATURATION[2], SATURATION[3])
-    table, (sat_res,) = measured_and_predicted((rate,) + tuple(rates), fits, a.venv, extra=(sat,))
+    second = sl.case(*SECOND)
+    table, (sat_res, second_res) = measured_and_predicted((rate,) + tuple(rates), fits, a.venv, extra=(sat, second))
+    with tempfile.TemporaryDirectory() as d:
+        client = client_lines(sl.log_rows(c, res, seed), sl.log_rows(second, second_res, SECOND[2]), d)
     heldout_figure(table, REPO / "figures" / "calibration-heldout.png")
     sim = routesim_rows(table, sat, sat_res, g.coef, og["median_ms"])
     sim_figure(sim, REPO / "figures" / "calibration-routesim.png")
@@ -414,7 +479,7 @@ def main(argv=None):
           "modelled prefill that is now right.", "",
           "Step by step, against the noise-free hidden cost:", "",
           "| step | hidden (ms) | fitted line (ms) | error | fitted roofline (ms) | error |",
-          "|---|---:|---:|---:|---:|---:|", *step_check(f, g, h), "",
+          "|---|---:|---:|---:|---:|---:|", *step_check(f, g, h), "", *client,
           "## 3. Held-out loads", "",
           f"Each held-out run is {COUNT} requests (new seeds) at a higher rate. Each prediction runs the same "
           "scheduler on the same arrivals with a fitted step cost (the line, or the roofline without noise) and "

@@ -508,21 +508,23 @@ def test_resampled_errors_follow_the_run_to_run_spread(tmp_path):
     regression's, which takes every step as independent, is several times smaller."""
     z = np.random.default_rng(8).standard_normal(6)
     bases = 7.0 * (1 + 0.1 * z)
-    files = [synthetic_log(tmp_path / f"run{i}.csv", seed=20 + i, coef=dict(TRUE, base=float(b)))
+    files = [synthetic_log(tmp_path / f"run{i}.csv", seed=20 + i, count=50, coef=dict(TRUE, base=float(b)))
              for i, b in enumerate(bases)]
     runs = [(str(p), logs.read(p)) for p in files]
     st, recs, iso, jit = steps.reconstruct_runs(runs, 512)
     f = fit.fit(st, hardware.DEFAULT_RATIOS, tie="never")
     from routesim.calibrate import uncertainty
-    b = uncertainty.bootstrap(st, lambda s: fit.fit(s, hardware.DEFAULT_RATIOS, {"prefill": False,
-                                                                                 "decode": False}).coef, STEP_KEYS)
+
+    def refit(s):
+        return fit.fit(s, hardware.DEFAULT_RATIOS, {"prefill": False, "decode": False}).coef
+
+    b = uncertainty.bootstrap(st, refit, STEP_KEYS)
     assert b["kind"] == "runs" and b["units"] == 6 and b["replicates"] + b["failed"] == uncertainty.REPLICATES
     spread = bases.std(ddof=1) / np.sqrt(len(bases))
     assert 0.5 * spread < b["se"]["base"] < 2 * spread, (b["se"]["base"], spread)
     assert f.se["base"] < b["se"]["base"] / 3
-    assert uncertainty.bootstrap(st, lambda s: fit.fit(s, hardware.DEFAULT_RATIOS, {"prefill": False,
-                                                                                    "decode": False}).coef,
-                                 STEP_KEYS)["se"] == b["se"]                       # deterministic
+    assert uncertainty.bootstrap(st, refit, STEP_KEYS, replicates=5)["se"] == \
+        uncertainty.bootstrap(st, refit, STEP_KEYS, replicates=5)["se"]           # deterministic
 
 
 def test_a_thin_log_is_refused(tmp_path, capsys):

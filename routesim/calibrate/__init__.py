@@ -1,10 +1,12 @@
 """Calibrate a replica's step cost from a serving log (issue 25; docs/calibration.md).
 
-``logs`` reads the log formats, ``steps`` reconstructs engine steps from token bursts,
-``hardware`` reads the model/hardware description that ties coefficients the data
-cannot separate, ``fit`` fits token-model.md §2.3's linear step cost and the
-front-end overhead, ``figure`` draws modelled against measured step times, and
-``__main__`` is ``python -m routesim.calibrate``.
+``logs`` reads the log formats (and its runs), ``steps`` reconstructs each run's engine
+steps from its token bursts (the burst threshold estimated from the run, merged clocks
+refused), ``hardware`` reads the model/hardware description that ties coefficients the
+data cannot separate, ``fit`` fits token-model.md §2.3's linear step cost and the
+front-end overhead, ``roofline`` the roofline, ``uncertainty`` resamples a fit over runs
+or time blocks and names the pairs a log cannot separate, ``figure`` draws modelled
+against measured step times, and ``__main__`` is ``python -m routesim.calibrate``.
 """
 
 from ..step_cost import linear

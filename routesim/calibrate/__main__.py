@@ -242,7 +242,9 @@ def uncertainty_lines(res) -> list:
         total = (f": {a} + {c} = {f.coef[a] + f.coef[c]:.4g} (s.e. {np.sqrt(cov.sum()):.2g}) is what it determines"
                  if a == "base" and c == "weights" else "")
         pair = next((p for p, (x, y) in pairs(res).items() if {keys[x], keys[y]} == {a, c}), None)
-        why = (f"untied ({f.why[pair]}); --tie always ties them to the description's ratio" if pair else
+        why = (f"left untied by --tie auto ({f.why[pair].removeprefix('separable: ')}); --tie always ties them "
+               "to the description's ratio" if pair and f.why[pair].startswith("separable") else
+               f"untied ({f.why[pair]})" if pair else
                "not tied: no description relates them")
         lines.append(f"not separated by this log: {a} and {c} (their estimates correlate {r:+.2f}{both}; {why}){total}")
     return lines
