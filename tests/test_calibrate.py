@@ -188,6 +188,10 @@ BAD = [
     ("f.jsonl", '{"request_id": 1}\nnot json\n', "line 1: missing send_ms"),
     ("g.txt", "", "unknown format '.txt'"),
     ("h.json", '{"start_times": [1]}', "keys: missing ttfts"),
+    ("i.csv", "request_id,send_ms,prompt_tokens,output_tokens,token_ms,run\nx,0,10,1,5,A\nx,0,10,1,5,B\n"
+     "x,1,10,1,6,A\n", "request_id x: appears twice in run A"),
+    ("j.csv", "request_id,send_ms,prompt_tokens,output_tokens,token_ms\nx,0,10,2,5 5\n",
+     "request_id x: two tokens at the same time (5.000 ms)"),
 ]
 
 
@@ -200,6 +204,16 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, name, text, 
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(path) in err and expected in err, err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_a_bad_second_log_is_named(tmp_path, capsys):
+    """Several logs: the one that is bad is the one named; nothing written."""
+    good = synthetic_log(tmp_path / "good.csv", count=20)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("request_id,send_ms,prompt_tokens,output_tokens,token_ms\nx,0,10,2,5 4\n")
+    assert main([str(good), str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {bad}: row 2: token_ms: timestamps decrease\n" and not (tmp_path / "o").exists()
 
 
 def test_bad_description_names_the_key(tmp_path, capsys):
