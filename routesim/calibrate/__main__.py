@@ -223,7 +223,7 @@ def bursts_line(jitter) -> str:
         return f"steps: token bursts split at gaps above --jitter-ms {jitter[0].threshold_ms:g} ms"
     thr = [j.threshold_ms for j in jitter]
     sep = min(j.separation_ms for j in jitter)
-    over = f" (over {len(jitter)} runs: {min(thr):.3g}-{max(thr):.3g} ms)" if len(jitter) > 1 else ""
+    over = f" (over {len(jitter)} runs: {min(thr):.3g}-{max(thr):.3g} ms)" if min(thr) < max(thr) else ""
     return (f"steps: token bursts split at gaps above {max(thr):.3g} ms{over}, estimated from the log (a step's "
             f"tokens arrive within it, steps at least {sep:.3g} ms apart; --jitter-ms overrides)")
 
