@@ -13,8 +13,12 @@ its arrivals) while a shared trend is not:
   more than :data:`RUN_OCCUPANCY_RISE`, or the attainment of the requests arriving in
   its window's last quarter is more than :data:`ATTAINMENT_FALL` below that of its
   first quarter's (a collapse under way; read only when the run drained, and a Dataset
-  written before ``attainment_first``/``_last`` existed is judged on the other two). Judged on each
-  run alone, never on medians, so that a minority of collapsed seeds shows.
+  written before ``attainment_first``/``_last`` existed is judged on the other two), or
+  its KV cache ended the window at least :data:`RUN_FULL` full while it preempted more
+  than :data:`RUN_PREEMPTIONS` of its arrivals (a
+  collapse already complete: the cache full from the window's start shows no rise, and
+  the backlog of a thrashing replica need not grow). Judged on each run alone, never on
+  medians, so that a minority of collapsed seeds shows.
 - **Per cell** (:func:`trend`, :func:`is_steady`): the median over the cell's runs of
   the backlog growth above :data:`BACKLOG_SHARE` or of the KV rise above
   :data:`OCCUPANCY_RISE`: a trend every run shares (the KV cache still filling after too
@@ -36,6 +40,16 @@ ATTAINMENT_FALL = 0.10
 """A run is not steady when its ``attainment_first - attainment_last`` exceeds this (the
 last quarter's arrivals met the SLO 10 points less often than the first quarter's; a
 run below capacity on the example cluster reaches 2.7 points, a collapsing one 14-28)."""
+RUN_FULL = 0.95
+"""A run is not steady when its ``kv_occupancy_last`` is at least this and it preempted
+more than :data:`RUN_PREEMPTIONS` of its cohort arrivals: a cache that stays full and
+evicts running work is a collapse whether or not it is still growing (issue 44:
+least_tokens at 46 req/s, seed 14: KV 99 % over the whole window, 286 preemptions of
+about 2,760 arrivals, attainment 4 %, its backlog shrinking)."""
+RUN_PREEMPTIONS = 0.01
+"""The preemptions (over the cohort's arrivals) above which a run at a full cache
+(:data:`RUN_FULL`) is collapsed: 1 %, below the 10 % of the collapsed run above and
+above an occasional preemption of a run that touches a full cache now and then."""
 BACKLOG_SHARE = 0.02
 """A cell is not steady when the median over its runs of ``backlog_growth`` over
 arrivals exceeds this (2 % of what arrived)."""
@@ -55,16 +69,24 @@ def has_check(ds) -> bool:
 
 def run_trends(sub):
     """Each run's (backlog growth over its cohort arrivals, KV occupancy rise,
-    attainment fall) as arrays of the shape of ``sub.arrivals`` (``sub``: a Dataset of
-    some runs, any shape); the fall is 0 when the Dataset lacks the attainment trend
-    and NaN where a quarter had no arrivals (not counted against the run)."""
+    attainment fall, full and preempting) as arrays of the shape of ``sub.arrivals``
+    (``sub``: a Dataset of some runs, any shape); the fall is 0 when the Dataset lacks
+    the attainment trend and NaN where a quarter had no arrivals (not counted against
+    the run); full and preempting (bool) is False when the Dataset lacks
+    ``preemptions``."""
     growth = sub.backlog_growth.values / np.maximum(sub.arrivals.values, 1)
     rise = sub.kv_occupancy_last.values - sub.kv_occupancy_first.values
     if all(v in sub for v in ATTAINMENT_TREND):
         fall = np.where(drained(sub), sub.attainment_first.values - sub.attainment_last.values, 0.0)
     else:
         fall = np.zeros_like(rise)
-    return growth, rise, fall
+    if "preemptions" in sub:
+        with np.errstate(invalid="ignore"):
+            full = ((sub.kv_occupancy_last.values >= RUN_FULL)
+                    & (sub.preemptions.values > RUN_PREEMPTIONS * sub.arrivals.values))
+    else:
+        full = np.zeros(rise.shape, bool)
+    return growth, rise, fall, full
 
 
 def drained(sub) -> np.ndarray:
@@ -79,12 +101,13 @@ def drained(sub) -> np.ndarray:
     return np.full(shape, float(sub.attrs.get("drain_s", 1.0)) > 0)
 
 
-def unsteady(growth, rise, fall):
+def unsteady(growth, rise, fall, full=False):
     """The per-run rule, per element (NumPy broadcasting): does any of a run's figures
-    exceed its threshold? NaN figures (a run that did not run, an empty quarter) do not."""
+    exceed its threshold, or is its cache full while it preempts (``full``, bool)? NaN
+    figures (a run that did not run, an empty quarter) do not count."""
     with np.errstate(invalid="ignore"):
         return ((np.asarray(growth) > RUN_BACKLOG_SHARE) | (np.asarray(rise) > RUN_OCCUPANCY_RISE)
-                | (np.asarray(fall) > ATTAINMENT_FALL))
+                | (np.asarray(fall) > ATTAINMENT_FALL) | np.asarray(full, bool))
 
 
 def unsteady_runs(sub) -> np.ndarray:
@@ -102,7 +125,7 @@ def count_unsteady(sub) -> tuple[int, int]:
 def trend(sub):
     """(median backlog growth over cohort arrivals, median KV occupancy rise) of the
     runs of ``sub``: the cell's shared trend."""
-    growth, rise, _ = run_trends(sub)
+    growth, rise, _, _ = run_trends(sub)
     return float(np.nanmedian(growth)), float(np.nanmedian(rise))
 
 
@@ -120,7 +143,8 @@ def run_rule() -> str:
     return (f"its backlog grew by more than {100 * RUN_BACKLOG_SHARE:g} % of its arrivals, its KV occupancy "
             f"rose by more than {100 * RUN_OCCUPANCY_RISE:g} points from the window's first quarter to its last, "
             f"or its last quarter's arrivals met the SLO more than {100 * ATTAINMENT_FALL:g} points less often "
-            f"than its first quarter's")
+            f"than its first quarter's, or its KV cache ended the window at least {100 * RUN_FULL:g} % full "
+            f"while its preemptions passed {100 * RUN_PREEMPTIONS:g} % of its arrivals")
 
 
 def rule() -> str:

@@ -111,3 +111,34 @@ def test_a_dataset_without_the_variables_gets_no_check():
     ds = _ds([[0, 0], [0, 0]], [[0, 0], [0, 0]], [[0, 0], [0, 0]]).drop_vars(list(steady.VARIABLES))
     headers, _ = token_policy_rows(ds)
     assert "steady" not in headers and "runs not steady" not in headers and "warning" not in policy_table(ds)
+
+
+def _with_preemptions(ds, counts):
+    """``ds`` with each run's ``preemptions`` set (policy × seed values)."""
+    ds = ds.copy()
+    ds["preemptions"] = ds["preemptions"].copy(data=np.broadcast_to(
+        np.asarray(counts, float).reshape(2, 1, 1, 1, -1), ds["preemptions"].shape).copy())
+    return ds
+
+
+def test_a_collapse_complete_before_the_window_is_not_steady():
+    # issue 44: a run whose cache was full over its whole window (99 % in both quarters:
+    # no rise), preempting, its backlog shrinking, its attainment rising (0 → 16 %): no
+    # trend flags it, the full cache while preempting (more than 1 % of its 1,000
+    # arrivals) does. Policy a: seed 2 full at 0.99 with 286 preemptions -> flagged;
+    # seed 1 at 0.99 with 10 (1 %, not more) -> not. Policy b: 0.949 (below 95 %) with 50
+    # -> not; 0.95 exactly with 11 -> flagged.
+    ds = _ds([[0, -40], [0, 0]], [[0.99, 0.99], [0.94, 0.95]], [[0.99, 0.99], [0.949, 0.95]],
+             att_first=[[0.9, 0.0], [0.9, 0.9]], att_last=[[0.9, 0.16], [0.9, 0.9]])
+    ds = _with_preemptions(ds, [[10, 286], [50, 11]])
+    assert steady.unsteady_runs(ds).squeeze().tolist() == [[False, True], [False, True]]
+    headers, rows = token_policy_rows(ds)
+    col = {h: k for k, h in enumerate(headers)}
+    assert [r[col["runs not steady"]] for r in rows] == ["1/2", "1/2"]
+    # the same runs without preemptions: nothing flags them
+    assert not steady.unsteady_runs(_with_preemptions(ds, [[0, 0], [0, 0]])).any()
+
+
+def test_the_collapse_state_alone_flags_a_run():
+    assert steady.unsteady(0.0, 0.0, 0.0, True)
+    assert not steady.unsteady(0.0, 0.0, 0.0, False)
