@@ -213,6 +213,20 @@ def test_the_event_loop_asks_no_scheduler():
     assert scheduler_branches((BATCHING / "engine.py").read_text()) == []
 
 
+def test_every_scheduler_state_pickles_by_reference():
+    """A scheduler's ``STATE`` class must be found under its own name in its module:
+    Numba's cache pickles a cached ``state_nb``'s return type, and a class pickle cannot
+    find by name goes by value, so that a later process that loads ``state_nb`` from the
+    cache gets instances of a copy the dispatch (``scheduler.STATES``) does not know, and
+    ``run_one_nb`` fails to compile a new specialisation with a KeyError (found by
+    helpers running tests after subprocesses had filled the cache)."""
+    import pickle
+
+    from routesim.batching import scheduler
+    for module in scheduler.MODULES.values():
+        assert pickle.loads(pickle.dumps(module.STATE)) is module.STATE, module.__name__
+
+
 def test_the_branch_check_sees_a_scheduler_branch():
     snippets = ["if vst is not None:\n    pass", "quick = vst is None", "x = p.scheduler == 1",
                 "from . import vllm_replica as vm", "from .replica import finish_nb",

@@ -578,8 +578,12 @@ def _crash_nb(tab, rep, req, heap_n, due_n, grow, i, t, p, victims):
 
 # --- the scheduler's operations (scheduler.py) --------------------------------------------
 
-STATE = namedtuple("Reserve", ["due", "due_n", "grow", "prefill", "found"])
-"""``scheduler = "reserve"``'s own arrays: ``due`` (replicas, 2·max_batch + 16) DUE and
+Reserve = namedtuple("Reserve", ["due", "due_n", "grow", "prefill", "found"])
+STATE = Reserve
+"""(Bound to the module under its own name, ``Reserve``, so that pickle finds the class
+by reference: Numba's cache pickles a cached kernel's return type, and a class it cannot
+find by name is pickled by value, so that a ``state_nb`` loaded from the cache returns
+instances of a copy the scheduler registry does not know.) ``scheduler = "reserve"``'s own arrays: ``due`` (replicas, 2·max_batch + 16) DUE and
 ``due_n`` (replicas,) the decode schedules (:mod:`.schedule`), ``grow`` (replicas,
 block_tokens) the decoding sequences of each residue, ``prefill`` (replicas, max_batch)
 the prefilling sequences, ``found`` (the most segments of a prompt,) admission's scratch."""

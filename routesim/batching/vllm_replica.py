@@ -363,8 +363,9 @@ def _crash_nb(tab, bl, vq, vr, rep, req, i, victims):
 
 # --- the scheduler's operations (scheduler.py) --------------------------------------------
 
-STATE = namedtuple("Vllm", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots"])
-"""``scheduler = "vllm"``'s own arrays: the pools ``bl, vq, vr, vs, vp`` (:func:`_arrays_nb`),
+Vllm = namedtuple("Vllm", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots"])
+STATE = Vllm
+"""(Bound under its own name, ``Vllm``, for Numba's cache: see ``replica.Reserve``.) ``scheduler = "vllm"``'s own arrays: the pools ``bl, vq, vr, vs, vp`` (:func:`_arrays_nb`),
 every prompt block's key ``pk, pk_off, gbase`` (vllm_blocks.prompt_keys_nb), ``evicted``
 (1,) the evictions' count, and ``slots`` the hash map's size (:func:`_slots_nb`)."""
 
