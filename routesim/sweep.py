@@ -11,7 +11,6 @@ once every stage has finished; ``--resume`` picks up a killed run where it stopp
 """
 
 import argparse
-import gc
 import sys
 import time
 from pathlib import Path
@@ -64,7 +63,10 @@ def _kept(checkpoint: Path) -> str:
     return f"{kept} finished chunks kept in {checkpoint}; rerun with --resume to finish"
 
 
-def main(argv=None) -> int:
+def main(argv=None, own_process: bool = False) -> int:
+    """The command. ``own_process``: this is the process's program (``python -m
+    routesim.sweep``), which a local sweep may then start without dask
+    (:func:`routesim.startup.without_dask`)."""
     ap = _parser()
     args = ap.parse_args(argv)
     if args.list_keys:
@@ -73,6 +75,9 @@ def main(argv=None) -> int:
         return 0
     if args.sweep is None:  # optional only with --list-keys
         ap.error("the following arguments are required: sweep")
+    if own_process and args.scheduler is None and args.workers is None:
+        from .startup import without_dask
+        without_dask()
     from .config import ConfigError, load_sweep  # after argparse: --help stays fast
     from .files import unwritable
 
@@ -100,6 +105,9 @@ def main(argv=None) -> int:
 
     from .results import write_atomic, write_csv
     from .summary import render
+    if own_process:  # numba, xarray and pandas are imported by now
+        from .startup import freeze
+        freeze()
 
     checkpoint = out / ".chunks"
     t0 = time.perf_counter()
@@ -166,16 +174,14 @@ def say(text: str) -> None:
 def _exit(code: int):
     """Leave the process. What is alive now goes with it: frozen, the interpreter's
     final garbage collections do not walk it (about 0.45 s after a study)."""
-    gc.freeze()
+    from .startup import freeze
+    freeze()
     sys.exit(code)
 
 
 if __name__ == "__main__":
-    # numba, xarray and pandas, imported by now, live as long as the process: frozen,
-    # the collector stops walking them at every full collection (0.3-0.5 s of a study).
-    gc.freeze()
     try:
-        code = main()
+        code = main(own_process=True)
     except KeyboardInterrupt:
         print("interrupted (finished chunks are kept: rerun with --resume to finish)", file=sys.stderr)
         code = 130

@@ -101,6 +101,8 @@ MODULES = {
     "test_scheduler_modes": "engine",
     "test_scripts": "engine",
     "test_simpy_model": "engine",
+    "test_startup": ("subprocess", {"unit": ("test_public_names_are_the_modules_own",
+                                              "test_without_dask_leaves_a_process_that_uses_xarray_alone")}),
     "test_steady": "unit",
     "test_step_cost": ("differential", {"unit": ("test_overlap_keys_are_sweep_keys", "test_bad_overlap_keys_are_refused",
                                                  "test_each_form_compiled_is_its_formula",

@@ -1,0 +1,126 @@
+"""Start-up (issue 43, item 6): a process imports only what its command uses.
+
+``import routesim`` costs nothing (its public names are imported on first use), Numba is
+set up for routesim where the kernels are defined (routesim/conf.py), and a local sweep's
+own process runs without dask, which xarray would otherwise import for nothing
+(routesim/startup.py). Each check reads the modules a fresh process holds at its exit,
+so it holds whatever this test process has imported."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+import routesim
+from routesim import startup
+from test_cli import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("numba", "xarray", "pandas", "scipy", "matplotlib", "dask", "distributed")
+"""Top-level packages a command should import only when it uses them."""
+
+
+REPORT = ("import atexit, json, sys\n"
+          "atexit.register(lambda: print(json.dumps(sorted(n for n, m in sys.modules.items() if m is not None)),"
+          " file=sys.stderr))\n")
+"""Prepended to a process's code: at its exit, the modules it holds (a module made
+unimportable, ``None`` in ``sys.modules``, is not held) as the last line of stderr."""
+
+
+def imports(code, cwd=ROOT, env=None):
+    """(the top-level packages a fresh ``python -c CODE`` holds at its exit, its
+    completed process)."""
+    proc = subprocess.run([sys.executable, "-c", REPORT + code], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.stderr.strip(), "the process printed nothing on stderr"
+    names = {name.split(".")[0] for name in json.loads(proc.stderr.strip().splitlines()[-1])}
+    return names, proc
+
+
+def command(module, *args):
+    """``python -m MODULE ARGS`` as code for :func:`imports`: the module run as the
+    process's program, exactly as ``python -m`` runs it."""
+    return (f"import runpy\nsys.argv = [{module!r}, *{list(map(str, args))!r}]\n"
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+
+
+def test_import_routesim_imports_no_heavy_package():
+    names, proc = imports("import routesim; routesim.ConfigError; print(routesim.__version__)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "routesim" in names                      # the reading sees imports at all
+    assert names.isdisjoint(HEAVY), sorted(names & set(HEAVY))
+
+
+def test_public_names_are_the_modules_own():
+    from routesim.config import ConfigError, load_sweep, parse_sweep
+    from routesim.study import run
+    from routesim.timeline import trace
+    assert (routesim.ConfigError, routesim.load_sweep, routesim.parse_sweep, routesim.run, routesim.trace) \
+        == (ConfigError, load_sweep, parse_sweep, run, trace)
+    assert callable(routesim.plot) and routesim.plot.__name__ == "routesim.plot"
+    assert set(routesim.__all__) <= set(dir(routesim))
+    with pytest.raises(AttributeError):
+        routesim.no_such_name
+
+
+def test_sweep_help_imports_no_heavy_package():
+    names, proc = imports(command("routesim.sweep", "--help"))
+    assert proc.returncode == 0 and "usage:" in proc.stdout
+    assert names.isdisjoint(HEAVY), sorted(names & set(HEAVY))
+
+
+def test_kernels_cache_where_compile_cache_says_without_import_routesim_doing_it():
+    """routesim/conf.py (imported by every compiled module) points Numba's cache at the
+    folder of this source before any kernel is defined, as ``import routesim`` did."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    code = ("from routesim.batching import engine\n"
+            "from numba.core import config\n"
+            "from routesim import compile_cache, nrt\n"
+            "print(config.CACHE_DIR == str(compile_cache.folder()), nrt.PATCHED)\n"
+            "print(engine.run_one_nb._cache._cache_path)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from routesim import compile_cache, nrt
+    first, path = proc.stdout.splitlines()
+    assert first == f"True {nrt.PATCHED}"           # the folder, and Numba patched as before
+    assert path.startswith(str(compile_cache.folder()))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("dask") is None, reason="dask is not installed: nothing to leave out")
+def test_a_local_sweep_process_imports_no_dask_and_writes_the_same_dataset(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    names, proc = imports(command("routesim.sweep", path, "--out", tmp_path / "out", "-q"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {"numba", "xarray", "netCDF4"} <= names    # what the run uses
+    assert names.isdisjoint({"dask", "distributed", "matplotlib"}), sorted(names & {"dask", "distributed"})
+    want = routesim.run(routesim.load_sweep(path))["tiny"]   # here xarray sees dask
+    with xr.open_dataset(tmp_path / "out" / "tiny.nc", engine="netcdf4") as got:
+        xr.testing.assert_identical(got.load(), want)
+
+
+def test_without_dask_leaves_a_process_that_uses_xarray_alone():
+    """In a process that has imported xarray (this one), dask stays importable."""
+    assert "xarray" in sys.modules
+    assert startup.without_dask() is False
+    assert sys.modules.get("dask", sys) is not None
+
+
+def test_without_dask_in_a_fresh_process():
+    code = ("from routesim import startup\n"
+            "assert startup.without_dask()\n"
+            "import xarray as xr, numpy as np\n"
+            "ds = xr.Dataset({'a': ('x', np.arange(3))})\n"
+            "try:\n"
+            "    import dask\n"
+            "except ImportError:\n"
+            "    print('no dask')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "no dask\n"
