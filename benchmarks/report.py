@@ -76,6 +76,12 @@ ROWS = [
     ("batching.signal_ratio.periodic10", "batching, a 10 ms periodic signal / fresh, per run", "x", 1, "low"),
     ("batching.signal_ratio.local50", "batching, a 50 ms periodic_local signal / fresh, per run", "x",
      1, "low"),
+    # one small run's whole process (benchmarks/startup.py)
+    ("startup.one_run_s", "one run (1 replica, 1,000 trace requests), whole command, warm", "s", 1, "low"),
+    ("startup.one_run_cpu_s", "one run, whole command, warm: CPU time", "s", 1, "low"),
+    ("startup.one_run_cold_s", "one run, whole command, cold (empty compilation cache)", "s", 1, "low"),
+    ("startup.one_run_cold_cpu_s", "one run, whole command, cold: CPU time", "s", 1, "low"),
+    ("startup.one_run_rss", "one run, whole command, peak RSS", "MiB", 2**-20, "low"),
 ]
 
 TARGETS = [
@@ -94,6 +100,7 @@ TARGETS = [
     ("batching.floor_ratio", "batching: engine per iteration vs the floor kernel", "<=", 3.0, "x", 1),
     ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 40.0, "s", 1),
     ("batching.study_s", "least-outstanding study, whole command warm", "<=", 600.0, "s", 1),  # issue 23
+    ("startup.one_run_s", "one run (1 replica, 1,000 trace requests), whole command warm", "<=", 0.5, "s", 1),
 ]
 
 
@@ -235,6 +242,10 @@ def write_doc(fig, prev, prev_source, meta, detail) -> str:
         "## The batching model",
         "",
         detail.get("batching_text", "Not measured in this run."),
+        "",
+        "## One run's whole process",
+        "",
+        detail.get("startup_text", "Not measured in this run."),
         "",
         "## Scaling (time per simulated request should stay roughly flat)",
         "",

@@ -379,8 +379,9 @@ def generation(repeats=5, seeds=32):
 
 
 def imports():
-    """Time to import what the command line imports."""
-    import routesim  # noqa: F401
+    """Time to import what the command line imports before it runs a stage (Numba comes
+    with the model's kernels, routesim/conf.py)."""
+    import routesim.sweep  # noqa: F401
     import routesim.study  # noqa: F401
     import routesim.results  # noqa: F401
     import routesim.summary  # noqa: F401
