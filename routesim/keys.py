@@ -63,6 +63,8 @@ How to read the tables:
   the stage's grid.
 - **model**: which `[replica] kind` takes the key (`both`: the same key, default and
   meaning in each). A key both models take with different defaults has a row for each.
+- **default**: the value a run takes when the file sets none; `512; inf when scheduler =
+  "vllm"` is a default that depends on another key's value in the same run.
 - **used when**: the key is read only when another key has one of these values; otherwise
   it has no effect (a step-cost table the stage's `step_cost` never names is refused).
 - **allowed**: the bounds a number must respect, or the values a string may take; `inf`
@@ -71,7 +73,14 @@ How to read the tables:
 
 
 def _fmt_default(p) -> str:
-    v = p.default
+    out = _fmt_value(p.default)
+    if p.default_when:
+        other, pairs = p.default_when
+        out += "".join(f"; {_fmt_value(d)} when {other} = {_fmt_value(v)}" for v, d in pairs)
+    return out
+
+
+def _fmt_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):

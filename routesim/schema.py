@@ -42,6 +42,29 @@ class Param:
     allow_inf: bool = False  # ``inf`` means unbounded
     words: tuple = ()       # strings a number parameter also takes (allowance_tokens = "exact")
     when: tuple = ()        # (another parameter's name, (its values…)): used only when it has one of them
+    default_when: tuple = ()  # (another parameter's name, ((its value, this default), …)): a run's default
+                              # when the other has that value and the file sets none (run_defaults)
+
+    def run_default(self, flat: dict):
+        """This parameter's default for one run (``flat``: the run's values): the
+        ``default_when`` entry of the other parameter's value, else ``default``."""
+        if self.default_when:
+            other, pairs = self.default_when
+            for value, default in pairs:
+                if flat[other] == value:
+                    return default
+        return self.default
+
+
+def run_defaults(params, flat: dict, given) -> dict:
+    """One run's values (``flat``) with the default of each parameter that has a
+    ``default_when`` and that the file does not set (``given``: the names it sets,
+    selected ones included) taken from the other parameter's value in this run."""
+    out = dict(flat)
+    for p in params:
+        if p.default_when and p.name not in given:
+            out[p.name] = p.run_default(flat)
+    return out
 
 
 TRACE_FORMATS = ("azure", "mooncake", "csv")

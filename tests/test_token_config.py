@@ -291,6 +291,25 @@ INCIDENT_BAD = [
 ]
 
 
+VLLM_DEFAULTS_BAD = [
+    bad("waiting-cap-string-inf", "replica.waiting_cap", "expected a number, got a string",
+        ("waiting_cap = 8", 'waiting_cap = "inf"')),
+    bad("waiting-cap-minus-inf", "replica.waiting_cap", "expected a whole number",
+        ("waiting_cap = 8", "waiting_cap = -inf")),
+    bad("waiting-cap-inf-stage-string", "stages[0].waiting_cap", "expected a number",
+        (STAGE, STAGE + '\nwaiting_cap = "unbounded"')),
+]
+
+
+@pytest.mark.parametrize("text,key,fragment", VLLM_DEFAULTS_BAD)
+def test_bad_vllm_default_keys(tmp_path, run_cli, text, key, fragment):
+    """waiting_cap takes a whole number >= 1 or inf (issue 40): anything else is one line
+    naming the file and key, exit 2, nothing written."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
+
+
 @pytest.mark.parametrize("text,key,fragment", INCIDENT_BAD)
 def test_bad_incident_keys(tmp_path, run_cli, text, key, fragment):
     """Bad values of the keys of failures, retries, containment and signals (token-model.md §3, §5, §6)."""

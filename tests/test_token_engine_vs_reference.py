@@ -28,7 +28,7 @@ COUNTS = ("arrivals", "completed", "failed", "rejected", "shed", "unfinished", "
           "attempts", "retries", "wasted_tokens", "breaker_ejections", "backlog_growth")
 FLOATS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "e2e_p50",
           "e2e_p90", "e2e_p99", "e2e_mean", "attainment", "goodput", "throughput",
-          "token_throughput", "prefix_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy",
+          "token_throughput", "prefix_hit_rate", "preempted_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy",
           "placement_occupancy_high",
           "itl_p50", "itl_p90", "itl_p99", "itl_max", "kv_occupancy_first", "kv_occupancy_last",
           "attainment_first", "attainment_last")

@@ -104,7 +104,7 @@ def engine(recording):
     return run_engine(recording["cases"])
 
 
-def case_differences(res, metrics, keep):
+def case_differences(case, res, metrics, keep):
     """Every difference of one case between the engine and vLLM's recording."""
     diffs = []
     reqs = res["requests"]
@@ -119,14 +119,19 @@ def case_differences(res, metrics, keep):
             if got != want:
                 diffs.append((f"request {k}", field, got, want))
     pre = sum(q["preemptions"] for q in reqs)
-    hits = sum(sum(q["hits"]) for q in reqs)
-    admitted = sum(len(q["hits"]) for q in reqs)
+    # vLLM's PrefixCacheStats: a request's first admission is a new one (queries P: no
+    # token generated yet), its later ones re-admissions after a preemption, filed apart;
+    # without prefix caching nothing is queried
+    hits = sum(q["hits"][0] for q in reqs if q["hits"])
+    queries = sum(q["prompt_tokens"] for q in case["requests"]) if case["replica"]["prefix_caching"] else 0
+    rehits = sum(sum(q["hits"][1:]) for q in reqs)
     for field, got, want in (("preemptions", int(metrics["preemptions"]), pre),
                              ("completed", int(metrics["completed"]), len(reqs)),
-                             ("hit_tokens", int(metrics["hit_tokens"]), hits)):
+                             ("hit_tokens", int(metrics["hit_tokens"]), hits),
+                             ("admit_tokens", int(metrics["admit_tokens"]), queries),
+                             ("preempted_hit_tokens", int(metrics["preempted_hit_tokens"]), rehits)):
         if got != want:
             diffs.append(("case", field, got, want))
-    del admitted
     return diffs
 
 
@@ -136,7 +141,7 @@ def test_every_recorded_case_is_identical(recording, engine):
     metrics, keep, off = engine
     bad = {}
     for c, (case, res) in enumerate(zip(recording["cases"], recording["results"])):
-        diffs = case_differences(res, metrics[c], keep[off[c]:off[c + 1]])
+        diffs = case_differences(case, res, metrics[c], keep[off[c]:off[c + 1]])
         if diffs:
             bad[case["name"]] = diffs[:3]
     assert not bad, f"{len(bad)} of {len(recording['cases'])} cases differ from vLLM, e.g. {list(bad.items())[:4]}"
@@ -149,7 +154,7 @@ def test_the_comparison_can_fail(recording, engine):
     metrics, keep, off = engine
     res = copy.deepcopy(recording["results"][0])
     res["requests"][0]["completion_ms"] = math.nextafter(res["requests"][0]["completion_ms"], math.inf)
-    assert case_differences(res, metrics[0], keep[off[0]:off[1]])
+    assert case_differences(recording["cases"][0], res, metrics[0], keep[off[0]:off[1]])
     res = copy.deepcopy(recording["results"][0])
     res["requests"][0]["preemptions"] += 1
-    assert case_differences(res, metrics[0], keep[off[0]:off[1]])
+    assert case_differences(recording["cases"][0], res, metrics[0], keep[off[0]:off[1]])

@@ -140,6 +140,11 @@ Metrics (§7)
  D22. batch_mean counts every iteration started in [W, H), including ones abandoned by a
      crash or ending after H.  prefix_hit_rate, batch_mean, attainment, e2e_mean and the
      percentiles are NaN when their sets are empty; goodput/throughput are 0 then.
+     scheduler = "vllm": prefix_hit_rate is vLLM's own metric (PrefixCacheStats): hits
+     over queries (P + g) of admissions of attempts never preempted; a preempted
+     attempt's re-admissions are preempted_hit_rate; without prefix caching nothing is
+     queried (both NaN).  waiting_cap may be inf (unbounded; the pipeline's default in
+     the vllm mode).
  D23. kv_occupancy integrates, between consecutive times at which anything happens, the
      state left after all phases at the earlier time.
  D24. Percentile rank r = ceil((p/100)*n), value sorted[r-1].
@@ -736,6 +741,8 @@ class _Sim:
         self.breaker_ejections = 0
         self.hit_num = 0
         self.hit_den = 0
+        self.preempted_hit_num = 0   # vllm mode: re-admissions after a preemption (vLLM's
+        self.preempted_hit_den = 0   # preempted_hits, preempted_queries)
         self.batch_num = 0.0
         self.batch_den = 0.0
         self.kv_area = [0.0] * self.N
@@ -1270,6 +1277,20 @@ class _Sim:
             rep.resident.setdefault(key, {})[blk.index] = blk
         s.ncached = max(s.ncached, full)
 
+    def v_record_hits(self, h: Attempt, htok: int, L: int):
+        """vLLM's prefix-cache statistics of an admission in the window
+        (KVCacheManager.record_prefix_cache_stats, PrefixCacheStats.record): L = P + g
+        tokens queried, htok hit; an attempt preempted before (num_preemptions > 0) is
+        filed apart; with prefix caching off there is no lookup, so nothing is recorded."""
+        if not self.caching:
+            return
+        if h.preemptions > 0:
+            self.preempted_hit_num += htok
+            self.preempted_hit_den += L
+        else:
+            self.hit_num += htok
+            self.hit_den += L
+
     def v_preempt(self, rep: Replica, v: Attempt, T: float):
         """Scheduler._preempt_request (S:1477-1518); the caller popped v from running."""
         self.v_free(rep, v)
@@ -1386,8 +1407,7 @@ class _Sim:
                 h.admit_order = rep.admissions
                 rep.admissions += 1
                 if self.in_window_open(T):
-                    self.hit_num += htok
-                    self.hit_den += L
+                    self.v_record_hits(h, htok, L)
                 sched.append((h, x, htok))
                 admitted.append((h, htok))
                 budget -= x
@@ -2651,6 +2671,8 @@ class _Sim:
         out["preemptions"] = self.preemptions
         out["breaker_ejections"] = self.breaker_ejections
         out["prefix_hit_rate"] = self.hit_num / self.hit_den if self.hit_den else math.nan
+        out["preempted_hit_rate"] = (self.preempted_hit_num / self.preempted_hit_den
+                                     if self.preempted_hit_den else math.nan)
         span = H - W
         out["kv_occupancy"] = (sum(area / span / self.kv_blocks for area in self.kv_area) / self.N
                                if span > 0 else math.nan)

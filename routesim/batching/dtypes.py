@@ -460,8 +460,11 @@ METRICS = np.dtype(
         # closed-loop client (max_in_flight > 0; Dataset variables only then)
         ("client_wait_p50", np.float64), ("client_wait_p99", np.float64), ("client_wait_mean", np.float64),
         ("client_waiting", np.int64),
+        # scheduler = "vllm" (Dataset variable only then)
+        ("preempted_hit_rate", np.float64),
         # accumulators, finished into the rates above
         ("hit_tokens", np.float64), ("admit_tokens", np.float64),
+        ("preempted_hit_tokens", np.float64), ("preempted_tokens", np.float64),  # vllm: re-admissions
         ("busy_ms", np.float64), ("batch_ms", np.float64),
         ("done_any", np.int64), ("tokens_window", np.int64),
         ("iterations", np.int64),  # iterations started over the whole run (for benchmarks)

@@ -20,13 +20,13 @@ import xarray as xr
 
 from .. import traces
 from ..config import Stage, Sweep, trace_file
-from ..schema import LENGTHS_PARAMS, TRACE_PARAMS
+from ..schema import LENGTHS_PARAMS, TRACE_PARAMS, run_defaults
 from ..batch import MIN_CHUNKS, FlatOutcome
 from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
-from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind
-from .metrics import ACCUMULATORS, CLIENT_VARIABLES, PER_REPLICA, VARIABLES
+from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, Scheduler
+from .metrics import ACCUMULATORS, CLIENT_VARIABLES, PER_REPLICA, VARIABLES, VLLM_VARIABLES
 from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, unused_params
 from .runs import Packed, params_row, router_draws, simulate, workload_params
 from .workload import from_replay, generate
@@ -184,9 +184,10 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     m = sweep.model
     ru_keys, ru_parts, ru_counts = {}, [], []
     params = np.zeros(runs, PARAMS)
+    given = stage.given | set(stage.inherit)
     ru_of = np.zeros(runs, np.int64)
     for r in range(runs):
-        flat = {p.name: value(p.name, r) for p in m.params}
+        flat = run_defaults(m.params, {p.name: value(p.name, r) for p in m.params}, given)
         scenario = value("scenario", r)
         changes = () if flat["source"] == "trace" else rate_events(sweep, scenario)
         wkey = (changes,) + tuple(value(n, r) for n in WORKLOAD_PARAMS)
@@ -254,8 +255,10 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     shape = grid.shape
     data = {}
     closed = bool((grid.params["max_in_flight"] > 0).any())  # a closed-loop client's variables only then
+    vllm = bool((grid.params["scheduler"] == Scheduler.VLLM).any())  # the vllm mode's only then
     for name in outcome.metrics.dtype.names:
-        if name not in ACCUMULATORS and (closed or name not in CLIENT_VARIABLES):
+        if (name not in ACCUMULATORS and (closed or name not in CLIENT_VARIABLES)
+                and (vllm or name not in VLLM_VARIABLES)):
             data[name] = (dims, outcome.metrics[name].reshape(shape), variable_attrs(name, VARIABLES))
     n_rep = grid.replicas
     for name, field in PER_REPLICA.items():
@@ -276,7 +279,21 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     for p in m.params:  # parameters that are not dimensions, with their value (if some run uses it)
         if p.name not in grid.coords and p.name not in unused:
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
+            if p.default_when and p.name not in stage.given and p.name not in stage.inherit:
+                v = _run_default_attr(p, stage.values)
             if p.name in CLIENT_PARAMS and v == 0:
                 continue  # the open loop, as before the closed-loop client existed
             attrs[p.name] = int(v) if isinstance(v, bool) else v
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _run_default_attr(p, values):
+    """The attribute of a parameter the file does not set whose default depends on
+    another's (``Param.default_when``: ``waiting_cap`` on ``scheduler``): the default
+    every run of the stage takes, or, when its runs take different ones, each with the
+    other's value (``"512 (scheduler = reserve), inf (scheduler = vllm)"``)."""
+    other = p.default_when[0]
+    found = {v: p.run_default({other: v}) for v in values[other]}
+    if len(set(found.values())) == 1:
+        return next(iter(found.values()))
+    return ", ".join(f"{d:g} ({other} = {v})" for v, d in found.items())

@@ -45,7 +45,11 @@ VARIABLES = {
     "wasted_tokens": ("tokens", "tokens emitted in (warm-up, horizon] by attempts cancelled or failed by the stop"),
     "preemptions": ("count", "preemptions at times in [warm-up, horizon)"),
     "breaker_ejections": ("count", "breaker ejections at times in [warm-up, horizon)"),
-    "prefix_hit_rate": ("1", "cached prefix tokens over prompt (and regenerated) tokens of admissions in the window"),
+    "prefix_hit_rate": ("1", "cached prefix tokens over prompt (and regenerated) tokens of admissions in the window "
+                        "(scheduler = \"vllm\": vLLM's metric, new admissions only; NaN without prefix caching)"),
+    "preempted_hit_rate": ("1", "scheduler = \"vllm\": cached tokens over prompt and regenerated tokens of "
+                           "re-admissions after a preemption in the window (vLLM's preempted_hits over "
+                           "preempted_queries); NaN if none"),
     "kv_occupancy": ("1", "time-average referenced KV blocks over the pool, mean over replicas"),
     "backlog_growth": ("requests", "requests in the system (any request) after time horizon minus after time "
                        "warm-up: near 0 in a steady state"),
@@ -86,7 +90,11 @@ PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replic
                "replica_ttft_p99": "ttft_p99"}
 """Dataset variable <- REPLICA field."""
 
-ACCUMULATORS = ("hit_tokens", "admit_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window",
+VLLM_VARIABLES = ("preempted_hit_rate",)
+"""Variables of ``scheduler = "vllm"`` alone: in a Dataset only when a run has it (NaN in
+the other runs)."""
+
+ACCUMULATORS = ("hit_tokens", "admit_tokens", "preempted_hit_tokens", "preempted_tokens", "busy_ms", "batch_ms", "done_any", "tokens_window",
                 "iterations", "entered", "entered_cohort", "left", "left_cohort", "preempted_emitting")
 """METRICS fields that only feed the rates above (not Dataset variables)."""
 
@@ -215,6 +223,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     mt.throughput = mt.done_any / measure_s
     mt.token_throughput = mt.tokens_window / measure_s
     mt.prefix_hit_rate = mt.hit_tokens / mt.admit_tokens if mt.admit_tokens > 0 else np.nan
+    mt.preempted_hit_rate = mt.preempted_hit_tokens / mt.preempted_tokens if mt.preempted_tokens > 0 else np.nan
     mt.batch_mean = mt.batch_ms / mt.busy_ms if mt.busy_ms > 0 else np.nan
     area = 0.0
     first = 0.0

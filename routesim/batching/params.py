@@ -45,7 +45,7 @@ def _class_params():
 
 TOKEN_PARAMS = (
     # [replica] (§2)
-    Param("waiting_cap", "replica", ("waiting_cap",), 512, "requests", "waiting requests a replica accepts (preempted ones not counted against it)", kind=int, low=1),
+    Param("waiting_cap", "replica", ("waiting_cap",), 512, "requests", "waiting requests a replica accepts (preempted ones not counted against it; inf: unbounded); unless set, 512 with scheduler = \"reserve\" and inf with \"vllm\" (vLLM's waiting queue has no bound)", kind=int, low=1, allow_inf=True, default_when=("scheduler", (("vllm", INF),))),
     Param("max_batch", "replica", ("max_batch",), 256, "sequences", "running sequences per replica", kind=int, low=1),
     Param("kv_blocks", "replica", ("kv_blocks",), 16384, "blocks", "KV cache blocks per replica", kind=int, low=1),
     Param("block_tokens", "replica", ("block_tokens",), 16, "tokens", "tokens per KV block (b)", kind=int, low=1),

@@ -6,6 +6,7 @@ token-interface.md, flattened as the config does: ``step_ms_base``,
 workloads; ``simulate`` runs a set of runs through the engine.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,12 @@ from .engine import run_batch
 from .params import MODEL
 from .policies import NAMES, PARAMS as POLICY_PARAMS, uniforms_per_decision
 from .workload import TokenWorkload
+
+UNBOUNDED = np.iinfo(np.int64).max
+"""The kernel's ``waiting_cap`` for ``inf`` (unbounded, the vllm mode's default): a count
+no queue reaches. A replica's waiting queue is a list linked through the run's request
+records (:mod:`.lists`), so nothing is sized by the cap and a queue never holds more than
+the run's requests."""
 
 RECORDED = tuple(p for p in POLICY_PARAMS if p.kind in (int, float) and not p.words)
 """The ``[policy]`` keys copied as they are into the PARAMS field of their name (every
@@ -30,7 +37,8 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["policy"] = NAMES[policy]
     p["score"] = Score[str(v["score"]).upper()]
     p["n_replicas"] = n_replicas
-    for name in ("waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens"):
+    p["waiting_cap"] = UNBOUNDED if math.isinf(v["waiting_cap"]) else v["waiting_cap"]
+    for name in ("max_batch", "kv_blocks", "block_tokens", "max_batched_tokens"):
         p[name] = v[name]
     for prm in RECORDED:  # the policies' numbers, each in the field of its name
         p[prm.name] = v[prm.name]

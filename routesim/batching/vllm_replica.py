@@ -8,7 +8,8 @@ The waiting FIFO and the running list (admission order) are the page's
 admission's hit tokens, ``u`` = ``L_adm`` (``P + g`` at its admission), ``x`` its
 tokens in the step in progress. ``vr[s]`` holds
 its blocks: the last one it took (``TAILB``), its hit blocks (``NHIT``), blocks held
-(``HELD``) and hashed (``NCACHED``). ``vs[i, :vq[i, NSCHED]]`` is the step's scheduled
+(``HELD``) and hashed (``NCACHED``), and whether the attempt was preempted (``PREEMPTED``:
+vLLM's ``num_preemptions > 0``, which files its next admission's hits apart). ``vs[i, :vq[i, NSCHED]]`` is the step's scheduled
 order, ``vp[i, :vq[i, NPEND]]`` the attempts cancelled during it, released at its end.
 """
 
@@ -33,7 +34,8 @@ TAILB = 0
 NHIT = 1
 HELD = 2
 NCACHED = 3
-VR_FIELDS = 4
+PREEMPTED = 4
+VR_FIELDS = 5
 
 
 @nb.njit(**JIT)
@@ -79,6 +81,7 @@ def _clear_nb(vr, s):
     vr[s, NHIT] = 0
     vr[s, HELD] = 0
     vr[s, NCACHED] = 0
+    vr[s, PREEMPTED] = 0
 
 
 @nb.njit(**JIT)
@@ -136,7 +139,24 @@ def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
     front of the waiting queue."""
     vb.release_nb(tab, bl, vq, rep, i, vr[v, TAILB], vr[v, NHIT], v, pk, pk_off, gbase)
     _clear_nb(vr, v)
+    vr[v, PREEMPTED] = 1
     requeue_nb(rep, req, i, v, t, p, mt)
+
+
+@nb.njit(**JIT)
+def _count_hits_nb(mt, p, preempted, htok, L):
+    """vLLM's prefix-cache statistics of one admission in the window
+    (``KVCacheManager.record_prefix_cache_stats``, ``PrefixCacheStats.record``): queries
+    ``L = P + g`` tokens, hits ``htok``; a preempted attempt's re-admission is filed apart
+    (``preempted_queries``, ``preempted_hits``); with prefix caching off nothing is queried."""
+    if not p.prefix_caching:
+        return
+    if preempted:
+        mt.preempted_hit_tokens += htok
+        mt.preempted_tokens += L
+    else:
+        mt.hit_tokens += htok
+        mt.admit_tokens += L
 
 
 @nb.njit(**JIT)
@@ -228,8 +248,7 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             ns += 1
             B -= x
             if window:
-                mt.hit_tokens += htok
-                mt.admit_tokens += L
+                _count_hits_nb(mt, p, vr[h, PREEMPTED], htok, L)
     vq[i, NSCHED] = ns
     hold((tab, bl, vq, vr, vs, rep, req, pk, pk_off, cnt, ev))
     return preempted, U, Q, n, K, R, chunks
@@ -327,6 +346,7 @@ def _cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
         run_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q)
         vb.sync_nb(r, vq, i)
+    vr[s, PREEMPTED] = 0  # (a waiting attempt holds no block: only its flag to clear)
     q.state = State.NONE
     q.replica = -1
     hold((tab, bl, vq, vr, vp, rep, req, pk, pk_off))
