@@ -298,13 +298,27 @@ VLLM_DEFAULTS_BAD = [
         ("waiting_cap = 8", "waiting_cap = -inf")),
     bad("waiting-cap-inf-stage-string", "stages[0].waiting_cap", "expected a number",
         (STAGE, STAGE + '\nwaiting_cap = "unbounded"')),
+    # the engine loop's timing
+    bad("negative-step-cpu", "replica.step_cpu_ms", "must be >= 0",
+        ("chunked_prefill = true", "chunked_prefill = true\nstep_cpu_ms = -0.5")),
+    bad("string-step-cpu", "replica.step_cpu_ms", "expected a number, got a string",
+        ("chunked_prefill = true", 'chunked_prefill = true\nstep_cpu_ms = "1ms"')),
+    bad("negative-step-cpu-per-seq", "stages[0].step_cpu_ms_per_seq[1]", "must be >= 0",
+        (STAGE, STAGE + "\nstep_cpu_ms_per_seq = [0.01, -0.01]")),
+    bad("bool-step-cpu-per-seq", "replica.step_cpu_ms_per_seq", "expected a number, got a boolean",
+        ("chunked_prefill = true", "chunked_prefill = true\nstep_cpu_ms_per_seq = true")),
+    bad("inf-step-cpu", "replica.step_cpu_ms", "expected a finite number, got inf",
+        ("chunked_prefill = true", "chunked_prefill = true\nstep_cpu_ms = inf")),
+    bad("step-cpu-in-queue", "stages[0].step_cpu_ms", "unknown key",
+        ('policy = ["adaptive"]', 'policy = ["adaptive"]\nstep_cpu_ms = 1'), text=STUDY),
 ]
 
 
 @pytest.mark.parametrize("text,key,fragment", VLLM_DEFAULTS_BAD)
 def test_bad_vllm_default_keys(tmp_path, run_cli, text, key, fragment):
-    """waiting_cap takes a whole number >= 1 or inf (issue 40): anything else is one line
-    naming the file and key, exit 2, nothing written."""
+    """waiting_cap takes a whole number >= 1 or inf, step_cpu_ms and step_cpu_ms_per_seq a
+    finite number >= 0, batching only (issue 40): anything else is one line naming the
+    file and key, exit 2, nothing written."""
     path = tmp_path / "bad.toml"
     path.write_text(text)
     assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")

@@ -56,6 +56,9 @@ CASES = {
     # while long requests still run
     "light-no-drain": (dict(SHORT, drain_s=0.0), 6.0, [1.0, 1.0, 1.0], []),
     "drain-cut": (dict(SHORT, p_long=0.2, drain_s=1.0), 6.0, [1.0, 1.0, 1.0], []),
+    # the engine loop's CPU time of a step (issue 40), on heterogeneous replicas with a slowdown
+    "step-cpu": (dict(SHORT, step_cpu_ms=1.25, step_cpu_ms_per_seq=0.07), 10.0, [1.0, 1.5],
+                 [(1000.0, "slowdown", 0, 2.0)]),
 }
 
 
@@ -279,6 +282,8 @@ def test_the_cases_exercise_what_they_claim():
     assert 0 < got["preempting"]["placement_occupancy_high"] < 1    # both sides of 0.9 are met
     assert got["queues-fill"]["shed"] > 0
     assert got["prefix-heavy"]["prefix_hit_rate"] > 0.3
+    plain, _ = _reference("step-cpu", "least_requests", 1, step_cpu_ms=0.0, step_cpu_ms_per_seq=0.0)
+    assert got["step-cpu"]["ttft_p50"] > plain["ttft_p50"] and got["step-cpu"]["tpot_p50"] > plain["tpot_p50"]
     rr, _ = _reference("queues-fill", "round_robin", 2)
     assert rr["shed"] > 0 and rr["unfinished"] + rr["completed"] > 0
     for case, (out, sim) in seen.items():

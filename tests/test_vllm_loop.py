@@ -167,3 +167,58 @@ def test_preempted_hit_rate_is_a_vllm_variable(tmp_path):
         assert ("preempted_hit_rate" in ds) == present
         if present:
             assert np.isnan(ds.preempted_hit_rate.sel(scheduler="reserve")).all()
+
+
+# --- the engine loop's CPU time of a step (issue 40 item 3) ---------------------------
+
+def _loop_case(n_requests):
+    """``n_requests`` requests of P = 8 (two blocks of 4, ids of their own), O = 3,
+    arriving together at 10 ms on one replica; the linear step cost with only c_0 = 5 ms
+    and c_pf = 0.25 ms per prefill token."""
+    step = dict(base=5.0, per_prefill_token=0.25, per_prefill_token_pair=0.0, per_decode_sequence=0.0,
+                per_kv_token=0.0)
+    replica = dict(block_size=4, num_blocks=64, max_num_seqs=8, max_num_batched_tokens=64, chunked_prefill=True,
+                   prefix_caching=True, step_ms=step)
+    requests = [dict(id=k, arrival_ms=10.0, prompt_tokens=8, output_tokens=3, block_ids=[10 * k + 1, 10 * k + 2])
+                for k in range(n_requests)]
+    return dict(replica=replica, requests=requests)
+
+
+def _both(case, factor=1.0, **values):
+    """(engine metrics, reference metrics) of a case on one replica of time factor
+    ``factor``, with ``values`` over the case's (test_vllm_engine.case_values)."""
+    from test_vllm_engine import case_values, case_workload
+    v = case_values(case)
+    v.update(values)
+    p = br.params_row(v, "round_robin", n_replicas=1)
+    metrics, _ = br.simulate(p.reshape(1), np.array([[factor]]), br.event_rows([]),
+                             br.Packed.of([case_workload(case)]), np.zeros(0), np.zeros(2, np.int64))
+    reqs = case["requests"]
+    wl = ref.Workload(t=[q["arrival_ms"] for q in reqs], prompt=[q["prompt_tokens"] for q in reqs],
+                      output=[q["output_tokens"] for q in reqs], key=[0.1 * (k + 1) for k in range(len(reqs))],
+                      blocks=[list(q["block_ids"]) for q in reqs])
+    return metrics[0], ref.simulate(wl, v, [factor], [], "round_robin", 1, check=True)
+
+
+@pytest.mark.parametrize("scheduler", ["reserve", "vllm"])
+@pytest.mark.parametrize("n, factor, ttft, e2e", [
+    # one request: its prefill step 1·(5 + 0.25·8) + (1.5 + 0.5·1) = 9 ms, then two decode
+    # steps of 5 + 2 = 7 ms: TTFT 9, E2E 23
+    (1, 1.0, 9.0, 23.0),
+    # time factor 2 scales the step cost, not the CPU time: 2·7 + 2 = 16, decodes 2·5 + 2 = 12
+    (1, 2.0, 16.0, 40.0),
+    # two at once: 5 + 0.25·16 + (1.5 + 0.5·2) = 11.5, decodes 5 + 2.5 = 7.5: E2E 26.5
+    (2, 1.0, 11.5, 26.5),
+])
+def test_step_cpu_time_hand_cases(scheduler, n, factor, ttft, e2e):
+    """step_cpu_ms = 1.5 and step_cpu_ms_per_seq = 0.5 on hand-worked steps (docs/model.md
+    "The engine loop's timing"), either scheduler, through the engine and the reference."""
+    got, want = _both(_loop_case(n), factor, scheduler=scheduler, step_cpu_ms=1.5, step_cpu_ms_per_seq=0.5)
+    for name, value in (("ttft_p50", ttft), ("ttft_p99", ttft), ("e2e_p99", e2e), ("completed", n)):
+        assert want[name] == value, ("reference", name, want[name])
+        assert got[name] == value, ("engine", name, got[name])
+
+
+def test_step_cpu_time_zero_is_the_step_cost_alone():
+    got, want = _both(_loop_case(1))
+    assert got["ttft_p50"] == want["ttft_p50"] == 7.0 and got["e2e_p99"] == want["e2e_p99"] == 17.0

@@ -131,7 +131,9 @@ MODULES = {
     "test_vllm_engine": "differential",
     "test_vllm_loop": ("unit", {"engine": ("test_hit_rates_as_vllm_counts_them_hand_case",
                                            "test_no_prefix_caching_queries_nothing",
-                                           "test_preempted_hit_rate_is_a_vllm_variable")}),
+                                           "test_preempted_hit_rate_is_a_vllm_variable",
+                                           "test_step_cpu_time_hand_cases",
+                                           "test_step_cpu_time_zero_is_the_step_cost_alone")}),
     "test_vllm_recordings": "unit",
     "test_workload": "unit",
 }

@@ -145,6 +145,11 @@ Metrics (§7)
      attempt's re-admissions are preempted_hit_rate; without prefix caching nothing is
      queried (both NaN).  waiting_cap may be inf (unbounded; the pipeline's default in
      the vllm mode).
+ D26. (issue 40) The engine loop's CPU time of a step: an iteration (either scheduler;
+     the synchronous vllm loop) lasts d + (step_cpu_ms + step_cpu_ms_per_seq*members),
+     d the step cost (D5-D5c, scaled by f), members the sequences it schedules (n +
+     prefill chunks); the CPU part is not scaled by f.  Evaluated in that order; with
+     both 0 the duration is d exactly.
  D23. kv_occupancy integrates, between consecutive times at which anything happens, the
      state left after all phases at the earlier time.
  D24. Percentile rank r = ceil((p/100)*n), value sorted[r-1].
@@ -258,6 +263,8 @@ def defaults() -> dict:
         max_in_flight=0, client_overhead_ms=0.0,
         # prefill/decode disaggregation (issue 42; docs/model.md "Prefill/decode disaggregation")
         **pd_defaults(),
+        # the engine loop's timing (issue 40; docs/model.md "The engine loop's timing")
+        step_cpu_ms=0.0, step_cpu_ms_per_seq=0.0,
     )
 
 
@@ -687,6 +694,13 @@ class _Sim:
         if p["async_scheduling"] and not self.vllm:
             raise ValueError("async_scheduling = true needs scheduler = 'vllm'")
         self.asynchronous = bool(p["async_scheduling"])
+        # issue 40: the CPU time of a step (D26); the asynchronous loop overlaps it with the
+        # GPU's batch, which is not modelled yet
+        self.cpu = (float(p["step_cpu_ms"]), float(p["step_cpu_ms_per_seq"]))
+        if min(self.cpu) < 0 or not all(math.isfinite(x) for x in self.cpu):
+            raise ValueError("step_cpu_ms and step_cpu_ms_per_seq must be finite and >= 0")
+        if self.asynchronous and max(self.cpu) > 0:
+            raise ValueError("step_cpu_ms with async_scheduling is not modelled")
         self.step_log = None
         if log_steps:
             if self.N != 1 or not self.vllm:
@@ -1018,8 +1032,8 @@ class _Sim:
         Q2 = sum(x * (2 * m + 2 * c + x) for _s, x, m, c in chunks)   # exact 2*Q
         Q = Q2 / 2
         R = sum(m + c + x for _s, x, m, c in chunks)   # KV the chunks attend to (roofline)
-        d = self.duration(rep, T, U, Q, n, K, R)
         members = n + len(chunks)
+        d = self.duration(rep, T, U, Q, n, K, R) + self.step_cpu(members)
         if self.in_window_open(T):
             self.batch_num += members * d
             self.batch_den += d
@@ -1051,6 +1065,11 @@ class _Sim:
                       + p["step_ms_per_prefill_token_pair"] * Q)
                      + p["step_ms_per_decode_sequence"] * n)
                     + p["step_ms_per_kv_token"] * K)
+
+    def step_cpu(self, members: int) -> float:
+        """D26: the CPU time (ms) of a step of ``members`` scheduled sequences, besides its
+        step cost: step_cpu_ms + step_cpu_ms_per_seq*members, not scaled by f."""
+        return self.cpu[0] + self.cpu[1] * members
 
     def end_iteration(self, rep: Replica, T: float):
         if self.vllm:
@@ -1326,7 +1345,7 @@ class _Sim:
             self.trace.append((T, "empty_step", rep.index))
             if batch["log"] is not None:
                 batch["log"].update(self.v_counts(rep))
-        d = self.duration(rep, T, *batch["terms"])
+        d = self.duration(rep, T, *batch["terms"]) + self.step_cpu(len(batch["sched"]))
         self.v_run_batch(rep, batch, T, d)
         rep.iteration = dict(start=T, end=T + d, d=d, sched=batch["sched"], log=batch["log"])
 

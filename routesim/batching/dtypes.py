@@ -118,6 +118,8 @@ PARAMS = np.dtype(
         ("cold_tau_ms", np.float64),
         ("ready_delay_ms", np.float64),
         ("fail_fast_ms", np.float64),
+        ("step_cpu_ms", np.float64),          # the engine loop: CPU time of a step, and per sequence
+        ("step_cpu_ms_per_seq", np.float64),
         ("signal_mode", np.int64),        # Signals code
         ("period_ms", np.float64),
         ("routers", np.int64),

@@ -27,7 +27,7 @@ from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, Scheduler
 from .metrics import ACCUMULATORS, CLIENT_VARIABLES, PER_REPLICA, VARIABLES, VLLM_VARIABLES
-from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, unused_params
+from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, ZERO_UNRECORDED, unused_params
 from .runs import Packed, params_row, router_draws, simulate, workload_params
 from .workload import from_replay, generate
 
@@ -281,8 +281,8 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
             if p.default_when and p.name not in stage.given and p.name not in stage.inherit:
                 v = _run_default_attr(p, stage.values)
-            if p.name in CLIENT_PARAMS and v == 0:
-                continue  # the open loop, as before the closed-loop client existed
+            if p.name in ZERO_UNRECORDED and v == 0:
+                continue  # as before these keys existed (the open loop, no engine-loop time)
             attrs[p.name] = int(v) if isinstance(v, bool) else v
     return xr.Dataset(data, coords=coords, attrs=attrs)
 

@@ -58,6 +58,9 @@ TOKEN_PARAMS = (
     Param("cold_tau_ms", "replica", ("cold_tau_ms",), 2000.0, "ms", "decay time of the cold-start factor", low=0, low_open=True),
     Param("ready_delay_ms", "replica", ("ready_delay_ms",), 0.0, "ms", "time after a recovery before the replica is eligible", low=0),
     Param("fail_fast_ms", "replica", ("fail_fast_ms",), 2.0, "ms", "time a black-holed replica takes to fail an attempt", low=0, low_open=True),
+    # the engine loop's timing (issue 40; docs/model.md "The engine loop's timing")
+    Param("step_cpu_ms", "replica", ("step_cpu_ms",), 0.0, "ms", "CPU time of every step besides its step cost (scheduling, input preparation, output processing), not scaled by the time factor", low=0),
+    Param("step_cpu_ms_per_seq", "replica", ("step_cpu_ms_per_seq",), 0.0, "ms", "CPU time of a step per sequence it schedules", low=0),
     # [simulation] (§7)
     Param("dt_ms", "simulation", ("dt_ms",), 0.0, "ms", "the batching model runs in exact event time only (0)", low=0),
     Param("warmup_s", "simulation", ("warmup_s",), 10.0, "s", "warm-up before the measured cohort", low=0, low_open=True),
@@ -105,10 +108,17 @@ CLIENT_PARAMS = ("max_in_flight", "client_overhead_ms")
 that do not change the requests (not in a workload's cache key), and Dataset attributes
 only when not 0."""
 
+LOOP_PARAMS = ("step_cpu_ms", "step_cpu_ms_per_seq")
+"""The engine loop's timing (docs/model.md "The engine loop's timing"): default 0, and
+Dataset attributes only when not 0 (so a Dataset of before them is unchanged)."""
+
+ZERO_UNRECORDED = CLIENT_PARAMS + LOOP_PARAMS
+"""Keys a Dataset records as attributes only when not 0."""
+
 SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
                 "chunked_prefill", "scheduler", "prefix_caching", "step_cost", *step_cost.LEAVES, "cold_factor", "cold_tau_ms", "ready_delay_ms",
-                "fail_fast_ms"),
+                "fail_fast_ms", *LOOP_PARAMS),
     "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
     "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths",

@@ -353,16 +353,25 @@ def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
 
 
 @nb.njit(**JIT)
+def step_cpu_nb(p, members):
+    """The CPU time (ms) of a step that schedules ``members`` sequences, besides its step
+    cost: ``step_cpu_ms + step_cpu_ms_per_seq · members`` (docs/model.md "The engine
+    loop's timing"; 0 by default, and ``x + 0.0`` is ``x``, so a duration is unchanged)."""
+    return p.step_cpu_ms + p.step_cpu_ms_per_seq * members
+
+
+@nb.njit(**JIT)
 def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
     """The iteration starting at t on replica record r: its duration and end. ``U``
     prefill tokens computed, ``Q`` prefill attention pairs, ``R`` KV tokens the prefill
     chunks attend to (tokens), ``n_dec`` decoding sequences and ``kv_sum`` their KV
     (``K``, tokens). ``d = f · cost`` with ``cost`` the run's step cost
-    (routesim.step_cost; linear, §2 step 3: the sum left to right)."""
+    (routesim.step_cost; linear, §2 step 3: the sum left to right), plus the engine
+    loop's CPU time of the step (:func:`step_cpu_nb`)."""
     f = r.factor * r.slowdown
     if r.cold:
         f = f * (1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms))
-    d = f * step_cost.duration_nb(p.step_cost, p.cost, U, Q, n_dec, kv_sum, R)
+    d = f * step_cost.duration_nb(p.step_cost, p.cost, U, Q, n_dec, kv_sum, R) + step_cpu_nb(p, n_dec + chunks)
     if in_window_nb(t, p):
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d

@@ -14,7 +14,7 @@ import numpy as np
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, Admission, Scheduler, Score, Signals
 from .. import step_cost
 from .engine import run_batch
-from .params import MODEL
+from .params import LOOP_PARAMS, MODEL
 from .policies import NAMES, PARAMS as POLICY_PARAMS, uniforms_per_decision
 from .workload import TokenWorkload
 
@@ -59,6 +59,8 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["prefix_caching"] = bool(v.get("prefix_caching", True))
     p["max_in_flight"] = v.get("max_in_flight", 0)  # the closed-loop client (0: open loop)
     p["client_overhead_ms"] = v.get("client_overhead_ms", 0.0)
+    for name in LOOP_PARAMS:  # the engine loop's timing (0: none)
+        p[name] = v.get(name, 0.0)
     form = str(v["step_cost"])
     p["step_cost"] = step_cost.BY_NAME[form].CODE
     coef = step_cost.coefficients(form, v)
