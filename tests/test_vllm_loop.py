@@ -222,3 +222,21 @@ def test_step_cpu_time_hand_cases(scheduler, n, factor, ttft, e2e):
 def test_step_cpu_time_zero_is_the_step_cost_alone():
     got, want = _both(_loop_case(1))
     assert got["ttft_p50"] == want["ttft_p50"] == 7.0 and got["e2e_p99"] == want["e2e_p99"] == 17.0
+
+
+def test_waiting_cap_attribute_of_a_selected_scheduler(tmp_path):
+    """A stage that takes ``scheduler`` from an earlier stage's selection records the
+    default of the scheduler selected (the Dataset of an empty outcome: no run needed)."""
+    from routesim.batching.grid import Outcome, build, to_dataset
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP.format(replica="", stage='scheduler = ["reserve", "vllm"]\n'
+                                 'select = { parameter = "scheduler", maximize = "attainment" }\n'
+                                 '[[stages]]\nname = "after"\npolicy = ["round_robin"]\n'
+                                 'seeds = { first = 2, count = 1 }'))
+    sweep = load_sweep(path)
+    after = sweep.stages[1]
+    assert "scheduler" in after.inherit
+    for scheduler, want in (("vllm", math.inf), ("reserve", 512)):
+        grid = build(sweep, after, {"scheduler": scheduler})
+        ds = to_dataset(sweep, grid, Outcome.empty(grid), {"scheduler": scheduler})
+        assert ds.attrs["waiting_cap"] == want, scheduler

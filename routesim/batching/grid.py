@@ -280,7 +280,7 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
         if p.name not in grid.coords and p.name not in unused:
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
             if p.default_when and p.name not in stage.given and p.name not in stage.inherit:
-                v = _run_default_attr(p, stage.values)
+                v = _run_default_attr(p, resolve(stage, selected))
             if p.name in ZERO_UNRECORDED and v == 0:
                 continue  # as before these keys existed (the open loop, no engine-loop time)
             attrs[p.name] = int(v) if isinstance(v, bool) else v
