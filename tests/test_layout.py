@@ -179,11 +179,11 @@ def test_every_model_provides_the_interface(kind):
 # --- the batching engine's seams (issue 43) -----------------------------------------------
 
 BATCHING = PACKAGE / "batching"
-SCHEDULER_MODULES = {"vllm_replica", "vllm_blocks"}
+SCHEDULER_MODULES = {"vllm_replica", "vllm_async_replica", "vllm_blocks"}
 """Modules of a scheduler alone: the event loop reaches them only through scheduler.py.
 (replica.py also holds what both schedulers share: the engine may import that.)"""
-OPERATION_NAMES = {"state_nb", "table_slots_nb", "start_nb", "decode_on_nb", "finish_nb", "cancel_nb", "crash_nb",
-                   "emits_only_nb", "decodes_on_nb"}
+OPERATION_NAMES = {"state_nb", "table_slots_nb", "has_work_nb", "start_nb", "decode_on_nb", "finish_nb", "cancel_nb",
+                   "crash_nb", "emits_only_nb", "decodes_on_nb"}
 """A scheduler's operations and the reserve scheduler's own conditions (scheduler.OPERATIONS)."""
 
 

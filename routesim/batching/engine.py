@@ -261,6 +261,14 @@ def _publish_nb(rep, tab, snap, loc, pub, pub_k, pub_mods, locc, p, t, next_pub,
 
 
 @nb.njit(**JIT)
+def _gap_rows_nb(p, nrep):
+    """Rows of inter-token gaps one time can add at most: a replica delivers tokens of at
+    most ``max_batch`` sequences at a time (one iteration end, or one batch output with
+    asynchronous scheduling), each token at most one row (most share one)."""
+    return nrep * p.max_batch
+
+
+@nb.njit(**JIT)
 def _gap_room_nb(gap_ms, gap_n, used, extra):
     """The inter-token gap arrays, or twice as large copies, with room for ``extra`` more.
     (Called between times, outside the event loop proper: an array variable reassigned
@@ -420,7 +428,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             while c7 < n_dirty and tab_need == 0:
                 i = dirty[c7]
                 r = rep[i]
-                if not r.busy and r.healthy and (r.n_run > 0 or r.n_wait > 0):
+                if not r.busy and r.healthy and sc.has_work_nb(sched, S, i):
                     tab_need = sc.start_nb(sched, S, i, t, p, mt)  # or the table's room to make first
                     if tab_need == 0:
                         tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
@@ -435,8 +443,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 stopped = True
                 break  # the stop: nothing of the cohort is left in the system
             # the next time t
-            # room for the gaps one time can add: a row per replica, one per re-admitted sequence
-            if n_gap[0] + nrep + mt.preempted_emitting > gap_ms.shape[0]:
+            # room for the gaps one time can add (_gap_rows)
+            if n_gap[0] + _gap_rows_nb(p, nrep) > gap_ms.shape[0]:
                 break
             t = np.inf
             if k < n:  # the next arrival; a closed client with N in flight sends when a slot frees
@@ -479,7 +487,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 if not (seen_warmup and window_open):
                     calm = min(calm, p.warmup_ms)
                 calm = min(calm, p.limit_ms if past else horizon)
-                while n_gap[0] + nrep + mt.preempted_emitting < gap_ms.shape[0]:  # a general time's room left
+                while n_gap[0] + _gap_rows_nb(p, nrep) < gap_ms.shape[0]:  # a general time's room left
                     i = e_win[1]
                     r = rep[i]
                     te = ends[i].t
@@ -674,7 +682,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             _sort_ints(dirty, n_dirty)  # phase 7 (at the top of the loop) starts them in replica order
         if not stopped:  # make room, then go on where the loop left off
-            gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], nrep + mt.preempted_emitting)
+            gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], _gap_rows_nb(p, nrep))
             tab = bk.reserve_nb(tab, cnt[0], tab_need - cnt[0])
             snap = bk.reserve_nb(snap, snap_n, snap_need - snap_n)
             loc = bk.reserve_nb(loc, loc_n, loc_need - loc_n)

@@ -361,13 +361,15 @@ def step_cpu_nb(p, members):
 
 
 @nb.njit(**JIT)
-def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
-    """The iteration starting at t on replica record r: its duration and end. ``U``
-    prefill tokens computed, ``Q`` prefill attention pairs, ``R`` KV tokens the prefill
-    chunks attend to (tokens), ``n_dec`` decoding sequences and ``kv_sum`` their KV
-    (``K``, tokens). ``d = f · cost`` with ``cost`` the run's step cost
-    (routesim.step_cost; linear, §2 step 3: the sum left to right), plus the engine
-    loop's CPU time of the step (:func:`step_cpu_nb`)."""
+def step_ms_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
+    """The duration (ms) of an iteration starting at t on replica record r, counted in
+    the run's iterations and, started in the window, in ``busy_ms`` and ``batch_ms``.
+    ``U`` prefill tokens computed, ``Q`` prefill attention pairs, ``R`` KV tokens the
+    prefill chunks attend to (tokens), ``n_dec`` decoding sequences and ``kv_sum`` their
+    KV (``K``, tokens), ``chunks`` prefill chunks. ``d = f · cost`` with ``cost`` the
+    run's step cost (routesim.step_cost; linear, §2 step 3: the sum left to right) and
+    ``f`` the time factor, the slowdown in force and the cold factor at t, plus the engine
+    loop's CPU time of the step (:func:`step_cpu_nb`, not scaled by ``f``)."""
     f = r.factor * r.slowdown
     if r.cold:
         f = f * (1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms))
@@ -375,8 +377,16 @@ def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
     if in_window_nb(t, p):
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d
-    r.started += 1
     mt.iterations += 1
+    return d
+
+
+@nb.njit(**JIT)
+def begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
+    """The iteration starting at t on replica record r: its duration (:func:`step_ms_nb`,
+    same arguments) and end."""
+    d = step_ms_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks)
+    r.started += 1
     r.busy = True
     r.begin_ms = t
     r.end_ms = t + d
@@ -410,12 +420,20 @@ def _complete_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_off, mt, 
 @nb.njit(**JIT)
 def leave_nb(rep, req, i, s, t, p, mt, done_log, n_done):
     """Sequence s, its blocks released, completes at t and leaves replica i (both
-    schedulers): off the running list, settled, logged in ``done_log`` (2, n) (replica,
-    request) at column ``n_done``. Returns the log's new length."""
+    schedulers): off the running list, then :func:`done_nb`. Returns the log's new
+    length."""
+    run_remove_nb(rep, req, i, s)
+    return done_nb(rep, req, i, s, t, p, mt, done_log, n_done)
+
+
+@nb.njit(**JIT)
+def done_nb(rep, req, i, s, t, p, mt, done_log, n_done):
+    """Sequence s, off replica i's lists and its blocks released, completes at t: out of
+    τ, settled, logged in ``done_log`` (2, n) (replica, request) at column ``n_done``.
+    Returns the log's new length."""
     r = rep[i]
     q = req[s]
     r.tau -= q.P + max(q.A, q.O)
-    run_remove_nb(rep, req, i, s)
     q.state = State.NONE
     q.done_ms = t
     settle_nb(q, Fate.COMPLETED, mt)
@@ -648,6 +666,13 @@ def _decode_next_nb(r, p, mt, t, need):
     r.anon += need
     r.kv_dec += r.n_dec
     begin_nb(r, p, mt, t, r.n_dec, r.kv_dec, np.int64(0), 0.0, np.int64(0), np.int64(0))
+
+
+@nb.njit(**JIT)
+def has_work_nb(X, S, i):
+    """Phase 7: has idle replica i attempts to schedule (waiting or running)?"""
+    r = S.rep[i]
+    return r.n_run > 0 or r.n_wait > 0
 
 
 @nb.njit(**JIT)

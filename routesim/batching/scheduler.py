@@ -12,6 +12,7 @@ A scheduler is a module that gives
   first and the run's shared arrays ``S`` (a :data:`Run`) second:
 
   ``table_slots_nb(X, p, nrep)``      segment-table slots the run needs from the start
+  ``has_work_nb(X, S, i)``            has idle replica i something to start (phase 7)?
   ``start_nb(X, S, i, t, p, mt)``     start an iteration on idle replica i with work
                                        (phase 7); returns 0, or the table entries to
                                        make room for first (nothing done then)
@@ -74,6 +75,10 @@ def table_slots_nb(X, p, nrep):
     return _module(X).table_slots_nb(X, p, nrep)
 
 
+def has_work_nb(X, S, i):
+    return _module(X).has_work_nb(X, S, i)
+
+
 def start_nb(X, S, i, t, p, mt):
     return _module(X).start_nb(X, S, i, t, p, mt)
 
@@ -95,7 +100,7 @@ def crash_nb(X, S, i, t, p):
 
 
 OPERATIONS = {f.__name__: inspect.signature(f) for f in
-              (table_slots_nb, start_nb, decode_on_nb, finish_nb, cancel_nb, crash_nb)}
+              (table_slots_nb, has_work_nb, start_nb, decode_on_nb, finish_nb, cancel_nb, crash_nb)}
 """The operations every scheduler implements, with their parameters."""
 
 
@@ -113,5 +118,5 @@ def _compiled(stub):
         return impl
 
 
-for _stub in (table_slots_nb, start_nb, decode_on_nb, finish_nb, cancel_nb, crash_nb):
+for _stub in (table_slots_nb, has_work_nb, start_nb, decode_on_nb, finish_nb, cancel_nb, crash_nb):
     _compiled(_stub)

@@ -8,9 +8,12 @@ The waiting FIFO and the running list (admission order) are the page's
 admission's hit tokens, ``u`` = ``L_adm`` (``P + g`` at its admission), ``x`` its
 tokens in the step in progress. ``vr[s]`` holds
 its blocks: the last one it took (``TAILB``), its hit blocks (``NHIT``), blocks held
-(``HELD``) and hashed (``NCACHED``), and whether the attempt was preempted (``PREEMPTED``:
-vLLM's ``num_preemptions > 0``, which files its next admission's hits apart). ``vs[i, :vq[i, NSCHED]]`` is the step's scheduled
-order, ``vp[i, :vq[i, NPEND]]`` the attempts cancelled during it, released at its end.
+(``HELD``) and hashed (``NCACHED``), whether the attempt was preempted (``PREEMPTED``:
+vLLM's ``num_preemptions > 0``, which files its next admission's hits apart), and with
+asynchronous scheduling (:mod:`.vllm_async_replica`) its placeholders and tokens in
+flight (``PH``, ``INFL``, ``STALE``, ``SAMPLED``: always 0 in the synchronous loop).
+``vs[i, :vq[i, NSCHED]]`` is the step's scheduled order, ``vp[i, :vq[i, NPEND]]`` the
+attempts cancelled during it, released at its end.
 """
 
 import math
@@ -30,12 +33,20 @@ from .replica import (begin_nb, gap_nb, in_window_end_nb, in_window_nb, integrat
 from .timers import in_flight_nb
 from .vllm_blocks import NPEND, NSCHED, QLEN
 
+SYNC = np.bool_(False)
+"""``_schedule_nb``'s ``asyn`` for the synchronous loop (a typed value: a literal would
+compile it once more)."""
+
 TAILB = 0
 NHIT = 1
 HELD = 2
 NCACHED = 3
 PREEMPTED = 4
-VR_FIELDS = 5
+PH = 5       # async scheduling (vllm_async_replica.py): vLLM's num_output_placeholders,
+INFL = 6     # its tokens in batches in flight,
+STALE = 7    # of them, those scheduled before a preemption (num_stale_output_tokens),
+SAMPLED = 8  # and whether it samples a token in the batch being scheduled (1) or not (0)
+VR_FIELDS = 9
 
 
 @nb.njit(**JIT)
@@ -85,6 +96,23 @@ def _clear_nb(vr, s):
 
 
 @nb.njit(**JIT)
+def hash_upto_nb(tab, bl, vq, vr, i, s, hi, pk, pk_off, gbase, cnt):
+    """``cache_blocks`` (C:335-359, BP:231-348): attempt s's blocks ``vr[s, NCACHED]`` …
+    ``hi − 1`` (each full of known tokens) get their keys and join replica i's hash map
+    (``cnt[0]``: its entries); then ``NCACHED = hi``. Nothing when ``hi`` is not past them."""
+    lo = vr[s, NCACHED]
+    if hi > lo:
+        # blocks lo … hi-1: walk back from the last one held
+        y = vr[s, TAILB]
+        for j in range(vr[s, HELD] - 1, lo - 1, -1):
+            if j < hi:
+                cnt[0] += vb.hash_block_nb(tab, bl, vq, i, y, vb.key_of_nb(pk, pk_off, gbase, s, j))
+            y = bl[i, vb.OWN, y]
+        vr[s, NCACHED] = hi
+    hold((tab, bl, vq, vr, pk, pk_off, cnt))
+
+
+@nb.njit(**JIT)
 def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, gbase, cnt, ev):
     """vLLM's ``allocate_slots`` (spec22b 11) for x new tokens of attempt s, with nh hit
     blocks at an admission (``admit``: the gate first). Returns whether it succeeded."""
@@ -119,16 +147,7 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
             held += new
         vr[s, HELD] = held
         if p.prefix_caching:
-            hi = min(total + x, L) // b
-            lo = vr[s, NCACHED]
-            if hi > lo:
-                # blocks lo … hi-1: walk back from the last one held
-                y = vr[s, TAILB]
-                for j in range(held - 1, lo - 1, -1):
-                    if j < hi:
-                        cnt[0] += vb.hash_block_nb(tab, bl, vq, i, y, vb.key_of_nb(pk, pk_off, gbase, s, j))
-                    y = bl[i, vb.OWN, y]
-                vr[s, NCACHED] = hi
+            hash_upto_nb(tab, bl, vq, vr, i, s, min(total + x, L) // b, pk, pk_off, gbase, cnt)
     hold((tab, bl, vq, vr, rep, req, pk, pk_off, cnt, ev))
     return ok
 
@@ -136,10 +155,13 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
 @nb.njit(**JIT)
 def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
     """Preempt v (spec22b 12): its blocks released, ``c = 0``, it keeps g and goes to the
-    front of the waiting queue."""
+    front of the waiting queue; its tokens in flight become stale and its placeholders are
+    zeroed (S:1500-1511; VLLM-MODE.md 29: nothing in flight in the synchronous loop)."""
     vb.release_nb(tab, bl, vq, rep, i, vr[v, TAILB], vr[v, NHIT], v, pk, pk_off, gbase)
     _clear_nb(vr, v)
     vr[v, PREEMPTED] = 1
+    vr[v, STALE] = vr[v, INFL]
+    vr[v, PH] = 0
     requeue_nb(rep, req, i, v, t, p, mt)
 
 
@@ -159,12 +181,28 @@ def _count_hits_nb(mt, p, preempted, htok, L):
         mt.admit_tokens += L
 
 
+def _placeholder_nb(vr, q, s, x):
+    """AsyncScheduler._update_after_schedule (AS:19-49) for attempt s (record q), x
+    tokens just scheduled (``q.c`` counts them): in flight; if its chunk reaches its
+    length, placeholders included (not ``is_prefill_chunk``), it samples in this batch
+    and gets one more placeholder."""
+    vr[s, INFL] += x
+    if q.c >= q.P + q.g + vr[s, PH]:
+        vr[s, PH] += 1
+        vr[s, SAMPLED] = 1
+
+
 @nb.njit(**JIT)
-def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
+def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, asyn):
     """One ``schedule()`` (spec22b 10-14): the running loop, then (if nothing was
     preempted) the waiting loop. Returns whether something was preempted and the step's
     U, Q, n, K, R (R: the prefill chunks' Σ (c + x)) and prefilling count (spec22b 15,
-    summed in scheduled order); the scheduled attempts are ``vs[i, :vq[i, NSCHED]]``."""
+    summed in scheduled order); the scheduled attempts are ``vs[i, :vq[i, NSCHED]]``.
+    ``asyn``: AsyncScheduler's (VLLM-MODE.md 27): an attempt whose chunk reaches its
+    length, placeholders included, gets one more placeholder (``vr[s, SAMPLED] = 1``), and
+    its tokens count in flight. Placeholders are 0 in the synchronous loop, so the skip
+    of an attempt whose last token is in flight (S:617-629) and the placeholders in its
+    tokens to compute (S:655-660) change nothing there."""
     r = rep[i]
     b = p.block_tokens
     B = p.max_batched_tokens
@@ -179,7 +217,11 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
     s = r.r_head
     while s >= 0 and B > 0:
         q = req[s]
-        x = min(q.P + q.g - q.c, B)
+        ph = vr[s, PH]
+        if ph > 0 and q.c + 2 - ph >= q.P + q.O:  # its last token is in flight (S:617-629)
+            s = q.r_next
+            continue
+        x = min(q.P + q.g + ph - q.c, B)
         # most steps of a running attempt need no new block and fill no block (a decode
         # 15 times in 16): allocate_slots changes nothing then, so it is not called
         ok = (q.c + x + b - 1) // b <= vr[s, HELD] and (
@@ -210,6 +252,8 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             K += c + 1
         q.x = x
         q.c = c + x
+        if asyn:
+            _placeholder_nb(vr, q, s, x)
         B -= x
         s = q.r_next
     if not preempted:
@@ -240,6 +284,8 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             q.u = L
             q.x = x
             q.c = htok + x
+            if asyn:
+                _placeholder_nb(vr, q, h, x)
             U += x   # an admission prefills (c = htok < L)
             Q += x * (htok + x / 2.0)
             R += htok + x
@@ -263,7 +309,7 @@ def _start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt
     r = rep[i]
     while True:  # a step that only preempted is no iteration: schedule again at once (D14)
         preempted, U, Q, n, K, R, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
-                                                     mt, cnt, ev)
+                                                     mt, cnt, ev, SYNC)
         if vq[i, NSCHED] > 0 or not preempted:
             break
     if vq[i, NSCHED] == 0:
@@ -278,6 +324,34 @@ def _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, d
     vb.release_nb(tab, bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], s, pk, pk_off, gbase)
     _clear_nb(vr, s)
     return leave_nb(rep, req, i, s, t, p, mt, done_log, n_done)
+
+
+@nb.njit(**JIT)
+def emit_nb(r, q, t, mt, window, prev_ms, gap_ms, gap_n, n_gap):
+    """A token of attempt q (a REQUEST record) on replica record r reaches its client at
+    t: ``g``, τ past the allowance, the first-token and last-token times, the token
+    counters (``window``: t in the window). Returns 1 when its inter-token gap is
+    ``t − prev_ms`` (the caller counts those in one row of gaps), else 0 (its gap, from
+    its last token, is written here: an attempt re-admitted after a preemption, or not
+    scheduled in the previous batch)."""
+    same = np.int64(0)
+    if q.g >= q.A:
+        r.tau += 1
+    if window:
+        mt.tokens_window += 1
+        r.tokens += 1
+        if q.g > 0:
+            if q.last_ms == prev_ms:
+                same = np.int64(1)
+            else:
+                gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, np.int64(1))
+    q.g += 1
+    r.tokens_all += 1
+    if math.isnan(q.first_ms):
+        q.first_ms = t
+    q.last_ms = t
+    hold((gap_ms, gap_n, n_gap))
+    return same
 
 
 @nb.njit(**JIT)
@@ -297,21 +371,7 @@ def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt
         q.x = 0
         if q.state != State.PREFILL or q.replica != i or q.c != q.P + q.g:
             continue
-        if q.g >= q.A:
-            r.tau += 1
-        if window:
-            mt.tokens_window += 1
-            r.tokens += 1
-            if q.g > 0:
-                if q.last_ms == r.begin_ms:
-                    dec += 1
-                else:  # re-admitted after a preemption: the gap from its last token
-                    gap_nb(gap_ms, gap_n, n_gap, t - q.last_ms, np.int64(1))
-        q.g += 1
-        r.tokens_all += 1
-        if math.isnan(q.first_ms):
-            q.first_ms = t
-        q.last_ms = t
+        dec += emit_nb(r, q, t, mt, window, r.begin_ms, gap_ms, gap_n, n_gap)
         if q.g == q.O:
             n_done = _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, done_log, n_done)
     if dec > 0:
@@ -405,6 +465,13 @@ def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
 def table_slots_nb(X, p, nrep):
     """Hash-map slots the run needs from the start (sized once: :func:`_slots_nb`)."""
     return X.slots
+
+
+@nb.njit(**JIT)
+def has_work_nb(X, S, i):
+    """Phase 7: has idle replica i attempts to schedule (waiting or running)?"""
+    r = S.rep[i]
+    return r.n_run > 0 or r.n_wait > 0
 
 
 @nb.njit(**JIT)
