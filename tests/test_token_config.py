@@ -484,6 +484,13 @@ SCHEDULER_BAD = [
         ("max_batched_tokens = 2048", "max_batched_tokens = 15")),
     bad("vllm-unchunked-request-over-budget", "replica.max_batched_tokens", "a request of 4864 tokens",
         ("chunked_prefill = true", 'chunked_prefill = false\nscheduler = "vllm"')),
+    # [replica] async_scheduling (issue 40)
+    bad("async-scheduling-number", "replica.async_scheduling", "expected true or false",
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = 1')),
+    bad("async-scheduling-string", "replica.async_scheduling", "expected true or false",
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = "true"')),
+    bad("async-scheduling-reserve", "replica.async_scheduling", 'async_scheduling = true needs scheduler = "vllm"',
+        ("chunked_prefill = true", "chunked_prefill = true\nasync_scheduling = true")),
 ]
 
 
@@ -514,6 +521,31 @@ def test_bad_scheduler_trace_request_is_named(tmp_path, run_cli):
     edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"'),
          ("max_batched_tokens = 2048", "max_batched_tokens = 16")),     # = max_batch
     edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "reserve"\nprefix_caching = true')),
-], ids=["vllm-no-caching", "vllm-unchunked-just-fits", "vllm-budget-equals-batch", "reserve-explicit"])
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = [false, true]')),
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = ["reserve", "vllm"]\nasync_scheduling = true')),
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nasync_scheduling = false')),
+], ids=["vllm-no-caching", "vllm-unchunked-just-fits", "vllm-budget-equals-batch", "reserve-explicit",
+        "vllm-both-loops", "async-with-some-vllm", "reserve-synchronous"])
 def test_scheduler_values_are_accepted(text):
     routesim.parse_sweep(text, "ok.toml")
+
+
+def test_async_scheduling_selects_the_scheduler():
+    """A run's scheduler code (runs.params_row): vllm with async_scheduling is vLLM's
+    asynchronous loop, without it the synchronous one; reserve ignores the key. The
+    Dataset records the key only for a stage with a vllm run (params.unused_params)."""
+    from routesim.batching import runs as br
+    from routesim.batching.dtypes import Scheduler
+    from routesim.batching.params import unused_params
+    stage = routesim.parse_sweep(edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\n'
+                                                                  "async_scheduling = [false, true]")),
+                                 "ok.toml").stages[0]
+    base = {name: values[0] for name, values in stage.values.items()}
+    codes = {(s, a): int(br.params_row(dict(base, scheduler=s, async_scheduling=a), "round_robin",
+                                        n_replicas=2)["scheduler"])
+             for s in ("reserve", "vllm") for a in (False, True)}
+    assert codes == {("reserve", False): Scheduler.RESERVE, ("reserve", True): Scheduler.RESERVE,
+                     ("vllm", False): Scheduler.VLLM, ("vllm", True): Scheduler.VLLM_ASYNC}
+    assert "async_scheduling" not in unused_params(stage.values)
+    reserve = routesim.parse_sweep(BASE, "ok.toml").stages[0]
+    assert "async_scheduling" in unused_params(reserve.values)

@@ -326,6 +326,12 @@ VLLM_ONLY = {
 }
 VLLM_CASES = [c for c in CASES if c != "preempting"] + list(FAULT_CASES) + list(VLLM_ONLY)
 VLLM_EXTRA = {"no-prefix-unchunked": dict(VLLM, max_batched_tokens=40000)}
+ASYNC = dict(async_scheduling=True)
+"""vLLM's default loop (issue 40; conformance/VLLM-MODE.md 25-35): the vllm cases again
+with asynchronous scheduling, against the reference's ``async_scheduling``."""
+SCHEDULERS = {Scheduler.RESERVE: dict(scheduler="reserve"), Scheduler.VLLM: dict(VLLM, async_scheduling=False),
+              Scheduler.VLLM_ASYNC: dict(VLLM, **ASYNC)}
+"""Each scheduler code of the registry (dtypes.Scheduler) as the sweep's values."""
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -334,10 +340,24 @@ def test_engine_matches_reference_vllm(case, policy):
     _compare(case, policy, 1, **VLLM_EXTRA.get(case, VLLM))
 
 
-@pytest.mark.parametrize("case", ["prefix-heavy", "crash-retry-cold", "ttft-computed-blocks", "vllm-preempting",
-                                  "vllm-timeouts-midstep", "vllm-local-crash"])
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("case", VLLM_CASES)
+def test_engine_matches_reference_vllm_async(case, policy):
+    _compare(case, policy, 1, **VLLM_EXTRA.get(case, VLLM), **ASYNC)
+
+
+NO_PREFIX_CACHING_CASES = ["prefix-heavy", "crash-retry-cold", "ttft-computed-blocks", "vllm-preempting",
+                           "vllm-timeouts-midstep", "vllm-local-crash"]
+
+
+@pytest.mark.parametrize("case", NO_PREFIX_CACHING_CASES)
 def test_engine_matches_reference_vllm_no_prefix_caching(case):
     _compare(case, "least_kv", 2, **VLLM_EXTRA.get(case, VLLM), prefix_caching=False)
+
+
+@pytest.mark.parametrize("case", NO_PREFIX_CACHING_CASES)
+def test_engine_matches_reference_vllm_async_no_prefix_caching(case):
+    _compare(case, "least_kv", 2, **VLLM_EXTRA.get(case, VLLM), **ASYNC, prefix_caching=False)
 
 
 def test_the_vllm_cases_exercise_what_they_claim():
@@ -357,6 +377,22 @@ def test_the_vllm_cases_exercise_what_they_claim():
     assert got["prefix_hit_rate"] > 0.3
 
 
+def test_the_vllm_async_cases_exercise_what_they_claim():
+    """With asynchronous scheduling the vllm cases preempt and schedule empty batches
+    (VLLM-MODE.md 29, 30), time out and retry, crash and retry; and the loop changes the
+    latencies against the synchronous one."""
+    out, sim = _reference("vllm-preempting", "least_requests", 1, **VLLM, **ASYNC)
+    assert out["preemptions"] > 0
+    assert any(e[1] == "empty_step" for e in sim.trace)
+    got, _ = _reference("vllm-timeouts-midstep", "least_requests", 1, **VLLM, **ASYNC)
+    assert got["failed"] > 0 and got["retries"] > 0
+    got, _ = _reference("vllm-local-crash", "least_requests", 1, **VLLM, **ASYNC)
+    assert got["retries"] > 0
+    sync, _ = _reference("light", "least_requests", 1, **VLLM)
+    asyn, _ = _reference("light", "least_requests", 1, **VLLM, **ASYNC)
+    assert sync["ttft_p99"] != asyn["ttft_p99"]
+
+
 SAMPLE_DRAIN_S = 5.0
 
 
@@ -372,7 +408,7 @@ def fast_sample() -> list[tuple]:
     runs = []
     turn = {}
     for i, (policy, scheduler, cost) in enumerate(itertools.product(POLICIES, Scheduler, STEP_COSTS)):
-        cases = VLLM_CASES if scheduler == Scheduler.VLLM else list(CASES) + list(FAULT_CASES)
+        cases = VLLM_CASES if scheduler != Scheduler.RESERVE else list(CASES) + list(FAULT_CASES)
         cases = [c for c in cases if "period_ms" not in {**CASES, **FAULT_CASES, **VLLM_ONLY}[c][0]]
         k = turn[scheduler] = turn.get(scheduler, -1) + 1
         runs.append((cases[k % len(cases)], policy, scheduler.name.lower(), cost,
@@ -387,6 +423,7 @@ def test_engine_matches_reference_sampled(case, policy, scheduler, step_cost, se
     """With a drain of at most SAMPLE_DRAIN_S: a request that never fits its replica's
     pool would otherwise keep the reference stepping through the page's 600 s drain (a
     minute for one run)."""
-    extra = VLLM_EXTRA.get(case, VLLM) if scheduler == "vllm" else {}
+    code = Scheduler[scheduler.upper()]
+    extra = VLLM_EXTRA.get(case, {}) if code != Scheduler.RESERVE else {}
     drain_s = min(_values({**CASES, **FAULT_CASES, **VLLM_ONLY}[case][0])["drain_s"], SAMPLE_DRAIN_S)
-    _compare(case, policy, seed, **{**extra, "scheduler": scheduler, "step_cost": step_cost, "drain_s": drain_s})
+    _compare(case, policy, seed, **{**extra, **SCHEDULERS[code], "step_cost": step_cost, "drain_s": drain_s})

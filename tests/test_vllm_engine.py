@@ -5,8 +5,13 @@ sweep runs it, with the case's requests as a trace's rows and their block ids in
 compared request by request with the recording: first-token and completion times bit
 for bit, and per case the preemptions, completions and prefix-hit tokens.
 
-All 400 cases go through one compiled call (``_run_cases``), so the suite costs one
-compilation and well under a second of simulation.
+The same for vLLM's default loop, asynchronous scheduling (issue 40; the engine's
+``async_scheduling = true``, routesim/batching/vllm_async_replica.py): the 400 cases of
+conformance/recorded/vllm-0.30.0-async.json.gz, recorded with vLLM's own
+``AsyncScheduler`` and batch queue of 2 (VLLM-SCHEDULER.md §9).
+
+All 400 cases of a recording go through one compiled call (``_run_cases``), so the
+suite costs one compilation per loop and well under a second of simulation.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from conformance import record  # noqa: E402
 from routesim.batching import runs as br  # noqa: E402
 from routesim.batching.dtypes import KEPT, METRICS, REPLICA, Fate  # noqa: E402
 from routesim.batching.engine import run_one_nb  # noqa: E402
-from routesim.batching.vllm_replica import state_nb  # noqa: E402
+from routesim.batching import vllm_async_replica, vllm_replica  # noqa: E402
 from routesim.batching.workload import TokenWorkload, segments_from_ids  # noqa: E402
 
 import token_reference as ref  # noqa: E402
@@ -36,7 +41,8 @@ KEY_STEP = 0.6180339887498949
 
 def case_values(case):
     """The case as flat parameter values: one replica, every request in the cohort (no
-    warm-up) and a window long enough for every step (counters are of the window)."""
+    warm-up) and a window long enough for every step (counters are of the window); the
+    loop the case was recorded with (``async_scheduling``)."""
     rep = case["replica"]
     c = rep["step_ms"]
     v = ref.defaults()
@@ -45,7 +51,8 @@ def case_values(case):
              step_ms_base=c["base"], step_ms_per_prefill_token=c["per_prefill_token"],
              step_ms_per_prefill_token_pair=c["per_prefill_token_pair"],
              step_ms_per_decode_sequence=c["per_decode_sequence"], step_ms_per_kv_token=c["per_kv_token"],
-             warmup_s=0.0, measure_s=1e7, drain_s=0.0, scheduler="vllm", prefix_caching=bool(rep["prefix_caching"]))
+             warmup_s=0.0, measure_s=1e7, drain_s=0.0, scheduler="vllm", prefix_caching=bool(rep["prefix_caching"]),
+             async_scheduling=bool(rep.get("async_scheduling", False)))
     return v
 
 
@@ -63,24 +70,33 @@ def case_workload(case):
                          group=np.full(n, -1, np.int64), seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)
 
 
-@nb.njit
-def _run_cases(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, metrics,
-               keep):
-    for r in range(params.shape[0]):
-        p = params[r]
-        lo = wl_off[r]
-        hi = wl_off[r + 1]
-        vst, pk, pk_len, pk_off = state_nb(p, 1, seg_key, seg_len, seg_off[lo + r:hi + r + 1], wl_P[lo:hi],
-                                           wl_O[lo:hi])
-        run_one_nb(p, rep[r], events, wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], pk, pk_len, pk_off, ru,
-                   metrics[r], np.zeros(0), np.zeros((0, 1), SAMPLE_T), np.zeros(0, CLUSTER_T), keep[lo:hi], vst)
+def _runner(state_nb):
+    """A compiled loop over cases with the scheduler whose state ``state_nb`` makes."""
+    @nb.njit
+    def run_cases(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, metrics,
+                  keep):
+        for r in range(params.shape[0]):
+            p = params[r]
+            lo = wl_off[r]
+            hi = wl_off[r + 1]
+            vst, pk, pk_len, pk_off = state_nb(p, 1, seg_key, seg_len, seg_off[lo + r:hi + r + 1], wl_P[lo:hi],
+                                               wl_O[lo:hi])
+            run_one_nb(p, rep[r], events, wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], pk, pk_len, pk_off,
+                       ru, metrics[r], np.zeros(0), np.zeros((0, 1), SAMPLE_T), np.zeros(0, CLUSTER_T), keep[lo:hi],
+                       vst)
+    return run_cases
+
+
+_RUN_CASES = {False: _runner(vllm_replica.state_nb), True: _runner(vllm_async_replica.state_nb)}
+"""``async_scheduling`` → the compiled loop over cases."""
 
 
 from routesim.batching.dtypes import CLUSTER_SAMPLE as CLUSTER_T, SAMPLE as SAMPLE_T  # noqa: E402
 
 
 def run_engine(cases):
-    """(metrics (cases,), keep (requests,) KEPT, offsets) of the engine on the cases."""
+    """(metrics (cases,), keep (requests,) KEPT, offsets) of the engine on the cases (all
+    recorded with one loop)."""
     wls = [case_workload(c) for c in cases]
     packed = br.Packed.of(wls)
     params = np.concatenate([br.params_row(case_values(c), "round_robin", n_replicas=1).reshape(1)
@@ -89,7 +105,9 @@ def run_engine(cases):
     rep["factor"] = 1.0
     metrics = np.zeros(len(cases), METRICS)
     keep = np.zeros(packed.off[-1], KEPT)
-    _run_cases(params, rep, br.event_rows([]), packed.t, packed.prompt, packed.output, packed.key,
+    asynchronous = {bool(c["replica"].get("async_scheduling", False)) for c in cases}
+    assert len(asynchronous) == 1
+    _RUN_CASES[asynchronous.pop()](params, rep, br.event_rows([]), packed.t, packed.prompt, packed.output, packed.key,
                packed.seg_key, packed.seg_len, packed.seg_off, packed.off, np.zeros(0), metrics, keep)
     return metrics, keep, packed.off
 
@@ -102,6 +120,16 @@ def recording():
 @pytest.fixture(scope="module")
 def engine(recording):
     return run_engine(recording["cases"])
+
+
+@pytest.fixture(scope="module")
+def async_recording():
+    return record.load(record.RECORDED_ASYNC)
+
+
+@pytest.fixture(scope="module")
+def async_engine(async_recording):
+    return run_engine(async_recording["cases"])
 
 
 def case_differences(case, res, metrics, keep):
@@ -135,16 +163,38 @@ def case_differences(case, res, metrics, keep):
     return diffs
 
 
-def test_every_recorded_case_is_identical(recording, engine):
-    """All 400 cases: every request's first-token and completion times bit for bit, and
-    the case's preemptions, completions and hit tokens."""
+def _all_differences(recording, engine):
+    """Each case of the recording that differs: its name -> its first differences."""
     metrics, keep, off = engine
     bad = {}
     for c, (case, res) in enumerate(zip(recording["cases"], recording["results"])):
         diffs = case_differences(case, res, metrics[c], keep[off[c]:off[c + 1]])
         if diffs:
             bad[case["name"]] = diffs[:3]
+    return bad
+
+
+def test_every_recorded_case_is_identical(recording, engine):
+    """All 400 cases: every request's first-token and completion times bit for bit, and
+    the case's preemptions, completions and hit tokens."""
+    bad = _all_differences(recording, engine)
     assert not bad, f"{len(bad)} of {len(recording['cases'])} cases differ from vLLM, e.g. {list(bad.items())[:4]}"
+
+
+def test_every_async_recorded_case_is_identical(async_recording, async_engine):
+    """vLLM's default loop (asynchronous scheduling): all 400 cases as above, against the
+    recording of vLLM's AsyncScheduler and batch queue."""
+    assert all(c["replica"]["async_scheduling"] is True for c in async_recording["cases"])
+    bad = _all_differences(async_recording, async_engine)
+    assert not bad, (f"{len(bad)} of {len(async_recording['cases'])} cases differ from vLLM's asynchronous loop, "
+                     f"e.g. {list(bad.items())[:4]}")
+
+
+def test_the_loops_differ_on_the_recorded_cases(recording, engine, async_recording, async_engine):
+    """The synchronous engine on the asynchronous recording differs (a request that
+    arrives while a batch runs starts one batch later: VLLM-SCHEDULER.md §9), so the test
+    above tells the loops apart."""
+    assert len(_all_differences(async_recording, engine)) > 100
 
 
 def test_the_comparison_can_fail(recording, engine):

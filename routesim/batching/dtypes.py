@@ -37,6 +37,7 @@ class Scheduler(IntEnum):
 
     RESERVE = 0    # token-model.md §2: a prompt's whole KV reserved at admission
     VLLM = 1       # vLLM V1 0.30.0's scheduler and KV-cache manager (routesim/batching/vllm_replica.py)
+    VLLM_ASYNC = 2  # the same with vLLM's asynchronous scheduling (async_scheduling; vllm_async_replica.py)
 
 
 class Role(IntEnum):

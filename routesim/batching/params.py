@@ -53,6 +53,7 @@ TOKEN_PARAMS = (
     Param("chunked_prefill", "replica", ("chunked_prefill",), True, "", "spread a prompt's computation over iterations", kind=bool),
     Param("scheduler", "replica", ("scheduler",), "reserve", "", "how a replica schedules and manages its KV blocks: reserve (a prompt's whole KV reserved at admission, token-model.md §2) or vllm (vLLM V1 0.30.0's scheduler and KV-cache manager, docs/model.md)", kind=str, options=("reserve", "vllm")),
     Param("prefix_caching", "replica", ("prefix_caching",), True, "", "cache and reuse KV blocks across requests (false: scheduler = \"vllm\" only)", kind=bool),
+    Param("async_scheduling", "replica", ("async_scheduling",), False, "", "vLLM's asynchronous scheduling: a batch queue of 2, the next batch scheduled while the previous one runs (conformance/VLLM-MODE.md 25-35); false: the synchronous loop", kind=bool, when=("scheduler", ("vllm",))),
     *step_cost.PARAMS,
     Param("cold_factor", "replica", ("cold_factor",), 1.0, "1", "time factor just after a recovery (1: no cold start)", low=0, low_open=True),
     Param("cold_tau_ms", "replica", ("cold_tau_ms",), 2000.0, "ms", "decay time of the cold-start factor", low=0, low_open=True),
@@ -117,7 +118,7 @@ ZERO_UNRECORDED = CLIENT_PARAMS + LOOP_PARAMS
 
 SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
-                "chunked_prefill", "scheduler", "prefix_caching", "step_cost", *step_cost.LEAVES, "cold_factor", "cold_tau_ms", "ready_delay_ms",
+                "chunked_prefill", "scheduler", "prefix_caching", "async_scheduling", "step_cost", *step_cost.LEAVES, "cold_factor", "cold_tau_ms", "ready_delay_ms",
                 "fail_fast_ms", *LOOP_PARAMS),
     "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
@@ -193,11 +194,15 @@ STEP_COST_KEYS = step_cost.KEYS
 def unused_params(values) -> set:
     """The parameters no run of a stage uses (``values``: the stage's parameter ->
     tuple of values): the table of a step cost that ``step_cost`` never names,
-    ``step_cost`` itself when every run is linear, and every ``[pools]`` key when no run
-    has a prefill pool. The Dataset leaves them out of its attributes, so a linear,
-    co-located stage's Dataset is what it was before the roofline and the pools existed."""
+    ``step_cost`` itself when every run is linear, every ``[pools]`` key when no run
+    has a prefill pool, and ``async_scheduling`` when no run has ``scheduler = "vllm"``.
+    The Dataset leaves them out of its attributes, so a linear, co-located reserve
+    stage's Dataset is what it was before the roofline, the pools and asynchronous
+    scheduling existed."""
     out = {n for cost, names in STEP_COST_KEYS.items() if cost not in values["step_cost"] for n in names}
     out |= pd_keys.unused(values)
+    if "vllm" not in values["scheduler"]:
+        out.add("async_scheduling")  # the reserve scheduler's loop is its own
     return out | ({"step_cost"} if values["step_cost"] == (step_cost.DEFAULT,) else set())
 
 
@@ -223,6 +228,9 @@ def _check_scheduler(rd, stage, src):
     if False in v["prefix_caching"] and "reserve" in v["scheduler"]:
         rd.fail(src("prefix_caching"), 'prefix_caching = false needs scheduler = "vllm" (the reserve '
                                        f'scheduler always caches) in stage {stage.name!r}')
+    if "async_scheduling" in stage.given and True in v["async_scheduling"] and "vllm" not in v["scheduler"]:
+        rd.fail(src("async_scheduling"), 'async_scheduling = true needs scheduler = "vllm" (vLLM\'s '
+                                         f'asynchronous loop; the reserve scheduler has its own) in stage {stage.name!r}')
     if "vllm" not in v["scheduler"]:
         return
     if min(v["max_batched_tokens"]) < max(v["max_batch"]):

@@ -56,6 +56,8 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["admission_mode"] = Admission[str(v["admission_mode"]).upper()]
     p["chunked_prefill"] = bool(v["chunked_prefill"])
     p["scheduler"] = Scheduler[str(v.get("scheduler", "reserve")).upper()]
+    if p["scheduler"] == Scheduler.VLLM and v.get("async_scheduling", False):
+        p["scheduler"] = Scheduler.VLLM_ASYNC  # vLLM's asynchronous loop (vllm_async_replica.py)
     p["prefix_caching"] = bool(v.get("prefix_caching", True))
     p["max_in_flight"] = v.get("max_in_flight", 0)  # the closed-loop client (0: open loop)
     p["client_overhead_ms"] = v.get("client_overhead_ms", 0.0)
