@@ -13,9 +13,10 @@ through the public entry points: ``routesim.batching.workload.generate``,
   per second of a core; and the floor kernel (benchmarks/floor.py) on the same
   workloads in the same process, timed alternately with the engine: ns per iteration
   of each, and their ratio.
-- ``modes``: the same 60 s runs with ``[replica] scheduler = "reserve"`` and ``"vllm"``,
-  the same workload handed to both, simulated alternately, one thread: ms per run and ns
-  per iteration of each, and the ratio.
+- ``modes``: the same 60 s runs with ``[replica] scheduler = "reserve"``, ``"vllm"``
+  (``async_scheduling = false``) and ``"vllm"`` with vLLM's asynchronous loop, the same
+  workload handed to each, simulated alternately, one thread: ms per run and ns per
+  iteration of each, and their ratios to reserve and of the two vllm loops.
 - ``scale``: one curve per process, one thread: replicas 8 -> 1,024 (``power_of_d``,
   5 req/s per replica), batch size (rate up on 8 replicas), decode length (outputs up
   at a fixed rate: the batch grows, requests per iteration do not), horizon.
@@ -221,18 +222,23 @@ def drain(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least
     emit(dict(runs=rows, replicas=replicas, rate=rate, horizon_s=warmup_s + measure_s))
 
 
+MODES = {"reserve": {}, "vllm": {"scheduler": "vllm", "async_scheduling": False},
+         "vllm_async": {"scheduler": "vllm", "async_scheduling": True}}
+"""The schedulers ``modes`` times: {name: parameter overrides}; reserve is the baseline."""
+
+
 def modes(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least_tokens", "round_robin"),
           seeds=(1, 2), repeats=3):
-    """The two replica schedulers (``[replica] scheduler``: "reserve", the default, and
-    "vllm", docs/model.md) on the same 60 s runs of the example cluster (one workload per
-    policy and seed, handed to both), simulated alternately in one process, best of
-    ``repeats`` each, one thread: CPU ms per run and ns per iteration of each, and their
-    ratio."""
+    """The replica schedulers (``[replica] scheduler``: "reserve", the default, and
+    "vllm", docs/model.md, with its synchronous loop and with vLLM's asynchronous one,
+    :data:`MODES`) on the same 60 s runs of the example cluster (one workload per policy
+    and seed, handed to each), simulated alternately in one process, best of ``repeats``
+    each, one thread: CPU ms per run and ns per iteration of each."""
     rows = []
     for policy in policies:
         for seed in seeds:
             base = _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)
-            runs = _variants(base, {"reserve": {}, "vllm": {"scheduler": "vllm"}})
+            runs = _variants(base, MODES)
             best, out = _alternately(runs, repeats)
             rows.append(dict(policy=policy, seed=seed, requests=len(base.wl),
                              **{f"{s}_cpu_s": best[s] for s in runs},
@@ -486,31 +492,31 @@ def section(suite):
                      f"{r['off_unfinished']:,} / {r['on_unfinished']:,}"])
     suite.note_load()
 
-    log("batching: the vllm scheduler against reserve on the same runs, 1 thread")
+    log("batching: the vllm scheduler (both loops) against reserve on the same runs, 1 thread")
     mo = _task("modes", one, **({"policies": ["least_tokens"], "seeds": [1]} if q else {})).result
     mor = mo["runs"]
-    ms = {s: sum(r[f"{s}_cpu_s"] for r in mor) / len(mor) * 1e3 for s in ("reserve", "vllm")}
-    ns = {s: sum(r[f"{s}_cpu_s"] for r in mor) / sum(r[f"{s}_iterations"] for r in mor) * 1e9
-          for s in ("reserve", "vllm")}
-    fig.update({"batching.reserve_run60_ms": ms["reserve"], "batching.vllm_run60_ms": ms["vllm"],
-                "batching.vllm_ratio": ms["vllm"] / ms["reserve"],
-                "batching.reserve_ns_per_iteration": ns["reserve"], "batching.vllm_ns_per_iteration": ns["vllm"],
-                "batching.vllm_iteration_ratio": ns["vllm"] / ns["reserve"]})
-    log(f"batching: vllm {ms['vllm']:.0f} ms per run, reserve {ms['reserve']:.0f} ms: "
-        f"{ms['vllm'] / ms['reserve']:.2f}x; per iteration {ns['vllm']:.0f} / {ns['reserve']:.0f} ns: "
-        f"{ns['vllm'] / ns['reserve']:.2f}x")
-    morow = [["policy", "seed", "requests", "CPU ms per run (reserve / vllm)", "ratio",
-              "iterations (reserve / vllm)", "ns per iteration (reserve / vllm)", "ratio",
-              "mean batch (reserve / vllm)"]]
+    ms = {s: sum(r[f"{s}_cpu_s"] for r in mor) / len(mor) * 1e3 for s in MODES}
+    ns = {s: sum(r[f"{s}_cpu_s"] for r in mor) / sum(r[f"{s}_iterations"] for r in mor) * 1e9 for s in MODES}
+    for s in MODES:
+        fig.update({f"batching.{s}_run60_ms": ms[s], f"batching.{s}_ns_per_iteration": ns[s]})
+        if s != "reserve":
+            fig.update({f"batching.{s}_ratio": ms[s] / ms["reserve"],
+                        f"batching.{s}_iteration_ratio": ns[s] / ns["reserve"]})
+    fig["batching.vllm_async_sync_ratio"] = ms["vllm_async"] / ms["vllm"]
+    log(f"batching: vllm {ms['vllm']:.0f} ms per run, vllm async {ms['vllm_async']:.0f} ms, reserve "
+        f"{ms['reserve']:.0f} ms: {ms['vllm'] / ms['reserve']:.2f}x and {ms['vllm_async'] / ms['reserve']:.2f}x "
+        f"(async / sync {ms['vllm_async'] / ms['vllm']:.2f}x); per iteration {ns['vllm']:.0f} / "
+        f"{ns['vllm_async']:.0f} / {ns['reserve']:.0f} ns")
+    names = " / ".join(MODES)
+    morow = [["policy", "seed", "requests", f"CPU ms per run ({names})", "ratios to reserve",
+              f"iterations ({names})", f"ns per iteration ({names})", f"mean batch ({names})"]]
     for r in mor:
         morow.append([f"`{r['policy']}`", str(r["seed"]), f"{r['requests']:,}",
-                      f"{report.fmt(r['reserve_cpu_s'] * 1e3)} / {report.fmt(r['vllm_cpu_s'] * 1e3)}",
-                      f"{r['vllm_cpu_s'] / r['reserve_cpu_s']:.2f}x",
-                      f"{r['reserve_iterations']:,} / {r['vllm_iterations']:,}",
-                      f"{report.fmt(r['reserve_cpu_s'] / r['reserve_iterations'] * 1e9)} / "
-                      f"{report.fmt(r['vllm_cpu_s'] / r['vllm_iterations'] * 1e9)}",
-                      f"{(r['vllm_cpu_s'] / r['vllm_iterations']) / (r['reserve_cpu_s'] / r['reserve_iterations']):.2f}x",
-                      f"{report.fmt(r['reserve_batch_mean'])} / {report.fmt(r['vllm_batch_mean'])}"])
+                      " / ".join(report.fmt(r[f"{s}_cpu_s"] * 1e3) for s in MODES),
+                      " / ".join(f"{r[f'{s}_cpu_s'] / r['reserve_cpu_s']:.2f}x" for s in MODES if s != "reserve"),
+                      " / ".join(f"{r[f'{s}_iterations']:,}" for s in MODES),
+                      " / ".join(report.fmt(r[f"{s}_cpu_s"] / r[f"{s}_iterations"] * 1e9) for s in MODES),
+                      " / ".join(report.fmt(r[f"{s}_batch_mean"]) for s in MODES)])
     suite.note_load()
 
     log("batching: what a published signal costs, 1 thread")
@@ -592,16 +598,22 @@ def section(suite):
         "### The vllm scheduler against reserve",
         "",
         f"The same {mo['horizon_s']:g} s runs ({mo['replicas']} replicas, {mo['rate']:g} req/s, "
-        "the default workload) with `[replica] scheduler = \"reserve\"` (the default) and "
-        "`\"vllm\"` (docs/model.md), one workload per policy and seed handed to both, simulated "
-        f"alternately in one process, best of {mo['repeats']} each, CPU, one thread: vllm "
-        f"{report.fmt(fig['batching.vllm_run60_ms'])} ms per run against "
-        f"{report.fmt(fig['batching.reserve_run60_ms'])} ms ({fig['batching.vllm_ratio']:.2f}x); "
-        f"{report.fmt(fig['batching.vllm_ns_per_iteration'])} ns per iteration against "
+        "the default workload) with `[replica] scheduler = \"reserve\"` (the default), "
+        "`\"vllm\"` with `async_scheduling = false` (the synchronous loop) and `\"vllm\"` with "
+        "vLLM's asynchronous loop (docs/model.md), one workload per policy and seed handed to "
+        f"each, simulated alternately in one process, best of {mo['repeats']} each, CPU, one "
+        f"thread: vllm {report.fmt(fig['batching.vllm_run60_ms'])} ms per run and vllm async "
+        f"{report.fmt(fig['batching.vllm_async_run60_ms'])} ms against reserve's "
+        f"{report.fmt(fig['batching.reserve_run60_ms'])} ms ({fig['batching.vllm_ratio']:.2f}x and "
+        f"{fig['batching.vllm_async_ratio']:.2f}x; async / sync "
+        f"{fig['batching.vllm_async_sync_ratio']:.2f}x); "
+        f"{report.fmt(fig['batching.vllm_ns_per_iteration'])} and "
+        f"{report.fmt(fig['batching.vllm_async_ns_per_iteration'])} ns per iteration against "
         f"{report.fmt(fig['batching.reserve_ns_per_iteration'])} ns "
-        f"({fig['batching.vllm_iteration_ratio']:.2f}x). The vllm step visits every running "
-        "request (as vLLM does); the reserve step touches a decoding sequence only when "
-        "something happens to it.",
+        f"({fig['batching.vllm_iteration_ratio']:.2f}x and {fig['batching.vllm_async_iteration_ratio']:.2f}x). "
+        "The vllm step visits every running request (as vLLM does); the reserve step touches "
+        "a decoding sequence only when something happens to it. The asynchronous loop "
+        "schedules each batch while the previous one runs (a batch queue of 2).",
         "",
         report.md_table(morow),
         "",

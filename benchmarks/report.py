@@ -71,6 +71,10 @@ ROWS = [
     ("batching.vllm_run60_ms", "batching, the same 60 s run with scheduler = \"vllm\", 1 thread, CPU", "ms", 1, "low"),
     ("batching.vllm_ratio", "batching, scheduler = \"vllm\" / \"reserve\", per run", "x", 1, "low"),
     ("batching.vllm_iteration_ratio", "batching, scheduler = \"vllm\" / \"reserve\", per iteration", "x", 1, "low"),
+    ("batching.vllm_async_run60_ms", "batching, the same 60 s run with scheduler = \"vllm\", async_scheduling, 1 "
+     "thread, CPU", "ms", 1, "low"),
+    ("batching.vllm_async_ratio", "batching, \"vllm\" async_scheduling / \"reserve\", per run", "x", 1, "low"),
+    ("batching.vllm_async_sync_ratio", "batching, \"vllm\" async_scheduling / synchronous, per run", "x", 1, "low"),
     ("batching.signal_ratio.periodic50", "batching, a 50 ms periodic signal / fresh, per run (study runs)", "x", 1,
      "low"),
     ("batching.signal_ratio.periodic10", "batching, a 10 ms periodic signal / fresh, per run", "x", 1, "low"),
