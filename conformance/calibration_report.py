@@ -106,6 +106,7 @@ def routesim_sweep(trace_name, roofline_ms, overhead_ms, max_in_flight, horizon_
 [replica]
 kind = "batching"
 scheduler = "vllm"
+async_scheduling = false          # the harness's vLLM runs the synchronous loop (conformance/vllm_driver.py)
 prefix_caching = {str(rep['prefix_caching']).lower()}
 waiting_cap = 100000
 max_batch = {rep['max_num_seqs']}

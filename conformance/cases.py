@@ -145,6 +145,7 @@ def to_sweep_toml(case, trace_path):
 [replica]
 kind = "batching"
 scheduler = "vllm"
+async_scheduling = {str(bool(rep.get('async_scheduling', False))).lower()}   # the loop the case was recorded with
 waiting_cap = 512
 max_batch = {rep['max_num_seqs']}
 kv_blocks = {rep['num_blocks']}

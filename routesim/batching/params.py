@@ -53,7 +53,7 @@ TOKEN_PARAMS = (
     Param("chunked_prefill", "replica", ("chunked_prefill",), True, "", "spread a prompt's computation over iterations", kind=bool),
     Param("scheduler", "replica", ("scheduler",), "reserve", "", "how a replica schedules and manages its KV blocks: reserve (a prompt's whole KV reserved at admission, token-model.md §2) or vllm (vLLM V1 0.30.0's scheduler and KV-cache manager, docs/model.md)", kind=str, options=("reserve", "vllm")),
     Param("prefix_caching", "replica", ("prefix_caching",), True, "", "cache and reuse KV blocks across requests (false: scheduler = \"vllm\" only)", kind=bool),
-    Param("async_scheduling", "replica", ("async_scheduling",), False, "", "vLLM's asynchronous scheduling: a batch queue of 2, the next batch scheduled while the previous one runs (conformance/VLLM-MODE.md 25-35); false: the synchronous loop", kind=bool, when=("scheduler", ("vllm",))),
+    Param("async_scheduling", "replica", ("async_scheduling",), True, "", "vLLM's asynchronous scheduling, vLLM 0.30.0's default: a batch queue of 2, the next batch scheduled while the previous one runs (conformance/VLLM-MODE.md 25-35); false: vLLM's synchronous loop", kind=bool, when=("scheduler", ("vllm",))),
     *step_cost.PARAMS,
     Param("cold_factor", "replica", ("cold_factor",), 1.0, "1", "time factor just after a recovery (1: no cold start)", low=0, low_open=True),
     Param("cold_tau_ms", "replica", ("cold_tau_ms",), 2000.0, "ms", "decay time of the cold-start factor", low=0, low_open=True),

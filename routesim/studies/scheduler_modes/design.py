@@ -73,7 +73,7 @@ def run_example(path=EXAMPLE, search=SEARCH, show_progress=False, log=None):
         attrs[f"cpu_s_{s}"] = time.process_time() - c0
         attrs[f"runs_{s}"] = runs[0]
     ds = xr.concat(parts, "scheduler", data_vars="all", join="outer", combine_attrs="override")
-    ds.attrs.update(attrs)
+    ds.attrs.update(attrs, **_vllm_loop(parts))
     return ds
 
 
@@ -95,8 +95,16 @@ def run_stage(path=MOONCAKE, show_progress=False, log=None):
             log(f"{sweep.name}, {s}: {attrs[f'runs_{s}']} runs in {attrs[f'wall_s_{s}']:.0f} s")
         parts.append(ds)
     ds = xr.concat(parts, "scheduler", data_vars="all", combine_attrs="override")
-    ds.attrs.update(attrs)
+    ds.attrs.update(attrs, **_vllm_loop(parts))
     return ds
+
+
+def _vllm_loop(parts) -> dict:
+    """The vllm runs' ``async_scheduling`` attribute (which engine loop they had), from
+    the part of each scheduler in ``parts`` (SCHEDULERS' order): the joined Dataset takes
+    the first part's attributes, the reserve runs', which do not carry it."""
+    v = parts[SCHEDULERS.index("vllm")].attrs.get("async_scheduling")
+    return {} if v is None else {"async_scheduling": int(v)}
 
 
 def run(results_dir, show_progress=False, log=None) -> dict:

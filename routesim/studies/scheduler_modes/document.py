@@ -188,6 +188,14 @@ def _recommendation(f):
     return text
 
 
+def _loop(ds) -> str:
+    """Which of vLLM's engine loops the vllm runs of ``ds`` had (its ``async_scheduling``
+    attribute; absent in a Dataset made before the key existed: the synchronous loop)."""
+    if int(ds.attrs.get("async_scheduling", 0)):
+        return "vLLM's default asynchronous loop (`async_scheduling = true`: a batch queue of 2, docs/model.md)"
+    return "vLLM's synchronous loop (`async_scheduling = false`)"
+
+
 def document(data) -> str:
     ex, mc = data["example"], data["mooncake"]
     f = findings(data)
@@ -205,7 +213,7 @@ def document(data) -> str:
         "`[replica] scheduler = \"reserve\"` (the default) is the design page's replica "
         "(token-model.md §2: a prompt's whole KV reserved at admission); `\"vllm\"` is vLLM V1 0.30.0's "
         "scheduler and KV-cache manager (docs/model.md, conformance/VLLM-SCHEDULER.md: the differences "
-        "D1–D15). Issue 22, item 3: how far today's semantics are from vLLM's on the example cluster "
+        f"D1–D15), here with {_loop(ex)}. Issue 22, item 3: how far today's semantics are from vLLM's on the example cluster "
         "and on the Mooncake excerpt, and whether any routing conclusion changes. "
         "`tests/test_scheduler_modes.py` recomputes P1, P2 on Mooncake and P4 from reduced runs of this "
         "design; P2 on the example and P3 rest on cells near or above capacity that a reduced run does not "
