@@ -81,7 +81,7 @@ def test_the_fit_recovers_the_harness_hidden_roofline_from_per_request_times():
     pri = hardware.derive(hardware.read("examples/llama-3.1-8b-h100.toml"))["roofline_priors"]
     start = {"base": sl.GPU["overhead_ms"], "weights": pri["weights"] / 0.7, "per_kv_token": pri["per_kv_token"] / 0.7,
              "per_token": pri["per_token"] / 0.7, "per_token_pair": pri["per_token_pair"] / 0.7}
-    rep = dict(scheduler="vllm", prefix_caching=False, max_batch=256, kv_blocks=28000, block_tokens=16,
+    rep = dict(scheduler="vllm", async_scheduling=False, prefix_caching=False, max_batch=256, kv_blocks=28000, block_tokens=16,
                max_batched_tokens=8192, chunked_prefill=True, step_cost="roofline", roofline_ms=start)
     res = simfit.fit([log], rep, simfit.roofline_axes(start, 10.0))
     mem = pri["weights"] / res.values["roofline_ms_weights"]
