@@ -224,9 +224,12 @@ def test_which_parameters_a_dataset_records():
     def others(*used):  # the keys of every registered form but ``used``
         return {n for form, names in KEYS.items() if form not in used for n in names}
 
+    from routesim.batching import pd_keys
     lin = _parse().stages[0].values
-    reserve = {"async_scheduling"}  # (the stage's scheduler is "reserve": vLLM's loop is not used)
-    assert lin["scheduler"] == ("reserve",)
+    # (the stage's scheduler is "reserve": vLLM's loop is not used; it has no prefill pool:
+    # the [pools] keys are not used either)
+    reserve = {"async_scheduling"} | pd_keys.unused(lin)
+    assert lin["scheduler"] == ("reserve",) and "async_scheduling" not in pd_keys.unused(lin)
     assert unused_params(lin) == {"step_cost", *others("linear")} | reserve
     assert not any(n.startswith("step_ms_") for n in others("linear")) and "roofline_ms_base" in others("linear")
     roof = _parse('step_cost = "roofline"').stages[0].values
