@@ -46,11 +46,8 @@ from .dtypes import Scheduler
 MODULES = {Scheduler.RESERVE: replica, Scheduler.VLLM: vllm_replica, Scheduler.VLLM_ASYNC: vllm_async_replica}
 """``[replica] scheduler`` code → the module that implements it (the registry)."""
 
-STATES = {module.STATE.__name__: module for module in MODULES.values()}
-"""A scheduler's state class, by its name → its module (the compiled dispatch's key). By
-name, not by class: in one test process the compiled dispatch met the vllm state's
-type with a class that was not ``vllm_replica.STATE`` itself (one of the same name,
-presumably rebuilt from Numba's cache), and failed to find it."""
+STATES = {module.STATE: module for module in MODULES.values()}
+"""A scheduler's state class → its module (the compiled dispatch's key)."""
 
 Run = namedtuple("Run", ["rep", "req", "tab", "heap", "heap_n", "cnt", "seg_key", "seg_len", "seg_off", "most",
                          "done_log", "gap_ms", "gap_n", "n_gap", "victims"])
@@ -71,7 +68,7 @@ def state(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
 
 
 def _module(X):
-    return STATES[type(X).__name__]
+    return STATES[type(X)]
 
 
 def table_slots_nb(X, p, nrep):
@@ -114,7 +111,7 @@ def _compiled(stub):
 
     @overload(stub, jit_options=JIT)
     def typed(X, *rest):
-        f = getattr(STATES[X.instance_class.__name__], name)
+        f = getattr(STATES[X.instance_class], name)
 
         def impl(X, *rest):
             return f(X, *rest)

@@ -233,10 +233,11 @@ def _queue_empty_nb(X, i):
 
 # --- the scheduler's operations (scheduler.py) --------------------------------------------
 
-STATE = namedtuple("VllmAsync", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots",
+VllmAsync = namedtuple("VllmAsync", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots",
                                  "bs", "bx", "bsm", "bt", "bn", "be", "aq", "gpu", "prev"])
 """``scheduler = "vllm"`` with ``async_scheduling``'s own arrays: the synchronous mode's
 (:data:`.vllm_replica.STATE`) and the engine's batch queue (module docstring)."""
+STATE = VllmAsync  # (bound under its own name: pickle finds it by reference, as the others)
 
 
 @nb.njit(**JIT)
