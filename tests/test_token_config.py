@@ -491,6 +491,10 @@ SCHEDULER_BAD = [
         ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = "true"')),
     bad("async-scheduling-reserve", "replica.async_scheduling", 'async_scheduling = true needs scheduler = "vllm"',
         ("chunked_prefill = true", "chunked_prefill = true\nasync_scheduling = true")),
+    bad("step-cpu-async", "replica.step_cpu_ms", "asynchronous loop is not modelled",
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nstep_cpu_ms = 1.5')),
+    bad("step-cpu-per-seq-async", "replica.step_cpu_ms_per_seq", "asynchronous loop is not modelled",
+        ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = [false, true]\nstep_cpu_ms_per_seq = 0.1')),
 ]
 
 
@@ -524,8 +528,9 @@ def test_bad_scheduler_trace_request_is_named(tmp_path, run_cli):
     edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = [false, true]')),
     edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = ["reserve", "vllm"]\nasync_scheduling = true')),
     edit(("chunked_prefill = true", 'chunked_prefill = true\nasync_scheduling = false')),
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = false\nstep_cpu_ms = 1.5')),
 ], ids=["vllm-no-caching", "vllm-unchunked-just-fits", "vllm-budget-equals-batch", "reserve-explicit",
-        "vllm-both-loops", "async-with-some-vllm", "reserve-synchronous"])
+        "vllm-both-loops", "async-with-some-vllm", "reserve-synchronous", "step-cpu-synchronous"])
 def test_scheduler_values_are_accepted(text):
     routesim.parse_sweep(text, "ok.toml")
 

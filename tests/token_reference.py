@@ -145,7 +145,7 @@ Metrics (§7)
      attempt's re-admissions are preempted_hit_rate; without prefix caching nothing is
      queried (both NaN).  waiting_cap may be inf (unbounded; the pipeline's default in
      the vllm mode).
- D26. (issue 40) The engine loop's CPU time of a step: an iteration (either scheduler;
+ D31. (issue 40) The engine loop's CPU time of a step: an iteration (either scheduler;
      the synchronous vllm loop) lasts d + (step_cpu_ms + step_cpu_ms_per_seq*members),
      d the step cost (D5-D5c, scaled by f), members the sequences it schedules (n +
      prefill chunks); the CPU part is not scaled by f.  Evaluated in that order; with
@@ -694,7 +694,7 @@ class _Sim:
         if p["async_scheduling"] and not self.vllm:
             raise ValueError("async_scheduling = true needs scheduler = 'vllm'")
         self.asynchronous = bool(p["async_scheduling"])
-        # issue 40: the CPU time of a step (D26); the asynchronous loop overlaps it with the
+        # issue 40: the CPU time of a step (D31); the asynchronous loop overlaps it with the
         # GPU's batch, which is not modelled yet
         self.cpu = (float(p["step_cpu_ms"]), float(p["step_cpu_ms_per_seq"]))
         if min(self.cpu) < 0 or not all(math.isfinite(x) for x in self.cpu):
@@ -1067,7 +1067,7 @@ class _Sim:
                     + p["step_ms_per_kv_token"] * K)
 
     def step_cpu(self, members: int) -> float:
-        """D26: the CPU time (ms) of a step of ``members`` scheduled sequences, besides its
+        """D31: the CPU time (ms) of a step of ``members`` scheduled sequences, besides its
         step cost: step_cpu_ms + step_cpu_ms_per_seq*members, not scaled by f."""
         return self.cpu[0] + self.cpu[1] * members
 

@@ -255,7 +255,7 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     shape = grid.shape
     data = {}
     closed = bool((grid.params["max_in_flight"] > 0).any())  # a closed-loop client's variables only then
-    vllm = bool((grid.params["scheduler"] == Scheduler.VLLM).any())  # the vllm mode's only then
+    vllm = bool(np.isin(grid.params["scheduler"], (Scheduler.VLLM, Scheduler.VLLM_ASYNC)).any())  # the vllm mode's only then
     for name in outcome.metrics.dtype.names:
         if (name not in ACCUMULATORS and (closed or name not in CLIENT_VARIABLES)
                 and (vllm or name not in VLLM_VARIABLES)):

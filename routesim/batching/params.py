@@ -233,6 +233,11 @@ def _check_scheduler(rd, stage, src):
                                          f'asynchronous loop; the reserve scheduler has its own) in stage {stage.name!r}')
     if "vllm" not in v["scheduler"]:
         return
+    if True in v["async_scheduling"] and max(max(v[k]) for k in LOOP_PARAMS) > 0:
+        key = next(k for k in LOOP_PARAMS if max(v[k]) > 0)
+        rd.fail(src(key), f"{key} with vLLM's asynchronous loop is not modelled (it overlaps the CPU work "
+                f"of one step with the next step's GPU work): set async_scheduling = false in stage "
+                f"{stage.name!r}")
     if min(v["max_batched_tokens"]) < max(v["max_batch"]):
         rd.fail(src("max_batched_tokens"), f'scheduler = "vllm" needs max_batched_tokens >= max_batch '
                 f'(vLLM refuses max_num_batched_tokens < max_num_seqs), got {min(v["max_batched_tokens"])} '

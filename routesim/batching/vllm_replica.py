@@ -181,6 +181,7 @@ def _count_hits_nb(mt, p, preempted, htok, L):
         mt.admit_tokens += L
 
 
+@nb.njit(**JIT)
 def _placeholder_nb(vr, q, s, x):
     """AsyncScheduler._update_after_schedule (AS:19-49) for attempt s (record q), x
     tokens just scheduled (``q.c`` counts them): in flight; if its chunk reaches its
