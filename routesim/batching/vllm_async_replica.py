@@ -69,8 +69,10 @@ def _arrays_nb(nrep, max_batch):
 
 @nb.njit(**JIT)
 def _forget_nb(vr, s):
-    """Attempt s is gone (cancelled, crashed): no placeholder, nothing in flight (a later
-    attempt of s starts from none; its batches' entries are void, _live_nb)."""
+    """Attempt s is gone (cancelled, crashed): no placeholder, nothing in flight, never
+    preempted (a later attempt of s starts from none, and its first admission is a new
+    one for vLLM's prefix-cache statistics; its batches' entries are void, _live_nb)."""
+    vr[s, vr_.PREEMPTED] = 0
     vr[s, vr_.PH] = 0
     vr[s, vr_.INFL] = 0
     vr[s, vr_.STALE] = 0
