@@ -202,6 +202,15 @@ def test_verdicts_from_reduced_runs(data):
     mc = data["mooncake"]
     d = measure.per_seed_difference(mc, "preemptions").sel(policy="prefix_affinity")
     assert bool((d < 0).all())                                    # fewer under vllm, every seed
+
+
+@pytest.mark.xfail(strict=True, reason="issue 40: under vLLM's asynchronous loop (the vllm mode's default) the "
+                   "reduced runs give P4 'holds' where the synchronous loop gave 'holds with qualification', and "
+                   "the full design's P4 reverses least_tokens and power_of_d, neither a KV reader: the reduced "
+                   "design no longer stands for the full one (docs/scheduler-modes.md says so)")
+def test_p4_from_reduced_runs(data):
+    from routesim.studies.scheduler_modes import document
+    f = document.findings(data)
     assert f["P4"] == "holds with qualification"
     reversed_pairs = document._reversed_pairs(f)
     assert reversed_pairs and all(a in measure.KV_READERS or b in measure.KV_READERS
