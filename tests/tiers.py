@@ -117,6 +117,7 @@ MODULES = {
                                    "subprocess": ("test_subprocess",)}),
     "test_token_drain": "engine",
     "test_token_engine_vs_reference": "differential",
+    "test_conversations": ("differential", {"unit": ("test_follow_up_ids", "test_synthetic_sessions")}),
     "test_token_pipeline": ("engine", {"subprocess": ("test_command_line_one_or_two_threads_and_in_process",
                                                       "test_dask_cluster_gives_the_in_process_datasets")}),
     "test_token_reference": "unit",

@@ -201,6 +201,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+RESPONSE_ID = 2**50   # a conversation's response id: block j of request q's sequence past its prompt's ids, 2^50 + q·2^16 + j
+
 INF = math.inf
 GOLDEN = 0.6180339887498949
 
@@ -293,6 +295,11 @@ class Workload:
     group: list = field(default_factory=list)      # prefix group or None
     long: list = field(default_factory=list)       # True for the long class
     row: list = field(default_factory=list)        # §1.3 trace row j, else None
+    # conversations (docs/model.md "Conversations"): request k's previous turn (None: a
+    # first turn, whose t is its arrival) and a follow-up's think time (ms) after that
+    # turn completes (its t is unused: inf)
+    prev: list = None
+    think: list = None
 
 
 def horizon_ms(params: dict) -> tuple[float, float]:
@@ -601,6 +608,8 @@ class Request:
         self.arrived = False
         self.gen_keys = []          # scheduler = "vllm": keys of its blocks past the prompt's ids
         self.last_attempt = None
+        self.next_turn = None       # a conversation's next turn (a Request), sent think ms after this completes
+        self.think = 0.0
 
 
 class Router:
@@ -729,8 +738,22 @@ class _Sim:
                                  workload.key[k], list(workload.blocks[k]),
                                  int(math.floor(workload.key[k] * self.R)))
                          for k in range(len(workload.t))]
+        # conversations: a follow-up is sent think ms after its previous turn's response
+        # reaches the client (completion + client_overhead_ms), if before the horizon (no send at or after it, as no arrival); a previous turn
+        # that fails, is rejected or is shed ends its session
+        self.turns_due: list[tuple[float, int]] = []   # (send time, request) of follow-ups due
+        if workload.prev is not None:
+            if int(p["max_in_flight"]) > 0:
+                raise ValueError("conversations need an open loop (max_in_flight = 0)")
+            for k, q in enumerate(workload.prev):
+                if q is not None and q >= 0:
+                    assert q < k and self.requests[q].next_turn is None
+                    r = self.requests[k]
+                    self.requests[q].next_turn = r
+                    r.think = float(workload.think[k])
+                    r.intended = r.t = INF
         if self.vllm:
-            for r in self.requests:         # the prompt blocks' keys (= ids when prefix-closed)
+            for r in self.requests:         # the prompt blocks' keys (= ids when prefix-closed), in request order
                 r.ids = self.v_prompt_keys(r.ids)
         self.next_arrival = 0
         self.in_flight: list[Attempt] = []
@@ -1126,6 +1149,10 @@ class _Sim:
         router.breaker_count[a.replica] = 0
         router.completions[a.replica].append(T)
         self.trace.append((T, "complete", a.replica, r.index))
+        if r.next_turn is not None:   # the user reads the response (client overhead later), thinks, sends
+            due = (T + self.overhead) + r.next_turn.think
+            if due < self.H:
+                self.turns_due.append((due, r.next_turn.index))
 
     # =================================================================================
     # scheduler = "vllm" (issue 22): vLLM V1 0.30.0's scheduler and KV-cache manager,
@@ -1154,20 +1181,30 @@ class _Sim:
         return key
 
     def v_prompt_keys(self, ids):
+        """A prompt's block keys; a conversation's response id (RESPONSE_ID + q·2^16 + j:
+        block j of earlier request q's prompt tail and response) is the key q's own block
+        j has: the same tokens after the same blocks, so vLLM's chained hash is equal."""
         keys = []
         parent = None                      # vLLM's NONE_HASH
         for bid in ids:
-            parent = self.v_intern(parent, bid)
+            if bid >= RESPONSE_ID:
+                q, j = divmod(bid - RESPONSE_ID, 2**16)
+                parent = self.v_seq_key(self.requests[q], j)
+            else:
+                parent = self.v_intern(parent, bid)
             keys.append(parent)
         return keys
 
     def v_key(self, a: Attempt, j: int):
         """The key (hash) of block j of the attempt's token sequence (prompt, then generated
         tokens): the prompt block's key, else one unique to the request (D6, D7)."""
-        ids = a.ids
+        return self.v_seq_key(a.req, j)
+
+    def v_seq_key(self, r: Request, j: int):
+        """The key of block j of request r's token sequence (its prompt's keys in r.ids)."""
+        ids = r.ids
         if j < len(ids):
             return ids[j]
-        r = a.req
         while len(ids) + len(r.gen_keys) <= j:
             k = len(ids) + len(r.gen_keys)
             if k == 0:
@@ -2076,6 +2113,14 @@ class _Sim:
             due.append((self.next_arrival, False))
             self.requests[self.next_arrival].arrived = True
             self.next_arrival += 1
+        for when, k in [x for x in self.turns_due if x[0] == T]:   # follow-up turns sent now
+            self.turns_due.remove((when, k))
+            r = self.requests[k]
+            r.intended = r.t = T
+            r.arrived = True
+            if self.W <= T < self.H:
+                self.cohort.append(r)
+            due.append((k, False))
         for r in self.backoff:
             if r.retry_due == T:
                 due.append((r.index, True))
@@ -2458,6 +2503,7 @@ class _Sim:
                          if r.outcome is not None)
         for r in self.backoff:
             c.append(r.retry_due)
+        c.extend(when for when, _ in self.turns_due)
         for router in self.routers:
             for r in router.fifo:
                 c.append(self.front_door_deadline(r))
@@ -2484,7 +2530,7 @@ class _Sim:
         """Every request (cohort or not) arrived and not yet completed, failed for good,
         rejected or shed: at the front door, in a backoff, waiting or running on a
         replica, or pending a fast failure (a direct scan)."""
-        return sum(1 for r in self.requests[:self.next_arrival] if r.outcome is None)
+        return sum(1 for r in self.requests if r.arrived and r.outcome is None)
 
     def cohort_in_system(self) -> bool:
         """Is any cohort request still in the system?  (Cohort requests all arrive before
@@ -2633,7 +2679,9 @@ class _Sim:
         for a in self.in_flight:
             assert a.where in ("waiting", "running", "ff", "receiving")
             assert a.req.current is a and a.req.outcome is None
-        for r in self.requests[:self.next_arrival]:
+        for r in self.requests:
+            if not r.arrived:
+                continue
             states = [r.outcome is not None, r.current is not None, r.retry_due is not None, r.in_fifo]
             assert sum(states) == 1, (r.index, states)
             assert (r.retry_due is not None) == (r in self.backoff)

@@ -82,7 +82,7 @@ is most of building a stage. Read-only: a grid packs copies of them."""
 
 
 def _arrays(w):
-    return [getattr(w, f.name) for f in fields(w)]
+    return [getattr(w, f.name) for f in fields(w) if getattr(w, f.name) is not None]
 
 
 def _keep(key, w):

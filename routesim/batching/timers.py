@@ -1,6 +1,7 @@
 """Timed entries of one run (token-model.md §2, §6), compiled.
 
-Deadlines (0), black-hole failures (1) and retries due (2): min-heaps (routesim/heaps.py)
+Deadlines (0), black-hole failures (1), retries due (2) and conversations' follow-up
+turns due (3, docs/model.md "Conversations"): min-heaps (routesim/heaps.py)
 of (time, request) over ``TIMER`` records, the rows of one array ``timers`` (heaps,
 capacity) with their sizes in ``tn`` (heaps,), each entry valid while its request's
 attempt number is the one it was pushed with; stale entries are dropped when they reach
@@ -25,8 +26,8 @@ from ..conf import JIT
 from ..nrt import hold
 from .dtypes import TIMER, State
 
-DEADLINES, BLACK_HOLES, RETRIES = np.int64(0), np.int64(1), np.int64(2)  # typed: no literal arguments
-HEAPS = 3
+DEADLINES, BLACK_HOLES, RETRIES, TURNS = np.int64(0), np.int64(1), np.int64(2), np.int64(3)  # typed: no literals
+HEAPS = 4
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
@@ -85,7 +86,8 @@ def in_flight_nb(q):
 
 @nb.njit(**JIT)
 def _live(e, w, req):
-    """Is entry e (a TIMER record) of timer heap w (0 deadlines, 1 black holes, 2 retries) live?"""
+    """Is entry e (a TIMER record) of timer heap w (0 deadlines, 1 black holes, 2 retries,
+    3 follow-up turns: pushed once, with token 0, while never sent) live?"""
     q = req[e.req]
     live = q.tries == e.token
     if live:
@@ -93,6 +95,8 @@ def _live(e, w, req):
             live = in_flight_nb(q)
         elif w == BLACK_HOLES:
             live = q.state == State.BLACKHOLE
+        elif w == TURNS:
+            live = q.state == State.NONE
         else:
             live = q.state == State.BACKOFF
     return live

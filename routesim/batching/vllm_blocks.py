@@ -23,6 +23,7 @@ import numpy as np
 from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
+from .workload import REQUEST_ID, RESPONSE_ID
 
 REF = 0
 KEY = 1
@@ -256,7 +257,10 @@ def _mix(z):
 def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
     """Every request's prompt block keys (spec22b 5): ``intern(parent, id)`` — an id
     seen first under this parent is its own key; the same id under another parent gets a
-    fresh key (negative, below every request's own keys). Returns (pk, pk_off, ones,
+    fresh key (negative, below every request's own keys). A conversation's response id
+    (``workload.RESPONSE_ID + q·2^16 + j``, request q < s) is the key request q's own
+    block j has (:func:`key_of_nb`): the same tokens after the same parent, so vLLM's
+    chained hash is the same. Returns (pk, pk_off, ones,
     gbase): keys, offsets per request, a length-1 "segment" per block (the routers'
     views), and each request's base of own keys."""
     n = wl_P.shape[0]
@@ -292,6 +296,13 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
         for k in range(seg_off[s], seg_off[s + 1]):
             for d in range(seg_len[k]):
                 bid = seg_key[k] + d
+                if bid >= RESPONSE_ID:  # block j of an earlier request q's tokens past its prompt ids
+                    q = (bid - RESPONSE_ID) // REQUEST_ID
+                    key = -2 - gbase[q] - (bid - RESPONSE_ID) % REQUEST_ID  # key_of_nb(q, j)
+                    pk[w] = key
+                    w += 1
+                    parent = key
+                    continue
                 h = np.int64(_mix(bid) & np.uint64(mask))
                 while t_used[h] and t_id[h] != bid:
                     h = (h + 1) & mask

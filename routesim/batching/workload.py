@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arrivals import draw_arrivals
-from ..ieee_math import box_muller, exp_array, power_array
+from ..ieee_math import box_muller, exp_array, log1p_array, power_array
 
 GOLDEN = 0.6180339887498949
 """The key step of a trace request (§1.2) and of the tie hash (§5)."""
 GROUP_ID = 2**20   # prefix block j of group g: g·2^20 + j
 UNIQUE_ID = 2**40  # any other block j of request k: 2^40 + k·2^16 + j
 REQUEST_ID = 2**16
+RESPONSE_ID = 2**50  # block j >= floor(P/b) of request k's token sequence (prompt tail, response): 2^50 + k·2^16 + j
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class TokenWorkload:
     seg_key: np.ndarray  # int64 id of each segment's first block
     seg_len: np.ndarray  # int64 blocks of each segment
     seg_off: np.ndarray  # int64 (requests + 1,) offsets into seg_key / seg_len
+    prev: np.ndarray = None   # int64 a conversation's previous turn, -1 for a first turn (None: no conversations)
+    think_ms: np.ndarray = None  # float64 a follow-up turn's think time (ms) after ``prev`` completes; 0 otherwise
 
     def __len__(self) -> int:
         return self.t_ms.size
@@ -212,3 +215,130 @@ def from_replay(rp) -> TokenWorkload:
                          output=np.asarray(rp.output, np.int64).copy(),
                          key=np.asarray(rp.key, np.float64).copy(), group=np.full(n, -1, np.int64),
                          seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)
+
+
+@dataclass(frozen=True)
+class ConversationParams:
+    """The synthetic session model (docs/model.md "Conversations"): a session's turns
+    ``T = min(turns_max, G)`` with ``G`` geometric of mean ``turns_mean`` (1: no
+    follow-up turns); a follow-up is sent ``think_ms`` (exponential, mean) after the
+    previous turn's response completes; its new user text has log-normal tokens
+    (``text_median``, ``text_sigma``, clipped to ``[1, context_limit]``) and its output
+    the chat class's distribution."""
+
+    turns_mean: float = 1.0
+    turns_max: int = 8
+    think_ms: float = 10000.0
+    text_median: float = 200.0
+    text_sigma: float = 1.0
+
+
+def response_ids(k: int, lo: int, hi: int) -> np.ndarray:
+    """The ids of blocks ``lo … hi − 1`` of request ``k``'s token sequence past its
+    prompt's ids (its prompt's partial last block, then its response): what a later turn
+    of the same conversation holds at those positions."""
+    return RESPONSE_ID + k * REQUEST_ID + np.arange(lo, hi, dtype=np.int64)
+
+
+def is_response_id(bid) -> bool:
+    return bid >= RESPONSE_ID
+
+
+def split_response_id(bid) -> tuple[int, int]:
+    """(request, block position) of a response id."""
+    x = bid - RESPONSE_ID
+    return x // REQUEST_ID, x % REQUEST_ID
+
+
+def follow_up_segments(prev_segs, P_prev: int, O_prev: int, prev_k: int, P: int, k: int, b: int):
+    """A follow-up turn's prompt segments (``[(first id, blocks), ...]``): its prompt is
+    the previous turn's prompt (``P_prev`` tokens), its response (``O_prev``) and new
+    text, ``P`` tokens in all. Block ``j`` holds tokens ``j·b … (j+1)·b − 1``, so
+
+    - ``j < floor(P_prev/b)``: the previous prompt's block, its id (``prev_segs``);
+    - ``floor(P_prev/b) ≤ j < floor((P_prev + O_prev)/b)``: previous prompt's tail and
+      response tokens only: the previous request's own block ``j``
+      (:func:`response_ids`), the same tokens vLLM hashed when it generated them;
+    - ``j ≥ floor((P_prev + O_prev)/b)``: new text in it, an id of its own
+      (``2^40 + k·2^16 + j``).
+
+    Only full blocks get ids (``floor(P/b)``)."""
+    n = P // b
+    a = P_prev // b
+    c = min((P_prev + O_prev) // b, n)
+    out = list(prev_segs)
+    if c > a:
+        out.append((RESPONSE_ID + prev_k * REQUEST_ID + a, c - a))
+    if n > c:
+        out.append((UNIQUE_ID + k * REQUEST_ID + c, n - c))
+    return out
+
+
+def conversations(first: TokenWorkload, seed: int, cp: ConversationParams,
+                  params: TokenWorkloadParams = TokenWorkloadParams()) -> TokenWorkload:
+    """The requests of ``first``'s sessions: request ``k < F`` is session ``k``'s first
+    turn (``first``'s request ``k`` as it is), then every session's follow-up turns,
+    session by session, turn by turn (indices ``F …``). A follow-up's ``t_ms`` is +inf
+    (its send time comes from the run: ``think_ms`` after ``prev`` completes).
+
+    Random numbers: ``V = Generator(PCG64(SeedSequence(seed).spawn(2)[1])).random((F,
+    turns_max − 1, 4))``: session k's follow-up j (j = 0, 1, ...) goes on if
+    ``V[k,j,0] < 1 − 1/turns_mean`` (geometric turns), thinks ``−think_ms·log1p(−V[k,j,1])``,
+    and takes its text and output from Box–Muller of ``V[k,j,2]``, ``V[k,j,3]`` (z1: text,
+    z2: output, the chat class's output). A turn whose prompt reaches ``context_limit``
+    is not made (its session ends)."""
+    F = len(first)
+    b = params.block_tokens
+    prev = np.full(F, -1, np.int64)
+    think = np.zeros(F)
+    if cp.turns_max <= 1 or cp.turns_mean <= 1.0 or F == 0:
+        return _with_turns(first, prev, think)
+    from numpy.random import PCG64, Generator, SeedSequence
+    V = Generator(PCG64(SeedSequence(seed).spawn(2)[1])).random((F, cp.turns_max - 1, 4))
+    go_on = 1.0 - 1.0 / cp.turns_mean
+    flat = V.reshape(-1, 4)
+    z1, z2 = box_muller(flat, 2, 3)
+    think_all = (-cp.think_ms * log1p_array(-np.ascontiguousarray(flat[:, 1]))).reshape(F, -1)
+    text = np.clip(np.rint(cp.text_median * exp_array(cp.text_sigma * z1)), 1,
+                   params.context_limit).astype(np.int64).reshape(F, -1)
+    out = np.clip(np.rint(params.chat.output_median * exp_array(params.chat.output_sigma * z2)),
+                  params.chat.output_min, params.chat.output_max).astype(np.int64).reshape(F, -1)
+    P = list(first.prompt)
+    O = list(first.output)
+    key = list(first.key)
+    group = list(first.group)
+    segs = [[(int(first.seg_key[j]), int(first.seg_len[j])) for j in range(first.seg_off[k], first.seg_off[k + 1])]
+            for k in range(F)]
+    prev_l, think_l = list(prev), list(think)
+    for s in range(F):
+        q = s
+        for j in range(cp.turns_max - 1):
+            if not V[s, j, 0] < go_on:
+                break
+            Pn = P[q] + O[q] + int(text[s, j])
+            if Pn >= params.context_limit:
+                break
+            k = len(P)
+            segs.append(follow_up_segments(segs[q], P[q], O[q], q, Pn, k, b))
+            P.append(Pn)
+            O.append(int(min(out[s, j], params.context_limit - Pn)))
+            key.append(first.key[s])  # a session's turns share its key (routers, ties)
+            group.append(first.group[s])
+            prev_l.append(q)
+            think_l.append(float(think_all[s, j]))
+            q = k
+    n = len(P)
+    seg_off = np.zeros(n + 1, np.int64)
+    np.cumsum([len(x) for x in segs], out=seg_off[1:])
+    flat = [x for sg in segs for x in sg]
+    t = np.concatenate((first.t_ms, np.full(n - F, np.inf)))
+    return TokenWorkload(t_ms=t, prompt=np.array(P, np.int64), output=np.array(O, np.int64),
+                         key=np.array(key, np.float64), group=np.array(group, np.int64),
+                         seg_key=np.array([x[0] for x in flat], np.int64).reshape(-1),
+                         seg_len=np.array([x[1] for x in flat], np.int64).reshape(-1), seg_off=seg_off,
+                         prev=np.array(prev_l, np.int64), think_ms=np.array(think_l, np.float64))
+
+
+def _with_turns(w: TokenWorkload, prev, think) -> TokenWorkload:
+    from dataclasses import replace
+    return replace(w, prev=prev, think_ms=think)
