@@ -565,22 +565,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if req[s].tries >= 2:
                         rin[ro] -= 1
             if not np.isinf(front_ms):
-                for ro in range(R):  # first attempts still held at the front door at a_r + either deadline
-                    while f_head[ro] >= 0 and sent[f_head[ro]] + front_ms == t:
-                        s = f_head[ro]
-                        f_head[ro] = req[s].f_next
-                        if f_head[ro] < 0:
-                            f_tail[ro] = -1
-                        n_front -= 1
-                        req[s].tries += 1
-                        req[s].g = 0
-                        req[s].gw = 0
-                        req[s].gh = 0
-                        cum[5 if front_ttft else 4] += 1
-                        fail_req[n_fail] = s
-                        fail_rep[s] = -1
-                        fail_crash[s] = False
-                        n_fail += 1
+                n_fail, n_front = _front_timeouts_nb(req, sent, f_head, f_tail, front_ms, front_ttft, t, cum, fail_req,
+                                                     fail_rep, fail_crash, n_fail, n_front)
             if n_fail > 0:
                 _observe_nb(p, t, req, fail_req, fail_rep, fail_crash, n_fail, window_open, past, failed, brk,
                             ej_until, times_ej, n_ej, rin, ain, timers, tn, cum, mt)
@@ -698,12 +684,45 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         integrate_nb(rep[i], horizon, p)
     finish_metrics_nb(p, rep, req, wl_t, sent, mt, gap_ms[:n_gap[0]], gap_n[:n_gap[0]])
     if keep.shape[0] == n:
-        for s in range(n):
-            keep[s].first_ms = req[s].first_ms
-            keep[s].done_ms = req[s].done_ms
-            keep[s].outcome = req[s].outcome
-            keep[s].attempts = req[s].attempts
-            keep[s].sent_ms = sent[s]
+        _keep_nb(keep, req, sent)
+
+
+@nb.njit(**JIT)
+def _front_timeouts_nb(req, sent, f_head, f_tail, front_ms, front_ttft, t, cum, fail_req, fail_rep, fail_crash,
+                       n_fail, n_front):
+    """Phase 3's front door: first attempts still held at a router's front door at their
+    send + either deadline fail (a timeout or a first-token timeout), appended to the
+    failures observed at t. Returns (failures observed, requests held at front doors)."""
+    for ro in range(f_head.shape[0]):
+        while f_head[ro] >= 0 and sent[f_head[ro]] + front_ms == t:
+            s = f_head[ro]
+            f_head[ro] = req[s].f_next
+            if f_head[ro] < 0:
+                f_tail[ro] = -1
+            n_front -= 1
+            req[s].tries += 1
+            req[s].g = 0
+            req[s].gw = 0
+            req[s].gh = 0
+            cum[5 if front_ttft else 4] += 1
+            fail_req[n_fail] = s
+            fail_rep[s] = -1
+            fail_crash[s] = False
+            n_fail += 1
+    hold((req, sent, f_head, f_tail, cum, fail_req, fail_rep, fail_crash))
+    return n_fail, n_front
+
+
+@nb.njit(**JIT)
+def _keep_nb(keep, req, sent):
+    """A timeline's record of what became of each request (keep (requests,) KEPT)."""
+    for s in range(keep.shape[0]):
+        keep[s].first_ms = req[s].first_ms
+        keep[s].done_ms = req[s].done_ms
+        keep[s].outcome = req[s].outcome
+        keep[s].attempts = req[s].attempts
+        keep[s].sent_ms = sent[s]
+    hold((keep, req, sent))
 
 
 @nb.njit(**JIT)
