@@ -207,7 +207,7 @@ INF = math.inf
 GOLDEN = 0.6180339887498949
 
 POLICIES = ("round_robin", "random", "least_requests", "least_queue", "least_tokens", "least_kv",
-            "least_cost", "power_of_d", "prefix_affinity", "rate_weighted")
+            "least_cost", "power_of_d", "prefix_affinity", "rate_weighted", "session_affinity")
 SLOW_START_POLICIES = ("least_requests", "least_tokens", "least_kv", "least_cost", "power_of_d")
 EVENT_KINDS = ("rate_multiplier", "slowdown", "fail", "fail_fast", "recover")
 
@@ -252,6 +252,7 @@ def defaults() -> dict:
         choices=2, score="tokens", allowance_tokens=256,   # an int >= 0 or "exact"
         tie_tolerance=0.0, prefill_weight=1.0,
         balance_abs=64, balance_rel=1.5, cache_threshold=0.3, window_ms=1000.0,
+        affinity_balance_abs=64, affinity_balance_rel=1.5,
         slow_start_ms=0.0, slow_start_aggression=1.0, slow_start_min_weight=0.1,
         # signals (§3)
         signal_mode="fresh", period_ms=50.0, routers=1,
@@ -609,6 +610,7 @@ class Request:
         self.gen_keys = []          # scheduler = "vllm": keys of its blocks past the prompt's ids
         self.last_attempt = None
         self.next_turn = None       # a conversation's next turn (a Request), sent think ms after this completes
+        self.prev_index = None      # ... and its previous turn's index
         self.think = 0.0
 
 
@@ -624,6 +626,16 @@ class Router:
         self.local_o = [0] * n_replicas
         self.local_tau = [0] * n_replicas
         self.local_ids = [set() for _ in range(n_replicas)]
+
+
+def affinity_rank(h: float, i: int) -> int:
+    """session_affinity's rank of replica i for key h: splitmix64's finalizer of
+    floor(h·2^53) XOR (i + 1)·0x9E3779B97F4A7C15, in 64-bit unsigned arithmetic."""
+    m = (1 << 64) - 1
+    z = (int(math.floor(h * 2.0**53)) ^ ((i + 1) * 0x9E3779B97F4A7C15)) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
 
 
 def nearest_rank(values: list[float], p: float) -> float:
@@ -750,6 +762,7 @@ class _Sim:
                     assert q < k and self.requests[q].next_turn is None
                     r = self.requests[k]
                     self.requests[q].next_turn = r
+                    r.prev_index = q
                     r.think = float(workload.think[k])
                     r.intended = r.t = INF
         if self.vllm:
@@ -2013,6 +2026,16 @@ class _Sim:
             fewest = min(n_ids.values())
             tied = [i for i in E if n_ids[i] == fewest]
             return min(tied, key=lambda i: (o[i], self.hash_rule(r, i)))
+        if pol == "session_affinity":
+            # docs/model.md "Session affinity": the session's home (its turns share h: the
+            # candidate of smallest rank), unless it holds more than affinity_balance_abs
+            # requests beyond the least loaded and more than affinity_balance_rel times them
+            o = {i: views[i]["o"] for i in E}
+            home = min(E, key=lambda i: (affinity_rank(r.h, i), i))
+            low = min(o.values())
+            if o[home] - low > p["affinity_balance_abs"] and o[home] > p["affinity_balance_rel"] * low:
+                return self.argmin_with_ties(r, E, o, ms, p["tie_tolerance"])
+            return home
         raise ValueError(pol)
 
     def draw_for_shed(self, pol=None):

@@ -111,6 +111,8 @@ PARAMS = np.dtype(
         ("balance_abs", np.float64),
         ("balance_rel", np.float64),
         ("cache_threshold", np.float64),
+        ("affinity_balance_abs", np.float64),  # session_affinity's overload rule
+        ("affinity_balance_rel", np.float64),
         ("window_ms", np.float64),
         ("slow_start_ms", np.float64),
         ("slow_start_aggression", np.float64),

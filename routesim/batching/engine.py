@@ -90,11 +90,15 @@ def _mark_nb(marked, dirty, n_dirty, i):
 
 
 @nb.njit(**JIT)
-def _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done):
+def _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done, p, timers, tn, wl_next,
+                  wl_think):
     """Phase 1: the completions ``done_log[:, before:n_done]`` (replica, request) of replica
     i's iteration ending at t, each with its router (``done_ro``) and time (``done_t``):
     counted in rate_weighted's window (``rw`` (routers, replicas)), resetting the breaker's
-    count (``brk``), out of the attempts (``ain``) and retries (``rin``) in flight."""
+    count (``brk``), out of the attempts (``ain``) and retries (``rin``) in flight; a
+    conversation's next turn (``wl_next``, empty without conversations) is due
+    ``wl_think`` ms after the response reaches the client, if before the horizon
+    (docs/model.md "Conversations")."""
     for c in range(before, n_done):
         s = done_log[1, c]
         ro = req[s].router
@@ -105,7 +109,23 @@ def _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, befor
         ain[ro] -= 1
         if req[s].tries >= 2:
             rin[ro] -= 1
-    hold((done_log, done_ro, done_t, req, rw, brk, ain, rin))
+        nx = wl_next[s] if wl_next.shape[0] > 0 else -1
+        if nx >= 0 and (t + p.client_overhead_ms) + wl_think[nx] < p.horizon_ms:
+            tm.push_nb(timers, tn, tm.TURNS, (t + p.client_overhead_ms) + wl_think[nx], nx, NONE)
+    hold((done_log, done_ro, done_t, req, rw, brk, ain, rin, timers, tn, wl_next, wl_think))
+
+
+@nb.njit(**JIT)
+def _due_turns_nb(timers, tn, req, t, due_turn):
+    """Phase 6: the follow-up turns due at t into ``due_turn``, in request order; their count."""
+    n = 0
+    while tn[tm.TURNS] > 0 and tm.top_nb(timers, tn, tm.TURNS, req) == t:
+        due_turn[n] = timers[tm.TURNS, 0].req
+        tm.pop_nb(timers, tn, tm.TURNS)
+        n += 1
+    _sort_ints(due_turn, n)
+    hold((timers, tn, req, due_turn))
+    return n
 
 
 @nb.njit(**JIT)
@@ -296,12 +316,15 @@ def _close_window_nb(rep, req):
 
 @nb.njit(**JIT)
 def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, ru, mt,
-               sample_t, samples, cluster, keep, sched):
+               sample_t, samples, cluster, keep, sched, wl_next, wl_think):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
 
     wl_* (requests,) the workload (``wl_t`` ms: arrivals, or with ``p.max_in_flight = N > 0``
     a closed-loop client's intended sends: request k is sent, in phase 6, at ``wl_t[k]`` or
     when one of its N slots frees, in request order; docs/model.md "Closed-loop clients");
+    wl_next/wl_think (requests,) or empty: conversations (docs/model.md "Conversations"):
+    request k's next turn (-1: none) and a follow-up's think time (ms); a follow-up has
+    ``wl_t`` inf, after every first turn, and is sent when its think time is up.
     seg_key/seg_len the requests' prompt segments,
     request k's at ``seg_off[k]:seg_off[k + 1]`` (offsets into the flat arrays).
     A timeline (empty arrays otherwise): at each of ``sample_t`` (ms, ascending) the
@@ -313,6 +336,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     its type at compile time, so a run compiles its own scheduler's functions only.
     """
     n = wl_t.shape[0]
+    nf = np.searchsorted(wl_t, np.inf)  # first turns (open-loop arrivals); then follow-up turns
     nrep = rep.shape[0]
     R = p.routers
     req = np.empty(n, REQUEST)
@@ -322,7 +346,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
         q.P = wl_P[k]
         q.O = wl_O[k]
         q.A = wl_O[k] if p.exact_output else p.allowance
-        q.cohort = wl_t[k] >= p.warmup_ms  # arrivals are all before the horizon
+        q.cohort = k < nf and wl_t[k] >= p.warmup_ms  # arrivals are all before the horizon; a follow-up's: sent
         q.router = min(int(math.floor(wl_key[k] * R)), R - 1)
     cum = np.zeros(6, np.int64)  # retries, failures, sheds, rejections, timeouts, first-token timeouts (timelines)
     si = np.int64(0)   # (typed zeros: a literal 0 would compile its callees once more, for Literal[int](0))
@@ -376,6 +400,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     gap_n = np.empty(1024, np.int64)
     n_gap = np.zeros(1, np.int64)
     due_req = np.empty(n, np.int64)      # retries due at one time
+    due_turn = np.empty(n if wl_next.shape[0] > 0 else 0, np.int64)  # follow-up turns due at one time
     done_log = np.empty((2, n), np.int64)   # replica and request of each completion, in time order
     done_ro = np.empty(n, np.int64)         # its router
     done_t = np.empty(n)
@@ -439,7 +464,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 break
             n_dirty = NONE
             c7 = 0
-            if t >= horizon and mt.entered_cohort == mt.left_cohort and not (k < n and req[n - 1].cohort):
+            if t >= horizon and mt.entered_cohort == mt.left_cohort and not (k < nf and req[nf - 1].cohort):
                 stopped = True
                 break  # the stop: nothing of the cohort is left in the system
             # the next time t
@@ -447,7 +472,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if n_gap[0] + _gap_rows_nb(p, nrep) > gap_ms.shape[0]:
                 break
             t = np.inf
-            if k < n:  # the next arrival; a closed client with N in flight sends when a slot frees
+            if k < nf:  # the next arrival; a closed client with N in flight sends when a slot frees
                 if not closed or k - freed < p.max_in_flight:
                     t = wl_t[k]
                 elif rel_h < rel_n:
@@ -460,7 +485,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     if rep[i].ready_ms > prev_t:
                         ready_pending = True
                         t = min(t, rep[i].ready_ms)
-            for w in range(3):
+            for w in range(tm.HEAPS):
                 if tn[w] > 0:
                     t = min(t, tm.top_nb(timers, tn, w, req))
             if _any_ejected(n_ej):
@@ -512,7 +537,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     mt.backlog_growth = (mt.entered - mt.left) - backlog_w
                     mt.client_waiting = n - k
                     _close_window_nb(rep, req)
-                if (mt.entered_cohort == mt.left_cohort and not (k < n and req[n - 1].cohort)) or t > p.limit_ms:
+                if (mt.entered_cohort == mt.left_cohort and not (k < nf and req[nf - 1].cohort)) or t > p.limit_ms:
                     stopped = True
                     break
             # room in the views for what this time can add (t is found again on coming back)
@@ -521,9 +546,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     snap_need = snap_n + cnt[0]
                     break
             if local:
-                routed = n_front + tn[tm.RETRIES]  # at most these, and the arrivals at t, are routed now
+                routed = n_front + tn[tm.RETRIES] + tn[tm.TURNS]  # at most these, and the arrivals at t, now
                 a = k
-                while a < n and (wl_t[a] == t or (closed and wl_t[a] <= t and a - k < p.max_in_flight)):
+                while a < nf and (wl_t[a] == t or (closed and wl_t[a] <= t and a - k < p.max_in_flight)):
                     routed += 1  # (a closed client places at most N new ones at t)
                     a += 1
                 if 2 * (loc_n + routed * most) > loc.shape[0]:
@@ -547,7 +572,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     integrate_nb(r, t, p)
                     before = n_done
                     n_done = sc.finish_nb(sched, S, i, t, p, mt, n_done)
-                    _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done)
+                    _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done, p, timers, tn,
+                                  wl_next, wl_think)
             # (2) scenario events at t, in order
             if ev < n_ev and events[ev].t_ms == t:
                 ev, n_fail, recovered = _events_nb(sched, S, rep, cnt, due_req, events, ev, t, p, fail_req, fail_rep,
@@ -614,7 +640,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 tm.pop_nb(timers, tn, tm.RETRIES)
                 n_due += 1
             _sort_ints(due_req, n_due)
-            d = 0
+            n_turn = _due_turns_nb(timers, tn, req, t, due_turn) if due_turn.shape[0] > 0 else 0
+            d = e = 0
             while True:
                 if closed:  # a request is sent at its intended time or, N in flight, when a slot frees
                     if mt.left > left_seen:  # final outcomes (phases 1, 3, 6 only) free a slot, overhead later
@@ -626,18 +653,25 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         freed += rel_c[rel_h]
                         rel_h += 1
                     arrival = k < n and wl_t[k] <= t and k - freed < p.max_in_flight
-                else:
-                    arrival = k < n and wl_t[k] == t
+                    first, a = True, k
+                else:  # a first turn's arrival, else a follow-up turn's send (a higher request)
+                    first = k < nf and wl_t[k] == t
+                    arrival = first or e < n_turn
+                    a = k if first else (due_turn[e] if arrival else n)
                 if not (arrival or d < n_due):
                     break
-                retry = d < n_due and (not arrival or due_req[d] < k)
+                retry = d < n_due and (not arrival or due_req[d] < a)
                 if retry:
                     s = due_req[d]
                     d += 1
                     req[s].state = State.NONE
                 else:
-                    s = k
-                    k += 1
+                    s = a
+                    if first:
+                        k += 1
+                    else:
+                        e += 1
+                        req[s].cohort = t >= p.warmup_ms
                     sent[s] = t
                     mt.entered += 1
                     if req[s].cohort:
@@ -757,11 +791,13 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, samples, cluster, si):
     clu.ttft_timeouts = cum[5]
 
 
-def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off):
+def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off,
+             wl_next=np.zeros(0, np.int64), wl_think=np.zeros(0)):
     """The arguments of :func:`run_one_nb` for run ``r`` of a batch but the metrics record
     and the timeline's arrays, by name (views, no copies): its PARAMS record, ``rep``
     (replicas,) REPLICA (the run's own), its scenario events, its workload's requests and
-    their segment offsets, its workload's router stream, and its scheduler's state
+    their segment offsets, its workload's router stream, its conversations' turns (``wl_next``,
+    ``wl_think``: flat like ``wl_t``, or empty without conversations), and its scheduler's state
     (``sched``, with the segments the scheduler gives). Shapes as in :func:`run_batch`."""
     p = params[r]
     w = int(p["workload"])
@@ -769,7 +805,8 @@ def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len,
     a = int(p["event_start"])
     args = dict(p=p, rep=rep, events=events[a:a + int(p["event_count"])], wl_t=wl_t[lo:hi], wl_P=wl_P[lo:hi],
                 wl_O=wl_O[lo:hi], wl_key=wl_key[lo:hi], seg_key=seg_key, seg_len=seg_len,
-                seg_off=seg_off[lo + w:hi + w + 1], ru=ru[int(ru_off[w]):int(ru_off[w + 1])])
+                seg_off=seg_off[lo + w:hi + w + 1], ru=ru[int(ru_off[w]):int(ru_off[w + 1])],
+                wl_next=wl_next[lo:hi] if wl_next.size else wl_next, wl_think=wl_think[lo:hi] if wl_think.size else wl_think)
     args["sched"], args["seg_key"], args["seg_len"], args["seg_off"] = sc.state(
         p, rep.shape[0], seg_key, seg_len, args["seg_off"], args["wl_P"], args["wl_O"])
     return args
@@ -783,7 +820,7 @@ def no_timeline(nrep):
 
 
 def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off,
-              metrics):
+              metrics, wl_next=np.zeros(0, np.int64), wl_think=np.zeros(0)):
     """Simulate every run: one call of the compiled :func:`run_one_nb` per run, spread over
     ``numba.get_num_threads()`` Python threads (it releases the GIL), each taking the next
     run when it is free.
@@ -792,7 +829,7 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
     (rows,) EVENT; wl_* flat workload arrays, workload w spanning
     ``wl_off[w]:wl_off[w + 1]``; its requests' segments at ``seg_off[wl_off[w] + w + k]``
     (one more offset per workload, into the flat seg_key/seg_len); ru/ru_off the
-    router streams; metrics (runs,) METRICS. A run writes only its own rows of ``rep``
+    router streams; metrics (runs,) METRICS; wl_next/wl_think conversations' turns (flat, or empty). A run writes only its own rows of ``rep``
     and ``metrics``, so the result is the same whatever the threads.
 
     Not a ``prange`` kernel: Numba compiles a ``prange`` loop into two more functions,
@@ -803,7 +840,7 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
 
     def one(r):
         run_one_nb(mt=metrics[r], **none, **run_args(params, r, rep[r], events, wl_t, wl_P, wl_O, wl_key, seg_key,
-                                                     seg_len, seg_off, wl_off, ru, ru_off))
+                                                     seg_len, seg_off, wl_off, ru, ru_off, wl_next, wl_think))
 
     runs = params.shape[0]
     threads = min(nb.get_num_threads(), runs)

@@ -28,15 +28,15 @@ from ..arrivals import expected_arrivals, rate_events, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, Scheduler
 from .metrics import ACCUMULATORS, CLIENT_VARIABLES, PER_REPLICA, VARIABLES, VLLM_VARIABLES
 from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, ZERO_UNRECORDED, unused_params
-from .runs import Packed, params_row, router_draws, simulate, workload_params
-from .workload import from_replay, generate
+from .runs import Packed, conversation_params, params_row, router_draws, simulate, workload_params
+from .workload import conversations, from_replay, generate, trace_chains
 
 WORKLOAD_PARAMS = ("seed", "rate_rps", "warmup_s", "measure_s", "block_tokens",
                    *(p.name for p in TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS
                      if p.section == "workload" and p.name not in CLIENT_PARAMS))
 """What a run's workload depends on, besides its scenario's rate changes."""
 TRACE_WINDOW = ("trace_path", "trace_format", "trace_time_scale", "trace_start_s", "trace_duration_s",
-                "trace_hash_block_tokens", "block_tokens", "warmup_s", "measure_s")
+                "trace_hash_block_tokens", "trace_chains", "block_tokens", "warmup_s", "measure_s")
 """What a trace workload depends on (not the seed, the rate or the scenario)."""
 
 
@@ -55,7 +55,11 @@ def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, changes, cac
     if flat["source"] == "trace":
         tkey = tuple(flat[n] for n in TRACE_WINDOW)
         if tkey not in cache:
-            cache[tkey] = from_replay(replay_of(sweep, flat))
+            rp, ids = replay_of(sweep, flat), None
+            if flat["trace_chains"]:  # conversation chains of its hash ids (docs/model.md "Conversations")
+                tr, b = load_trace(sweep, flat), int(flat["block_tokens"])
+                ids, _ = trace_chains(rp, tr, b, int(flat["trace_hash_block_tokens"]) or tr.hash_block_tokens or b)
+            cache[tkey] = from_replay(rp, ids)
         return cache[tkey]
     lengths, key = None, wkey
     if flat["lengths_trace"]:
@@ -69,6 +73,7 @@ def _workload(sweep: Sweep, flat: dict, seed: int, rate_rps: float, changes, cac
         return _DRAWN[key]
     horizon = (flat["warmup_s"] + flat["measure_s"]) * 1000.0
     w = generate(seed, rate_rps, changes, horizon, workload_params(flat), lengths=lengths)
+    w = conversations(w, seed, conversation_params(flat), workload_params(flat))
     _keep(key, w)
     return w
 

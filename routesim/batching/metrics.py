@@ -165,9 +165,9 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     wait_sum = 0.0
     ovh = p.client_overhead_ms
     for k in range(n):
-        if not (p.warmup_ms <= t_arr[k] < p.horizon_ms):
-            continue
         q = req[k]
+        if not q.cohort:  # intended (a follow-up turn's: sent) in [warm-up, horizon)
+            continue
         mt.arrivals += 1
         _count_quarter(p, t_arr[k], quarter, 0)
         mt.attempts += q.attempts

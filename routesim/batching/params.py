@@ -77,6 +77,13 @@ TOKEN_PARAMS = (
     Param("prefix_zipf", "workload", ("prefix", "zipf"), 1.1, "1", "Zipf exponent of the group popularity", low=0),
     Param("prefix_tokens", "workload", ("prefix", "tokens"), 1536, "tokens", "length of every group's prefix (L)", kind=int, low=1),
     Param("context_limit", "workload", ("context_limit",), 32768, "tokens", "prompt plus output of one request", kind=int, low=1),
+    # conversations (docs/model.md "Conversations"): sessions of turns, synthetic workload only
+    Param("conversation_turns_mean", "workload", ("conversation", "turns_mean"), 1.0, "turns", "mean turns of a session (geometric; 1: single requests, no conversations)", low=1),
+    Param("conversation_turns_max", "workload", ("conversation", "turns_max"), 8, "turns", "most turns of a session", kind=int, low=1),
+    Param("conversation_think_s", "workload", ("conversation", "think_s"), 10.0, "s", "mean think time (exponential) from a turn's response to the next turn's send", low=0),
+    Param("conversation_text_median", "workload", ("conversation", "text_median"), 200.0, "tokens", "median of a follow-up turn's new user text (log-normal; its prompt is the conversation so far plus it)", low=0, low_open=True),
+    Param("conversation_text_sigma", "workload", ("conversation", "text_sigma"), 1.0, "1", "sigma of a follow-up turn's new user text log-normal", low=0),
+    Param("trace_chains", "workload", ("trace", "chains"), False, "", "a trace request that holds an earlier one's full hash blocks (at least 2) and room for its response reuses that request's prompt and response blocks (docs/model.md \"Conversations\")", kind=bool, when=("source", ("trace",))),
     Param("max_in_flight", "workload", ("max_in_flight",), 0, "requests", "closed-loop client: requests in flight at most, the next one sent when one ends (0: open loop)", kind=int, low=0),
     Param("client_overhead_ms", "workload", ("client_overhead_ms",), 0.0, "ms", "client overhead: added to the TTFT and E2E the client measures and to the time it holds a slot", low=0),
     # [policy] (§5)
@@ -123,7 +130,7 @@ SECTION_KEYS = {
     "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
     "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths",
-                 "max_in_flight", "client_overhead_ms"),
+                 "conversation", "max_in_flight", "client_overhead_ms"),
     "policy": tuple(p.path[0] for p in policies.PARAMS),
     "signals": ("mode", "period_ms", "routers"),
     "client": ("timeout_ms", "ttft_timeout_ms", "max_attempts", "backoff_ms", "retry_avoid_previous"),
@@ -137,6 +144,7 @@ LEAVES = {
     "chat": ("prompt", "output"), "long": ("prompt", "output"),
     "prompt": ("median", "sigma", "min", "max"), "output": ("median", "sigma", "min", "max"),
     "prefix": ("probability", "groups", "zipf", "tokens"),
+    "conversation": ("turns_mean", "turns_max", "think_s", "text_median", "text_sigma"),
     "breaker": ("consecutive", "eject_ms", "max_ejected_fraction"),
     "admission": ("max_tokens", "mode"),
     **pd_keys.LEAVES,
@@ -153,7 +161,7 @@ DEFAULT_HETEROGENEITY = {"uniform": (1.0,) * 8}
 
 MODEL = ReplicaModel(
     kind="batching", package=__package__, params=TOKEN_PARAMS + TRACE_PARAMS + LENGTHS_PARAMS,
-    section_keys=SECTION_KEYS, leaves={**LEAVES, **TRACE_LEAVES}, dims=DIMS, policies=tuple(policies.NAMES),
+    section_keys=SECTION_KEYS, leaves={**LEAVES, **TRACE_LEAVES, "trace": TRACE_LEAVES["trace"] + ("chains",)}, dims=DIMS, policies=tuple(policies.NAMES),
     event_kinds={name: code for code, name in EVENT_NAMES.items()},
     min_max=MIN_MAX, heterogeneity=DEFAULT_HETEROGENEITY,
     help_heterogeneity="time factors (1 = the reference replica)", block_ids=True, trace_axes=True,
@@ -170,6 +178,7 @@ def check_stage(rd, stage, src, replicas):
     _check_scheduler(rd, stage, src)
     _check_step_cost(rd, stage, src)
     pd_keys.check_stage(rd, stage, src, replicas)
+    _check_conversations(rd, stage, src)
     synthetic_lengths = v["source"] == ("synthetic",) and "" in v["lengths_trace"]
     for p_long in v["p_long"] if synthetic_lengths else ():  # a trace's rows: _check_traces
         classes = [c for c, on in (("chat", p_long < 1), ("long", p_long > 0)) if on]
@@ -219,6 +228,31 @@ def _check_step_cost(rd, stage, src):
             rd.fail(src(given[0]), f'{table} is the {cost} step cost\'s, but step_cost is '
                     f'{" or ".join(repr(c) for c in v["step_cost"])} in stage {stage.name!r}: '
                     f'add step_cost = "{cost}" (or a list of costs), or leave {table} out')
+
+
+def _check_conversations(rd, stage, src):
+    """Conversations (a ``conversation_turns_mean`` above 1) are a synthetic session model
+    with open-loop first turns: not with a trace (whose own sessions, where it has any,
+    are its rows) nor with a closed-loop client (whose sends follow its slots, not the
+    users' think times)."""
+    v = stage.values
+    if max(v["conversation_turns_mean"]) <= 1 or max(v["conversation_turns_max"]) <= 1:
+        return
+    if "trace" in v["source"]:
+        rd.fail(src("conversation_turns_mean"), "conversation needs source = \"synthetic\" (a trace replays its "
+                f"own rows) in stage {stage.name!r}")
+    if max(v["max_in_flight"]) > 0:
+        rd.fail(src("conversation_turns_mean"), "conversation needs an open loop (max_in_flight = 0): a "
+                f"follow-up turn is sent when its user has read the response and thought, in stage {stage.name!r}")
+    limit = max(v["context_limit"])  # a follow-up's prompt and output may take the whole context
+    pool = min(k * b for k in v["kv_blocks"] for b in v["block_tokens"])
+    if limit > pool:
+        rd.fail(src("kv_blocks"), f"a conversation's turn may hold up to context_limit = {limit} tokens, more "
+                f"than a KV pool of {pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
+    if "vllm" in v["scheduler"] and False in v["chunked_prefill"] and limit > min(v["max_batched_tokens"]):
+        rd.fail(src("max_batched_tokens"), f'scheduler = "vllm" without chunked prefill needs every request '
+                f"within max_batched_tokens ({min(v['max_batched_tokens'])}); a conversation's turn may hold up "
+                f"to context_limit = {limit} tokens in stage {stage.name!r}")
 
 
 def _check_scheduler(rd, stage, src):

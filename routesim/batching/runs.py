@@ -7,7 +7,7 @@ workloads; ``simulate`` runs a set of runs through the engine.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -103,6 +103,8 @@ class Packed:
     seg_len: np.ndarray
     seg_off: np.ndarray
     off: np.ndarray
+    next: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # conversations: next turn (-1: none), or empty
+    think: np.ndarray = field(default_factory=lambda: np.zeros(0))  # ... and a follow-up's think time (ms), or empty
 
     @classmethod
     def of(cls, workloads: list[TokenWorkload]) -> "Packed":
@@ -113,13 +115,27 @@ class Packed:
             seg_parts.append(w.seg_off + base)
             base += w.seg_key.size
         cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
-        return cls(t=cat([w.t_ms for w in workloads], np.float64),
+        turns = {}
+        if any(w.prev is not None and (w.prev >= 0).any() for w in workloads):
+            turns = dict(next=cat([next_turns(w) for w in workloads], np.int64),
+                         think=cat([w.think_ms if w.prev is not None else np.zeros(len(w)) for w in workloads],
+                                   np.float64))
+        return cls(**turns, t=cat([w.t_ms for w in workloads], np.float64),
                    prompt=cat([w.prompt for w in workloads], np.int64),
                    output=cat([w.output for w in workloads], np.int64),
                    key=cat([w.key for w in workloads], np.float64),
                    seg_key=cat([w.seg_key for w in workloads], np.int64),
                    seg_len=cat([w.seg_len for w in workloads], np.int64),
                    seg_off=cat(seg_parts, np.int64), off=off)
+
+
+def next_turns(w: TokenWorkload) -> np.ndarray:
+    """Each request's next turn in its conversation (-1: none), from ``w.prev``."""
+    nxt = np.full(len(w), -1, np.int64)
+    if w.prev is not None:
+        k = np.flatnonzero(w.prev >= 0)
+        nxt[w.prev[k]] = k
+    return nxt
 
 
 def router_draws(policy: str, choices: int, requests: int, max_attempts: int = 1) -> int:
@@ -136,8 +152,19 @@ def simulate(params: np.ndarray, factors: np.ndarray, events: np.ndarray, packed
     rep["factor"] = factors
     metrics = np.zeros(runs, METRICS)
     run_batch(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
-              packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics)
+              packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics, packed.next,
+              packed.think)
     return metrics, rep
+
+
+def conversation_params(values: dict):
+    """The session model's parameters (docs/model.md "Conversations") from flat values."""
+    from .workload import ConversationParams
+    return ConversationParams(turns_mean=values["conversation_turns_mean"],
+                              turns_max=int(values["conversation_turns_max"]),
+                              think_ms=values["conversation_think_s"] * 1000.0,
+                              text_median=values["conversation_text_median"],
+                              text_sigma=values["conversation_text_sigma"])
 
 
 def workload_params(values: dict):

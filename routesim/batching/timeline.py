@@ -99,7 +99,7 @@ def record(g, r: int, sample_ms: np.ndarray):
     keep = np.zeros(hi - lo, KEPT)
     run_one_nb(mt=mt[0:1][0], sample_t=np.ascontiguousarray(sample_ms), samples=samples, cluster=cluster, keep=keep,
                **run_args(g.params, r, rep, g.events, pk.t, pk.prompt, pk.output, pk.key, pk.seg_key, pk.seg_len,
-                          pk.seg_off, pk.off, g.ru, g.ru_off))
+                          pk.seg_off, pk.off, g.ru, g.ru_off, pk.next, pk.think))
     return mt[0], rep, samples, cluster, keep, keep["sent_ms"], pk.output[lo:hi]  # latencies from the send
 
 

@@ -205,10 +205,11 @@ segments = segments_from_ids
 """The name routesim/batching/blocks.py's docstring uses."""
 
 
-def from_replay(rp) -> TokenWorkload:
+def from_replay(rp, ids=None) -> TokenWorkload:
     """A trace window's requests (``routesim.traces.Replay``, §1.2) as a TokenWorkload:
-    its arrivals, tokens and keys as they are, its explicit block ids as segments."""
-    seg_key, seg_len, seg_off = segments_from_ids(rp.block_ids, rp.block_offsets)
+    its arrivals, tokens and keys as they are, its explicit block ids (or ``ids``, laid
+    out as ``rp.block_ids``: :func:`trace_chains`') as segments."""
+    seg_key, seg_len, seg_off = segments_from_ids(rp.block_ids if ids is None else ids, rp.block_offsets)
     n = len(rp)
     return TokenWorkload(t_ms=np.asarray(rp.a_ms, np.float64).copy(),
                          prompt=np.asarray(rp.prompt, np.int64).copy(),
@@ -342,3 +343,43 @@ def conversations(first: TokenWorkload, seed: int, cp: ConversationParams,
 def _with_turns(w: TokenWorkload, prev, think) -> TokenWorkload:
     from dataclasses import replace
     return replace(w, prev=prev, think_ms=think)
+
+
+def trace_chains(rp, trace, block_tokens: int, hash_block_tokens: int):
+    """Conversation chains of a trace window (docs/model.md "Conversations", traces):
+    request ``r``'s **parent** is the earlier request ``a`` of the window whose full hash
+    blocks (``floor(P_a/H)``, at least 2: one shared block may be a system prompt) are
+    all the first hash ids of ``r`` — the longest such, then the latest — if ``P_r ≥ P_a
+    + O_a`` (r's prompt can hold a's prompt and response). Then r's KV blocks ``q <
+    floor(P_a/b)`` take a's ids (a's partial last hash block included: the same prompt
+    tokens), and ``floor(P_a/b) ≤ q < floor((P_a + O_a)/b)`` a's response ids, as a
+    synthetic follow-up's (:func:`follow_up_segments`); the rest keep the trace's. A
+    trace gives no think time: every row keeps its time.
+
+    ``rp`` a ``routesim.traces.Replay`` of ``trace``; returns (block ids, parent of each
+    request: -1 none) with ``rp.block_offsets``'s layout."""
+    b, H = int(block_tokens), int(hash_block_tokens)
+    ids = np.array(rp.block_ids, dtype=np.int64)
+    off = rp.block_offsets
+    n = len(rp)
+    parent = np.full(n, -1, np.int64)
+    seen = {}  # a tuple of leading hash ids -> the latest request whose full hash blocks they are
+    for r in range(n):
+        row = int(rp.row[r])
+        h = tuple(int(x) for x in trace.hash_ids[trace.hash_offsets[row]:trace.hash_offsets[row + 1]])
+        P, O = int(rp.prompt[r]), int(rp.output[r])
+        for L in range(len(h), 1, -1):
+            a = seen.get(h[:L])
+            if a is not None and P >= int(rp.prompt[a]) + int(rp.output[a]):
+                parent[r] = a
+                break
+        a = parent[r]
+        if a >= 0:
+            Pa, Oa = int(rp.prompt[a]), int(rp.output[a])
+            lo, mid, hi = off[r], Pa // b, min((Pa + Oa) // b, off[r + 1] - off[r])
+            ids[lo:lo + mid] = ids[off[a]:off[a] + mid]
+            ids[lo + mid:lo + hi] = response_ids(int(a), mid, hi)
+        full = P // H
+        if full >= 2 and len(h) >= full:
+            seen[h[:full]] = r
+    return ids, parent

@@ -31,11 +31,11 @@ from ...conf import JIT
 from ...nrt import hold
 from ...schema import Param
 from . import (least_cost, least_kv, least_requests, least_tokens, power_of_d, prefix_affinity, random,
-               rate_weighted, round_robin)
+               rate_weighted, round_robin, session_affinity)
 from .scores import COST, argmin_tied_nb
 
 POLICIES = (round_robin, random, least_requests, least_tokens, least_kv, least_cost, power_of_d,
-            prefix_affinity, rate_weighted)
+            prefix_affinity, rate_weighted, session_affinity)
 """Every routing policy, in code order (``POLICIES[k].CODE == k``)."""
 
 NAMES = {m.NAME: m.CODE for m in POLICIES} | {a: m.CODE for m in POLICIES for a in m.ALIASES}
@@ -131,6 +131,8 @@ def choose_nb(code, cand, nc, p, v, prompt, allowance, h):
         pick = cand[0]
     elif code == prefix_affinity.CODE:
         pick = prefix_affinity.choose_nb(cand, nc, p, v, prompt, allowance, h)
+    elif code == session_affinity.CODE:
+        pick = session_affinity.choose_nb(cand, nc, p, v, prompt, allowance, h)
     else:  # an argmin of the policy's score
         pick = argmin_tied_nb(kind_nb(code, p), cand, nc, p, v, prompt, allowance, h)
     hold((cand, v))
