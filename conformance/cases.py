@@ -29,6 +29,9 @@ import sys
 UNIQUE_BASE = 1 << 40          # routesim's unique ids: 2^40 + r·2^16 + q (token-model.md §1.1)
 UNIQUE_STRIDE = 1 << 16
 GROUP_STRIDE = 1 << 20         # shared-prefix ids: g·2^20 + j
+RESPONSE_BASE = 1 << 50        # a conversation's response ids: 2^50 + q·2^16 + j (docs/model.md "Conversations")
+CONVERSATION_SEED = 1
+CONVERSATION_COUNT = 40
 STEP_MS = {"base": 6.5, "per_prefill_token": 0.0198, "per_prefill_token_pair": 8.4e-7,
            "per_decode_sequence": 0.10, "per_kv_token": 5.4e-5}
 DEFAULT_SEED = 1
@@ -120,6 +123,66 @@ def make_case(seed, index):
 
 def generate(seed=DEFAULT_SEED, count=DEFAULT_COUNT):
     return [make_case(seed, i) for i in range(count)]
+
+
+def make_conversation_case(seed, index):
+    """A case of conversations (issue 40 item 4): 2-6 sessions of 2-5 turns; a follow-up's
+    prompt is its previous turn's prompt, that turn's response and new text, its block ids
+    the previous turn's ids, then the previous request's own blocks past them (response
+    ids ``2^50 + q·2^16 + j``: the driver gives those blocks the tokens vLLM generated
+    there), then its own. Turn j of every session arrives in round j, ``spacing_ms``
+    after round j − 1, long after that round has finished, so every response is
+    complete when the next turn is built. Some outputs end a block exactly (the last
+    token's KV is never computed, so that block is not cached)."""
+    rng = random.Random(seed * 1_000_003 + 700_000 + index)
+    b = rng.choice((16, 16, 8, 32, 4))
+    chunked = rng.random() < 0.85
+    max_seqs = rng.choice((1, 2, 4, 8, 16))
+    sessions = rng.randint(2, 6)
+    turns = [rng.randint(2, 5) for _ in range(sessions)]
+    shared = rng.random() < 0.5                       # a system prompt every session starts with
+    sys_blocks = rng.randint(1, max(1, 256 // b)) if shared else 0
+    spacing_ms = 20000.0
+    reqs = []
+    last = [None] * sessions                          # each session's previous turn (a request dict)
+    for j in range(max(turns)):
+        arrivals = sorted((round(j * spacing_ms + rng.uniform(0.0, 50.0), 3), s) for s in range(sessions)
+                          if j < turns[s])
+        for t, s in arrivals:
+            k = len(reqs)
+            text = _lognormal_int(rng, 120, 1.0, 1, 600)
+            q = last[s]
+            if q is None:
+                ids = [GROUP_STRIDE * 3 + i for i in range(sys_blocks)]
+                P = len(ids) * b + text
+            else:
+                Pq, Oq = q["prompt_tokens"], q["output_tokens"]
+                P = Pq + Oq + text
+                ids = list(q["block_ids"])
+                ids += [RESPONSE_BASE + q["id"] * UNIQUE_STRIDE + i for i in range(Pq // b, (Pq + Oq) // b)]
+            for i in range(len(ids), P // b):
+                ids.append(UNIQUE_BASE + k * UNIQUE_STRIDE + i)
+            O = _lognormal_int(rng, 20, 1.0, 1, 80)
+            if rng.random() < 0.3:                     # the response ends a block exactly
+                O = max(1, O + (-(P + O)) % b) if (P + O) % b else O
+            r = {"id": k, "arrival_ms": t, "prompt_tokens": P, "output_tokens": O, "block_ids": ids}
+            reqs.append(r)
+            last[s] = r
+    biggest = max(r["prompt_tokens"] + r["output_tokens"] for r in reqs)
+    need = -(-biggest // b)
+    total = sum(-(-(r["prompt_tokens"] + r["output_tokens"]) // b) for r in reqs)
+    num_blocks = rng.choice((total + 64, rng.randint(need, max(need + 1, min(total, 2 * need)))))
+    budget = rng.choice((32, 128, 512, 2048)) if chunked else max(biggest, 2048)
+    budget = max(budget, max_seqs)
+    return {"name": f"conversation-{index:04d}", "seed": seed, "index": index, "kind": "conversation",
+            "replica": {"block_size": b, "num_blocks": num_blocks, "max_num_seqs": max_seqs,
+                        "max_num_batched_tokens": budget, "chunked_prefill": chunked, "prefix_caching": True,
+                        "step_ms": dict(STEP_MS)},
+            "requests": reqs}
+
+
+def generate_conversations(seed=CONVERSATION_SEED, count=CONVERSATION_COUNT):
+    return [make_conversation_case(seed, i) for i in range(count)]
 
 
 def to_trace_csv(case):

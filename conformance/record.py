@@ -3,6 +3,7 @@
     tools/vllm-env                      # once: the vLLM environment (.vllm-venv)
     python -m conformance.record        # generate the cases, run vLLM, write the file
     python -m conformance.record --async    # the same cases under vLLM's default loop
+    python -m conformance.record --conversations [--async]   # conversation cases (issue 40 item 4)
 
 Runs under any Python 3 (routesim's venv is fine; no vLLM import here): it generates
 the cases with conformance/cases.py, runs conformance/vllm_driver.py under the vLLM
@@ -35,6 +36,8 @@ DRIVER = HERE / "vllm_driver.py"
 REQUIREMENTS = HERE / "vllm-requirements.txt"
 RECORDED = HERE / "recorded" / "vllm-0.30.0.json.gz"
 RECORDED_ASYNC = HERE / "recorded" / "vllm-0.30.0-async.json.gz"   # the same cases, vLLM's default loop
+RECORDED_CONV = HERE / "recorded" / "vllm-0.30.0-conversations.json.gz"   # follow-ups reusing responses
+RECORDED_CONV_ASYNC = HERE / "recorded" / "vllm-0.30.0-conversations-async.json.gz"
 ENV_RECIPE = ("tools/vllm-env [VENV_DIR] (default .vllm-venv): a venv of its own with "
               "conformance/vllm-requirements.txt installed by `pip install --no-deps -r`")
 
@@ -88,17 +91,29 @@ def main(argv=None):
     ap.add_argument("--async", dest="asynchronous", action="store_true",
                     help="asynchronous scheduling (vLLM's default loop: AsyncScheduler, a batch "
                          f"queue of 2); default out {RECORDED_ASYNC.relative_to(REPO)}")
+    ap.add_argument("--conversations", action="store_true",
+                    help="the conversation cases (cases.make_conversation_case: follow-up turns whose prompts "
+                         f"hold the previous responses); default out {RECORDED_CONV.relative_to(REPO)}")
     ap.add_argument("--out", default=None, help=f"default {RECORDED.relative_to(REPO)}")
     a = ap.parse_args(argv)
     start = time.time()
-    cases = case_gen.generate(a.seed, a.count)
+    if a.conversations:
+        a.seed = a.seed if a.seed != case_gen.DEFAULT_SEED else case_gen.CONVERSATION_SEED
+        a.count = a.count if a.count != case_gen.DEFAULT_COUNT else case_gen.CONVERSATION_COUNT
+        cases = case_gen.generate_conversations(a.seed, a.count)
+    else:
+        cases = case_gen.generate(a.seed, a.count)
     if a.asynchronous:
         for case in cases:
             case["replica"]["async_scheduling"] = True
     out = run_driver(cases, a.venv)
     results = out["results"]
     command = "python -m conformance.record"
-    if a.seed != case_gen.DEFAULT_SEED or a.count != case_gen.DEFAULT_COUNT:
+    if a.conversations:
+        command += " --conversations"
+        if a.seed != case_gen.CONVERSATION_SEED or a.count != case_gen.CONVERSATION_COUNT:
+            command += f" --seed {a.seed} --count {a.count}"
+    elif a.seed != case_gen.DEFAULT_SEED or a.count != case_gen.DEFAULT_COUNT:
         command += f" --seed {a.seed} --count {a.count}"
     if a.asynchronous:
         command += " --async"
@@ -109,7 +124,8 @@ def main(argv=None):
             "command": command,
             "environment": ENV_RECIPE,
             "requirements_sha256": requirements_sha256(),
-            "generator": {"module": "conformance/cases.py", "seed": a.seed, "count": a.count},
+            "generator": {"module": "conformance/cases.py", "seed": a.seed, "count": a.count,
+                          "function": "generate_conversations" if a.conversations else "generate"},
             "driver": "conformance/vllm_driver.py",
             "platform": f"{platform.system()} {platform.machine()}",
             "cases": len(cases),
@@ -118,7 +134,9 @@ def main(argv=None):
         "cases": cases,
         "results": results,
     }
-    path = Path(a.out or (RECORDED_ASYNC if a.asynchronous else RECORDED))
+    default = ((RECORDED_CONV_ASYNC if a.asynchronous else RECORDED_CONV) if a.conversations
+               else (RECORDED_ASYNC if a.asynchronous else RECORDED))
+    path = Path(a.out or default)
     write(doc, path)
     h = doc["header"]
     print(f"record: {h['cases']} cases, {h['steps']} steps of vLLM {h['vllm_version']} "

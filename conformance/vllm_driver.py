@@ -90,6 +90,7 @@ MODEL_DIR = Path(__file__).resolve().parent / "llama-3.1-8b"
 TOKEN_UNIQUE = 70000          # tail and generated tokens: TOKEN_UNIQUE + request index
 MAX_REQUESTS = 128256 - TOKEN_UNIQUE - 1000   # stay inside the vocabulary, below the EOS ids
 DIGIT = 1 << 16               # an id's tokens are its base-2^16 digits
+RESPONSE_BASE = 1 << 50       # a conversation's response ids (conformance/cases.py)
 HASH_ALGO = "sha256"          # vLLM's default prefix_caching_hash_algo
 
 
@@ -111,12 +112,23 @@ def block_tokens(block_id, b):
     return digits + [0] * (b - len(digits))
 
 
-def prompt_tokens(index, P, ids, b):
+def prompt_tokens(index, P, ids, b, objs=None):
+    """Request ``index``'s prompt token ids: each block id's tokens, a conversation's
+    response id (``RESPONSE_BASE + q·2^16 + j``) the tokens of block j of request q's
+    prompt and output as vLLM holds them (``objs``: request id -> Request; q must have
+    finished), then the tail ``TOKEN_UNIQUE + index``."""
     if len(ids) != P // b:
         raise CaseError(f"request {index}: {len(ids)} block ids for {P} prompt tokens "
                         f"(floor(P/b) = {P // b} expected)")
     toks = []
     for bid in ids:
+        if int(bid) >= RESPONSE_BASE:
+            q, j = divmod(int(bid) - RESPONSE_BASE, 1 << 16)
+            src = (objs or {}).get(str(q))
+            if src is None or not src.is_finished():
+                raise CaseError(f"request {index}: a response id of request {q}, which has not finished")
+            toks.extend(list(src.all_token_ids)[j * b:(j + 1) * b])
+            continue
         toks.extend(block_tokens(int(bid), b))
     toks.extend([TOKEN_UNIQUE + index] * (P - len(toks)))
     return toks
@@ -280,7 +292,7 @@ class Run:
             sp = SamplingParams(max_tokens=int(r["output_tokens"]), ignore_eos=True,
                                 temperature=0.0)
             obj = Request(rid, prompt_tokens(k, int(r["prompt_tokens"]),
-                                             r.get("block_ids", []), self.b),
+                                             r.get("block_ids", []), self.b, self.objs),
                           sp, None, arrival_time=self.arrival(k) / 1000.0,
                           block_hasher=self.hasher)
             self.objs[rid] = obj
