@@ -68,6 +68,12 @@ def test_mooncake_replay_table():
                    printed(routesim.run(sweep, show_progress=False), sweep))
 
 
+def test_conversations_table():
+    sweep = routesim.load_sweep(SWEEPS / "conversations.toml")
+    assert_excerpt(readme_output("python -m routesim.sweep sweeps/conversations.toml"),
+                   printed(routesim.run(sweep, show_progress=False), sweep))
+
+
 @pytest.mark.slow
 def test_batching_example_excerpt(tmp_path):
     shown = readme_output("python -m routesim.sweep sweeps/batching.toml")
