@@ -316,8 +316,10 @@ class Counter:
 
 
 def test_resume_after_an_interrupted_run(tmp_path, in_process, monkeypatch):
-    """Chunks of 16: policies has 9, batch 1. Interrupted in policies after 4 chunks,
-    resumed: only the other 5 and batch's one are simulated, same Datasets."""
+    """Chunks of 16: policies has one per registered policy (16 runs each), batch 1.
+    Interrupted in policies after 4 chunks, resumed: only the others and batch's one are
+    simulated, same Datasets."""
+    n = len(POLICIES)
     counts = []
     Counter(monkeypatch, fail_after=4)
     with pytest.raises(Interrupted):
@@ -327,30 +329,32 @@ def test_resume_after_an_interrupted_run(tmp_path, in_process, monkeypatch):
     results = routesim.run(sweep(), show_progress=False, chunk_size=16, checkpoint=tmp_path / "chunks",
                            resume=True, on_chunks=counts.append)
     assert_same(results, in_process)
-    assert [(c.stage, c.chunks, c.resumed, c.computed) for c in counts] == [("policies", 9, 4, 5),
+    assert [(c.stage, c.chunks, c.resumed, c.computed) for c in counts] == [("policies", n, 4, n - 4),
                                                                             ("batch", 1, 0, 1)]
-    assert counter.calls == 6
+    assert counter.calls == n - 4 + 1
     assert not (tmp_path / "chunks").exists()
 
 
 def test_command_line_resume_after_a_completed_chunk_set(tmp_path, in_process, monkeypatch, capsys):
-    """--chunk-size 5: policies has 29 chunks, batch 2. The command is interrupted once
-    every chunk of policies and one of batch are done; `--resume` simulates only batch's
-    other chunk and writes the files of an uninterrupted run."""
+    """--chunk-size 5: policies has ceil(16 · policies / 5) chunks (32 with 10 registered
+    policies), batch 2. The command is interrupted once every chunk of policies and one
+    of batch are done; `--resume` simulates only batch's other chunk and writes the files
+    of an uninterrupted run."""
+    m = -(-16 * len(POLICIES) // 5)
     path = tmp_path / "tokpipe.toml"
     path.write_text(PIPE)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    Counter(monkeypatch, fail_after=29 + 1)
+    Counter(monkeypatch, fail_after=m + 1)
     with pytest.raises(Interrupted):
         main([str(path), "--out", str(out), "--quiet", "--chunk-size", "5"])
-    assert len(list((out / ".chunks" / "policies").glob("[0-9]*.npz"))) == 29
+    assert len(list((out / ".chunks" / "policies").glob("[0-9]*.npz"))) == m
     assert len(list((out / ".chunks" / "batch").glob("[0-9]*.npz"))) == 1
     capsys.readouterr()
     counter = Counter(monkeypatch)
     assert main([str(path), "--out", str(out), "--resume"]) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"^policies: 29 chunks, 29 resumed from \S+, 0 computed", printed, re.M), printed
+    assert re.search(rf"^policies: {m} chunks, {m} resumed from \S+, 0 computed", printed, re.M), printed
     assert re.search(r"^batch: 2 chunks, 1 resumed from \S+, 1 computed", printed, re.M), printed
     assert counter.calls == 1
     assert sorted(p.name for p in out.iterdir()) == ["batch.nc", "policies.nc"]
@@ -484,16 +488,18 @@ def test_random_small_clusters_keep_the_books_and_match_the_reference(case):
 def test_default_chunks_keep_every_thread_busy(monkeypatch, threads):
     """A chunk's runs are shared by the kernel's threads (engine.run_batch), so the
     default chunk is a multiple of their number: batch's 8 runs on 2 threads are not 8
-    chunks of one run (a core idle throughout) but 4 of two; policies' 144 runs stay
-    about batch.MIN_CHUNKS chunks (9 runs a chunk: 10 on 2 threads, 9 on 3)."""
+    chunks of one run (a core idle throughout) but 4 of two; policies' 16 runs per
+    registered policy (160 with 10) stay about batch.MIN_CHUNKS chunks: ceil(runs / 16)
+    runs a chunk, rounded up to a multiple of the threads (10 runs a chunk on 1 and 2
+    threads, 12 on 3)."""
     from routesim import grid as grid_mod
     from routesim.batching import grid as token_grid
 
     monkeypatch.setattr(token_grid.nb, "get_num_threads", lambda: threads)
     s = sweep()
     sizes = {st_.name: batch.default_chunk_size(grid_mod.build(s, st_)) for st_ in s.stages}
-    assert sizes == {1: {"policies": 9, "batch": 1}, 2: {"policies": 10, "batch": 2},
-                     3: {"policies": 9, "batch": 3}}[threads]
+    per = -(-16 * len(POLICIES) // batch.MIN_CHUNKS)
+    assert sizes == {"policies": -(-per // threads) * threads, "batch": threads}
 
 
 def _packed_bytes(g):

@@ -83,7 +83,7 @@ def _runner(state_nb):
                                                wl_O[lo:hi])
             run_one_nb(p, rep[r], events, wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], pk, pk_len, pk_off,
                        ru, metrics[r], np.zeros(0), np.zeros((0, 1), SAMPLE_T), np.zeros(0, CLUSTER_T), keep[lo:hi],
-                       vst)
+                       vst, np.zeros(0, np.int64), np.zeros(0))  # no conversations
     return run_cases
 
 
