@@ -169,7 +169,8 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
         if not q.cohort:  # intended (a follow-up turn's: sent) in [warm-up, horizon)
             continue
         mt.arrivals += 1
-        _count_quarter(p, t_arr[k], quarter, 0)
+        a_k = sent[k] if np.isinf(t_arr[k]) else t_arr[k]  # a follow-up turn's intended time: its send
+        _count_quarter(p, a_k, quarter, 0)
         mt.attempts += q.attempts
         mt.retries += q.retries
         o = q.outcome
@@ -194,7 +195,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
                 ok = ok and tp <= p.slo_tpot_ms
             if ok:
                 good += 1
-                _count_quarter(p, t_arr[k], quarter, 1)
+                _count_quarter(p, a_k, quarter, 1)
         elif o == Fate.FAILED:
             mt.failed += 1
         elif o == Fate.REJECTED:
