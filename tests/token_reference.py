@@ -83,6 +83,9 @@ Replica (§2)
  D5c. (issue 43) step_cost = "overlap": memory and compute as D5b from the overlap_ms table,
      d = f*((base + max(memory, compute)) + kappa*min(memory, compute)); an iteration with no
      sequence lasts f*(base + weights).  (docs/model.md "The step cost".)
+ D5d. (issue 41) step_cost = "mixed": memory and compute as D5b from the mixed_ms table,
+     d = f*((base + max(memory, compute)) + per_mixed_kv_token*min(U, 1)*K): a step with
+     prefill tokens pays its decoders' KV read again.  (docs/model.md "The step cost".)
  D6. A sequence's first-token time is kept across preemption.  At an iteration end the
      emitting sequences are visited in running-list (admission) order.
  D7. An iteration with no sequence (every decoding one preempted) still lasts f*c0.
@@ -1083,7 +1086,9 @@ class _Sim:
         c_dec*n) + c_kv*K).  Roofline (issue 25, docs/model.md "The step cost"):
         memory = weights + per_kv_token*(K + R), compute = per_token*(U + n) +
         per_token_pair*(Q + K), f*(base + max(memory, compute)).  Overlap (issue 43, D5c):
-        the same sides from the overlap_ms table, f*((base + max) + kappa*min)."""
+        the same sides from the overlap_ms table, f*((base + max) + kappa*min).  Mixed
+        (issue 41, D5d): the same sides from the mixed_ms table, f*((base + max) +
+        per_mixed_kv_token*min(U, 1)*K)."""
         p = self.p
         cold = 1.0
         if rep.t_up is not None:
@@ -1097,6 +1102,10 @@ class _Sim:
             memory = p["overlap_ms_weights"] + p["overlap_ms_per_kv_token"] * (K + R)
             compute = p["overlap_ms_per_token"] * (U + n) + p["overlap_ms_per_token_pair"] * (Q + K)
             return f * ((p["overlap_ms_base"] + max(memory, compute)) + p["overlap_ms_kappa"] * min(memory, compute))
+        if p["step_cost"] == "mixed":
+            memory = p["mixed_ms_weights"] + p["mixed_ms_per_kv_token"] * (K + R)
+            compute = p["mixed_ms_per_token"] * (U + n) + p["mixed_ms_per_token_pair"] * (Q + K)
+            return f * ((p["mixed_ms_base"] + max(memory, compute)) + p["mixed_ms_per_mixed_kv_token"] * min(U, 1) * K)
         return f * ((((p["step_ms_base"] + p["step_ms_per_prefill_token"] * U)
                       + p["step_ms_per_prefill_token_pair"] * Q)
                      + p["step_ms_per_decode_sequence"] * n)

@@ -1,7 +1,7 @@
 """python -m routesim.calibrate LOG [LOG ...]: fit a replica's step cost from serving logs.
 
     python -m routesim.calibrate LOG [LOG ...] [--model MODEL.toml] [--out DIR]
-                                 [--cost linear|roofline]
+                                 [--cost linear|roofline|overlap|mixed | --compare-forms]
                                  [--max-batched-tokens N] [--jitter-ms MS]
                                  [--tie auto|always|never] [-q]
 
@@ -10,15 +10,20 @@ file one run, or several runs with a ``run`` column), reconstructs each run's en
 steps from its token bursts on its own clock (calibrate.steps: the burst threshold
 estimated from the run's timestamps unless ``--jitter-ms`` gives it), fits
 token-model.md §2.3's linear step cost (calibrate.fit; ``--cost linear``, the default)
-or the roofline (calibrate.roofline; ``--cost roofline``, docs/model.md "The step
-cost") to the steps of every run, and prints the ``step_ms`` (or
-``step_cost``/``roofline_ms``) lines to paste into a sweep with two standard errors
+or another form of routesim.step_cost (``--cost roofline``, ``overlap``, ``mixed``:
+calibrate.forms, docs/model.md "The step cost") to the steps of every run, and prints the
+``step_ms`` (or ``step_cost`` and the form's table) lines to paste into a sweep with two standard errors
 (the regression's, and the spread of refits over resampled runs or time blocks:
 calibrate.uncertainty), the coefficients the log cannot separate, the front-end
 overhead and the residuals per step class. Writes ``DIR/<first log's stem>-step-ms.toml``
-(``-roofline-ms.toml``: the table, the overhead, the fit's figures) and
-``DIR/<stem>-steps.png`` (``-roofline-steps.png``: modelled against measured step
+(``-<form>-ms.toml``: the table, the overhead, the fit's figures) and
+``DIR/<stem>-steps.png`` (``-<form>-steps.png``: modelled against measured step
 times); with several logs the stem is ``<first>-and-<n>-more``.
+
+``--compare-forms`` instead fits every form on all runs but one and predicts the
+held-out run's steps, for each run in turn (calibrate.forms: at least two runs), prints
+each form's held-out error, and the sweep lines of the form cross-validation prefers,
+fitted on every run; it writes nothing.
 
 Exit status 2, one line on stderr naming the file and the row or key, nothing written:
 a bad log, description or ``--out``; and a log that cannot support the fit — two step
@@ -37,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..step_cost import FORMS
 from . import STEP_KEYS, uncertainty
 
 DEFAULT_OUT = "results/calibration"
@@ -47,11 +53,13 @@ def step_ms_line(coef) -> str:
     return "step_ms = { " + ", ".join(f"{k} = {coef[k]:.6g}" for k in STEP_KEYS) + " }"
 
 
-def roofline_lines(coef) -> list:
-    """The sweep lines ``step_cost = "roofline"`` and ``roofline_ms = { … }``."""
-    from .roofline import ROOFLINE_KEYS
-    return ['step_cost = "roofline"',
-            "roofline_ms = { " + ", ".join(f"{k} = {coef[k]:.6g}" for k in ROOFLINE_KEYS) + " }"]
+def form_lines(name, coef) -> list:
+    """The sweep lines of form ``name`` (not the linear one): ``step_cost = "<name>"`` and
+    ``<its table> = { … }``."""
+    from ..step_cost import BY_NAME
+    from .forms import keys_of
+    return [f'step_cost = "{name}"',
+            f"{BY_NAME[name].TABLE} = {{ " + ", ".join(f"{k} = {coef[k]:.6g}" for k in keys_of(name)) + " }"]
 
 
 def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="auto", cost="linear"):
@@ -59,32 +67,24 @@ def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="aut
     log that cannot support the fit). ``log``: one path or a list of them, each file one
     run or several (a ``run`` column); ``jitter_ms`` None: each run's burst threshold
     estimated from its own timestamps (calibrate.steps)."""
-    from . import fit, hardware, logs, roofline, steps
+    from . import fit, forms, roofline
 
-    paths = [log] if isinstance(log, (str, Path)) else list(log)
-    name = ", ".join(str(p) for p in paths)
-    runs = [run for p in paths for run in logs.runs(p, logs.read(p))]
-    desc = hardware.read(model) if model else None
-    derived = hardware.derive(desc) if desc else None
-    st, recs, iso, jitter = steps.reconstruct_runs(runs, max_batched_tokens, jitter_ms)
-    if cost == "roofline":
-        ratios = derived["roofline_ratios"] if desc else dict(roofline.DEFAULT_RATIOS)
-        keys = roofline.ROOFLINE_KEYS
-        refit = lambda s, tie: roofline.fit(s, ratios, tie)  # noqa: E731
-    else:
-        ratios = derived["ratios"] if desc else dict(hardware.DEFAULT_RATIOS)
-        keys = STEP_KEYS
-        refit = lambda s, tie: fit.fit(s, ratios, tie, physical=desc is not None)  # noqa: E731
+    name, labels, st, recs, iso, jitter, desc, derived = reconstruct(log, model, max_batched_tokens, jitter_ms)
+    both = forms.ratios_of(derived)
+    ratios = both["linear" if cost == "linear" else "roofline"]
+    keys = forms.keys_of(cost)
     try:
-        f = refit(st, tie)
+        f = forms.fit_form(cost, st, both, tie, physical=desc is not None)
     except ValueError as exc:
-        raise logs.LogError(name, "steps", str(exc)) from None
+        from .logs import LogError
+        raise LogError(name, "steps", str(exc)) from None
+    refit = forms.refitter(cost, f, both, physical=desc is not None)
     held = {p: r is not None for p, r in f.tied.items()}
     tolerance = max([j.threshold_ms for j in jitter] + [0.0])
-    res = {"records": recs, "runs": [label for label, _ in runs], "jitter": jitter, "steps": st, "fit": f,
+    res = {"records": recs, "runs": labels, "jitter": jitter, "steps": st, "fit": f,
            "cost": cost, "description": desc, "ratios": ratios, "keys": keys,
            "efficiency": (roofline.efficiencies(f, derived["roofline_priors"])
-                          if cost == "roofline" and desc else None),
+                          if cost != "linear" and desc else None),
            "residuals": fit.residuals(st, f),
            "overhead": nonnegative_overhead(fit.overhead(recs, st, f, max_batched_tokens, iso), name, tolerance, st),
            "per_token": sum(r.per_token for r in recs)}
@@ -93,6 +93,50 @@ def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="aut
     res["inseparable"] = uncertainty.inseparable(f, keys, partners(res), res["resampled"]["se"])
     res["warnings"] = warnings(res)
     return res
+
+
+def reconstruct(log, model=None, max_batched_tokens=8192, jitter_ms=None):
+    """(the logs' names, the runs' labels, their steps, records, isolated, burst
+    thresholds, the description and what it derives (None without ``model``)): what every
+    fit starts from (raises LogError on a bad log or description)."""
+    from . import hardware, logs, steps
+    paths = [log] if isinstance(log, (str, Path)) else list(log)
+    name = ", ".join(str(p) for p in paths)
+    runs = [run for p in paths for run in logs.runs(p, logs.read(p))]
+    desc = hardware.read(model) if model else None
+    derived = hardware.derive(desc) if desc else None
+    st, recs, iso, jitter = steps.reconstruct_runs(runs, max_batched_tokens, jitter_ms)
+    return name, [label for label, _ in runs], st, recs, iso, jitter, desc, derived
+
+
+def compare_forms(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="auto") -> dict:
+    """Every form cross-validated over the logs' runs (calibrate.forms): ``rows`` (one a
+    form), ``preferred`` (its name), ``fit`` (the preferred form fitted on every run),
+    ``runs`` (how many). Raises LogError on bad input or fewer than two runs."""
+    from . import forms
+    from .logs import LogError
+    name, _, st, _, _, _, desc, derived = reconstruct(log, model, max_batched_tokens, jitter_ms)
+    ratios = forms.ratios_of(derived)
+    try:
+        rows = forms.cross_validate(st, ratios=ratios, tie=tie, physical=desc is not None)
+        best = forms.preferred(rows)
+        f = forms.fit_form(best, st, ratios, tie, physical=desc is not None)
+    except ValueError as exc:
+        raise LogError(name, "steps", f"{exc} (give several logs, one a run, or a run column)"
+                       if "at least 2 runs" in str(exc) else str(exc)) from None
+    return {"rows": rows, "preferred": best, "fit": f, "runs": len(np.unique(st.run[st.usable]))}
+
+
+def render_comparison(cmp, log) -> str:
+    """The printed comparison: the table, the preferred form and its sweep lines."""
+    from .forms import table
+    best, coef = cmp["preferred"], cmp["fit"].coef
+    lines = [f"calibrate: {log}: every step-cost form fitted on all runs but one, the held-out run's steps "
+             f"predicted ({cmp['runs']} runs)", "", table(cmp["rows"], best), "",
+             f"preferred by cross-validation: {best}, fitted on every run:",
+             "[replica]   # paste into a sweep",
+             *(form_lines(best, coef) if best != "linear" else [step_ms_line(coef)])]
+    return "\n".join(lines)
 
 
 MIN_CLASS_STEPS = 10
@@ -105,7 +149,7 @@ def pairs(res) -> dict:
     """The fitted form's tie pairs {pair: (fitted, partner)} (column indices)."""
     from .fit import PAIRS
     from .roofline import PAIRS as ROOF_PAIRS
-    return ROOF_PAIRS if res["cost"] == "roofline" else PAIRS
+    return PAIRS if res["cost"] == "linear" else ROOF_PAIRS
 
 
 def partners(res) -> tuple:
@@ -185,7 +229,7 @@ def render(res, log) -> str:
     src = (f"{d['model'].get('name') or 'model'} on {d['hardware'].get('name') or 'hardware'}" if d
            else "routesim's default step_ms (no --model)")
     b = res["resampled"]
-    if res["cost"] == "roofline":
+    if res["cost"] != "linear":
         lines += _render_roofline(res, src)
     else:
         lines += ["", f"fit: weighted least squares on relative error, {f.steps} steps, residual s.d. "
@@ -251,17 +295,18 @@ def uncertainty_lines(res) -> list:
 
 
 def _render_roofline(res, src) -> list:
-    """The roofline fit's lines of the report: coefficients, s.e., efficiencies, ties."""
+    """The fit's lines of the report for the roofline and its family: coefficients, s.e.,
+    efficiencies, ties."""
     from .roofline import PAIRS, ROOFLINE_KEYS
     f, eff = res["fit"], res["efficiency"]
     mem = int(f.memory_bound.sum())
-    lines = ["", f"fit: roofline, weighted least squares on relative error, {f.steps} steps ({mem} memory-bound, "
+    lines = ["", f"fit: {res['cost']}, weighted least squares on relative error, {f.steps} steps ({mem} memory-bound, "
              f"{f.steps - mem} compute-bound after {f.rounds} round{'s' if f.rounds > 1 else ''} of assignment), "
              f"residual s.d. {100 * f.rel_sd:.1f} %",
              f"{'coefficient':<24} {'value':>12} {'s.e.':>10} {'resampled':>10} {'efficiency':>10}  note"]
     partner = {b: (pair, ROOFLINE_KEYS[a]) for pair, (a, b) in PAIRS.items()}
-    for k in ROOFLINE_KEYS:
-        note = ""
+    for k in res["keys"]:
+        note = "profiled: the smallest residual over [0, 1] (calibrate.forms)" if k == "kappa" else ""
         if k in partner:
             pair, of = partner[k]
             rho = f.tied[pair]
@@ -271,18 +316,18 @@ def _render_roofline(res, src) -> list:
     if eff:
         lines.append("(efficiency: the description's time at full bandwidth or peak over the fitted time)")
     lines += uncertainty_lines(res)
-    return lines + ["", "[replica]   # paste into a sweep", *roofline_lines(f.coef), ""]
+    return lines + ["", "[replica]   # paste into a sweep", *form_lines(res["cost"], f.coef), ""]
 
 
 def table_lines(res) -> list:
     """The sweep lines of the fitted step cost."""
-    return roofline_lines(res["fit"].coef) if res["cost"] == "roofline" else [step_ms_line(res["fit"].coef)]
+    return form_lines(res["cost"], res["fit"].coef) if res["cost"] != "linear" else [step_ms_line(res["fit"].coef)]
 
 
 def toml_text(res, log) -> str:
     """The written table: the sweep line, the overhead and the fit's figures."""
     f, o = res["fit"], res["overhead"]
-    cost = " --cost roofline" if res["cost"] == "roofline" else ""
+    cost = f" --cost {res['cost']}" if res["cost"] != "linear" else ""
     log = " ".join(str(p) for p in log) if isinstance(log, (list, tuple)) else log
     out = [f"# python -m routesim.calibrate {log}{cost}", "[replica]", *table_lines(res), "",
            "[calibration]", f"overhead_ms = {o['median_ms']:.6g}", f"overhead_requests = {o['requests']}",
@@ -305,8 +350,12 @@ def main(argv=None):
     ap.add_argument("--jitter-ms", type=float, default=None,
                     help="tokens closer than this are one step's burst (default: estimated from each run)")
     ap.add_argument("--tie", choices=("auto", "always", "never"), default="auto")
-    ap.add_argument("--cost", choices=("linear", "roofline"), default="linear",
-                    help="the step cost to fit: linear (step_ms) or roofline (roofline_ms)")
+    ap.add_argument("--cost", choices=tuple(f.NAME for f in FORMS), default="linear",
+                    help="the step cost to fit: linear (step_ms), roofline (roofline_ms), overlap (overlap_ms) "
+                    "or mixed (mixed_ms): docs/model.md \"The step cost\"")
+    ap.add_argument("--compare-forms", action="store_true",
+                    help="fit every form on all runs but one, print each one's error on the held-out runs and "
+                    "the preferred form's sweep lines (needs two runs or more; writes nothing)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only the sweep lines")
     a = ap.parse_args(argv)
     from ..files import unwritable
@@ -316,6 +365,15 @@ def main(argv=None):
         print("error: --max-batched-tokens must be >= 1 and --jitter-ms > 0", file=sys.stderr)
         return 2
     name = ", ".join(a.log)
+    if a.compare_forms:
+        try:
+            cmp = compare_forms(a.log if len(a.log) > 1 else a.log[0], a.model, a.max_batched_tokens, a.jitter_ms,
+                                a.tie)
+        except LogError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(render_comparison(cmp, name))
+        return 0
     if why := unwritable(a.out):
         print(f"error: {LogError(name, '--out', why)}", file=sys.stderr)
         return 2
@@ -330,7 +388,7 @@ def main(argv=None):
 
     stem = Path(a.log[0]).stem + (f"-and-{len(a.log) - 1}-more" if len(a.log) > 1 else "")
     out = Path(a.out)
-    tag = "roofline-" if a.cost == "roofline" else ""
+    tag = f"{a.cost}-" if a.cost != "linear" else ""
     table = write_text(out / f"{stem}-{tag or 'step-'}ms.toml", toml_text(res, a.log))
     title = Path(a.log[0]).name + (f" and {len(a.log) - 1} more" if len(a.log) > 1 else "")
     png = figure.draw(res["steps"], res["fit"], out / f"{stem}-{tag}steps.png",

@@ -14,6 +14,12 @@ coefficients, refit, until no assignment changes (at most ``MAX_ROUNDS``). It st
 from decode-only steps memory-bound and prefill-bearing steps compute-bound (the
 roofline's usual split). Standard errors are the final linear fit's (assignment held).
 
+**The roofline's family.** A form that shares the roofline's two sides (``overlap``,
+``mixed``: routesim.step_cost) is fitted the same way, on its own design
+(``form.columns(U, Q, n, K, R, memory, *held)``): ``mixed`` adds a column the fit
+estimates; ``overlap``'s ``kappa`` enters nonlinearly, so it is ``held`` here and
+profiled by calibrate.forms.
+
 **Ties.** A pair that shares one resource — (weights, per_kv_token): bytes over the
 bandwidth; (per_token, per_token_pair): FLOPs over the peak — is tied to the
 model/hardware description's ratio (calibrate.hardware ``roofline_ratios``; without one,
@@ -42,40 +48,51 @@ MAX_ROUNDS = 50
 
 @dataclass(frozen=True)
 class RooflineFit(Fit):
-    """A :class:`fit.Fit` whose ``coef`` and ``se`` are by ROOFLINE_KEYS, plus
-    ``memory_bound`` (steps,) bool of the fitted steps and ``rounds`` of assignment."""
+    """A :class:`fit.Fit` whose ``coef`` and ``se`` are by the form's keys (ROOFLINE_KEYS
+    for the roofline; a held coefficient's s.e. NaN), plus ``memory_bound`` (steps,)
+    bool of the fitted steps, ``rounds`` of assignment and ``form`` (a module of
+    routesim.step_cost.FORMS of the roofline's family)."""
     memory_bound: np.ndarray
     rounds: int
+    form: object = roofline
 
     def sides(self, U, Q, n, K, R):
         """(memory time, compute time) in ms, as docs/model.md evaluates them."""
         return roofline.sides(self._c(), U, Q, n, K, R)
 
     def predict(self, U, Q, n, K, R=0.0):
-        """Modelled step time (ms): base + max(memory, compute)."""
-        return roofline.duration(self._c(), U, Q, n, K, R)
+        """Modelled step time (ms): the form's formula (the roofline's base + max(memory, compute))."""
+        return self.form.duration(self._c(), U, Q, n, K, R)
 
     def _c(self):
-        return [self.coef[k] for k in ROOFLINE_KEYS]
+        return [self.coef[k] for k in keys_of(self.form)]
 
 
-def design(steps, mask, memory):
-    """X (N, 5) of the masked steps with each one's bound (``memory`` (N,) bool), y (N,) ms."""
-    X = roofline.columns(*(getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R")), memory)
+def keys_of(form) -> tuple:
+    """The form's table keys, in its coefficients' order."""
+    return tuple(p.path[-1] for p in form.PARAMS)
+
+
+def design(steps, mask, memory, form=roofline, held=()):
+    """X (N, columns) of the masked steps with each one's bound (``memory`` (N,) bool):
+    the form's design (5 columns for the roofline) with ``held`` its coefficients not
+    fitted; y (N,) ms."""
+    X = form.columns(*(getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R")), memory, *held)
     return X, steps.d_ms[mask]
 
 
-def _solve(steps, mask, memory, tied, ratios):
-    X, y = design(steps, mask, memory)
+def _solve(steps, mask, memory, tied, ratios, form, held):
+    X, y = design(steps, mask, memory, form, held)
     return tied_wls(X, y, tied, ratios, PAIRS)
 
 
-def _assign(steps, mask, tied, ratios):
+def _assign(steps, mask, tied, ratios, form=roofline, held=(), start=None):
     """Alternate assignment and fit to a fixed point: (coefficients, covariance, s.d., at
-    bound, memory, rounds)."""
-    memory = steps.U[mask] == 0
+    bound, memory, rounds). ``start``: the assignment to begin with (default: decode-only
+    steps memory-bound, the rest compute-bound)."""
+    memory = steps.U[mask] == 0 if start is None else start
     for rounds in range(1, MAX_ROUNDS + 1):
-        c, cov, sd, at = _solve(steps, mask, memory, tied, ratios)
+        c, cov, sd, at = _solve(steps, mask, memory, tied, ratios, form, held)
         mem, comp = roofline.sides(c, *(getattr(steps, a)[mask] for a in ("U", "Q", "n", "K", "R")))
         now = mem >= comp
         if np.array_equal(now, memory):
@@ -84,10 +101,13 @@ def _assign(steps, mask, tied, ratios):
     return c, cov, sd, at, memory, rounds
 
 
-def fit(steps, ratios=None, tie="auto") -> RooflineFit:
+def fit(steps, ratios=None, tie="auto", form=roofline, held=(), start=None) -> RooflineFit:
     """Fit the usable steps of ``steps`` (calibrate.steps.Steps). ``ratios``: {"memory":
     per_kv_token/weights, "compute": per_token_pair/per_token} (default
-    DEFAULT_RATIOS); ``tie``: "auto", "always", "never", or {pair: bool} (the ties held)."""
+    DEFAULT_RATIOS); ``tie``: "auto", "always", "never", or {pair: bool} (the ties held);
+    ``form``: the roofline or a form of its family, whose last ``len(held)``
+    coefficients are held at ``held`` (module docstring); ``start``: the assignment of the
+    usable steps to begin from (a neighbouring fit's ``memory_bound``)."""
     ratios = dict(DEFAULT_RATIOS) if ratios is None else ratios
     mask = steps.usable
     if mask.sum() < 6:
@@ -97,10 +117,10 @@ def fit(steps, ratios=None, tie="auto") -> RooflineFit:
     else:
         tied = {p: tie == "always" for p in PAIRS}
         why = {p: "tie = always" if tie == "always" else "tie = never" for p in PAIRS}
-    c, cov, sd, at, memory, rounds = _assign(steps, mask, tied, ratios)
+    c, cov, sd, at, memory, rounds = _assign(steps, mask, tied, ratios, form, held, start)
     se = se_of(cov)
     if tie == "auto":
-        X, _ = design(steps, mask, memory)
+        X, _ = design(steps, mask, memory, form, held)
         for pair, (a, b) in PAIRS.items():
             unused = [ROOFLINE_KEYS[j] for j in (a, b) if not np.any(X[:, j])]
             rel = [se[j] / c[j] if c[j] > 0 and np.isfinite(se[j]) else np.inf for j in (a, b)]
@@ -109,11 +129,16 @@ def fit(steps, ratios=None, tie="auto") -> RooflineFit:
                          f"untied: relative s.e. {max(rel):.2g} > {TIE_REL_SE:g}" if tied[pair] else
                          f"separable: relative s.e. {rel[0]:.2g}, {rel[1]:.2g}")
         if any(tied.values()):
-            c, cov, sd, at, memory, r2 = _assign(steps, mask, tied, ratios)
+            c, cov, sd, at, memory, r2 = _assign(steps, mask, tied, ratios, form, held, memory)
             rounds += r2
-    return RooflineFit(dict(zip(ROOFLINE_KEYS, c.tolist())), dict(zip(ROOFLINE_KEYS, se_of(cov).tolist())),
+    keys = keys_of(form)
+    p = len(keys) - len(held)
+    cov_all = np.full((len(keys), len(keys)), np.nan)
+    cov_all[:p, :p] = cov
+    c_all = np.concatenate([c, np.asarray(held, dtype=float)])
+    return RooflineFit(dict(zip(keys, c_all.tolist())), dict(zip(keys, se_of(cov_all).tolist())),
                        {p: (ratios[p] if tied[p] else None) for p in PAIRS}, why, int(mask.sum()), sd,
-                       cov, tuple(k for k, a in zip(ROOFLINE_KEYS, at) if a), memory, rounds)
+                       cov_all, tuple(k for k, a in zip(keys, at) if a), memory, rounds, form)
 
 
 def efficiencies(f: RooflineFit, priors) -> dict:

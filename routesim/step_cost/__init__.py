@@ -19,9 +19,9 @@ import numba as nb
 
 from ..conf import JIT
 from ..schema import Param
-from . import linear, overlap, roofline
+from . import linear, mixed, overlap, roofline
 
-FORMS = (linear, roofline, overlap)
+FORMS = (linear, roofline, overlap, mixed)
 """Every step cost, in code order (``FORMS[k].CODE == k``)."""
 BY_NAME = {f.NAME: f for f in FORMS}
 DEFAULT = linear.NAME
@@ -66,4 +66,6 @@ def duration_nb(code, c, U, Q, n, K, R):
         return roofline.duration_nb(c, U, Q, n, K, R)
     if code == overlap.CODE:
         return overlap.duration_nb(c, U, Q, n, K, R)
+    if code == mixed.CODE:
+        return mixed.duration_nb(c, U, Q, n, K, R)
     return linear.duration_nb(c, U, Q, n, K, R)
