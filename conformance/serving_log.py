@@ -63,15 +63,18 @@ def model_shape():
     return params, L, h, kv_bytes
 
 
-def hidden_cost(seed):
-    """The driver's ``hidden_cost`` dict (units: bytes, bytes/s, FLOPs, FLOP/s, ms)."""
+def hidden_cost(seed, mixed_kv_factor=0.0):
+    """The driver's ``hidden_cost`` dict (units: bytes, bytes/s, FLOPs, FLOP/s, ms);
+    ``mixed_kv_factor`` > 0: a step with prefill tokens also pays that many times its
+    decoders' KV read (the driver's ``hidden_step_ms``; docs/model.md's ``mixed`` form)."""
     params, L, h, kv_bytes = model_shape()
+    extra = {"mixed_kv_factor": float(mixed_kv_factor)} if mixed_kv_factor else {}
     return {"overhead_ms": GPU["overhead_ms"], "weight_bytes": 2.0 * params,
             "kv_bytes_per_token": float(kv_bytes),
             "bandwidth_Bps": GPU["bandwidth_Bps"] * GPU["mem_efficiency"],
             "flops_per_token": 2.0 * params, "attn_flops_per_pair": 4.0 * L * h,
             "peak_flops": GPU["peak_flops"] * GPU["compute_efficiency"],
-            "noise_sigma": GPU["noise_sigma"], "seed": seed}
+            "noise_sigma": GPU["noise_sigma"], "seed": seed, **extra}
 
 
 def truth(h=None):
@@ -96,7 +99,7 @@ def truth(h=None):
     }
 
 
-def case(rate, count, seed, max_concurrency=0, frontend=FRONTEND):
+def case(rate, count, seed, max_concurrency=0, frontend=FRONTEND, mixed_kv_factor=0.0):
     """The driver case: ``count`` Poisson arrivals at ``rate`` req/s (ms, engine side).
 
     Open loop (``max_concurrency`` 0) the arrivals are the Poisson times; closed loop
@@ -119,7 +122,7 @@ def case(rate, count, seed, max_concurrency=0, frontend=FRONTEND):
             for k in range(count)]
     rep = dict(REPLICA, step_ms={"base": 1.0, "per_prefill_token": 0.0, "per_prefill_token_pair": 0.0,
                                  "per_decode_sequence": 0.0, "per_kv_token": 0.0},
-               hidden_cost=hidden_cost(seed))
+               hidden_cost=hidden_cost(seed, mixed_kv_factor))
     c = {"name": f"hidden-{rate:g}rps-seed{seed}", "replica": rep, "requests": reqs}
     if max_concurrency:
         jit = jitters(c, seed, frontend)
@@ -202,12 +205,16 @@ def main(argv=None):
     ap.add_argument("--venv", default=None)
     ap.add_argument("--max-concurrency", type=int, default=0,
                     help="closed loop: at most N requests in flight (0: open loop)")
+    ap.add_argument("--mixed-kv-factor", type=float, default=0.0,
+                    help="a non-roofline truth: a step with prefill tokens also pays this many times its "
+                    "decoders' KV read (default 0: the roofline)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    if a.max_concurrency < 0 or (np.isinf(a.rate) and not a.max_concurrency):
-        print("serving_log: --max-concurrency must be >= 0, and > 0 with --rate inf", file=sys.stderr)
+    if a.max_concurrency < 0 or (np.isinf(a.rate) and not a.max_concurrency) or not a.mixed_kv_factor >= 0:
+        print("serving_log: --max-concurrency must be >= 0, and > 0 with --rate inf; --mixed-kv-factor >= 0",
+              file=sys.stderr)
         return 2
-    c = case(a.rate, a.count, a.seed, a.max_concurrency)
+    c = case(a.rate, a.count, a.seed, a.max_concurrency, mixed_kv_factor=a.mixed_kv_factor)
     res = run([c], a.venv)[0]
     write_csv(log_rows(c, res, a.seed), a.out)
     loop = f", at most {a.max_concurrency} in flight" if a.max_concurrency else ""

@@ -150,11 +150,15 @@ def hidden_step_ms(h, U, Q, n, K, R, rng):
     Memory time: the weights once plus the KV read (decoders' K and prefills' R);
     compute time: linear FLOPs of the U + n tokens plus attention FLOPs of the Q prefill
     pairs and the K decode pairs. d = overhead + max(memory, compute), times
-    exp(sigma * N(0, 1)).
+    exp(sigma * N(0, 1)). With ``mixed_kv_factor`` (issue 41, opt-in: a non-roofline
+    truth) a step with prefill tokens (U > 0) also pays ``mixed_kv_factor`` times its
+    decoders' KV read (K tokens) before the noise: docs/model.md's ``mixed`` form.
     """
     mem = (h["weight_bytes"] + h["kv_bytes_per_token"] * (K + R)) / h["bandwidth_Bps"]
     comp = (h["flops_per_token"] * (U + n) + h["attn_flops_per_pair"] * (Q + K)) / h["peak_flops"]
     d = h["overhead_ms"] + 1000.0 * max(mem, comp)
+    if h.get("mixed_kv_factor") and U > 0:
+        d += 1000.0 * h["mixed_kv_factor"] * h["kv_bytes_per_token"] * K / h["bandwidth_Bps"]
     return d * rng.lognormvariate(0.0, h["noise_sigma"])
 
 

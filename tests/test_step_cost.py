@@ -148,6 +148,8 @@ def test_each_form_compiled_is_its_formula(name):
     c = np.array([p.default for p in form.PARAMS], float)
     if name == "overlap":
         c[-1] = 0.3
+    if name == "mixed":
+        c[-1] = 2e-4
     c = np.concatenate([c, np.zeros(step_cost.COEFFICIENTS - c.size)])
     U, n, K, R = (rng.integers(0, 5000, 50) for _ in range(4))
     Q = rng.integers(0, 10 ** 7, 50) / 2.0
@@ -173,3 +175,37 @@ def test_design_matrices_rebuild_the_formula():
     ov = np.append(roof, 0.4)
     np.testing.assert_allclose(step_cost.overlap.columns(U, Q, n, K, R, mem >= comp, 0.4) @ roof,
                                step_cost.overlap.duration(ov, U, Q, n, K, R), rtol=1e-13)
+    mx = np.append(roof, 3e-4)
+    U[::3] = 0                                       # decode-only steps: no mixed term
+    mem, comp = step_cost.roofline.sides(roof, U, Q, n, K, R)
+    np.testing.assert_allclose(step_cost.mixed.columns(U, Q, n, K, R, mem >= comp) @ mx,
+                               step_cost.mixed.duration(mx, U, Q, n, K, R), rtol=1e-13)
+    np.testing.assert_array_equal(step_cost.mixed.duration(mx, U, Q, n, K, R)[::3],
+                                  step_cost.roofline.duration(roof, U, Q, n, K, R)[::3])
+
+
+# "mixed" (issue 41 item 4): the roofline plus per_mixed_kv_token·K in a step with prefill
+# tokens. Engine = reference (tests/token_reference.py D5d), in runs whose steps are mixed
+# (a prefill chunk beside decoders) and not, for both schedulers.
+MIXED = dict(step_cost="mixed", mixed_ms_per_mixed_kv_token=2e-4)
+MIXED_RUNS = [
+    ("light", "least_requests", MIXED),
+    ("preempting", "least_kv", MIXED),
+    ("vllm-preempting", "least_cost", dict(MIXED, scheduler="vllm")),
+]
+
+
+@pytest.mark.parametrize("case,policy,extra", MIXED_RUNS,
+                         ids=[f"{c}-{p}-{e.get('scheduler', 'reserve')}" for c, p, e in MIXED_RUNS])
+def test_engine_matches_reference_mixed(case, policy, extra, monkeypatch):
+    """Engine = reference, with mixed steps (prefill tokens beside decoders) and others."""
+    seen = {}
+    orig = ref._Sim.duration
+
+    def spy(self, rep, T, U, Q, n, K, R):
+        seen[U > 0 and n > 0] = seen.get(U > 0 and n > 0, 0) + 1
+        return orig(self, rep, T, U, Q, n, K, R)
+
+    monkeypatch.setattr(ref._Sim, "duration", spy)
+    _compare(case, policy, 1, **extra)
+    assert seen.get(True) and seen.get(False), seen
