@@ -90,6 +90,8 @@ def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="aut
            "per_token": sum(r.per_token for r in recs)}
     refuse_thin(res, name)
     res["resampled"] = uncertainty.bootstrap(st, lambda s: refit(s, held).coef, keys)
+    for k in forms.HELD.get(cost, ()):          # held in every resample: no spread measured
+        res["resampled"]["se"][k] = np.nan
     res["inseparable"] = uncertainty.inseparable(f, keys, partners(res), res["resampled"]["se"])
     res["warnings"] = warnings(res)
     return res
@@ -306,7 +308,8 @@ def _render_roofline(res, src) -> list:
              f"{'coefficient':<24} {'value':>12} {'s.e.':>10} {'resampled':>10} {'efficiency':>10}  note"]
     partner = {b: (pair, ROOFLINE_KEYS[a]) for pair, (a, b) in PAIRS.items()}
     for k in res["keys"]:
-        note = "profiled: the smallest residual over [0, 1] (calibrate.forms)" if k == "kappa" else ""
+        note = ("profiled: the smallest residual over [0, 1], held in the resamples (calibrate.forms)"
+                if k == "kappa" else "")
         if k in partner:
             pair, of = partner[k]
             rho = f.tied[pair]

@@ -86,6 +86,10 @@ def _overlap(steps, ratios, tie, physical, kappa=None):
     return min(seen, key=lambda f: f.rel_sd)
 
 
+HELD = {overlap.NAME: ("kappa",)}
+"""{form name: its coefficients a resample's refit holds at the fit's value} (their
+resampled spread is not measured)."""
+
 FITTERS = {linear.NAME: _linear, roofline_form.NAME: _roofline_family(roofline_form),
            mixed.NAME: _roofline_family(mixed), overlap.NAME: _overlap}
 """{form name: fitter(steps, ratios, tie, physical) -> a fit with ``coef``, ``predict``}."""
