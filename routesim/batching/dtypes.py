@@ -480,3 +480,32 @@ METRICS = np.dtype(
     align=True,
 )
 """Per-run metrics (§7): shape ``(runs,)``."""
+
+TRANSFER = np.dtype(
+    [
+        ("key", np.int64),          # the caller's key (the engine: the request)
+        ("src", np.int64),          # the prefill replica it flows out of
+        ("dst", np.int64),          # the decode replica it flows into
+        ("start", np.float64),      # ms: when it started
+        ("flows_at", np.float64),   # ms: start + latency, when its bytes start to flow
+        ("left", np.float64),       # bytes still to flow
+        ("nbytes", np.float64),     # bytes in all
+    ],
+    align=True,
+)
+"""A KV transfer in progress (prefill/decode disaggregation, routesim/batching/pd.py)."""
+
+LINKS = np.dtype(
+    [
+        ("now", np.float64),        # ms: the time the transfers have been advanced to
+        ("n", np.int64),            # transfers in progress (rows 0 .. n-1 of the TRANSFER array, start order)
+        ("bandwidth", np.float64),  # B: bytes/ms of each replica's outgoing and incoming link
+        ("latency", np.float64),    # ms before a transfer's bytes flow
+        ("w", np.float64),          # ms: the measurement window (w, h]
+        ("h", np.float64),
+        ("ended", np.int64),        # transfers ended in (w, h]
+        ("ended_bytes", np.float64),  # their bytes
+    ],
+    align=True,
+)
+"""The links' clock, parameters and window counts of one run (routesim/batching/pd.py)."""
