@@ -89,3 +89,42 @@ def test_defaults_are_the_design_pages():
     assert (TOKEN_PARAM["pair_route"].default, TOKEN_PARAM["prefill_policy"].default,
             TOKEN_PARAM["decode_policy"].default) == ("independent", "same", "same")
     assert TOKEN_PARAM["prefill_replicas"].default == 0
+
+
+# ------------------------------------------------------------ the kernel's parameters
+def test_the_pools_keys_reach_the_kernel_record():
+    """params_row codes the ``[pools]`` keys (docs/model.md): the route's PairRoute code, a
+    pool's policy "same" as the run's policy and an alias as its policy, the link's 50
+    GB/s as 5e7 bytes/ms (1 GB/s = 10⁹ bytes / 10³ ms); defaults (no key given) leave
+    the run co-located."""
+    import numpy as np
+
+    import token_reference as ref
+    from routesim.batching.dtypes import PairRoute, Role
+    from routesim.batching.policies import NAMES
+    from routesim.batching.runs import params_row, replica_records
+
+    values = ref.defaults() | dict(prefill_replicas=1, decode_replicas=2, pair_route="transfer_aware",
+                                   prefill_policy="least_queue", decode_policy="same", transfer_token_ms=0.25,
+                                   lease_ms=500.0, link_latency_ms=2.0, link_bandwidth_gb_s=50.0,
+                                   kv_bytes_per_token=1000)
+    p = params_row(values, "prefix_affinity", n_replicas=3)
+    assert (p["prefill_replicas"], p["pair_route"]) == (1, PairRoute.TRANSFER_AWARE)
+    assert (p["prefill_policy"], p["decode_policy"]) == (NAMES["least_requests"], NAMES["prefix_affinity"])
+    assert (p["transfer_token_ms"], p["lease_ms"], p["link_latency_ms"]) == (0.25, 500.0, 2.0)
+    assert (p["link_bandwidth"], p["kv_bytes_per_token"]) == (5e7, 1000)
+    colocated = params_row({k: v for k, v in ref.defaults().items() if k not in pd_keys.NAMES}, "round_robin",
+                           n_replicas=3)
+    rows = np.stack([colocated, p])
+    assert replica_records(rows, np.ones((2, 3)))["role"].tolist() == [
+        [Role.COLOCATED] * 3, [Role.PREFILL, Role.DECODE, Role.DECODE]]
+
+
+def test_roles_split_the_cluster_first_replicas_prefill():
+    """pools.roles: ``prefill = N_p`` makes replicas 0 … N_p - 1 the prefill pool, the
+    rest the decode pool; 0 leaves every replica co-located."""
+    from routesim.batching.dtypes import Role
+    from routesim.batching.pools import roles
+
+    C, P, D = Role.COLOCATED, Role.PREFILL, Role.DECODE
+    assert roles([0, 1, 3], 4).tolist() == [[C, C, C, C], [P, D, D, D], [P, P, P, D]]

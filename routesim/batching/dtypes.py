@@ -50,6 +50,14 @@ class Role(IntEnum):
     DECODE = 2
 
 
+class PairRoute(IntEnum):
+    """How a router picks a (prefill, decode) pair (``[pools] route``, pd_keys.ROUTES)."""
+
+    INDEPENDENT = 0
+    SELECTIVE = 1
+    TRANSFER_AWARE = 2
+
+
 class Admission(IntEnum):
     """``router.admission.mode`` (§6)."""
 
@@ -140,6 +148,17 @@ PARAMS = np.dtype(
         ("admission_mode", np.int64),     # Admission code
         ("max_in_flight", np.int64),      # closed-loop client: requests in flight at most (0: open loop)
         ("client_overhead_ms", np.float64),  # added to the TTFT and E2E the client measures, and to its slots
+        # prefill/decode disaggregation ([pools], routesim/batching/pd_keys.py): 0 prefill replicas, co-located
+        ("prefill_replicas", np.int64),   # replicas 0 .. prefill_replicas-1 serve in the prefill pool
+        ("pair_route", np.int64),         # PairRoute code
+        ("prefill_policy", np.int32),     # policy codes ("same" resolved to the run's policy)
+        ("decode_policy", np.int32),
+        ("threshold_tokens", np.int64),   # selective: uncached prompt tokens served whole on the decode replica
+        ("transfer_token_ms", np.float64),  # transfer_aware: ms per token of prefill work ahead
+        ("lease_ms", np.float64),         # held blocks outlive a lost decode side by this
+        ("link_latency_ms", np.float64),
+        ("link_bandwidth", np.float64),   # bytes/ms (GB/s × 10⁶) of each replica's link each way
+        ("kv_bytes_per_token", np.int64),
         ("event_start", np.int64),        # first row of this run's scenario in the event table
         ("event_count", np.int64),
         ("workload", np.int64),           # index of this run's workload and router stream

@@ -3,9 +3,11 @@
 A replica serves in one pool, its ``role`` (REPLICA.role, a :class:`.dtypes.Role`
 code). The routers choose among the replicas of the pool a request is routed into:
 :func:`members_nb` is the one place that says which those are, and the engine hands
-the list to the routers (router.eligible_nb iterates over it, nothing else). Today
-every replica is ``COLOCATED`` and every request is routed into that pool
-(:data:`ROUTED`), so a pool is all replicas, in replica order.
+the list to the routers (router.eligible_nb iterates over it, nothing else). The roles
+come from ``[pools] prefill`` (:func:`roles`, written into REPLICA.role by
+runs.replica_records); a stage that declares pools is still refused
+(pd_keys.check_stage), so today every replica is ``COLOCATED`` and every request is
+routed into that pool (:data:`ROUTED`): a pool is all replicas, in replica order.
 """
 
 import numba as nb
@@ -16,6 +18,15 @@ from .dtypes import Role
 
 ROUTED = np.int64(Role.COLOCATED)
 """The pool a request's attempts are routed into (typed: not a literal argument)."""
+
+
+def roles(prefill, replicas):
+    """The replicas' roles, (runs, replicas) int64 Role codes, from each run's count of
+    prefill replicas ``prefill`` (runs,): replicas ``0 … prefill - 1`` serve in the
+    prefill pool, the rest in the decode pool; a run with none is co-located."""
+    prefill = np.asarray(prefill, np.int64).reshape(-1, 1)
+    i = np.arange(replicas).reshape(1, -1)
+    return np.where(prefill == 0, Role.COLOCATED, np.where(i < prefill, Role.PREFILL, Role.DECODE)).astype(np.int64)
 
 
 @nb.njit(**JIT)

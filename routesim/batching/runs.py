@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, PARAMS, REPLICA, Admission, Scheduler, Score, Signals
+from .dtypes import EVENT, METRICS, PARAMS, REPLICA, Admission, PairRoute, Scheduler, Score, Signals
 from .. import step_cost
+from . import pd_keys
+from .pools import roles
 from .engine import run_batch
 from .params import LOOP_PARAMS, MODEL
 from .policies import NAMES, PARAMS as POLICY_PARAMS, uniforms_per_decision
@@ -63,6 +65,7 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["client_overhead_ms"] = v.get("client_overhead_ms", 0.0)
     for name in LOOP_PARAMS:  # the engine loop's timing (0: none)
         p[name] = v.get(name, 0.0)
+    _pools_row(p, v, policy)
     form = str(v["step_cost"])
     p["step_cost"] = step_cost.BY_NAME[form].CODE
     coef = step_cost.coefficients(form, v)
@@ -79,6 +82,20 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["event_count"] = event_count
     p["workload"] = workload
     return p
+
+
+def _pools_row(p, v: dict, policy: str):
+    """The ``[pools]`` fields of PARAMS record ``p`` (docs/model.md "Prefill/decode
+    disaggregation"): a key the values lack takes its default (co-located); a pool's
+    policy "same" is the run's ``policy``; the link's GB/s become bytes/ms."""
+    get = {prm.name: v.get(prm.name, prm.default) for prm in pd_keys.PARAMS}
+    p["prefill_replicas"] = get["prefill_replicas"]
+    p["pair_route"] = PairRoute[str(get["pair_route"]).upper()]
+    for name in ("prefill_policy", "decode_policy"):
+        p[name] = NAMES[policy if get[name] == "same" else get[name]]
+    for name in ("threshold_tokens", "transfer_token_ms", "lease_ms", "link_latency_ms", "kv_bytes_per_token"):
+        p[name] = get[name]
+    p["link_bandwidth"] = get["link_bandwidth_gb_s"] * 1e6
 
 
 def event_rows(events) -> np.ndarray:
@@ -143,13 +160,22 @@ def router_draws(policy: str, choices: int, requests: int, max_attempts: int = 1
     return requests * max_attempts * uniforms_per_decision(int(NAMES[policy]), int(choices))
 
 
+def replica_records(params: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    """The runs' replicas as the engine starts them: (runs, replicas) REPLICA with the
+    stage's inputs set, each replica's time factor (``factors`` (runs, replicas)) and
+    its role (``params`` (runs,) PARAMS: ``prefill_replicas``, routesim/batching/pools.py)."""
+    rep = np.zeros(factors.shape, REPLICA)
+    rep["factor"] = factors
+    rep["role"] = roles(params["prefill_replicas"], factors.shape[1])
+    return rep
+
+
 def simulate(params: np.ndarray, factors: np.ndarray, events: np.ndarray, packed: Packed,
              ru: np.ndarray, ru_off: np.ndarray):
     """Run every run: params (runs,) PARAMS, factors (runs, replicas) time factors.
     Returns (metrics (runs,) METRICS, replicas (runs, replicas) REPLICA)."""
     runs = params.shape[0]
-    rep = np.zeros(factors.shape, REPLICA)
-    rep["factor"] = factors
+    rep = replica_records(params, factors)
     metrics = np.zeros(runs, METRICS)
     run_batch(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
               packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics, packed.next,

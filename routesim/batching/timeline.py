@@ -35,8 +35,9 @@ import xarray as xr
 from ..ranks import nearest_rank
 from ..tables import fmt
 from ..timeline import ROLLING_COMPLETIONS, THROUGHPUT_WINDOW_MS, summary_table
-from .dtypes import CLUSTER_SAMPLE, EVENT_NAMES, KEPT, METRICS, REPLICA, SAMPLE, Fate
+from .dtypes import CLUSTER_SAMPLE, EVENT_NAMES, KEPT, METRICS, SAMPLE, Fate
 from .engine import run_args, run_one_nb
+from .runs import replica_records
 
 
 VARIABLES = {
@@ -91,8 +92,7 @@ def record(g, r: int, sample_ms: np.ndarray):
     w = int(p["workload"])
     pk = g.packed
     lo, hi = int(pk.off[w]), int(pk.off[w + 1])
-    rep = np.zeros(g.replicas, REPLICA)
-    rep["factor"] = g.factors[r]
+    rep = replica_records(g.params[r:r + 1], g.factors[r:r + 1])[0]
     mt = np.zeros(1, METRICS)
     samples = np.zeros((sample_ms.shape[0], g.replicas), SAMPLE)
     cluster = np.zeros(sample_ms.shape[0], CLUSTER_SAMPLE)
