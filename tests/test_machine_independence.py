@@ -29,7 +29,11 @@ from routesim.queue.workload import WorkloadParams, generate as queue_generate
 root = Path(sys.argv[1])
 h = hashlib.sha256()
 def add(name, a):
+    if a is None:  # an optional field a workload leaves out (a conversation's, without sessions)
+        h.update(name.encode() + b"None")
+        return
     a = np.asarray(a)
+    assert a.dtype != object, name  # its bytes would be addresses, not values
     h.update(name.encode() + str(a.dtype).encode() + a.tobytes())
 
 for seed in (1, 2, 3):
