@@ -375,7 +375,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     rin = np.zeros(R, np.int64)      # retries in flight (placed or waiting out their backoff)
     f_head = np.full(R, -1, np.int64)
     f_tail = np.full(R, -1, np.int64)
-    n_front = 0                      # requests held at the front doors
+    n_front = np.int64(0)            # requests held at the front doors
     failed = np.full((n, p.max_attempts), -1, np.int64)
     # signals (§3): publications, and each router's own additions since them
     periodic = p.signal_mode != Signals.FRESH

@@ -170,7 +170,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
             continue
         mt.arrivals += 1
         a_k = sent[k] if np.isinf(t_arr[k]) else t_arr[k]  # a follow-up turn's intended time: its send
-        _count_quarter(p, a_k, quarter, 0)
+        _count_quarter(p, a_k, quarter, np.int64(0))
         mt.attempts += q.attempts
         mt.retries += q.retries
         o = q.outcome
@@ -195,7 +195,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
                 ok = ok and tp <= p.slo_tpot_ms
             if ok:
                 good += 1
-                _count_quarter(p, a_k, quarter, 1)
+                _count_quarter(p, a_k, quarter, np.int64(1))
         elif o == Fate.FAILED:
             mt.failed += 1
         elif o == Fate.REJECTED:
