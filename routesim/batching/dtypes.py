@@ -40,6 +40,11 @@ class Scheduler(IntEnum):
     VLLM_ASYNC = 2  # the same with vLLM's asynchronous scheduling (async_scheduling; vllm_async_replica.py)
 
 
+VLLM_MODE = (Scheduler.VLLM, Scheduler.VLLM_ASYNC)
+"""The codes of ``scheduler = "vllm"``, either loop: their runs report the vllm mode's
+variables (metrics.VLLM_VARIABLES). A new vLLM loop adds its code here."""
+
+
 class Role(IntEnum):
     """A replica's role: the pool it serves in (routesim/batching/pools.py). Every replica
     is ``COLOCATED`` today (prefill and decode on one replica); ``PREFILL`` and ``DECODE``

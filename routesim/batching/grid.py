@@ -25,7 +25,7 @@ from ..batch import MIN_CHUNKS, FlatOutcome
 from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
-from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, Scheduler
+from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, VLLM_MODE
 from .metrics import ACCUMULATORS, CLIENT_VARIABLES, PER_REPLICA, VARIABLES, VLLM_VARIABLES
 from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, ZERO_UNRECORDED, unused_params
 from .runs import Packed, conversation_params, params_row, router_draws, simulate, workload_params
@@ -260,7 +260,7 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     shape = grid.shape
     data = {}
     closed = bool((grid.params["max_in_flight"] > 0).any())  # a closed-loop client's variables only then
-    vllm = bool(np.isin(grid.params["scheduler"], (Scheduler.VLLM, Scheduler.VLLM_ASYNC)).any())  # the vllm mode's only then
+    vllm = bool(np.isin(grid.params["scheduler"], VLLM_MODE).any())  # the vllm mode's only then
     for name in outcome.metrics.dtype.names:
         if (name not in ACCUMULATORS and (closed or name not in CLIENT_VARIABLES)
                 and (vllm or name not in VLLM_VARIABLES)):
