@@ -22,40 +22,17 @@ C_START = time.process_time()
 import json  # noqa: E402
 import sys  # noqa: E402
 
+from routesim.replay import replay_sweep  # noqa: E402
+
 from .harness import ROOT, emit, run_measured  # noqa: E402
 
 TRACE = ROOT / "traces" / "azure-conv.csv"
-ONE_RUN = """\
-# One run (benchmarks/startup.py): 1 replica, the first 1,000 requests of the Azure
-# conversation trace (216 s of it) replayed at 8 req/s (time_scale 1.728: 125 s).
-name = "one-run"
-
-[replica]
-kind = "batching"
-
-[simulation]
-warmup_s = 5
-measure_s = 120
-
-[cluster.heterogeneity]
-one = [1]
-
-[workload]
-source = "trace"
-trace = {{ path = "{trace}", format = "azure", time_scale = 1.728, start_s = 0, duration_s = 216 }}
-
-[scenarios.steady]
-events = []
-
-[grid]
-heterogeneity = ["one"]
-scenario = ["steady"]
-
-[[stages]]
-name = "one"
-policy = ["round_robin"]
-seeds = {{ first = 1, count = 1 }}
-"""
+ONE_RUN = dict(
+    name="one-run", replica={"kind": "batching"}, simulation={"warmup_s": 5, "measure_s": 120},
+    workload={"trace": {"path": str(TRACE), "format": "azure", "time_scale": 1.728, "start_s": 0, "duration_s": 216}},
+    header="# One run (benchmarks/startup.py): 1 replica, the first 1,000 requests of the Azure\n"
+           "# conversation trace (216 s of it) replayed at 8 req/s (time_scale 1.728: 125 s).\n")
+"""The one-run sweep's parts (routesim.replay.replay_sweep's arguments)."""
 TARGET_S = 0.5
 """The issue's target for the warm whole process (BLIS's is about 1 s)."""
 
@@ -67,7 +44,7 @@ def log(msg):
 def one_run_sweep(folder):
     """Write :data:`ONE_RUN` into ``folder``; its path."""
     path = folder / "one-run.toml"
-    path.write_text(ONE_RUN.format(trace=TRACE))
+    path.write_text(replay_sweep(**ONE_RUN))
     return path
 
 

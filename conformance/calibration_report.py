@@ -36,6 +36,7 @@ from routesim.calibrate import STEP_KEYS, figure, logs, steps  # noqa: E402
 from routesim.calibrate.__main__ import calibrate, render  # noqa: E402
 from routesim.calibrate.roofline import ROOFLINE_KEYS  # noqa: E402
 from routesim.files import write_text  # noqa: E402
+from routesim.replay import replay_sweep  # noqa: E402
 
 FIT = (1.0, 150, 1)                       # rate, count, seed: examples/serving-log.csv
 SECOND = (1.0, 150, 3)                    # another server's run at the fitting load (issue 41's merged log)
@@ -100,50 +101,17 @@ def routesim_sweep(trace_name, roofline_ms, overhead_ms, max_in_flight, horizon_
     past (``trace_csv`` with ``SHIFT_MS``) and a horizon past every completion
     (``horizon_s``), so the cohort is every request and every token gap is in the window."""
     rep = sl.REPLICA
-    roof = ", ".join(f"{k} = {roofline_ms[k]!r}" for k in ROOFLINE_KEYS)
-    return f"""name = "calibration-heldout"
-
-[replica]
-kind = "batching"
-scheduler = "vllm"
-async_scheduling = false          # the harness's vLLM runs the synchronous loop (conformance/vllm_driver.py)
-prefix_caching = {str(rep['prefix_caching']).lower()}
-waiting_cap = 100000
-max_batch = {rep['max_num_seqs']}
-kv_blocks = {rep['num_blocks']}
-block_tokens = {rep['block_size']}
-max_batched_tokens = {rep['max_num_batched_tokens']}
-chunked_prefill = {str(rep['chunked_prefill']).lower()}
-step_cost = "roofline"
-roofline_ms = {{ {roof} }}
-
-[simulation]
-dt_ms = 0
-warmup_s = {SHIFT_MS / 1000.0:g}
-measure_s = {horizon_s:g}
-drain_s = 0
-
-[cluster.heterogeneity]
-one = [1]
-
-[workload]
-source = "trace"
-trace = {{ path = "{trace_name}", format = "csv" }}
-max_in_flight = {int(max_in_flight)}
-client_overhead_ms = {overhead_ms!r}
-
-[scenarios.steady]
-events = []
-
-[grid]
-heterogeneity = ["one"]
-scenario = ["steady"]
-
-[[stages]]
-name = "replay"
-policy = ["round_robin"]
-seeds = {{ first = 1, count = 1 }}
-"""
+    return replay_sweep(
+        "calibration-heldout",
+        {"kind": "batching", "scheduler": "vllm",
+         "async_scheduling": False,  # the harness's vLLM runs the synchronous loop (conformance/vllm_driver.py)
+         "prefix_caching": bool(rep["prefix_caching"]), "waiting_cap": 100000, "max_batch": rep["max_num_seqs"],
+         "kv_blocks": rep["num_blocks"], "block_tokens": rep["block_size"],
+         "max_batched_tokens": rep["max_num_batched_tokens"], "chunked_prefill": bool(rep["chunked_prefill"]),
+         "step_cost": "roofline", "roofline_ms": {k: roofline_ms[k] for k in ROOFLINE_KEYS}},
+        {"dt_ms": 0, "warmup_s": SHIFT_MS / 1000.0, "measure_s": horizon_s, "drain_s": 0},
+        {"trace": {"path": trace_name, "format": "csv"}, "max_in_flight": int(max_in_flight),
+         "client_overhead_ms": overhead_ms})
 
 
 def routesim_predict(times_ms, case, roofline_ms, overhead_ms, max_in_flight=0, horizon_s=3600.0):

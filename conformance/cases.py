@@ -199,48 +199,23 @@ def to_sweep_toml(case, trace_path):
     """A routesim sweep that replays the case on one batching replica (§5.2 of
     VLLM-SCHEDULER.md): every request arrives inside the window and the drain lets
     all of them finish; ``scheduler = "vllm"`` selects the mode of issue 22."""
+    from routesim.replay import replay_sweep  # no dependency: this module also runs in vLLM's environment
     rep = case["replica"]
     c = rep["step_ms"]
     last = max(r["arrival_ms"] for r in case["requests"])
     measure_s = int(last // 1000) + 1
-    return f"""name = "{case['name']}"
-
-[replica]
-kind = "batching"
-scheduler = "vllm"
-async_scheduling = {str(bool(rep.get('async_scheduling', False))).lower()}   # the loop the case was recorded with
-waiting_cap = 512
-max_batch = {rep['max_num_seqs']}
-kv_blocks = {rep['num_blocks']}
-block_tokens = {rep['block_size']}
-max_batched_tokens = {rep['max_num_batched_tokens']}
-chunked_prefill = {str(rep['chunked_prefill']).lower()}
-step_ms = {{ base = {c['base']!r}, per_prefill_token = {c['per_prefill_token']!r}, per_prefill_token_pair = {c['per_prefill_token_pair']!r}, per_decode_sequence = {c['per_decode_sequence']!r}, per_kv_token = {c['per_kv_token']!r} }}
-
-[simulation]
-warmup_s = 0.001                  # must be > 0; the cohort then leaves out arrivals at 0 (the simulation is the same)
-measure_s = {measure_s}
-drain_s = 100000
-
-[cluster.heterogeneity]
-one = [1]
-
-[workload]
-source = "trace"
-trace = {{ path = "{trace_path}", format = "csv", time_scale = 1.0, start_s = 0 }}
-
-[scenarios.steady]
-events = []
-
-[grid]
-heterogeneity = ["one"]
-scenario = ["steady"]
-
-[[stages]]
-name = "replay"
-policy = ["round_robin"]
-seeds = {{ first = 1, count = 1 }}
-"""
+    return replay_sweep(
+        case["name"],
+        {"kind": "batching", "scheduler": "vllm",
+         "async_scheduling": bool(rep.get("async_scheduling", False)),  # the loop the case was recorded with
+         "waiting_cap": 512, "max_batch": rep["max_num_seqs"], "kv_blocks": rep["num_blocks"],
+         "block_tokens": rep["block_size"], "max_batched_tokens": rep["max_num_batched_tokens"],
+         "chunked_prefill": bool(rep["chunked_prefill"]),
+         "step_ms": {k: c[k] for k in ("base", "per_prefill_token", "per_prefill_token_pair",
+                                       "per_decode_sequence", "per_kv_token")}},
+        # warm-up > 0 (required): the cohort then leaves out arrivals at 0 (the simulation is the same)
+        {"warmup_s": 0.001, "measure_s": measure_s, "drain_s": 100000},
+        {"trace": {"path": str(trace_path), "format": "csv", "time_scale": 1.0, "start_s": 0}})
 
 
 def main(argv=None):

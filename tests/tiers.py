@@ -24,6 +24,7 @@ MODULES = {
     "test_benchmarks_layout": ("unit", {"subprocess": ("test_from_tests_loads_the_file_once",)}),
     "test_calibrate": "unit",
     "test_forms": "unit",
+    "test_replay": "unit",
     "test_validate": ("unit", {"engine": ("test_the_command_fits_replays_and_writes_its_three_files",
                                           "test_the_readme_shows_what_the_shipped_harness_runs_print",
                                           "test_the_readme_gpu_rows_are_what_the_shipped_runs_print"),

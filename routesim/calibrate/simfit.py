@@ -50,6 +50,7 @@ import numpy as np
 
 from .. import step_cost
 from ..ranks import nearest_rank
+from ..replay import replay_sweep
 
 FIT_METRICS = ("ttft_p50", "ttft_p90", "e2e_p50", "tpot_p50")
 """The per-request figures the fit compares (routesim's metric names)."""
@@ -201,16 +202,6 @@ def trace_text(log: Log) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    return repr(float(v)) if isinstance(v, float) else str(v)
-
-
 def horizon_s(log: Log) -> float:
     """A horizon past every completion a plausible candidate gives: the sends' span plus
     twenty times the log's longest E2E, plus a minute (s)."""
@@ -221,41 +212,11 @@ def sweep_text(log: Log, replica: dict, trace_name: str) -> str:
     """A one-stage sweep replaying ``trace_name`` on one replica with ``replica``'s
     [replica] keys; the cohort starts at ``cohort_from_s``; ``client_overhead_ms`` is a
     two-valued axis, a placeholder the candidates replace (:func:`evaluate`)."""
-    rep = "\n".join(f"{k} = {_toml_value(v)}" for k, v in replica.items())
-    return f"""name = "simfit"
-
-[replica]
-kind = "{token_model().kind}"
-waiting_cap = 1000000
-{rep}
-
-[simulation]
-dt_ms = 0
-warmup_s = {(SHIFT_MS / 1000.0 + log.cohort_from_s)!r}
-measure_s = {horizon_s(log)!r}
-drain_s = 0
-
-[cluster.heterogeneity]
-one = [1]
-
-[workload]
-source = "trace"
-trace = {{ path = "{trace_name}", format = "csv" }}
-max_in_flight = {int(log.max_in_flight)}
-client_overhead_ms = [0.0, 1.0]
-
-[scenarios.steady]
-events = []
-
-[grid]
-heterogeneity = ["one"]
-scenario = ["steady"]
-
-[[stages]]
-name = "replay"
-policy = ["round_robin"]
-seeds = {{ first = 1, count = 1 }}
-"""
+    return replay_sweep(
+        "simfit", {"kind": token_model().kind, "waiting_cap": 1000000, **replica},
+        {"dt_ms": 0, "warmup_s": SHIFT_MS / 1000.0 + log.cohort_from_s, "measure_s": horizon_s(log), "drain_s": 0},
+        {"trace": {"path": trace_name, "format": "csv"}, "max_in_flight": int(log.max_in_flight),
+         "client_overhead_ms": [0.0, 1.0]})
 
 
 def token_model():
