@@ -185,6 +185,27 @@ def generate_conversations(seed=CONVERSATION_SEED, count=CONVERSATION_COUNT):
     return [make_conversation_case(seed, i) for i in range(count)]
 
 
+TIMEOUT_SEED = 1
+TIMEOUT_COUNT = 100
+
+
+def make_timeout_case(seed, index):
+    """A case of :func:`make_case`'s kinds with a timeout (the replica's ``timeout_ms``,
+    log-uniform in [20, 2000] ms): a request unfinished at its arrival + timeout is
+    aborted, as a client that gives up (conformance/vllm_driver.py, VLLM-MODE.md 18).
+    The synchronous loop only (the driver's aborts)."""
+    import math
+    case = make_case(seed + 7_000, index)
+    rng = random.Random(seed * 7_919 + index)
+    case["name"] = f"timeout-{index:04d}"
+    case["replica"]["timeout_ms"] = round(math.exp(rng.uniform(math.log(20.0), math.log(2000.0))), 3)
+    return case
+
+
+def generate_timeouts(seed=TIMEOUT_SEED, count=TIMEOUT_COUNT):
+    return [make_timeout_case(seed, i) for i in range(count)]
+
+
 def to_trace_csv(case):
     """The case's requests as a routesim plain CSV trace (docs/traces.md): one row a
     request, its block ids given in full (so no unique ids are made up)."""

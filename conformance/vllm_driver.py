@@ -45,6 +45,16 @@ Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`
   carry every request's actual ``arrival_ms``. The pool's block counts are not taken
   (``free``, ``cached``, ``referenced`` are absent): they cost a walk of the pool per
   step. Cases without the key run exactly as before.
+- Timeouts (opt-in, the synchronous loop): a case whose ``replica`` holds ``timeout_ms``
+  has every request still unfinished at its deadline ``arrival_ms + timeout_ms`` aborted
+  (``Scheduler.finish_requests(..., FINISHED_ABORTED)``, as the API server's abort does)
+  the way ``EngineCore.step`` processes aborts: one received while a step runs (deadline
+  strictly inside the step) before that step's ``update_from_output`` (EC:611-613); one
+  at a step's end after it (routesim's phase 1 precedes its phase 3); one while the
+  engine is between steps at once, before the next ``schedule()``. Several aborts due in
+  one step are processed one call each, in deadline then request order (vLLM's own
+  ``finish_requests`` takes a batch in a set's order, string hashes, so any order is
+  one it can take). Results carry each request's ``aborted_ms`` (None if it completed).
 """
 
 import bisect
@@ -271,6 +281,25 @@ class Run:
         self.l_admit = {}        # request id -> num_tokens at its current admission
         self.steps = []
         self.nxt = 0
+        self.timeout = rep.get("timeout_ms")
+        self.aborted = [None] * n_req
+        if self.timeout is not None and rep.get("async_scheduling", False):
+            raise CaseError("timeout_ms: the driver aborts in the synchronous loop only")
+
+    def abort_due(self, lo, hi, closed):
+        """Abort every added, unfinished request whose deadline D is in (lo, hi) — or
+        D <= hi when ``closed`` (between steps) — one at a time, by (D, request)."""
+        if self.timeout is None:
+            return
+        due = []
+        for k in range(self.nxt):
+            o = self.objs[str(k)]
+            D = float(self.reqs[k]["arrival_ms"]) + float(self.timeout)
+            if not o.is_finished() and (D <= hi if closed else lo < D < hi):
+                due.append((D, k))
+        for D, k in sorted(due):
+            self.s.finish_requests(str(k), RequestStatus.FINISHED_ABORTED)
+            self.aborted[k] = D
 
     def arrival(self, k):
         """Request k's arrival at the scheduler (ms), None while still unknown."""
@@ -384,10 +413,13 @@ class Run:
         per_req = []
         for k in range(self.n_req):
             o = self.objs[str(k)]
-            if self.done[k] is None or o.num_output_tokens != self.reqs[k]["output_tokens"]:
+            if self.aborted[k] is None and (self.done[k] is None
+                                            or o.num_output_tokens != self.reqs[k]["output_tokens"]):
                 raise CaseError(f"request {k} did not complete")
             rec = {"id": k, "first_token_ms": self.first[k], "completion_ms": self.done[k],
                    "preemptions": o.num_preemptions, "hits": self.admissions[k]}
+            if self.timeout is not None:
+                rec["aborted_ms"] = self.aborted[k]
             if self.hidden:
                 rec["token_ms"] = self.token_ms[k]
             if self.client is not None:
@@ -412,6 +444,7 @@ def run_sync(run):
     s = run.s
     T = 0.0
     while True:
+        run.abort_due(None, T, closed=True)     # deadlines up to T, between steps
         run.add_arrivals(T)
         if not s.has_unfinished_requests():
             if run.nxt >= run.n_req:
@@ -419,10 +452,12 @@ def run_sync(run):
             T = max(T, run.arrival(run.nxt))
             continue
         out, step, sampled, d = run.schedule(lambda o: o.num_computed_tokens >= o.num_tokens)
-        s.update_from_output(out, run.runner_output(list(out.num_scheduled_tokens.items()), sampled))
         end = T + d
+        run.abort_due(T, end, closed=False)      # received while the step ran (EC:611-613)
+        s.update_from_output(out, run.runner_output(list(out.num_scheduled_tokens.items()), sampled))
         for rid in sampled:
-            run.token(rid, end)
+            if run.aborted[int(rid)] is None:
+                run.token(rid, end)
         step = {"T": T, "d": d, **step}
         run.counts(step)
         run.steps.append(step)

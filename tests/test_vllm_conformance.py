@@ -73,6 +73,21 @@ def _differences(rec):
     return bad, steps
 
 
+def test_every_timeout_case_is_identical_step_by_step():
+    """The 100 cases with a timeout (conformance/cases.py make_timeout_case,
+    conformance/recorded/vllm-0.30.0-timeouts.json.gz: vLLM's scheduler with requests
+    aborted at arrival + timeout_ms as EngineCore.step processes aborts, EC:611-613):
+    every step and request equal. With the cancelled attempts' blocks released after the
+    step's completions (this page's order until 2026-12-05) case timeout-0035 differs
+    from step 14 on (a block the free queue evicts)."""
+    rec = record.load(record.RECORDED_TIMEOUTS)
+    assert rec["header"]["command"] == "python -m conformance.record --timeouts"
+    assert (len(rec["cases"]), rec["header"]["steps"]) == (100, 6_063)
+    bad, steps = _differences(rec)
+    assert not bad, f"{len(bad)} timeout cases differ from vLLM, e.g. {list(bad.items())[:3]}"
+    assert steps == 6_063
+
+
 def test_async_recording_is_the_full_set(async_recording):
     h = async_recording["header"]
     assert h["vllm_version"] == "0.30.0" and h["command"].endswith("--async")

@@ -53,6 +53,8 @@ def case_values(case):
              step_ms_per_decode_sequence=c["per_decode_sequence"], step_ms_per_kv_token=c["per_kv_token"],
              warmup_s=0.0, measure_s=1e7, drain_s=0.0, scheduler="vllm", prefix_caching=bool(rep["prefix_caching"]),
              async_scheduling=bool(rep.get("async_scheduling", False)))
+    if "timeout_ms" in rep:   # the timeout cases (vLLM's aborts, VLLM-MODE.md 18)
+        v.update(timeout_ms=float(rep["timeout_ms"]))
     return v
 
 
@@ -139,6 +141,10 @@ def case_differences(case, res, metrics, keep):
     if len(keep) != len(reqs):
         return [("requests", len(keep), len(reqs))]
     for k, q in enumerate(reqs):
+        if q.get("aborted_ms") is not None:   # a timeout: vLLM aborted it, routesim fails it
+            if keep[k]["outcome"] != Fate.FAILED:
+                diffs.append((f"request {k}", "outcome", int(keep[k]["outcome"]), "failed"))
+            continue
         if keep[k]["outcome"] != Fate.COMPLETED:
             diffs.append((f"request {k}", "outcome", int(keep[k]["outcome"]), "completed"))
             continue
@@ -149,12 +155,15 @@ def case_differences(case, res, metrics, keep):
     pre = sum(q["preemptions"] for q in reqs)
     # vLLM's PrefixCacheStats: a request's first admission is a new one (queries P: no
     # token generated yet), its later ones re-admissions after a preemption, filed apart;
-    # without prefix caching nothing is queried
+    # without prefix caching nothing is queried; a request aborted before its admission
+    # never queried
     hits = sum(q["hits"][0] for q in reqs if q["hits"])
-    queries = sum(q["prompt_tokens"] for q in case["requests"]) if case["replica"]["prefix_caching"] else 0
+    queries = (sum(c["prompt_tokens"] for c, q in zip(case["requests"], reqs) if q["hits"])
+               if case["replica"]["prefix_caching"] else 0)
     rehits = sum(sum(q["hits"][1:]) for q in reqs)
+    completed = sum(q.get("aborted_ms") is None for q in reqs)
     for field, got, want in (("preemptions", int(metrics["preemptions"]), pre),
-                             ("completed", int(metrics["completed"]), len(reqs)),
+                             ("completed", int(metrics["completed"]), completed),
                              ("hit_tokens", int(metrics["hit_tokens"]), hits),
                              ("admit_tokens", int(metrics["admit_tokens"]), queries),
                              ("preempted_hit_tokens", int(metrics["preempted_hit_tokens"]), rehits)):
@@ -188,6 +197,25 @@ def test_every_async_recorded_case_is_identical(async_recording, async_engine):
     bad = _all_differences(async_recording, async_engine)
     assert not bad, (f"{len(bad)} of {len(async_recording['cases'])} cases differ from vLLM's asynchronous loop, "
                      f"e.g. {list(bad.items())[:4]}")
+
+
+@pytest.fixture(scope="module")
+def timeout_recording():
+    return record.load(record.RECORDED_TIMEOUTS)
+
+
+def test_every_timeout_case_is_identical(timeout_recording):
+    """The 100 cases with a timeout (conformance/cases.py make_timeout_case): vLLM's
+    scheduler with its requests aborted at arrival + timeout_ms as EngineCore.step
+    processes aborts (before the step's outputs, EC:611-613; VLLM-MODE.md 18). Every
+    aborted request fails, every other one as above; preemptions and hits include the
+    aborted requests' admissions."""
+    cases = timeout_recording["cases"]
+    assert len(cases) == 100 and all("timeout_ms" in c["replica"] for c in cases)
+    aborted = sum(q["aborted_ms"] is not None for r in timeout_recording["results"] for q in r["requests"])
+    assert aborted > 1000        # the cases exercise aborts (1,588 of 2,089 requests)
+    bad = _all_differences(timeout_recording, run_engine(cases))
+    assert not bad, f"{len(bad)} of {len(cases)} timeout cases differ from vLLM, e.g. {list(bad.items())[:4]}"
 
 
 def test_the_loops_differ_on_the_recorded_cases(recording, engine, async_recording, async_engine):

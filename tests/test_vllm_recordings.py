@@ -195,3 +195,33 @@ def test_both_loops_start_alike():
         s0, a0 = a["steps"][0], b["steps"][0]
         assert a0["S"] == a0["T"] == s0["T"]
         assert {k: a0[k] for k in s0 if k not in counts} == {k: s0[k] for k in s0 if k not in counts}, a["name"]
+
+
+def test_the_timeout_recording_is_its_generators():
+    """conformance/recorded/vllm-0.30.0-timeouts.json.gz holds cases.generate_timeouts'
+    cases, and each request either completed or was aborted at its deadline (arrival +
+    timeout_ms), never both, with no token after the abort."""
+    doc = record.load(record.RECORDED_TIMEOUTS)
+    g = doc["header"]["generator"]
+    assert g["function"] == "generate_timeouts"
+    assert doc["cases"] == case_gen.generate_timeouts(g["seed"], g["count"])
+    for case, res in zip(doc["cases"], doc["results"]):
+        for q, r in zip(case["requests"], res["requests"]):
+            if r["aborted_ms"] is None:
+                assert r["completion_ms"] is not None
+            else:
+                assert r["completion_ms"] is None
+                assert r["aborted_ms"] == q["arrival_ms"] + case["replica"]["timeout_ms"]
+                assert r["first_token_ms"] is None or r["first_token_ms"] <= r["aborted_ms"]
+
+
+@pytest.mark.skipif(not record.venv_python().exists(),
+                    reason=f"no vLLM environment at {record.default_venv()} "
+                           "(create it with tools/vllm-env to re-record live)")
+def test_live_timeout_cases_equal_the_recording():
+    """A few timeout cases re-run live, 35 among them (the case the abort order decides)."""
+    doc = record.load(record.RECORDED_TIMEOUTS)
+    picks = (0, 1, 35)
+    out = record.run_driver([doc["cases"][k] for k in picks])
+    for got, k in zip(out["results"], picks):
+        assert got == doc["results"][k], f"{doc['cases'][k]['name']}: vLLM's live schedule differs"

@@ -1541,13 +1541,17 @@ class _Sim:
         """Phase 1 at the end of the step (synchronous) or of the batch the engine waits
         for (asynchronous, v_output).  Synchronous: Scheduler.update_from_output
         (S:1874-2290): in scheduled order, a request whose computed tokens reach its length
-        samples a token; one that reaches O finishes and is freed at once.  Then the
-        attempts cancelled during the step are freed, in the order they were cancelled
-        (aborts processed between steps: VLLM-MODE.md 18)."""
+        samples a token; one that reaches O finishes and is freed at once.  Before it,
+        the attempts cancelled during the step are freed, in the order they were
+        cancelled (EngineCore.step processes the aborts received during the step before
+        update_from_output, EC:611-613; VLLM-MODE.md 18)."""
         if self.asynchronous:
             return self.v_output(rep, T)
         it = rep.iteration
         rep.iteration = None
+        for a in rep.deferred:
+            self.v_free(rep, a)
+        rep.deferred = []
         for s, _x, _c in it["sched"]:
             if s.where != "running" or s.replica != rep.index:
                 continue                       # cancelled during the step: emits nothing
@@ -1558,9 +1562,6 @@ class _Sim:
                 self.v_free(rep, s)
                 rep.running.remove(s)
                 self.complete(s, T)
-        for a in rep.deferred:
-            self.v_free(rep, a)
-        rep.deferred = []
         if it["log"] is not None:
             it["log"].update(self.v_counts(rep))
 
@@ -2924,7 +2925,10 @@ def simulate(workload: Workload, params: dict, factors: list[float], events: lis
     out = sim.run()
     if log_steps:
         out["step_log"] = dict(steps=sim.step_log, requests=[
-            dict(id=r.index, first_token_ms=r.first_token, completion_ms=r.completion,
+            dict(id=r.index, completion_ms=r.completion,
+                 # the last attempt's first token (a request that failed after its first
+                 # token has one too: the driver records it, VLLM-MODE.md 18)
+                 first_token_ms=r.last_attempt.first_token if r.last_attempt else r.first_token,
                  preemptions=r.last_attempt.preemptions if r.last_attempt else 0,
                  hits=list(r.last_attempt.hits) if r.last_attempt else [])
             for r in sim.requests])

@@ -358,12 +358,17 @@ def emit_nb(r, q, t, mt, window, prev_ms, gap_ms, gap_n, n_gap):
 @nb.njit(**JIT)
 def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt, done_log, n_done,
               gap_ms, gap_n, n_gap):
-    """End replica i's step at t (spec22b 17): in scheduled order, each attempt still
-    running whose prefill is complete emits a token and may complete (released at
-    once); then the attempts cancelled during the step are released. Returns the new
-    length of done_log."""
+    """End replica i's step at t (spec22b 17): first the attempts cancelled during the
+    step are released, in the order they were cancelled (vLLM's ``EngineCore.step``
+    processes the aborts received during the step before ``update_from_output``,
+    EC:611-613); then, in scheduled order, each attempt still running whose prefill is
+    complete emits a token and may complete (released at once). Returns the new length
+    of done_log."""
     r = rep[i]
     r.busy = False
+    for k in range(vq[i, NPEND]):
+        vb.release_nb(tab, bl, vq, rep, i, vp[i, k, 1], vp[i, k, 2], vp[i, k, 0], pk, pk_off, gbase)
+    vq[i, NPEND] = 0
     window = in_window_end_nb(t, p)
     dec = np.int64(0)
     for k in range(vq[i, NSCHED]):
@@ -378,9 +383,6 @@ def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt
     if dec > 0:
         gap_nb(gap_ms, gap_n, n_gap, t - r.begin_ms, dec)
     vq[i, NSCHED] = 0
-    for k in range(vq[i, NPEND]):
-        vb.release_nb(tab, bl, vq, rep, i, vp[i, k, 1], vp[i, k, 2], vp[i, k, 0], pk, pk_off, gbase)
-    vq[i, NPEND] = 0
     vb.sync_nb(r, vq, i)
     return n_done
 
