@@ -192,8 +192,7 @@ TIMEOUT_COUNT = 100
 def make_timeout_case(seed, index):
     """A case of :func:`make_case`'s kinds with a timeout (the replica's ``timeout_ms``,
     log-uniform in [20, 2000] ms): a request unfinished at its arrival + timeout is
-    aborted, as a client that gives up (conformance/vllm_driver.py, VLLM-MODE.md 18).
-    The synchronous loop only (the driver's aborts)."""
+    aborted, as a client that gives up (conformance/vllm_driver.py, VLLM-MODE.md 18, 31)."""
     import math
     case = make_case(seed + 7_000, index)
     rng = random.Random(seed * 7_919 + index)

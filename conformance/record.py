@@ -4,7 +4,7 @@
     python -m conformance.record        # generate the cases, run vLLM, write the file
     python -m conformance.record --async    # the same cases under vLLM's default loop
     python -m conformance.record --conversations [--async]   # conversation cases (issue 40 item 4)
-    python -m conformance.record --timeouts   # cases with a timeout: vLLM's aborts (VLLM-MODE.md 18)
+    python -m conformance.record --timeouts [--async]   # cases with a timeout: vLLM's aborts (VLLM-MODE.md 18, 31)
 
 Runs under any Python 3 (routesim's venv is fine; no vLLM import here): it generates
 the cases with conformance/cases.py, runs conformance/vllm_driver.py under the vLLM
@@ -39,7 +39,8 @@ RECORDED = HERE / "recorded" / "vllm-0.30.0.json.gz"
 RECORDED_ASYNC = HERE / "recorded" / "vllm-0.30.0-async.json.gz"   # the same cases, vLLM's default loop
 RECORDED_CONV = HERE / "recorded" / "vllm-0.30.0-conversations.json.gz"   # follow-ups reusing responses
 RECORDED_CONV_ASYNC = HERE / "recorded" / "vllm-0.30.0-conversations-async.json.gz"
-RECORDED_TIMEOUTS = HERE / "recorded" / "vllm-0.30.0-timeouts.json.gz"   # aborts at a timeout (synchronous loop)
+RECORDED_TIMEOUTS = HERE / "recorded" / "vllm-0.30.0-timeouts.json.gz"   # aborts at a timeout
+RECORDED_TIMEOUTS_ASYNC = HERE / "recorded" / "vllm-0.30.0-timeouts-async.json.gz"
 ENV_RECIPE = ("tools/vllm-env [VENV_DIR] (default .vllm-venv): a venv of its own with "
               "conformance/vllm-requirements.txt installed by `pip install --no-deps -r`")
 
@@ -97,13 +98,13 @@ def main(argv=None):
                     help="the conversation cases (cases.make_conversation_case: follow-up turns whose prompts "
                          f"hold the previous responses); default out {RECORDED_CONV.relative_to(REPO)}")
     ap.add_argument("--timeouts", action="store_true",
-                    help="cases with a timeout (cases.make_timeout_case: requests aborted at arrival + timeout_ms, "
-                         f"synchronous loop); default out {RECORDED_TIMEOUTS.relative_to(REPO)}")
+                    help="cases with a timeout (cases.make_timeout_case: requests aborted at arrival + timeout_ms); "
+                         f"default out {RECORDED_TIMEOUTS.relative_to(REPO)}")
     ap.add_argument("--out", default=None, help=f"default {RECORDED.relative_to(REPO)}")
     a = ap.parse_args(argv)
     start = time.time()
-    if a.timeouts and (a.conversations or a.asynchronous):
-        ap.error("--timeouts: the driver aborts in the synchronous loop, on the plain cases only")
+    if a.timeouts and a.conversations:
+        ap.error("--timeouts: on the plain cases only, not with --conversations")
     if a.timeouts:
         a.seed = a.seed if a.seed != case_gen.DEFAULT_SEED else case_gen.TIMEOUT_SEED
         a.count = a.count if a.count != case_gen.DEFAULT_COUNT else case_gen.TIMEOUT_COUNT
@@ -150,7 +151,7 @@ def main(argv=None):
         "cases": cases,
         "results": results,
     }
-    default = RECORDED_TIMEOUTS if a.timeouts else (
+    default = (RECORDED_TIMEOUTS_ASYNC if a.asynchronous else RECORDED_TIMEOUTS) if a.timeouts else (
         (RECORDED_CONV_ASYNC if a.asynchronous else RECORDED_CONV) if a.conversations
         else (RECORDED_ASYNC if a.asynchronous else RECORDED))
     path = Path(a.out or default)

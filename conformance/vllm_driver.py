@@ -45,13 +45,17 @@ Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`
   carry every request's actual ``arrival_ms``. The pool's block counts are not taken
   (``free``, ``cached``, ``referenced`` are absent): they cost a walk of the pool per
   step. Cases without the key run exactly as before.
-- Timeouts (opt-in, the synchronous loop): a case whose ``replica`` holds ``timeout_ms``
-  has every request still unfinished at its deadline ``arrival_ms + timeout_ms`` aborted
+- Timeouts (opt-in): a case whose ``replica`` holds ``timeout_ms`` has every request
+  still unfinished at its deadline ``arrival_ms + timeout_ms`` aborted
   (``Scheduler.finish_requests(..., FINISHED_ABORTED)``, as the API server's abort does)
-  the way ``EngineCore.step`` processes aborts: one received while a step runs (deadline
-  strictly inside the step) before that step's ``update_from_output`` (EC:611-613); one
-  at a step's end after it (routesim's phase 1 precedes its phase 3); one while the
-  engine is between steps at once, before the next ``schedule()``. Several aborts due in
+  the way the engine core processes aborts: one received while the engine thread waits
+  for a step's output (the synchronous step; the oldest batch of the asynchronous queue)
+  — deadline strictly inside the wait — before that output's ``update_from_output``
+  (EC:611-613, EC:713-715); one at the output's time after it (routesim's phase 1
+  precedes its phase 3); one while the thread is not waiting at once, before the next
+  ``schedule()`` (``_process_input_queue``) — after adding the requests that have
+  arrived, since the input queue holds a request's add before its abort (an abort of
+  a request not yet added, processed from ``aborts_queue``, is ignored by vLLM). Several aborts due in
   one step are processed one call each, in deadline then request order (vLLM's own
   ``finish_requests`` takes a batch in a set's order, string hashes, so any order is
   one it can take). Results carry each request's ``aborted_ms`` (None if it completed).
@@ -283,8 +287,6 @@ class Run:
         self.nxt = 0
         self.timeout = rep.get("timeout_ms")
         self.aborted = [None] * n_req
-        if self.timeout is not None and rep.get("async_scheduling", False):
-            raise CaseError("timeout_ms: the driver aborts in the synchronous loop only")
 
     def abort_due(self, lo, hi, closed):
         """Abort every added, unfinished request whose deadline D is in (lo, hi) — or
@@ -444,8 +446,9 @@ def run_sync(run):
     s = run.s
     T = 0.0
     while True:
-        run.abort_due(None, T, closed=True)     # deadlines up to T, between steps
         run.add_arrivals(T)
+        run.abort_due(None, T, closed=True)     # deadlines up to T, between steps (after the adds:
+        #                                         a request that came and timed out during the step)
         if not s.has_unfinished_requests():
             if run.nxt >= run.n_req:
                 break
@@ -496,6 +499,8 @@ def run_async(run):
     queue = collections.deque()       # (output, runner output, step), newest first
     while True:
         run.add_arrivals(now)
+        run.abort_due(None, now, closed=True)   # not waiting: at once (_process_input_queue, in
+        #                                         order: a request's add before its abort)
         if not s.has_requests() and not queue:
             if run.nxt >= run.n_req:
                 break
@@ -525,7 +530,9 @@ def run_async(run):
                 now = max(now, run.arrival(run.nxt))
                 continue
         out, mro, step = queue.pop()
-        now = max(now, step["T"] + step["d"])
+        end = max(now, step["T"] + step["d"])
+        run.abort_due(now, end, closed=False)   # received while waiting: before the output (EC:713-715)
+        now = end
         _deliver(run, s.update_from_output(out, mro), now)
     return run.result()
 

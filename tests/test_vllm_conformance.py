@@ -88,6 +88,38 @@ def test_every_timeout_case_is_identical_step_by_step():
     assert steps == 6_063
 
 
+def test_every_async_timeout_case_is_identical_step_by_step():
+    """The same 100 cases under vLLM's default loop (python -m conformance.record
+    --timeouts --async: an abort received while the engine waits for a batch is
+    processed before that batch's output, EC:713-715; VLLM-MODE.md 31)."""
+    rec = record.load(record.RECORDED_TIMEOUTS_ASYNC)
+    assert rec["header"]["command"] == "python -m conformance.record --timeouts --async"
+    assert all(c["replica"]["async_scheduling"] is True for c in rec["cases"])
+    assert (len(rec["cases"]), rec["header"]["steps"]) == (100, 6_393)
+    bad, _steps = _differences(rec)
+    assert not bad, f"{len(bad)} timeout cases differ from vLLM's asynchronous loop, e.g. {list(bad.items())[:3]}"
+
+
+def test_the_end_of_run_rules_hide_nothing_a_request_sees():
+    """compare_page's two end-of-run rules (the reference stops at the last request's
+    outcome): a trailing recorded step is skipped only if it schedules and preempts
+    nothing, and a last step's block counts only if the reference never ended it. A
+    trailing step that schedules, or any count of an ended step, still differs."""
+    import copy
+    rec = record.load(record.RECORDED_TIMEOUTS_ASYNC)
+    k = next(i for i, (c, r) in enumerate(zip(rec["cases"], rec["results"]))
+             if len(r["steps"]) > len(compare_page.vllm_log(c)["steps"]))
+    case, res = rec["cases"][k], rec["results"][k]
+    log = compare_page.vllm_log(case)
+    assert not compare_page.vllm_differences(case, res, log)
+    bad = copy.deepcopy(res)
+    bad["steps"][-1]["sched"] = [[0, 1]]
+    assert compare_page.vllm_differences(case, bad, log)
+    bad = copy.deepcopy(res)
+    bad["steps"][0]["free"] += 1
+    assert compare_page.vllm_differences(case, bad, log)
+
+
 def test_async_recording_is_the_full_set(async_recording):
     h = async_recording["header"]
     assert h["vllm_version"] == "0.30.0" and h["command"].endswith("--async")

@@ -218,6 +218,15 @@ def test_every_timeout_case_is_identical(timeout_recording):
     assert not bad, f"{len(bad)} of {len(cases)} timeout cases differ from vLLM, e.g. {list(bad.items())[:4]}"
 
 
+def test_every_async_timeout_case_is_identical():
+    """The 100 timeout cases under vLLM's default loop (aborts while the engine waits
+    for a batch processed before its output, EC:713-715; VLLM-MODE.md 31)."""
+    rec = record.load(record.RECORDED_TIMEOUTS_ASYNC)
+    assert all(c["replica"]["async_scheduling"] is True for c in rec["cases"])
+    bad = _all_differences(rec, run_engine(rec["cases"]))
+    assert not bad, f"{len(bad)} of {len(rec['cases'])} async timeout cases differ from vLLM, e.g. {list(bad.items())[:4]}"
+
+
 def test_the_loops_differ_on_the_recorded_cases(recording, engine, async_recording, async_engine):
     """The synchronous engine on the asynchronous recording differs (a request that
     arrives while a batch runs starts one batch later: VLLM-SCHEDULER.md §9), so the test

@@ -197,14 +197,19 @@ def test_both_loops_start_alike():
         assert {k: a0[k] for k in s0 if k not in counts} == {k: s0[k] for k in s0 if k not in counts}, a["name"]
 
 
-def test_the_timeout_recording_is_its_generators():
-    """conformance/recorded/vllm-0.30.0-timeouts.json.gz holds cases.generate_timeouts'
+@pytest.mark.parametrize("path", [record.RECORDED_TIMEOUTS, record.RECORDED_TIMEOUTS_ASYNC], ids=["sync", "async"])
+def test_the_timeout_recording_is_its_generators(path):
+    """conformance/recorded/vllm-0.30.0-timeouts*.json.gz hold cases.generate_timeouts'
     cases, and each request either completed or was aborted at its deadline (arrival +
     timeout_ms), never both, with no token after the abort."""
-    doc = record.load(record.RECORDED_TIMEOUTS)
+    doc = record.load(path)
     g = doc["header"]["generator"]
     assert g["function"] == "generate_timeouts"
-    assert doc["cases"] == case_gen.generate_timeouts(g["seed"], g["count"])
+    cases = case_gen.generate_timeouts(g["seed"], g["count"])
+    if path == record.RECORDED_TIMEOUTS_ASYNC:
+        for case in cases:
+            case["replica"]["async_scheduling"] = True
+    assert doc["cases"] == cases
     for case, res in zip(doc["cases"], doc["results"]):
         for q, r in zip(case["requests"], res["requests"]):
             if r["aborted_ms"] is None:
@@ -220,8 +225,9 @@ def test_the_timeout_recording_is_its_generators():
                            "(create it with tools/vllm-env to re-record live)")
 def test_live_timeout_cases_equal_the_recording():
     """A few timeout cases re-run live, 35 among them (the case the abort order decides)."""
-    doc = record.load(record.RECORDED_TIMEOUTS)
-    picks = (0, 1, 35)
-    out = record.run_driver([doc["cases"][k] for k in picks])
-    for got, k in zip(out["results"], picks):
-        assert got == doc["results"][k], f"{doc['cases'][k]['name']}: vLLM's live schedule differs"
+    for path in (record.RECORDED_TIMEOUTS, record.RECORDED_TIMEOUTS_ASYNC):
+        doc = record.load(path)
+        picks = (0, 1, 35)
+        out = record.run_driver([doc["cases"][k] for k in picks])
+        for got, k in zip(out["results"], picks):
+            assert got == doc["results"][k], f"{path.name} {doc['cases'][k]['name']}: vLLM's live schedule differs"
