@@ -59,6 +59,10 @@ CASES = {
     # the engine loop's CPU time of a step (issue 40), on heterogeneous replicas with a slowdown
     "step-cpu": (dict(SHORT, step_cpu_ms=1.25, step_cpu_ms_per_seq=0.07), 10.0, [1.0, 1.5],
                  [(1000.0, "slowdown", 0, 2.0)]),
+    # an attempt's way to the scheduler (issue 40, ingress), with waiting queues that fill
+    # (attempts in transit count against the cap) on heterogeneous replicas with a slowdown
+    "ingress": (dict(SHORT, ingress_ms=4.0, ingress_ms_per_token=0.01, waiting_cap=3, max_batch=4,
+                     max_batched_tokens=2048), 25.0, [1.0, 1.5], [(1000.0, "slowdown", 0, 2.0)]),
 }
 
 
@@ -113,6 +117,13 @@ FAULT_CASES = {
     "ttft-computed-blocks": (dict(INCIDENT, p_long=0.0, prefix_groups=1, prefix_probability=0.9,
                                   prefix_tokens=6144, max_batched_tokens=1024, ttft_timeout_ms=400.0,
                                   max_attempts=2), 14.0, [1.0, 1.0], []),
+    # attempts in transit to the scheduler (issue 40, ingress) lost to a crash and to
+    # first-token deadlines (the longest prompts' ingress outlasts 900 ms), retried, beside a
+    # black hole, in periodic_local views
+    "ingress-faults": (dict(INCIDENT, ingress_ms=20.0, ingress_ms_per_token=0.25, ttft_timeout_ms=900.0,
+                            max_attempts=3, signal_mode="periodic_local", period_ms=50.0), 14.0,
+                       [1.0, 1.0, 1.0], [(1500.0, "fail_fast", 0, 0.0), (2000.0, "fail", 1, 0.0),
+                                         (2600.0, "recover", 1, 0.0), (3000.0, "recover", 0, 0.0)]),
     # a clairvoyant tokens score (§3), in periodic_local views and at the front door
     "exact-allowance": (dict(INCIDENT, allowance_tokens="exact", signal_mode="periodic_local", period_ms=50.0,
                              admission_max_tokens=12000.0, admission_mode="queue"), 16.0, [1.0, 1.0, 1.0], []),
@@ -249,6 +260,10 @@ def test_the_fault_cases_exercise_what_they_claim():
     assert out["prefix_hit_rate"] > 0.3
     # the exact allowance: the front door queues, and least_tokens decides otherwise than
     # with the default allowance of 256
+    # attempts in transit are lost to the crash and to first-token deadlines, and retried
+    out, sim = seen["ingress-faults"]
+    lost = {e[2] for e in sim.trace if e[1] == "lost_in_transit"}
+    assert lost == {"crash", "deadline"} and out["retries"] > 0, lost
     out, sim = seen["exact-allowance"]
     assert any(e[1] == "fifo" for e in sim.trace)
     exact, _ = _reference("exact-allowance", "least_tokens", 1)
@@ -282,6 +297,13 @@ def test_the_cases_exercise_what_they_claim():
     assert 0 < got["preempting"]["placement_occupancy_high"] < 1    # both sides of 0.9 are met
     assert got["queues-fill"]["shed"] > 0
     assert got["prefix-heavy"]["prefix_hit_rate"] > 0.3
+    # ingress: every attempt joins late, some while an iteration runs that it would have
+    # joined; the queues (waiting and in transit) fill and shed
+    out, sim = seen["ingress"]
+    assert any(e[1] == "join" for e in sim.trace) and out["shed"] > 0
+    plain, plain_sim = _reference("ingress", "least_requests", 1, ingress_ms=0.0, ingress_ms_per_token=0.0)
+    assert not any(e[1] == "join" for e in plain_sim.trace)
+    assert got["ingress"]["ttft_p50"] > plain["ttft_p50"]
     plain, _ = _reference("step-cpu", "least_requests", 1, step_cpu_ms=0.0, step_cpu_ms_per_seq=0.0)
     assert got["step-cpu"]["ttft_p50"] > plain["ttft_p50"] and got["step-cpu"]["tpot_p50"] > plain["tpot_p50"]
     rr, _ = _reference("queues-fill", "round_robin", 2)

@@ -240,3 +240,52 @@ def test_waiting_cap_attribute_of_a_selected_scheduler(tmp_path):
         grid = build(sweep, after, {"scheduler": scheduler})
         ds = to_dataset(sweep, grid, Outcome.empty(grid), {"scheduler": scheduler})
         assert ds.attrs["waiting_cap"] == want, scheduler
+
+
+# --- the engine loop's ingress: an attempt's way to the scheduler (issue 40 item 3) --------
+
+def _two_apart():
+    """Two requests of P = 8, O = 3 (as :func:`_loop_case`), at 10 and 14 ms: the second
+    arrives during the first's prefill."""
+    case = _loop_case(2)
+    case["requests"][1]["arrival_ms"] = 14.0
+    return case
+
+
+@pytest.mark.parametrize("scheduler", ["reserve", "vllm"])
+@pytest.mark.parametrize("case, ttft, e2e", [
+    # one request: ingress 2 + 0.25·8 = 4 ms, then its prefill step of 5 + 0.25·8 = 7 ms and
+    # two decode steps of 5: TTFT 11, E2E 21 (the step cost alone: 7 and 17)
+    (_loop_case(1), [11.0], [21.0]),
+    # two at once: both join at 14, one prefill step of 5 + 0.25·16 = 9, decodes of 5:
+    # TTFT 13, E2E 23
+    (_loop_case(2), [13.0, 13.0], [23.0, 23.0]),
+    # the first joins at 14 and prefills 14-21; the second, sent at 14, joins at 18 during
+    # that step and waits for its end: a mixed step 21-28 (5 + 0.25·8) gives the first its
+    # second token and the second its first, then decodes 28-33 and 33-38.
+    # First: TTFT 11, E2E 33 - 10 = 23; second: TTFT 28 - 14 = 14, E2E 38 - 14 = 24.
+    (_two_apart(), [11.0, 14.0], [23.0, 24.0]),
+])
+def test_ingress_hand_cases(scheduler, case, ttft, e2e):
+    """ingress_ms = 2 and ingress_ms_per_token = 0.25 on hand-worked steps (docs/model.md
+    "The engine loop's timing"), either scheduler, through the engine and the reference:
+    an attempt joins the waiting queue 2 + 0.25·P ms after its routing, at that time's
+    phase 7."""
+    got, want = _both(case, scheduler=scheduler, ingress_ms=2.0, ingress_ms_per_token=0.25)
+    n = len(case["requests"])
+    for name, value in (("ttft_p50", min(ttft)), ("ttft_p99", max(ttft)), ("e2e_p50", min(e2e)),
+                        ("e2e_p99", max(e2e)), ("completed", n)):
+        assert want[name] == value, ("reference", name, want[name])
+        assert got[name] == value, ("engine", name, got[name])
+
+
+@pytest.mark.parametrize("loop", [dict(scheduler="reserve"), dict(scheduler="vllm"),
+                                  dict(scheduler="vllm", async_scheduling=True)])
+def test_ingress_shifts_a_lone_request(loop):
+    """A request alone on an idle replica sees the same steps, only later: its TTFT and
+    E2E grow by its ingress time exactly (3 + 0.5·8 = 7 ms), in every loop, engine and
+    reference alike."""
+    base, base_ref = _both(_loop_case(1), **loop)
+    got, want = _both(_loop_case(1), ingress_ms=3.0, ingress_ms_per_token=0.5, **loop)
+    for name in ("ttft_p50", "e2e_p50"):
+        assert got[name] == base[name] + 7.0 and want[name] == base_ref[name] + 7.0, name

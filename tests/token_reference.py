@@ -153,6 +153,16 @@ Metrics (§7)
      d the step cost (D5-D5c, scaled by f), members the sequences it schedules (n +
      prefill chunks); the CPU part is not scaled by f.  Evaluated in that order; with
      both 0 the duration is d exactly.
+ D32. (issue 40) The way of an attempt to its replica's scheduler (docs/model.md "The
+     engine loop's timing"): an attempt placed at T on a replica that is not failing fast,
+     with ingress = ingress_ms + ingress_ms_per_token*P > 0 (that order), is in transit
+     until T + ingress: it counts in o_i, tau_i (as a black-holed one, D4, D28) and
+     replica_max_outstanding, and against waiting_cap (unlike a black-holed one: so that at
+     most waiting_cap never-admitted attempts wait once it joins); a crash or a deadline
+     fails it there.  In phase 7 of its join time, before any iteration starts, it joins
+     its replica's waiting queue at the back, the joins of one time by request index.
+     Either scheduler, either vllm loop (each sees it at its next scheduling).  With both
+     0 nothing changes.
  D23. kv_occupancy integrates, between consecutive times at which anything happens, the
      state left after all phases at the earlier time.
  D24. Percentile rank r = ceil((p/100)*n), value sorted[r-1].
@@ -271,6 +281,7 @@ def defaults() -> dict:
         **pd_defaults(),
         # the engine loop's timing (issue 40; docs/model.md "The engine loop's timing")
         step_cpu_ms=0.0, step_cpu_ms_per_seq=0.0,
+        ingress_ms=0.0, ingress_ms_per_token=0.0,
     )
 
 
@@ -478,7 +489,8 @@ class Attempt:
         self.deadline = deadline            # whole-attempt timeout (timeout_ms)
         self.ttft_deadline = ttft_deadline  # first-token timeout (ttft_timeout_ms)
         self.ff_time = None         # time of its fast failure (black hole), else None
-        self.where = "waiting"      # waiting | running | ff | done
+        self.join_at = None         # issue 40 (D32): in transit until it joins the waiting queue then
+        self.where = "waiting"      # waiting | running | ff | transit | done
         # sequence state (§2)
         self.P = req.P
         self.O = req.O
@@ -530,6 +542,7 @@ class Replica:
         self.waiting: list[Attempt] = []
         self.running: list[Attempt] = []
         self.pending_ff: list[Attempt] = []
+        self.transit: list[Attempt] = []     # issue 40 (D32): routed here, not yet at its scheduler
         self.receiving: list[Attempt] = []   # issue 42: allocated, their KV in transfer
         self.blocks = [Block(x) for x in range(kv_blocks)]
         self.tally = {FREE: kv_blocks, REFERENCED: 0, CACHED: 0}
@@ -725,6 +738,11 @@ class _Sim:
             raise ValueError("step_cpu_ms and step_cpu_ms_per_seq must be finite and >= 0")
         if self.asynchronous and max(self.cpu) > 0:
             raise ValueError("step_cpu_ms with async_scheduling is not modelled")
+        # issue 40: the way to the scheduler (D32)
+        ingress = (p["ingress_ms"], p["ingress_ms_per_token"])
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                   for x in ingress):
+            raise ValueError("ingress_ms and ingress_ms_per_token must be finite numbers >= 0")
         self.step_log = None
         if log_steps:
             if self.N != 1 or not self.vllm:
@@ -1674,6 +1692,8 @@ class _Sim:
                 self.v_free(rep, a)
         elif a.where == "ff":
             rep.pending_ff.remove(a)
+        elif a.where == "transit":             # D32: never reached the scheduler
+            rep.transit.remove(a)
         a.where = "done"
 
     def v_abort(self, rep: Replica, a: Attempt):
@@ -1757,12 +1777,14 @@ class _Sim:
             rep.iteration = None          # abandoned: nothing emitted
             if self.pools:
                 self.pd_crash(rep, T)      # issue 42: the pairs it is one side of
-            victims = rep.waiting + rep.running + rep.pending_ff
+            victims = rep.waiting + rep.running + rep.pending_ff + rep.transit
+            for a in rep.transit:
+                self.trace.append((T, "lost_in_transit", "crash", a.req.index))
             for a in victims:
                 a.blocks = []
                 a.where = "done"
                 self.crash_failures.append(a)
-            rep.waiting, rep.running, rep.pending_ff = [], [], []
+            rep.waiting, rep.running, rep.pending_ff, rep.transit = [], [], [], []
             if self.vllm:                 # VLLM-MODE.md 19: a restarted vLLM, every block free
                 for a in rep.deferred:
                     a.blocks = []
@@ -1807,6 +1829,8 @@ class _Sim:
             rep.running.remove(a)
         elif a.where == "ff":
             rep.pending_ff.remove(a)
+        elif a.where == "transit":
+            rep.transit.remove(a)
         a.where = "done"
 
     def phase_failures(self, T: float):
@@ -1819,6 +1843,8 @@ class _Sim:
             # (a token emitted at T came first: phase 1 precedes this phase)
             ttft_due = a.first_token is None and a.ttft_deadline == T
             if (a.ff_time is not None and a.ff_time == T) or a.deadline == T or ttft_due:
+                if a.where == "transit":
+                    self.trace.append((T, "lost_in_transit", "deadline", a.req.index))
                 self.cancel(a, T)
                 # one failure: a fast failure first, then a whole-attempt timeout
                 if a.ff_time == T:
@@ -1887,6 +1913,17 @@ class _Sim:
                 r.outcome = "failed"
                 r.left_at = T
 
+    def phase_joins(self, T: float):
+        """D32: the attempts in transit whose join time is T join their replica's waiting
+        queue (at its back), in order of join time, then request index."""
+        due = [a for a in self.in_flight if a.where == "transit" and a.join_at == T]
+        for a in sorted(due, key=lambda a: (a.join_at, a.req.index)):
+            rep = self.replicas[a.replica]
+            rep.transit.remove(a)
+            a.where = "waiting"
+            rep.waiting.append(a)
+            self.trace.append((T, "join", a.req.index, a.replica))
+
     def front_door_deadline(self, r: Request) -> float:
         return r.t + min(self.p["timeout_ms"], self.p["ttft_timeout_ms"])
 
@@ -1901,9 +1938,9 @@ class _Sim:
     # ---------------------------------------------------------------- §3 signals
     def true_view(self, rep: Replica):
         A = self.A
-        o = len(rep.waiting) + len(rep.running) + len(rep.pending_ff) + len(rep.receiving)
+        o = len(rep.waiting) + len(rep.running) + len(rep.pending_ff) + len(rep.receiving) + len(rep.transit)
         tau = 0
-        for a in rep.waiting + rep.running + rep.pending_ff + rep.receiving:
+        for a in rep.waiting + rep.running + rep.pending_ff + rep.receiving + rep.transit:
             tau += a.P + (a.O if self.exact else max(A, a.g))
         referenced = rep.count(REFERENCED)
         return dict(o=o, tau=tau, referenced=referenced, ids=rep.resident)
@@ -1944,7 +1981,7 @@ class _Sim:
     def eligible(self, router: Router, T: float) -> list[int]:
         cap = self.p["waiting_cap"]
         return [i for i, rep in enumerate(self.replicas)
-                if not rep.down and len(rep.waiting) < cap
+                if not rep.down and len(rep.waiting) + len(rep.transit) < cap
                 and router.ejected_until[i] is None and T >= rep.ready_at]
 
     def score(self, name: str, r: Request, v: dict) -> float:
@@ -2104,16 +2141,21 @@ class _Sim:
             self.assigned[i] += 1
             self.occupancy_at_placement.append(rep.count(REFERENCED) / self.kv_blocks)
             self.high_at_placement.append(rep.count(REFERENCED) / self.kv_blocks > 0.9)
+        ingress = p["ingress_ms"] + p["ingress_ms_per_token"] * r.P   # D32
         if rep.fail_fast:
             a.ff_time = T + p["fail_fast_ms"]
             a.where = "ff"
             rep.pending_ff.append(a)
+        elif ingress > 0:
+            a.join_at = T + ingress
+            a.where = "transit"
+            rep.transit.append(a)
         else:
             a.where = "waiting"
             rep.waiting.append(a)
         if window:
-            self.max_outstanding[i] = max(self.max_outstanding[i],
-                                          len(rep.waiting) + len(rep.running) + len(rep.pending_ff))
+            self.max_outstanding[i] = max(self.max_outstanding[i], len(rep.waiting) + len(rep.running)
+                                          + len(rep.pending_ff) + len(rep.transit))
         router.cursor += 1
         if self.mode == "periodic_local":
             router.local_o[i] += 1
@@ -2228,7 +2270,8 @@ class _Sim:
             raise ValueError(f"unknown pair_route {p['pair_route']!r}")
         later = [k for k, v in (("fail_fast events", any(e[1] == "fail_fast" for e in self.events)),
                                 ("admission_max_tokens", p["admission_max_tokens"] < INF),
-                                ("max_in_flight", self.cap > 0)) if v]
+                                ("max_in_flight", self.cap > 0),
+                                ("ingress_ms", p["ingress_ms"] + p["ingress_ms_per_token"] > 0)) if v]
         if later:
             raise ValueError(f"pools with {', '.join(later)}: a later increment of issue 42")
         self.role = ["prefill"] * n_p + ["decode"] * n_d
@@ -2517,6 +2560,8 @@ class _Sim:
         for a in self.in_flight:
             if a.ff_time is not None:
                 c.append(a.ff_time)
+            if a.where == "transit":
+                c.append(a.join_at)
             if a.deadline != INF:
                 c.append(a.deadline)
             if a.first_token is None and a.ttft_deadline != INF:
@@ -2618,7 +2663,9 @@ class _Sim:
             self.phase_publications(T)
             # (6) routing
             self.phase_routing(T)
-            # (7) iteration starts of idle replicas with work
+            # (7) the attempts in transit that join now (D32), then iteration starts of idle
+            # replicas with work
+            self.phase_joins(T)
             for rep in self.replicas:
                 if not rep.down and rep.iteration is None and (
                         self.v_has_work(rep) if self.vllm else self.pd_has_work(rep, T)):
@@ -2704,13 +2751,16 @@ class _Sim:
                         assert a.blocks[j].computed, (a.req.index, j, a.blocks[j])
             assert len(rep.running) <= p["max_batch"]
             fresh_waiting = sum(1 for a in rep.waiting if a.g == 0 and a.admit_order < 0)
-            assert fresh_waiting <= p["waiting_cap"]
+            assert fresh_waiting + len(rep.transit) <= p["waiting_cap"]
             if rep.down:
                 assert not rep.running and not rep.waiting and not rep.pending_ff and free == self.kv_blocks
             for a in rep.pending_ff:
                 assert a.where == "ff" and not a.blocks
+        for rep in self.replicas:
+            for a in rep.transit:
+                assert a.where == "transit" and not a.blocks and a.join_at > T and not rep.down
         for a in self.in_flight:
-            assert a.where in ("waiting", "running", "ff", "receiving")
+            assert a.where in ("waiting", "running", "ff", "receiving", "transit")
             assert a.req.current is a and a.req.outcome is None
         for r in self.requests:
             if not r.arrived:

@@ -136,6 +136,8 @@ PARAMS = np.dtype(
         ("fail_fast_ms", np.float64),
         ("step_cpu_ms", np.float64),          # the engine loop: CPU time of a step, and per sequence
         ("step_cpu_ms_per_seq", np.float64),
+        ("ingress_ms", np.float64),           # the engine loop: an attempt's way to the scheduler, and per prompt token
+        ("ingress_ms_per_token", np.float64),
         ("signal_mode", np.int64),        # Signals code
         ("period_ms", np.float64),
         ("routers", np.int64),
@@ -182,6 +184,7 @@ class State(IntEnum):
     BLACKHOLE = 4  # placed on a replica failing fast: fails fail_fast_ms after routing
     BACKOFF = 5    # failed, its retry due at ``retry_ms``
     FRONT = 6      # held at its router's front door
+    TRANSIT = 7    # routed, on its way to the replica's scheduler (ingress): joins its waiting queue later
 
 
 class Due(IntEnum):
@@ -204,6 +207,8 @@ REPLICA = np.dtype(
         ("t_e", np.float64),        # last became healthy and ready (slow start)
         ("n_bh", np.int64),         # attempts black-holed here, pending their failure
         ("tau_bh", np.int64),       # their share of τ_i
+        ("n_tr", np.int64),         # attempts in transit to this replica's scheduler (ingress)
+        ("tau_tr", np.int64),       # their share of τ_i
         ("busy", np.bool_),         # an iteration is in progress
         ("end_ms", np.float64),     # when it ends
         ("begin_ms", np.float64),   # when it began (its decoding sequences' previous token)
@@ -262,6 +267,8 @@ def empty_nb(r):
     r.tau = 0
     r.n_bh = 0
     r.tau_bh = 0
+    r.n_tr = 0
+    r.tau_tr = 0
 
 
 @nb.njit(**JIT)

@@ -26,6 +26,7 @@ from .. import ieee_math
 from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
+from . import ingress
 from . import pools
 from . import scheduler as sc
 from . import timers as tm
@@ -87,6 +88,32 @@ def _mark_nb(marked, dirty, n_dirty, i):
         n += 1
     hold((marked, dirty))
     return n
+
+
+@nb.njit(**JIT)
+def _window_nb(rw, rw_head, n_done, done_t, done_ro, done_log, since):
+    """rate_weighted's window: the completions ``done_log[:, rw_head:n_done]`` at times
+    ``done_t`` <= ``since`` (t - window_ms) leave their router's counts ``rw`` (routers,
+    replicas); the window's completions are then those in (t - window, t]. Returns the
+    new head."""
+    while rw_head < n_done and done_t[rw_head] <= since:
+        rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
+        rw_head += 1
+    hold((rw, done_t, done_ro, done_log))
+    return rw_head
+
+
+@nb.njit(**JIT)
+def _joins_nb(rep, req, timers, tn, t, marked, dirty, n_dirty):
+    """Phase 7's first part: the attempts in transit whose join time is t join their
+    replicas' waiting queues (ingress.join_nb), in (time, request) order, each replica
+    then listed to start (``dirty[:n_dirty]``). Returns the list's new length."""
+    i = ingress.join_nb(rep, req, timers, tn, t)
+    while i >= 0:
+        n_dirty = _mark_nb(marked, dirty, n_dirty, i)
+        i = ingress.join_nb(rep, req, timers, tn, t)
+    hold((rep, req, timers, tn, marked, dirty))
+    return n_dirty
 
 
 @nb.njit(**JIT)
@@ -604,10 +631,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             if periodic and ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms == t:
                 next_pub, snap_n, loc_n = _publish_nb(rep, tab, snap, loc, pub, pub_k, pub_mods, locc, p, t, next_pub,
                                                       snap_n, loc_n)
-            # rate_weighted's window: completions in (t - window, t]
-            while rw_head < n_done and done_t[rw_head] <= t - p.window_ms:
-                rw[done_ro[rw_head], done_log[0, rw_head]] -= 1
-                rw_head += 1
+            rw_head = _window_nb(rw, rw_head, n_done, done_t, done_ro, done_log, t - p.window_ms)
             # (6) routing: the front door's FIFOs first, in request order of their heads ...
             blocked = 0
             best = 0
@@ -700,6 +724,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     n_dirty = _mark_nb(marked, dirty, n_dirty, i)
                     if local and i >= 0:  # room made before this time
                         loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+            if tn[tm.TRANSIT] > 0:  # phase 7, first: the attempts in transit that join now (ingress)
+                n_dirty = _joins_nb(rep, req, timers, tn, t, marked, dirty, n_dirty)
             _sort_ints(dirty, n_dirty)  # phase 7 (at the top of the loop) starts them in replica order
         if not stopped:  # make room, then go on where the loop left off
             gap_ms, gap_n = _gap_room_nb(gap_ms, gap_n, n_gap[0], _gap_rows_nb(p, nrep))
@@ -771,7 +797,7 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, samples, cluster, si):
         x.blackholed = r.n_bh
         x.kv_referenced = r.anon + r.idref
         x.kv_cached = r.cached
-        x.outstanding_tokens = r.tau + r.tau_bh
+        x.outstanding_tokens = r.tau + r.tau_bh + r.tau_tr
         x.healthy = r.healthy
         x.fail_fast = r.fail_fast
         x.ejected = not np.isinf(ej_until[0, i])

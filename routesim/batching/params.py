@@ -62,6 +62,8 @@ TOKEN_PARAMS = (
     # the engine loop's timing (issue 40; docs/model.md "The engine loop's timing")
     Param("step_cpu_ms", "replica", ("step_cpu_ms",), 0.0, "ms", "CPU time of every step besides its step cost (scheduling, input preparation, output processing), not scaled by the time factor", low=0),
     Param("step_cpu_ms_per_seq", "replica", ("step_cpu_ms_per_seq",), 0.0, "ms", "CPU time of a step per sequence it schedules", low=0),
+    Param("ingress_ms", "replica", ("ingress_ms",), 0.0, "ms", "time from an attempt's routing until it joins the replica's waiting queue (the API server's hand-over to the engine loop), not scaled by the time factor", low=0),
+    Param("ingress_ms_per_token", "replica", ("ingress_ms_per_token",), 0.0, "ms", "ingress time per prompt token (tokenization)", low=0),
     # [simulation] (§7)
     Param("dt_ms", "simulation", ("dt_ms",), 0.0, "ms", "the batching model runs in exact event time only (0)", low=0),
     Param("warmup_s", "simulation", ("warmup_s",), 10.0, "s", "warm-up before the measured cohort", low=0, low_open=True),
@@ -116,7 +118,7 @@ CLIENT_PARAMS = ("max_in_flight", "client_overhead_ms")
 that do not change the requests (not in a workload's cache key), and Dataset attributes
 only when not 0."""
 
-LOOP_PARAMS = ("step_cpu_ms", "step_cpu_ms_per_seq")
+LOOP_PARAMS = ("step_cpu_ms", "step_cpu_ms_per_seq", "ingress_ms", "ingress_ms_per_token")
 """The engine loop's timing (docs/model.md "The engine loop's timing"): default 0, and
 Dataset attributes only when not 0 (so a Dataset of before them is unchanged)."""
 

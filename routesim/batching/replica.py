@@ -34,6 +34,7 @@ from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
 from .timers import in_flight_nb
+from . import ingress
 from .dtypes import DUE, Due, Fate, State, empty_nb
 
 
@@ -526,6 +527,7 @@ def g_now_nb(rep, req, s):
 def unqueue_nb(rep, req, i, s):
     """Take request s's attempt off replica i (a cancellation, both schedulers) if it is
     not running: a black-holed one out of the black hole's count (``n_bh``, ``tau_bh``),
+    one in transit out of the transit's (``n_tr``, ``tau_tr``),
     a waiting one out of the waiting queue and τ. Returns whether it was either (a
     running one is the caller's)."""
     r = rep[i]
@@ -534,6 +536,8 @@ def unqueue_nb(rep, req, i, s):
     if q.state == State.BLACKHOLE:
         r.n_bh -= 1
         r.tau_bh -= q.P + q.A
+    elif q.state == State.TRANSIT:
+        ingress.leave_nb(r, q)
     elif q.state == State.WAITING:
         wait_remove_nb(rep, req, i, s)
         r.tau -= tau_of_nb(q)

@@ -21,6 +21,7 @@ from . import timers as tm
 from .dtypes import Fate, Signals, State
 from .policies import choose_nb, hits_for_ties_nb, kind_nb, sample_nb, scoreless_nb, slow_start_nb, uniforms_nb, weigh_nb
 from .policies.scores import score_nb, tie_bound_nb
+from .ingress import send_nb
 from .lists import push_back_nb
 from .replica import in_window_nb, settle_nb
 
@@ -72,8 +73,8 @@ def _failed_on_nb(failed, n_failed, s, i):
 def truth_nb(rep, i, out, row):
     """Replica i as it is: out[row] = (o_i, τ_i, referenced blocks, resident id'd blocks)."""
     r = rep[i]
-    out[row, 0] = r.n_wait + r.n_run + r.n_bh
-    out[row, 1] = r.tau + r.tau_bh
+    out[row, 0] = r.n_wait + r.n_run + r.n_bh + r.n_tr
+    out[row, 1] = r.tau + r.tau_bh + r.tau_tr
     out[row, 2] = r.anon + r.idref
     out[row, 3] = r.idref + r.cached
 
@@ -85,7 +86,8 @@ def view_nb(rep, p, ro, i, pub, locc):
     periodic_local, that plus ro's own placements since (``locc[ro, i]``: requests,
     tokens, resident blocks its requests' prompts add)."""
     r = rep[i]
-    o, tau, ref, res = r.n_wait + r.n_run + r.n_bh, r.tau + r.tau_bh, r.anon + r.idref, r.idref + r.cached
+    o, tau = r.n_wait + r.n_run + r.n_bh + r.n_tr, r.tau + r.tau_bh + r.tau_tr
+    ref, res = r.anon + r.idref, r.idref + r.cached
     if p.signal_mode != Signals.FRESH:
         o, tau, ref, res = pub[i, 0], pub[i, 1], pub[i, 2], pub[i, 3]
         if p.signal_mode == Signals.PERIODIC_LOCAL:
@@ -278,11 +280,11 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
         tm.push_nb(timers, tn, tm.BLACK_HOLES, q.bh_ms, s, q.tries)
         r.n_bh += 1
         r.tau_bh += q.P + q.A
-    else:
+    elif not send_nb(rep, req, p, s, i, t, timers, tn):  # in transit, or in the waiting queue now
         push_back_nb(rep, req, i, s)
         r.tau += q.P + q.A
     if window:
-        r.max_out = max(r.max_out, r.n_wait + r.n_run + r.n_bh)
+        r.max_out = max(r.max_out, r.n_wait + r.n_run + r.n_bh + r.n_tr)
 
 
 @nb.njit(**JIT)

@@ -1,7 +1,8 @@
 """Timed entries of one run (token-model.md §2, §6), compiled.
 
-Deadlines (0), black-hole failures (1), retries due (2) and conversations' follow-up
-turns due (3, docs/model.md "Conversations"): min-heaps (routesim/heaps.py)
+Deadlines (0), black-hole failures (1), retries due (2), conversations' follow-up
+turns due (3, docs/model.md "Conversations") and attempts in transit joining their
+replica's waiting queue (4, routesim/batching/ingress.py): min-heaps (routesim/heaps.py)
 of (time, request) over ``TIMER`` records, the rows of one array ``timers`` (heaps,
 capacity) with their sizes in ``tn`` (heaps,), each entry valid while its request's
 attempt number is the one it was pushed with; stale entries are dropped when they reach
@@ -26,8 +27,9 @@ from ..conf import JIT
 from ..nrt import hold
 from .dtypes import TIMER, State
 
-DEADLINES, BLACK_HOLES, RETRIES, TURNS = np.int64(0), np.int64(1), np.int64(2), np.int64(3)  # typed: no literals
-HEAPS = 4
+DEADLINES, BLACK_HOLES, RETRIES, TURNS, TRANSIT = (np.int64(0), np.int64(1), np.int64(2), np.int64(3),
+                                                   np.int64(4))  # typed: no literals
+HEAPS = 5
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
@@ -79,15 +81,17 @@ def pop_nb(h, hn, w):
 
 @nb.njit(**JIT)
 def in_flight_nb(q):
-    """Is request record q's attempt on a replica (waiting, running or black-holed)?"""
+    """Is request record q's attempt on a replica (in transit to it, waiting, running or
+    black-holed)?"""
     return (q.state == State.WAITING or q.state == State.PREFILL or q.state == State.DECODE
-            or q.state == State.BLACKHOLE)
+            or q.state == State.BLACKHOLE or q.state == State.TRANSIT)
 
 
 @nb.njit(**JIT)
 def _live(e, w, req):
     """Is entry e (a TIMER record) of timer heap w (0 deadlines, 1 black holes, 2 retries,
-    3 follow-up turns: pushed once, with token 0, while never sent) live?"""
+    3 follow-up turns: pushed once, with token 0, while never sent; 4 attempts in
+    transit) live?"""
     q = req[e.req]
     live = q.tries == e.token
     if live:
@@ -97,6 +101,8 @@ def _live(e, w, req):
             live = q.state == State.BLACKHOLE
         elif w == TURNS:
             live = q.state == State.NONE
+        elif w == TRANSIT:
+            live = q.state == State.TRANSIT
         else:
             live = q.state == State.BACKOFF
     return live
