@@ -1,7 +1,7 @@
 """Serving logs whose truth is known: vLLM's real scheduler under a hidden step cost (issue 25).
 
     python -m conformance.serving_log --rate 1 --count 150 --out LOG.csv [--venv DIR]
-        [--max-concurrency N]
+        [--max-concurrency N] [--in-ms MS] [--in-ms-per-token MS]
 
 Runs under any Python 3 (no vLLM import here). It builds an open-loop workload
 (Poisson arrivals at ``--rate`` req/s; prompts of 256, 1,000 or 4,096 tokens, equally
@@ -14,7 +14,10 @@ generator would have logged, in routesim.calibrate's plain CSV format
 timestamp. The client sees a fixed front-end overhead: a request reaches the scheduler
 ``FRONTEND["in_ms"]`` after it was sent, and each token reaches the client
 ``FRONTEND["out_ms"]`` after the step that sampled it ended, plus a uniform jitter below
-``FRONTEND["jitter_ms"]``. Everything is seeded; the same arguments give the same file.
+``FRONTEND["jitter_ms"]``. ``--in-ms`` and ``--in-ms-per-token`` (open loop) change the way
+in: ``in_ms + in_ms_per_token · P`` for a prompt of ``P`` tokens (routesim's
+``ingress_ms`` and ``ingress_ms_per_token``, which ``python -m routesim.calibrate
+--ingress`` fits). Everything is seeded; the same arguments give the same file.
 
 ``--max-concurrency N`` makes the client closed-loop, as vLLM's benchmark client with
 ``--max-concurrency``: the Poisson times (all 0 for ``--rate inf``) are the *intended*
@@ -143,10 +146,11 @@ def jitters(c, seed, frontend=FRONTEND):
 
 def send_times(c, result, frontend=FRONTEND):
     """The client's send times (ms): the driver's actual arrivals (closed loop) or the
-    case's, less ``in_ms``."""
+    case's, less ``in_ms`` (+ ``in_ms_per_token`` · P, open loop)."""
     if "client" in c:
         return [out["arrival_ms"] - frontend["in_ms"] for out in result["requests"]]
-    return [r["arrival_ms"] - frontend["in_ms"] for r in c["requests"]]
+    per = frontend.get("in_ms_per_token", 0.0)
+    return [r["arrival_ms"] - (frontend["in_ms"] + per * r["prompt_tokens"]) for r in c["requests"]]
 
 
 def closed_loop_sends(intended_ms, seen_done_ms, n):
@@ -208,15 +212,24 @@ def main(argv=None):
     ap.add_argument("--mixed-kv-factor", type=float, default=0.0,
                     help="a non-roofline truth: a step with prefill tokens also pays this many times its "
                     "decoders' KV read (default 0: the roofline)")
+    ap.add_argument("--in-ms", type=float, default=FRONTEND["in_ms"],
+                    help=f"the way from send to scheduler (ms, default {FRONTEND['in_ms']:g})")
+    ap.add_argument("--in-ms-per-token", type=float, default=0.0,
+                    help="open loop: the way in grows by this per prompt token (ms, default 0)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    if not (a.in_ms >= 0 and a.in_ms_per_token >= 0) or (a.in_ms_per_token and a.max_concurrency):
+        print("serving_log: --in-ms and --in-ms-per-token must be >= 0, --in-ms-per-token in the open loop only",
+              file=sys.stderr)
+        return 2
+    frontend = dict(FRONTEND, in_ms=a.in_ms, in_ms_per_token=a.in_ms_per_token)
     if a.max_concurrency < 0 or (np.isinf(a.rate) and not a.max_concurrency) or not a.mixed_kv_factor >= 0:
         print("serving_log: --max-concurrency must be >= 0, and > 0 with --rate inf; --mixed-kv-factor >= 0",
               file=sys.stderr)
         return 2
-    c = case(a.rate, a.count, a.seed, a.max_concurrency, mixed_kv_factor=a.mixed_kv_factor)
+    c = case(a.rate, a.count, a.seed, a.max_concurrency, frontend, mixed_kv_factor=a.mixed_kv_factor)
     res = run([c], a.venv)[0]
-    write_csv(log_rows(c, res, a.seed), a.out)
+    write_csv(log_rows(c, res, a.seed, frontend), a.out)
     loop = f", at most {a.max_concurrency} in flight" if a.max_concurrency else ""
     print(f"serving_log: {a.count} requests at {a.rate:g} req/s{loop}, {len(res['steps'])} steps -> {a.out}")
     return 0

@@ -71,7 +71,11 @@ def engine(arrivals, P, O, coef, budget, cost=linear_ms):
     return toks
 
 
-def synthetic_log(path, seed=3, count=120, rate_per_ms=1 / 700, budget=512, coef=TRUE, cost=linear_ms):
+def synthetic_log(path, seed=3, count=120, rate_per_ms=1 / 700, budget=512, coef=TRUE, cost=linear_ms,
+                  in_per_token=0.0):
+    """The test engine's log: request k reaches the engine at ``arrivals[k]``, sent
+    ``IN_MS + in_per_token · P`` before (the ingress), its tokens reach the client OUT_MS
+    after their step ends."""
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / rate_per_ms, count)).tolist()
     P = rng.integers(20, 1500, count).tolist()
@@ -79,7 +83,8 @@ def synthetic_log(path, seed=3, count=120, rate_per_ms=1 / 700, budget=512, coef
     toks = engine(arrivals, P, O, coef, budget, cost)
     lines = ["request_id,send_ms,prompt_tokens,output_tokens,token_ms"]
     for k in range(count):
-        lines.append(f"r{k},{arrivals[k] - IN_MS!r},{P[k]},{O[k]}," + " ".join(repr(t + OUT_MS) for t in toks[k]))
+        send = arrivals[k] - (IN_MS + in_per_token * P[k])
+        lines.append(f"r{k},{send!r},{P[k]},{O[k]}," + " ".join(repr(t + OUT_MS) for t in toks[k]))
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -609,3 +614,91 @@ def test_an_inseparable_pair_is_said(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "not separated by this log: base and weights (their estimates correlate -" in printed, printed
     assert "base + weights = " in printed
+
+
+# The engine loop's ingress (issue 41 item 3; calibrate.ingress): the step boundary each
+# request joined bounds its lag (ingress + the way back), the requests sent to an idle
+# engine give it; fitted from both, with a resampled standard error.
+
+def test_the_test_engines_hidden_ingress_is_recovered(tmp_path):
+    """The test engine's log with an ingress of IN_MS + 0.004 ms per prompt token and a way
+    back of OUT_MS: --return-ms OUT_MS gives back both ingress keys within their stated
+    uncertainty; most requests show their lag by a boundary they joined (not only those
+    sent to an idle engine)."""
+    from routesim.calibrate import ingress
+    from routesim.calibrate.__main__ import calibrate
+    log = synthetic_log(tmp_path / "ingress.csv", count=160, rate_per_ms=1 / 250, in_per_token=0.004)
+    res = calibrate(log, max_batched_tokens=512, jitter_ms=1e-6, tie="never", return_ms=OUT_MS)
+    g = res["ingress"]
+    assert g["interval"] > g["exact"] > 0 and g["per_token_fitted"], g
+    for key, truth in (("ingress_ms", IN_MS), ("ingress_ms_per_token", 0.004)):
+        assert abs(g[key] - truth) <= g["uncertainty"][key] + 1e-9, (key, g)
+        lo, hi = g["consistent"][key]
+        assert lo - 1e-9 <= truth <= hi + 1e-9, (key, g)    # every boundary allows the truth
+    assert g["uncertainty"]["ingress_ms"] < 1.5 and g["uncertainty"]["ingress_ms_per_token"] < 0.002, g
+    # the busy engine's requests alone (their admission boundaries) determine it too
+    st, recs = res["steps"], res["records"]
+    obs = ingress.observations(recs, st, steps.isolated(recs, st), res["fit"], 512)
+    busy = ingress.fit_ingress(obs.take(~obs.exact), 1e-3, OUT_MS)
+    for key, truth in (("ingress_ms", IN_MS), ("ingress_ms_per_token", 0.004)):
+        assert abs(busy[key] - truth) <= busy["uncertainty"][key] + 1e-9, (key, busy)
+    assert busy["uncertainty"]["ingress_ms"] < 2.0, busy
+    # without the way back the log's lag is all ingress: the constant grows by OUT_MS
+    res0 = calibrate(log, max_batched_tokens=512, jitter_ms=1e-6, tie="never", return_ms=0.0)
+    assert res0["ingress"]["ingress_ms"] == pytest.approx(g["ingress_ms"] + OUT_MS, abs=1e-3)
+
+
+def test_the_shipped_harness_log_gives_back_its_hidden_ingress():
+    """examples/serving-log.csv: vLLM's scheduler with conformance/serving_log.py's front end
+    (12 ms from send to scheduler, 6 ms back, jitter below 0.2 ms): --return-ms 6 gives back
+    12 ms within two resampled s.e. and the burst threshold, and no per-token part."""
+    from conformance import serving_log as sl
+    from routesim.calibrate.__main__ import calibrate
+    res = calibrate(ROOT / "examples" / "serving-log.csv", ROOT / "examples" / "llama-3.1-8b-h100.toml",
+                    cost="roofline", return_ms=sl.FRONTEND["out_ms"])
+    g = res["ingress"]
+    for key, truth in (("ingress_ms", sl.FRONTEND["in_ms"]), ("ingress_ms_per_token", 0.0)):
+        assert abs(g[key] - truth) <= g["uncertainty"][key], (key, g)
+    assert g["uncertainty"]["ingress_ms"] < 1.0, g
+    assert g["interval"] > 100, g
+
+
+def calibrate_ingress(log):
+    from routesim.calibrate.__main__ import calibrate
+    return calibrate(log, max_batched_tokens=512, jitter_ms=1e-6, tie="never", return_ms=4.0)["ingress"]
+
+
+def test_the_ingress_command_prints_and_writes_sweep_lines(tmp_path, capsys):
+    """--ingress: the printed [replica] lines and the written table carry ingress_ms and
+    ingress_ms_per_token, which a sweep takes; client_overhead_ms is the way back given."""
+    log = synthetic_log(tmp_path / "ingress.csv", count=160, in_per_token=0.004)
+    out = tmp_path / "o"
+    assert main([str(log), "--out", str(out), "--max-batched-tokens", "512", "--jitter-ms", "1e-6",
+                 "--tie", "never", "--ingress", "--return-ms", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "client_overhead_ms = 4\n" in printed and "client_overhead_ms = 13" not in printed
+    table = (out / "ingress-step-ms.toml").read_text()
+    assert table.startswith("# python -m routesim.calibrate ") and "--ingress --return-ms 4" in table.splitlines()[0]
+    replica = table.split("[calibration]")[0].split("[replica]\n")[1]
+    assert "ingress_ms = " in replica and "ingress_ms_per_token = " in replica
+    from routesim.config import parse_sweep
+    sweep = parse_sweep(f'[replica]\nkind = "batching"\n{replica}\n[workload]\nclient_overhead_ms = 4\n'
+                        '[grid]\nrate_rps = 1.0\nheterogeneity = "uniform"\nscenario = "steady"\n'
+                        '[[stages]]\npolicy = "round_robin"\nseeds = [1]\n')
+    g = calibrate_ingress(log)
+    assert sweep.stages[0].values["ingress_ms"] == (pytest.approx(g["ingress_ms"], rel=1e-5),)
+    assert sweep.stages[0].values["ingress_ms_per_token"] == (pytest.approx(g["ingress_ms_per_token"], rel=1e-5),)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--return-ms", "4"], "--return-ms needs --ingress"),
+    (["--ingress", "--return-ms", "-1"], "--return-ms needs --ingress and a finite number >= 0"),
+    (["--ingress", "--return-ms", "400"], "--return-ms: 400 ms is more than the requests' measured lag"),
+])
+def test_bad_ingress_options_are_one_line_and_write_nothing(tmp_path, capsys, args, expected):
+    log = synthetic_log(tmp_path / "ingress.csv", count=160, in_per_token=0.004)
+    out = tmp_path / "out"
+    assert main([str(log), "--out", str(out), "--max-batched-tokens", "512", "--jitter-ms", "1e-6", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: ") and expected in err, err
+    assert "Traceback" not in err and not out.exists()

@@ -311,14 +311,27 @@ VLLM_DEFAULTS_BAD = [
         ("chunked_prefill = true", "chunked_prefill = true\nstep_cpu_ms = inf")),
     bad("step-cpu-in-queue", "stages[0].step_cpu_ms", "unknown key",
         ('policy = ["adaptive"]', 'policy = ["adaptive"]\nstep_cpu_ms = 1'), text=STUDY),
+    # ingress: an attempt's way to the scheduler
+    bad("negative-ingress", "replica.ingress_ms", "must be >= 0",
+        ("chunked_prefill = true", "chunked_prefill = true\ningress_ms = -1")),
+    bad("string-ingress", "replica.ingress_ms", "expected a number, got a string",
+        ("chunked_prefill = true", 'chunked_prefill = true\ningress_ms = "2ms"')),
+    bad("negative-ingress-per-token", "stages[0].ingress_ms_per_token[1]", "must be >= 0",
+        (STAGE, STAGE + "\ningress_ms_per_token = [0.01, -0.01]")),
+    bad("bool-ingress-per-token", "replica.ingress_ms_per_token", "expected a number, got a boolean",
+        ("chunked_prefill = true", "chunked_prefill = true\ningress_ms_per_token = false")),
+    bad("nan-ingress", "replica.ingress_ms", "expected a finite number, got nan",
+        ("chunked_prefill = true", "chunked_prefill = true\ningress_ms = nan")),
+    bad("ingress-in-queue", "stages[0].ingress_ms", "unknown key",
+        ('policy = ["adaptive"]', 'policy = ["adaptive"]\ningress_ms = 1'), text=STUDY),
 ]
 
 
 @pytest.mark.parametrize("text,key,fragment", VLLM_DEFAULTS_BAD)
 def test_bad_vllm_default_keys(tmp_path, run_cli, text, key, fragment):
-    """waiting_cap takes a whole number >= 1 or inf, step_cpu_ms and step_cpu_ms_per_seq a
-    finite number >= 0, batching only (issue 40): anything else is one line naming the
-    file and key, exit 2, nothing written."""
+    """waiting_cap takes a whole number >= 1 or inf, step_cpu_ms, step_cpu_ms_per_seq,
+    ingress_ms and ingress_ms_per_token a finite number >= 0, batching only (issue 40):
+    anything else is one line naming the file and key, exit 2, nothing written."""
     path = tmp_path / "bad.toml"
     path.write_text(text)
     assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
@@ -529,8 +542,10 @@ def test_bad_scheduler_trace_request_is_named(tmp_path, run_cli):
     edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = ["reserve", "vllm"]\nasync_scheduling = true')),
     edit(("chunked_prefill = true", 'chunked_prefill = true\nasync_scheduling = false')),
     edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\nasync_scheduling = false\nstep_cpu_ms = 1.5')),
+    edit(("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"\ningress_ms = 4\ningress_ms_per_token = 0.01')),
 ], ids=["vllm-no-caching", "vllm-unchunked-just-fits", "vllm-budget-equals-batch", "reserve-explicit",
-        "vllm-both-loops", "async-with-some-vllm", "reserve-synchronous", "step-cpu-synchronous"])
+        "vllm-both-loops", "async-with-some-vllm", "reserve-synchronous", "step-cpu-synchronous",
+        "ingress-asynchronous"])
 def test_scheduler_values_are_accepted(text):
     routesim.parse_sweep(text, "ok.toml")
 

@@ -118,7 +118,11 @@ CLIENT_PARAMS = ("max_in_flight", "client_overhead_ms")
 that do not change the requests (not in a workload's cache key), and Dataset attributes
 only when not 0."""
 
-LOOP_PARAMS = ("step_cpu_ms", "step_cpu_ms_per_seq", "ingress_ms", "ingress_ms_per_token")
+STEP_CPU_PARAMS = ("step_cpu_ms", "step_cpu_ms_per_seq")
+"""The engine loop's CPU time of a step: not with vLLM's asynchronous loop (its overlap
+with the GPU's work is not modelled)."""
+
+LOOP_PARAMS = STEP_CPU_PARAMS + ("ingress_ms", "ingress_ms_per_token")
 """The engine loop's timing (docs/model.md "The engine loop's timing"): default 0, and
 Dataset attributes only when not 0 (so a Dataset of before them is unchanged)."""
 
@@ -269,8 +273,8 @@ def _check_scheduler(rd, stage, src):
                                          f'asynchronous loop; the reserve scheduler has its own) in stage {stage.name!r}')
     if "vllm" not in v["scheduler"]:
         return
-    if True in v["async_scheduling"] and max(max(v[k]) for k in LOOP_PARAMS) > 0:
-        key = next(k for k in LOOP_PARAMS if max(v[k]) > 0)
+    if True in v["async_scheduling"] and max(max(v[k]) for k in STEP_CPU_PARAMS) > 0:
+        key = next(k for k in STEP_CPU_PARAMS if max(v[k]) > 0)
         rd.fail(src(key), f"{key} with vLLM's asynchronous loop is not modelled (it overlaps the CPU work "
                 f"of one step with the next step's GPU work): set async_scheduling = false in stage "
                 f"{stage.name!r}")

@@ -3,7 +3,7 @@
     python -m routesim.calibrate LOG [LOG ...] [--model MODEL.toml] [--out DIR]
                                  [--cost linear|roofline|overlap|mixed | --compare-forms]
                                  [--max-batched-tokens N] [--jitter-ms MS]
-                                 [--tie auto|always|never] [-q]
+                                 [--tie auto|always|never] [--ingress [--return-ms MS]] [-q]
 
 Reads the logs (routesim.calibrate.logs: .csv, .jsonl, or vLLM's benchmark .json; each
 file one run, or several runs with a ``run`` column), reconstructs each run's engine
@@ -19,6 +19,14 @@ overhead and the residuals per step class. Writes ``DIR/<first log's stem>-step-
 (``-<form>-ms.toml``: the table, the overhead, the fit's figures) and
 ``DIR/<stem>-steps.png`` (``-<form>-steps.png``: modelled against measured step
 times); with several logs the stem is ``<first>-and-<n>-more``.
+
+``--ingress`` also fits the engine loop's ingress (``[replica] ingress_ms`` and
+``ingress_ms_per_token``: docs/model.md "The engine loop's timing") from every request
+whose first step shows when it reached the scheduler (calibrate.ingress: the step
+boundary a request sent to a busy engine joined, and the requests sent to an idle one),
+prints it with its resampled standard error and writes it with the sweep lines, the
+client's overhead then being ``--return-ms`` (the way back from a step's end to the
+client, default 0: a client's log cannot tell it from the ingress).
 
 ``--compare-forms`` instead fits every form on all runs but one and predicts the
 held-out run's steps, for each run in turn (calibrate.forms: at least two runs), prints
@@ -62,11 +70,13 @@ def form_lines(name, coef) -> list:
             f"{BY_NAME[name].TABLE} = {{ " + ", ".join(f"{k} = {coef[k]:.6g}" for k in keys_of(name)) + " }"]
 
 
-def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="auto", cost="linear"):
+def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="auto", cost="linear",
+              return_ms=None):
     """Everything the command prints, as a dict (raises LogError on bad input, or on a
     log that cannot support the fit). ``log``: one path or a list of them, each file one
     run or several (a ``run`` column); ``jitter_ms`` None: each run's burst threshold
-    estimated from its own timestamps (calibrate.steps)."""
+    estimated from its own timestamps (calibrate.steps); ``return_ms`` not None: fit the
+    ingress too (``res["ingress"]``, :func:`fit_ingress`), the way back being that."""
     from . import fit, forms, roofline
 
     name, labels, st, recs, iso, jitter, desc, derived = reconstruct(log, model, max_batched_tokens, jitter_ms)
@@ -94,7 +104,26 @@ def calibrate(log, model=None, max_batched_tokens=8192, jitter_ms=None, tie="aut
         res["resampled"]["se"][k] = np.nan
     res["inseparable"] = uncertainty.inseparable(f, keys, partners(res), res["resampled"]["se"])
     res["warnings"] = warnings(res)
+    if return_ms is not None:
+        res["ingress"] = fit_ingress(res, iso, max_batched_tokens, tolerance, return_ms, name)
     return res
+
+
+def fit_ingress(res, iso, budget, resolution_ms, return_ms, name) -> dict:
+    """The ingress keys (calibrate.ingress.fit_ingress) of the fitted log; LogError when
+    too few requests show their lag, or when ``return_ms`` is more than the lag."""
+    from . import ingress
+    from .logs import LogError
+    obs = ingress.observations(res["records"], res["steps"], iso, res["fit"], budget)
+    out = ingress.fit_ingress(obs, max(resolution_ms, 1e-3), return_ms)
+    if out is None:
+        raise LogError(name, "ingress", f"only {obs.P.size} request{'s' * (obs.P.size != 1)} show when they reached "
+                       f"the scheduler (the fit needs {ingress.MIN_REQUESTS}): calibrate from a longer per-token log")
+    if out["ingress_ms"] < 0:
+        raise LogError(name, "--return-ms", f"{return_ms:g} ms is more than the requests' measured lag "
+                       f"({out['ingress_ms'] + return_ms:.3g} ms from send to scheduler and back): give the way back "
+                       "from a step's end to the client, or omit --return-ms")
+    return out
 
 
 def reconstruct(log, model=None, max_batched_tokens=8192, jitter_ms=None):
@@ -253,14 +282,53 @@ def render(res, log) -> str:
         if "measured_ms" in o:
             lines.append(f"(a median of {o['measured_ms']:.2g} ms is within the burst threshold of 0: no measurable "
                          "overhead; a sweep takes none below 0)")
-        lines += ["[workload]  # paste into a sweep (docs/model.md \"Closed-loop clients\")",
-                  f"client_overhead_ms = {o['median_ms']:.3g}"]
+        if "ingress" in res:
+            lines.append("(with --ingress the sweep takes the ingress below instead, and the way back as "
+                         "client_overhead_ms)")
+        else:
+            lines += ["[workload]  # paste into a sweep (docs/model.md \"Closed-loop clients\")",
+                      f"client_overhead_ms = {o['median_ms']:.3g}"]
     else:
         lines.append("front-end overhead: no request was sent to an idle engine (a lower-load log measures it)")
+    if "ingress" in res:
+        lines += ingress_lines(res["ingress"])
     lines += ["", f"{'residuals (modelled - measured)/measured':<42} {'steps':>6} {'mean %':>8} {'rms %':>7} {'mean |err| ms':>14}"]
     for name, r in res["residuals"].items():
         lines.append(f"{name:<42} {r['steps']:>6} {100 * r['mean']:>8.1f} {100 * r['rms']:>7.1f} {r['mae_ms']:>14.2f}")
     return "\n".join(lines)
+
+
+def ingress_lines(g) -> list:
+    """The printed ingress: its fit, what it rests on, and the sweep lines."""
+    se = g["se"]
+    per = (f"ingress_ms_per_token {g['ingress_ms_per_token']:.3g} (s.e. {se['ingress_ms_per_token']:.2g})"
+           if g["per_token_fitted"] else "ingress_ms_per_token 0 (held: one prompt length, the log does not "
+           "determine it)")
+    return ["", f"ingress (send to scheduler, from {g['interval']} requests' admission step boundaries and "
+            f"{g['exact']} requests sent to an idle engine; maximum likelihood, s.e. of {g['replicates']} refits on "
+            f"resampled requests, seed 41): ingress_ms {g['ingress_ms']:.3g} (s.e. {se['ingress_ms']:.2g}), {per}; "
+            f"the timestamps resolve the lag to {g['resolution_ms']:.2g} ms, so ingress_ms to "
+            f"{g['resolution']['ingress_ms']:.2g} ms" + (f" and ingress_ms_per_token to "
+                                                          f"{g['resolution']['ingress_ms_per_token']:.2g} ms"
+                                                          if g["per_token_fitted"] else "")
+            + ", the requests' admission boundaries allow " + consistent_text(g)
+            + f"; stated uncertainty: ingress_ms ±{g['uncertainty']['ingress_ms']:.2g}"
+            + (f", ingress_ms_per_token ±{g['uncertainty']['ingress_ms_per_token']:.2g}" if g["per_token_fitted"] else "")
+            + " (the larger of 2 s.e. + the resolution and that range)",
+            f"(the log measures ingress + the way back: --return-ms {g['return_ms']:g} ms taken as the way back)",
+            "[replica]   # paste into a sweep (docs/model.md \"The engine loop's timing\")",
+            f"ingress_ms = {g['ingress_ms']:.4g}", f"ingress_ms_per_token = {g['ingress_ms_per_token']:.4g}",
+            "[workload]", f"client_overhead_ms = {g['return_ms']:.4g}"]
+
+
+def consistent_text(g) -> str:
+    """The ranges of the ingress keys every admission boundary allows, as text."""
+    c = g["consistent"]
+    if c["ingress_ms"] is None:
+        return "no single line (they disagree beyond the resolution)"
+    return (f"ingress_ms {c['ingress_ms'][0]:.3g}-{c['ingress_ms'][1]:.3g}"
+            + (f", ingress_ms_per_token {c['ingress_ms_per_token'][0]:.3g}-{c['ingress_ms_per_token'][1]:.3g}"
+               if g["per_token_fitted"] else ""))
 
 
 def bursts_line(jitter) -> str:
@@ -323,14 +391,20 @@ def _render_roofline(res, src) -> list:
 
 
 def table_lines(res) -> list:
-    """The sweep lines of the fitted step cost."""
-    return form_lines(res["cost"], res["fit"].coef) if res["cost"] != "linear" else [step_ms_line(res["fit"].coef)]
+    """The sweep lines of the fitted step cost (and the ingress, when fitted)."""
+    lines = form_lines(res["cost"], res["fit"].coef) if res["cost"] != "linear" else [step_ms_line(res["fit"].coef)]
+    if "ingress" in res:
+        g = res["ingress"]
+        lines += [f"ingress_ms = {g['ingress_ms']:.6g}", f"ingress_ms_per_token = {g['ingress_ms_per_token']:.6g}"]
+    return lines
 
 
 def toml_text(res, log) -> str:
     """The written table: the sweep line, the overhead and the fit's figures."""
     f, o = res["fit"], res["overhead"]
     cost = f" --cost {res['cost']}" if res["cost"] != "linear" else ""
+    if "ingress" in res:
+        cost += f" --ingress --return-ms {res['ingress']['return_ms']:g}"
     log = " ".join(str(p) for p in log) if isinstance(log, (list, tuple)) else log
     out = [f"# python -m routesim.calibrate {log}{cost}", "[replica]", *table_lines(res), "",
            "[calibration]", f"overhead_ms = {o['median_ms']:.6g}", f"overhead_requests = {o['requests']}",
@@ -340,6 +414,12 @@ def toml_text(res, log) -> str:
            + " }", f"resampled_over = \"{res['resampled']['units']} {res['resampled']['kind']}\"",
            "burst_threshold_ms = [" + ", ".join(f"{j.threshold_ms:.6g}" for j in res["jitter"]) + "]",
            "tied = { " + ", ".join(f"{p} = {'false' if r is None else repr(float(r))}" for p, r in f.tied.items()) + " }"]
+    if "ingress" in res:
+        g = res["ingress"]
+        out += [f"ingress_return_ms = {g['return_ms']:.6g}",
+                "ingress_standard_error = { " + ", ".join(f"{k} = {v:.6g}" for k, v in g["se"].items()) + " }",
+                "ingress_uncertainty = { " + ", ".join(f"{k} = {v:.6g}" for k, v in g["uncertainty"].items()) + " }",
+                f"ingress_requests = {{ interval = {g['interval']}, exact = {g['exact']} }}"]
     return "\n".join(out) + "\n"
 
 
@@ -359,6 +439,12 @@ def main(argv=None):
     ap.add_argument("--compare-forms", action="store_true",
                     help="fit every form on all runs but one, print each one's error on the held-out runs and "
                     "the preferred form's sweep lines (needs two runs or more; writes nothing)")
+    ap.add_argument("--ingress", action="store_true",
+                    help="fit the engine loop's ingress (ingress_ms, ingress_ms_per_token) from the step boundary each "
+                    "request joined, and write it with the sweep lines")
+    ap.add_argument("--return-ms", type=float, default=None,
+                    help="with --ingress: the way back from a step's end to the client (ms, default 0), which a "
+                    "client's log cannot tell from the ingress; written as client_overhead_ms")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only the sweep lines")
     a = ap.parse_args(argv)
     from ..files import unwritable
@@ -366,6 +452,9 @@ def main(argv=None):
 
     if a.max_batched_tokens < 1 or not (a.jitter_ms is None or a.jitter_ms > 0):
         print("error: --max-batched-tokens must be >= 1 and --jitter-ms > 0", file=sys.stderr)
+        return 2
+    if a.return_ms is not None and not (a.ingress and np.isfinite(a.return_ms) and a.return_ms >= 0):
+        print("error: --return-ms needs --ingress and a finite number >= 0", file=sys.stderr)
         return 2
     name = ", ".join(a.log)
     if a.compare_forms:
@@ -382,7 +471,7 @@ def main(argv=None):
         return 2
     try:
         res = calibrate(a.log if len(a.log) > 1 else a.log[0], a.model, a.max_batched_tokens, a.jitter_ms,
-                        a.tie, a.cost)
+                        a.tie, a.cost, (a.return_ms or 0.0) if a.ingress else None)
     except LogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -53,7 +53,8 @@ class Steps:
     ``size`` (tokens in the burst); ``first`` (R,) each request's first-token burst;
     ``R`` (S,) the KV tokens the prefill chunks attend to, Σ (m + c + x) (the roofline's
     memory time: docs/model.md "The step cost"); ``run`` (S,) the run each step belongs
-    to (0 .. runs − 1, :func:`reconstruct_runs`)."""
+    to (0 .. runs − 1, :func:`reconstruct_runs`); ``admit`` (R,) each request's admission
+    step (its prefill's first chunk), -1 when the reconstruction could not place it."""
     end_ms: np.ndarray
     d_ms: np.ndarray
     U: np.ndarray
@@ -66,6 +67,7 @@ class Steps:
     first: np.ndarray
     R: np.ndarray
     run: np.ndarray
+    admit: np.ndarray
 
     @property
     def prefill(self):
@@ -74,9 +76,14 @@ class Steps:
 
     def take(self, idx):
         """The steps ``idx`` (M,) (indices, repeats allowed), every (S,) array indexed;
-        ``first`` (per request) is left as it is (a resample's fit does not read it)."""
-        return replace(self, **{f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "first"})
+        ``first`` and ``admit`` (per request) are left as they are (a resample's fit does
+        not read them)."""
+        return replace(self, **{f.name: getattr(self, f.name)[idx] for f in fields(self)
+                                if f.name not in PER_REQUEST})
 
+
+PER_REQUEST = ("first", "admit")
+"""The fields of :class:`Steps` that are per request, not per step."""
 
 CLOCK_TOKENS = 8
 """A pair of requests is compared for a shared clock over at least this many tokens each."""
@@ -272,6 +279,7 @@ def reconstruct_runs(runs, max_batched_tokens=8192, jitter_ms=None):
     offset = np.cumsum([0] + [p.end_ms.size for p in parts[:-1]])
     cat = {f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Steps)}
     cat["first"] = np.concatenate([p.first + o for p, o in zip(parts, offset)])
+    cat["admit"] = np.concatenate([np.where(p.admit >= 0, p.admit + o, -1) for p, o in zip(parts, offset)])
     cat["run"] = np.concatenate([np.full(p.end_ms.size, i) for i, p in enumerate(parts)])
     return Steps(**cat), recs, np.concatenate(iso), jit
 
@@ -304,6 +312,7 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
     Q = np.zeros(S)
     R = np.zeros(S)
     bad = np.zeros(S, dtype=bool)
+    admit = np.full(len(recs), -1, dtype=np.int64)
     for i in sorted(range(len(recs)), key=lambda i: (first[i], recs[i].send_ms, i)):
         r, f = recs[i], first[i]
         u = r.prompt_tokens - r.cached_tokens
@@ -313,6 +322,7 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
         if chunks is None:
             bad[lo:f + 1] = True                          # where its chunks went is not known
             continue
+        admit[i] = lo
         done = r.cached_tokens
         for k, x in zip(range(lo, f + 1), chunks):
             U[k] += x
@@ -322,7 +332,7 @@ def reconstruct(recs, max_batched_tokens=8192, jitter_ms=0.5, path="log") -> Ste
             done += x
     d = np.where(chained, end - start, np.nan)
     usable = chained & ~bad
-    return Steps(end, d, U, Q, n, K, chained, usable, size, first, R, np.zeros(S, dtype=np.int64))
+    return Steps(end, d, U, Q, n, K, chained, usable, size, first, R, np.zeros(S, dtype=np.int64), admit)
 
 
 def place(u, f, send_ms, used, chained, start, budget):
