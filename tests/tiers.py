@@ -140,7 +140,9 @@ MODULES = {
                                            "test_no_prefix_caching_queries_nothing",
                                            "test_preempted_hit_rate_is_a_vllm_variable",
                                            "test_step_cpu_time_hand_cases",
-                                           "test_step_cpu_time_zero_is_the_step_cost_alone")}),
+                                           "test_step_cpu_time_zero_is_the_step_cost_alone",
+                                           "test_ingress_hand_cases",
+                                           "test_ingress_shifts_a_lone_request")}),
     "test_vllm_recordings": "unit",
     "test_workload": "unit",
 }

@@ -40,7 +40,7 @@ def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand, pool)
     for c in range(pool.shape[0]):
         i = pool[c]
         r = rep[i]
-        if r.healthy and r.n_wait < p.waiting_cap and math.isinf(ejected_until[ro, i]) and t >= r.ready_ms:
+        if r.healthy and r.n_wait + r.n_tr < p.waiting_cap and math.isinf(ejected_until[ro, i]) and t >= r.ready_ms:
             cand[ne] = i
             ne += 1
     if avoid and req[s].n_failed > 0:
