@@ -306,8 +306,10 @@ def fit_text(cfg, res) -> str:
                                "these runs' steps" for k, v in eff.items() if v > 1))
     roof = ", ".join(f"{k} = {rep[k]:.6g}" for k in cfg.start)
     over = v.get("client_overhead_ms", cfg.replica.get("client_overhead_ms", 0.0))
+    loop = [f"{k} = {v.get(k, cfg.replica.get(k, 0.0)):g}"    # the engine loop's keys set or fitted, not 0
+            for k in simfit.token_model().part("params").LOOP_PARAMS if v.get(k, cfg.replica.get(k, 0.0))]
     lines += ["", "[replica]   # paste into a sweep", 'step_cost = "roofline"', f"roofline_ms = {{ {roof} }}",
-              "[workload]", f"client_overhead_ms = {over:g}"]
+              *loop, "[workload]", f"client_overhead_ms = {over:g}"]
     return "\n".join(lines)
 
 
