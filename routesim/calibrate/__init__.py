@@ -5,7 +5,8 @@ steps from its token bursts (the burst threshold estimated from the run, merged 
 refused), ``hardware`` reads the model/hardware description that ties coefficients the
 data cannot separate, ``fit`` fits token-model.md §2.3's linear step cost and the
 front-end overhead, ``roofline`` the roofline, ``uncertainty`` resamples a fit over runs
-or time blocks and names the pairs a log cannot separate, ``figure`` draws modelled
+or time blocks and names the pairs a log cannot separate, ``ingress`` fits the engine
+loop's ingress from the step boundary each request joined (``--ingress``), ``figure`` draws modelled
 against measured step times, and ``__main__`` is ``python -m routesim.calibrate``.
 """
 
