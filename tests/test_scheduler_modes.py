@@ -33,12 +33,14 @@ SWEEPS = ROOT / "sweeps"
 
 
 def _ds(values, var="ttft_p99"):
-    """A Dataset (scheduler, policy, seed) of one variable from {(scheduler, policy): [per seed]}."""
+    """A Dataset (scheduler, policy, seed) of one variable from {(arm, policy): [per seed]},
+    its arms those ``values`` names, in the study's order."""
     pols = sorted({p for _, p in values})
+    arms = [s for s in measure.SCHEDULERS if any(k[0] == s for k in values)]
     seeds = len(next(iter(values.values())))
-    a = np.array([[values[(s, p)] for p in pols] for s in measure.SCHEDULERS], float)
+    a = np.array([[values[(s, p)] for p in pols] for s in arms], float)
     return xr.Dataset({var: (("scheduler", "policy", "seed"), a)},
-                      coords={"scheduler": list(measure.SCHEDULERS), "policy": pols, "seed": np.arange(1, seeds + 1)})
+                      coords={"scheduler": arms, "policy": pols, "seed": np.arange(1, seeds + 1)})
 
 
 def test_interval_is_the_percentile_bootstrap_of_the_mean():
@@ -69,6 +71,44 @@ def test_excludes_zero():
 def test_relative_difference_per_seed():
     ds = _ds({("reserve", "a"): [100, 200], ("vllm", "a"): [110, 150]})
     np.testing.assert_allclose(measure.per_seed_difference(ds, "ttft_p99").sel(policy="a"), [10.0, -25.0])
+
+
+def test_a_pair_compares_its_two_arms():
+    # three arms: the default pair is the vllm mode against reserve, LOOP the two loops
+    ds = _ds({("reserve", "a"): [100, 200], ("vllm_sync", "a"): [50, 100], ("vllm", "a"): [110, 150],
+              ("reserve", "b"): [10, 20], ("vllm_sync", "b"): [300, 400], ("vllm", "b"): [10, 20]})
+    np.testing.assert_allclose(measure.per_seed_difference(ds, "ttft_p99").sel(policy="a"), [10.0, -25.0])
+    np.testing.assert_allclose(measure.per_seed_difference(ds, "ttft_p99", pair=measure.LOOP).sel(policy="a"),
+                               [120.0, 50.0])
+    d = measure.differences(ds, pair=measure.LOOP, metrics={"ttft_p99": measure.METRICS["ttft_p99"]})
+    assert set(d) == {("ttft_p99", "a", None), ("ttft_p99", "b", None)}
+    assert d[("ttft_p99", "a", None)][0] == pytest.approx(85.0)
+    # a above b under every arm but vllm_sync, where it is below: LOOP reverses it, MODE keeps it
+    assert measure.changes(ds, "ttft_p99", pair=measure.LOOP)["reversed"] == [("a", "b", -1)]
+    assert measure.changes(ds, "ttft_p99")["kept"] == 1
+    assert set(measure.medians(ds, "ttft_p99")) == {(s, p) for s in measure.SCHEDULERS for p in "ab"}
+
+
+def test_the_loop_verdict_rules():
+    # P5 over two cells at 34 req/s (the 52 req/s cell is not below capacity)
+    d = {("ttft_p99", "a", 34.0): (20.0, 5.0, 30.0), ("ttft_p50", "a", 34.0): (1.0, 0.0, 2.0),
+         ("ttft_p99", "b", 34.0): (10.0, 2.0, 20.0), ("ttft_p50", "b", 34.0): (0.5, -1.0, 2.0),
+         ("ttft_p99", "a", 52.0): (-50.0, -60.0, -40.0), ("ttft_p50", "a", 52.0): (0.0, 0.0, 0.0)}
+    assert measure.verdict_loop_ttft(d, [34.0]) == "holds"
+    d[("ttft_p99", "b", 34.0)] = (10.0, -2.0, 20.0)      # one of two shown: not more than half
+    assert measure.verdict_loop_ttft(d, [34.0]) == "holds with qualification"
+    d[("ttft_p50", "b", 34.0)] = (15.0, 10.0, 20.0)      # the median rises more than the tail in b
+    assert measure.verdict_loop_ttft(d, [34.0]) == "does not hold"
+    assert measure.verdict_loop_ttft(d, [52.0]) == "does not hold"   # the tail falls
+    assert measure.verdict_loop_ttft(d, [46.0]) == "nothing to compare"
+    # P6 over the decode tails of every policy, the block readers included
+    dec = {("itl_p99", "round_robin", 34.0): (1.0, -2.0, 3.0), ("tpot_p99", "least_kv", 34.0): (0.0, -4.0, 4.0),
+           ("ttft_p99", "round_robin", 34.0): (40.0, 30.0, 50.0)}     # not a decode tail
+    assert measure.verdict_loop_decode(dec, [34.0]) == "holds"
+    dec[("tpot_p99", "least_kv", 34.0)] = (3.0, -1.0, 7.0)
+    assert measure.verdict_loop_decode(dec, [34.0]) == "holds with qualification"
+    dec[("tpot_p99", "least_kv", 34.0)] = (8.0, 6.0, 10.0)
+    assert measure.verdict_loop_decode(dec, [34.0]) == "does not hold"
 
 
 def test_orderings_and_their_changes():
@@ -113,7 +153,7 @@ def _capacity_ds(reserve, vllm, low=34.0, high=52.0):
     seed = np.repeat(cap[:, :, None], 4, axis=2)
     return xr.Dataset({"capacity_rps": (("scheduler", "policy"), cap),
                        "capacity_rps_seed": (("scheduler", "policy", "seed"), seed)},
-                      coords={"scheduler": list(measure.SCHEDULERS), "policy": pols, "seed": [1, 2, 3, 4]},
+                      coords={"scheduler": ["reserve", "vllm"], "policy": pols, "seed": [1, 2, 3, 4]},
                       attrs={"capacity_low": low, "capacity_high": high})
 
 
@@ -188,8 +228,9 @@ def data(tmp_path_factory):
 def test_reduced_runs_render(data, tmp_path):
     from routesim.studies.scheduler_modes import document, figure
     text = document.document(data)
-    assert text.startswith("# What the vLLM scheduler changes, measured")
-    assert "| P4. no routing conclusion changes |" in text
+    assert text.startswith("# What the vLLM scheduler and its asynchronous loop change, measured")
+    assert "| P4. no routing conclusion changes |" in text and "| P5. async raises TTFT, most at the tail |" in text
+    assert list(data["example"].scheduler.values) == list(measure.SCHEDULERS)
     paths = figure.figure(data, tmp_path, 2.0, 40.0)
     assert all(p.exists() and p.stat().st_size > 10_000 for p in paths)
 

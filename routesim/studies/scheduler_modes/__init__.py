@@ -1,8 +1,10 @@
-"""The two replica schedulers compared (issue 22, item 3): what ``[replica] scheduler =
-"vllm"`` (vLLM V1 0.30.0's scheduler and KV-cache manager, conformance/VLLM-SCHEDULER.md)
-changes against ``"reserve"`` (token-model.md §2, the default), measured on the example
-cluster and on the Mooncake excerpt, every policy, paired by seed; and whether any
-routing conclusion changes.
+"""The two replica schedulers and vLLM's two loops compared (issue 22, item 3; issue 40):
+what ``[replica] scheduler = "vllm"`` (vLLM V1 0.30.0's scheduler and KV-cache manager,
+conformance/VLLM-SCHEDULER.md, in vLLM's default asynchronous loop) changes against
+``"reserve"`` (token-model.md §2, the default), and what that loop changes against the
+synchronous one (``async_scheduling = false``), measured on the example cluster and on
+the Mooncake excerpt, every policy, paired by seed; and whether any routing conclusion
+changes.
 
 - :mod:`.design`: the design (sweeps, the capacity search, the loads) and :func:`run`,
   which simulates it and writes ``results/scheduler-modes/{example,mooncake}.nc``;

@@ -1,6 +1,6 @@
 """python -m routesim.scheduler_modes [--no-run] [--results DIR] [--figures DIR] [--out FILE]
-[--quiet]: run the scheduler-modes study (both replica schedulers on the example cluster,
-with a capacity search, and on the Mooncake excerpt; about 10 CPU minutes, 5 on 2 idle cores), then
+[--quiet]: run the scheduler-modes study (reserve, vllm_sync and vllm on the example cluster,
+with a capacity search, and on the Mooncake excerpt; about 15 CPU minutes), then
 draw figures/scheduler-modes.png and write docs/scheduler-modes.md; with ``--no-run``,
 the figure and the document from the results folder alone."""
 

@@ -1,7 +1,8 @@
-"""The study's design and its run: both schedulers on the example cluster
+"""The study's design and its run: the three arms (:data:`ARMS`: reserve, and the vllm
+scheduler in vLLM's synchronous and asynchronous loops) on the example cluster
 (sweeps/scheduler-modes.toml: every policy, four loads, a capacity search) and on the
-Mooncake excerpt (sweeps/scheduler-modes-mooncake.toml), each scheduler simulated
-apart (and timed) and the two joined along a ``scheduler`` axis.
+Mooncake excerpt (sweeps/scheduler-modes-mooncake.toml), each arm simulated apart (and
+timed) and the three joined along a ``scheduler`` axis (the arms' names).
 
 The capacity search is :func:`routesim.capacity.find` with :data:`SEARCH` on the example
 stage: round 1 runs the stage's own four loads for every policy and scheduler (the
@@ -24,7 +25,14 @@ from ...results import write_atomic
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "sweeps" / "scheduler-modes.toml"
 MOONCAKE = ROOT / "sweeps" / "scheduler-modes-mooncake.toml"
-SCHEDULERS = ("reserve", "vllm")
+ARMS = {"reserve": {"scheduler": "reserve"},
+        "vllm_sync": {"scheduler": "vllm", "async_scheduling": False},
+        "vllm": {"scheduler": "vllm", "async_scheduling": True}}
+"""The study's arms, the values of its ``scheduler`` axis: the sweep keys each sets.
+``"vllm"`` is the vllm mode as a user gets it (vLLM 0.30.0's default asynchronous loop,
+``async_scheduling = true``); ``"vllm_sync"`` the same scheduler in vLLM's synchronous
+loop (``async_scheduling = false``)."""
+SCHEDULERS = tuple(ARMS)
 RULE = capacity.Rule("median")
 """The capacity rule of this study's document and figure (the median over seeds meets the
 SLO): the rule before issue 44, kept so that the document and its pinned outputs stay what
@@ -39,10 +47,20 @@ NEAR = 40.0
 policies under reserve (README, 1,200 s warm-up), below capacity in both modes."""
 
 
-def _one(stage, scheduler):
+def _one(stage, arm):
+    """``stage`` restricted to one arm of :data:`ARMS` (its keys set as if the file gave them)."""
     values = dict(stage.values)
-    values["scheduler"] = (scheduler,)
-    return replace(stage, values=values)
+    for key, v in ARMS[arm].items():
+        values[key] = (v,)
+    return replace(stage, values=values, given=stage.given | set(ARMS[arm]))
+
+
+def _label(ds, arm):
+    """A part's ``scheduler`` coordinate set to its arm's name (the two vllm arms share
+    ``scheduler = "vllm"``), its ``async_scheduling`` attribute dropped (the arm says it)."""
+    ds = ds.assign_coords(scheduler=[arm]) if "scheduler" in ds.dims else ds.expand_dims(scheduler=[arm])
+    ds.attrs.pop("async_scheduling", None)
+    return ds
 
 
 def criterion(sweep, stage):
@@ -68,12 +86,13 @@ def run_example(path=EXAMPLE, search=SEARCH, show_progress=False, log=None):
                 log(f"example, {s}: round {rnd}: {n} runs at {', '.join(f'{x:g}' for x in rates)} req/s "
                     f"in {seconds:.0f} s")
         t0, c0 = time.perf_counter(), time.process_time()
-        parts.append(capacity.find(sweep, _one(stage, s), crit, search, {}, report, show_progress, rule=RULE))
+        part = capacity.find(sweep, _one(stage, s), crit, search, {}, report, show_progress, rule=RULE)
+        parts.append(_label(part, s))
         attrs[f"wall_s_{s}"] = time.perf_counter() - t0
         attrs[f"cpu_s_{s}"] = time.process_time() - c0
         attrs[f"runs_{s}"] = runs[0]
     ds = xr.concat(parts, "scheduler", data_vars="all", join="outer", combine_attrs="override")
-    ds.attrs.update(attrs, **_vllm_loop(parts))
+    ds.attrs.update(attrs)
     return ds
 
 
@@ -93,18 +112,11 @@ def run_stage(path=MOONCAKE, show_progress=False, log=None):
         attrs[f"runs_{s}"] = int(ds.arrivals.size)
         if log:
             log(f"{sweep.name}, {s}: {attrs[f'runs_{s}']} runs in {attrs[f'wall_s_{s}']:.0f} s")
-        parts.append(ds)
+        parts.append(_label(ds, s))
     ds = xr.concat(parts, "scheduler", data_vars="all", combine_attrs="override")
-    ds.attrs.update(attrs, **_vllm_loop(parts))
+    ds.attrs.update(attrs)
     return ds
 
-
-def _vllm_loop(parts) -> dict:
-    """The vllm runs' ``async_scheduling`` attribute (which engine loop they had), from
-    the part of each scheduler in ``parts`` (SCHEDULERS' order): the joined Dataset takes
-    the first part's attributes, the reserve runs', which do not carry it."""
-    v = parts[SCHEDULERS.index("vllm")].attrs.get("async_scheduling")
-    return {} if v is None else {"async_scheduling": int(v)}
 
 
 def run(results_dir, show_progress=False, log=None) -> dict:

@@ -6,10 +6,14 @@ import math
 from . import STEM
 from ..intervals import LEVEL, RESAMPLES
 from .design import NEAR, SEARCH
-from .measure import (CLOSE_PCT, KV_READERS, MATERIAL_PCT, METRICS, RANKED, SCHEDULERS,
-                      below_capacity, capacities, capacity_differences, capacity_order_changes, changes,
-                      close_counts, closeness, differences, medians, steadiness, verdict_close, verdict_hits,
-                      verdict_preemptions, verdict_routing)
+from .measure import (CLOSE_PCT, DECODE, KV_READERS, LOOP, LOOP_METRICS, MATERIAL_PCT, METRICS, MODE, RANKED,
+                      SCHEDULERS, below_capacity, capacities, capacity_differences, capacity_order_changes,
+                      changes, close_counts, closeness, differences, medians, steadiness, verdict_close,
+                      verdict_hits, verdict_loop_decode, verdict_loop_ttft, verdict_preemptions, verdict_routing)
+
+SYNC = ("vllm_sync", "reserve")
+"""The vllm scheduler in the synchronous loop against reserve: which of P4's reversals
+the scheduler makes and which the loop."""
 
 PREDICTION = (
     "**Prediction (written from conformance/VLLM-SCHEDULER.md §6 before the results).** "
@@ -32,6 +36,19 @@ PREDICTION = (
     "scheduled, D4) and differ most. "
     "(P4) *No routing conclusion changes*: no ordering of two policies by a latency tail "
     "reverses, and no capacity ordering.")
+
+PREDICTION_LOOP = (
+    "**Prediction for the loops (written from vLLM 0.30.0's `EngineCore.step_with_batch_queue` and "
+    "docs/model.md's mapping of it, after the three-arm runs were started and before any of their results "
+    "were read).** With a batch queue of 2, the next batch is scheduled while the previous one executes, "
+    "so a request that arrives while a step executes joins one step later than under the synchronous "
+    "loop: the batch it would have joined was scheduled before it arrived. The scheduler is the same, "
+    "so the delay is one step, tens of milliseconds, added to some requests' wait. "
+    "(P5) *The asynchronous loop raises TTFT, most at the tail*: TTFT p99 rises (vllm / vllm_sync − 1 "
+    "above 0) and rises more than TTFT p50 in most cells (policy × load below capacity on the example). "
+    f"(P6) *It leaves the decode tails alone*: ITL p99 and TPOT p99 within ±{CLOSE_PCT:g} % in every "
+    "such cell (a running request decodes one token per step in both loops, its next step scheduled "
+    "with a placeholder for the token in flight).")
 
 
 def _f(x, digits=1, signed=False):
@@ -60,14 +77,14 @@ def _pairs(items):
     return "; ".join(f"{a} {'<' if s < 0 else '>'} {b}" for a, b, s in items) or "none"
 
 
-def _delta_table(ds, rate):
-    diff = differences(ds, None if rate is None else [rate])
-    head = "| policy | " + " | ".join(f"Δ {METRICS[m][0]}" + (f" ({METRICS[m][2]})" if METRICS[m][2] else "")
-                                      for m in METRICS) + " |"
-    rows = [head, "|---" * (len(METRICS) + 1) + "|"]
+def _delta_table(ds, rate, pair=MODE, metrics=METRICS):
+    diff = differences(ds, None if rate is None else [rate], pair, metrics)
+    head = "| policy | " + " | ".join(f"Δ {metrics[m][0]}" + (f" ({metrics[m][2]})" if metrics[m][2] else "")
+                                      for m in metrics) + " |"
+    rows = [head, "|---" * (len(metrics) + 1) + "|"]
     for p in ds.policy.values:
         rows.append(f"| {p} | " + " | ".join(_ci(diff[(m, str(p), rate)], 0 if m == "preemptions" else 1)
-                                               for m in METRICS) + " |")
+                                               for m in metrics) + " |")
     return rows
 
 
@@ -75,23 +92,24 @@ def _median_table(ds, rate):
     med = {m: medians(ds, m, rate) for m in ("ttft_p99", "itl_p99", "tpot_p99", "preemptions",
                                              "prefix_hit_rate", "attainment")}
     st = steadiness(ds, rate)
+    arms = [str(s) for s in ds.scheduler.values]
     rows = ["| policy | TTFT p99 ms | ITL p99 ms | TPOT p99 ms | preemptions | prefix hit % | attainment % | "
             "backlog growth | KV occ. first→last % |", "|---|---|---|---|---|---|---|---|---|"]
     for p in ds.policy.values:
         p = str(p)
 
         def both(m, scale=1.0, digits=0):
-            return " / ".join(_f(med[m][(s, p)] * scale, digits) for s in SCHEDULERS)
-        growth = " / ".join(_f(st[(s, p)][0], 0) for s in SCHEDULERS)
-        occ = " / ".join(f"{_f(st[(s, p)][1] * 100, 0)}→{_f(st[(s, p)][2] * 100, 0)}" for s in SCHEDULERS)
+            return " / ".join(_f(med[m][(s, p)] * scale, digits) for s in arms)
+        growth = " / ".join(_f(st[(s, p)][0], 0) for s in arms)
+        occ = " / ".join(f"{_f(st[(s, p)][1] * 100, 0)}→{_f(st[(s, p)][2] * 100, 0)}" for s in arms)
         rows.append(f"| {p} | {both('ttft_p99')} | {both('itl_p99')} | {both('tpot_p99', 1, 1)} | "
                     f"{both('preemptions')} | {both('prefix_hit_rate', 100, 1)} | {both('attainment', 100, 1)} | "
                     f"{growth} | {occ} |")
     return rows
 
 
-def _changes_table(settings):
-    rows = ["| setting | metric | pairs ordered under reserve | kept under vllm | lost | gained | reversed |",
+def _changes_table(settings, pair=MODE):
+    rows = [f"| setting | metric | pairs ordered under {pair[1]} | kept under {pair[0]} | lost | gained | reversed |",
             "|---|---|---|---|---|---|---|"]
     for label, per in settings.items():
         for m, c in per.items():
@@ -101,6 +119,8 @@ def _changes_table(settings):
 
 
 def _spread(diff, metric, rates):
+    """(lowest mean, highest mean, intervals that exclude 0, cells) of ``metric`` over
+    the cells of ``diff`` at ``rates``."""
     vals = [v[0] for (m, _, r), v in diff.items() if m == metric and r in rates and math.isfinite(v[0])]
     n = sum(1 for (m, _, r), v in diff.items() if m == metric and r in rates and (v[1] > 0 or v[2] < 0))
     cells = sum(1 for (m, _, r) in diff if m == metric and r in rates)
@@ -122,6 +142,7 @@ def findings(data):
     strict = {f"example, {r:g} req/s": {m: changes(ex, m, r, material=0.0) for m in RANKED} for r in rates}
     strict["Mooncake"] = {m: changes(mc, m, material=0.0) for m in RANKED}
     cap_changes = capacity_order_changes(ex, SEARCH.resolution)
+    dlx = differences(ex, rates, LOOP, LOOP_METRICS)
     return {
         "rates": rates, "below": below, "seeds": ex.sizes["seed"], "best_reserve": best_reserve, "diff_example": dx, "diff_mooncake": dm,
         "settings": settings, "strict": strict, "capacity_changes": cap_changes,
@@ -131,15 +152,28 @@ def findings(data):
         "P2_mooncake": verdict_preemptions(mc),
         "P3": verdict_close(dx, below),
         "P4": verdict_routing(settings, cap_changes),
+        "diff_loop_example": dlx, "diff_loop_mooncake": differences(mc, None, LOOP, LOOP_METRICS),
+        "loop_close": close_counts(dlx, below, DECODE), "capacity_diff_loop": capacity_differences(ex, LOOP),
+        "capacity_changes_loop": capacity_order_changes(ex, SEARCH.resolution, LOOP),
+        "settings_loop": _settings(ex, mc, rates, LOOP), "settings_sync": _settings(ex, mc, rates, SYNC),
+        "P5": verdict_loop_ttft(dlx, below),
+        "P6": verdict_loop_decode(dlx, below),
         "wall": {name: {s: float(d.attrs[f"wall_s_{s}"]) for s in SCHEDULERS} for name, d in data.items()},
         "cpu": {name: {s: float(d.attrs[f"cpu_s_{s}"]) for s in SCHEDULERS} for name, d in data.items()},
         "runs": {name: {s: int(d.attrs[f"runs_{s}"]) for s in SCHEDULERS} for name, d in data.items()},
     }
 
 
-def _reversed_pairs(f):
-    """Every reversed ordering: [(setting, metric, a, b, reserve's sign)]."""
-    return [(label, m, a, b, s) for label, per in f["settings"].items() for m, c in per.items()
+def _settings(ex, mc, rates, pair):
+    """{setting: {metric: changes()}} of ``pair`` over round 1's loads and Mooncake."""
+    out = {f"example, {r:g} req/s": {m: changes(ex, m, r, pair=pair) for m in RANKED} for r in rates}
+    out["Mooncake"] = {m: changes(mc, m, pair=pair) for m in RANKED}
+    return out
+
+
+def _reversed_pairs(f, key="settings"):
+    """Every reversed ordering of ``f[key]``: [(setting, metric, a, b, the older arm's sign)]."""
+    return [(label, m, a, b, s) for label, per in f[key].items() for m, c in per.items()
             for a, b, s in c["reversed"]]
 
 
@@ -188,14 +222,6 @@ def _recommendation(f):
     return text
 
 
-def _loop(ds) -> str:
-    """Which of vLLM's engine loops the vllm runs of ``ds`` had (its ``async_scheduling``
-    attribute; absent in a Dataset made before the key existed: the synchronous loop)."""
-    if int(ds.attrs.get("async_scheduling", 0)):
-        return "vLLM's default asynchronous loop (`async_scheduling = true`: a batch queue of 2, docs/model.md)"
-    return "vLLM's synchronous loop (`async_scheduling = false`)"
-
-
 def document(data) -> str:
     ex, mc = data["example"], data["mooncake"]
     f = findings(data)
@@ -205,7 +231,7 @@ def document(data) -> str:
     n_ex, n_mc = ex.sizes["seed"], mc.sizes["seed"]
     spread = {m: _spread(f["diff_example"], m, rates) for m in METRICS}
     out = [
-        "# What the vLLM scheduler changes, measured",
+        "# What the vLLM scheduler and its asynchronous loop change, measured",
         "",
         "Generated by `python -m routesim.scheduler_modes` (from the results alone: "
         "`python -m routesim.scheduler_modes --no-run`) from `results/scheduler-modes/example.nc` and "
@@ -213,14 +239,19 @@ def document(data) -> str:
         "`[replica] scheduler = \"reserve\"` (the default) is the design page's replica "
         "(token-model.md §2: a prompt's whole KV reserved at admission); `\"vllm\"` is vLLM V1 0.30.0's "
         "scheduler and KV-cache manager (docs/model.md, conformance/VLLM-SCHEDULER.md: the differences "
-        f"D1–D15), here with {_loop(ex)}. Issue 22, item 3: how far today's semantics are from vLLM's on the example cluster "
-        "and on the Mooncake excerpt, and whether any routing conclusion changes. "
-        "`tests/test_scheduler_modes.py` recomputes P1 and P2 on Mooncake from reduced runs of this "
-        "design; P4's reduced runs (3 policies, a 30 s warm-up) gave \"holds with qualification\" under the "
-        "synchronous loop, and under the asynchronous one \"holds\": they no longer stand for the full "
-        "design's P4, which the test records as an expected failure until the reduced design is rebuilt "
-        "(issue 40); P2 on the example and P3 rest on cells near or above capacity that a reduced run does not "
-        "reach, and their rules are tested on small Datasets.",
+        "D1–D15). Three arms, paired by seed: `reserve`; `vllm`, the vllm mode as a user gets it, in vLLM "
+        "0.30.0's default asynchronous loop (`async_scheduling = true`: a batch queue of 2, the next batch "
+        "scheduled while the previous one executes, docs/model.md); and `vllm_sync`, the same scheduler in "
+        "vLLM's synchronous loop (`async_scheduling = false`). Issue 22, item 3: how far today's semantics are "
+        "from vLLM's on the example cluster and on the Mooncake excerpt, and whether any routing conclusion "
+        "changes (P1–P4, vllm against reserve); issue 40: what the asynchronous loop changes against the "
+        "synchronous one (P5, P6) and which loop should be the default. "
+        "`tests/test_scheduler_modes.py` recomputes P1, P2 on Mooncake and P5 from reduced runs of this "
+        "design (3 policies, a 30 s warm-up, round 1 of the capacity search); P4's reduced runs gave "
+        "\"holds with qualification\" under the synchronous loop and \"holds\" under the asynchronous one, so "
+        "they do not stand for the full design's P4 (the test records it as an expected failure); P2 on the "
+        "example, P3 and P6 rest on cells near or above capacity, or on small differences, that a reduced run "
+        "does not reach, and their rules are tested on small Datasets.",
         "",
         "| prediction | measured | verdict |",
         "|---|---|---|",
@@ -250,28 +281,32 @@ def document(data) -> str:
         f"{sum(len(c['lost']) + len(c['gained']) for s in f['settings'].values() for c in s.values())} of "
         f"{sum(c['decided'] for s in f['settings'].values() for c in s.values())} ordered pairs; capacity "
         f"orderings reversed: {len(f['capacity_changes'])} | {f['P4']} |",
+        _p5_row(f),
+        _p6_row(f),
         "",
         _recommendation(f),
+        "",
+        _loop_recommendation(f),
         "",
         "## Design",
         "",
         f"**The example cluster** (`sweeps/scheduler-modes.toml`): `sweeps/batching.toml`'s 8 reference "
-        f"replicas, default workload and replica, all {ex.sizes['policy']} policies, both schedulers, "
-        f"{n_ex} seeds (paired: a seed gives every policy and both schedulers the same workload), "
+        f"replicas, default workload and replica, all {ex.sizes['policy']} policies, the three arms, "
+        f"{n_ex} seeds (paired: a seed gives every policy and every arm the same workload), "
         f"{ex.attrs['warmup_s']:g} s of warm-up, a {ex.attrs['measure_s']:g} s window, drained "
         f"(drain_s {ex.attrs['drain_s']:g} s: the cohort finishes). The capacity at the SLO is "
         "`routesim.capacity`'s search (the median over seeds of TTFT p99 at most the sweep's "
         f"{ex.attrs['slo_ttft_ms']:g} ms, at that rate and every lower one evaluated): round 1 at "
-        f"{', '.join(f'{r:g}' for r in rates)} req/s for every policy and scheduler, then every "
+        f"{', '.join(f'{r:g}' for r in rates)} req/s for every policy and arm, then every "
         f"{SEARCH.resolution:g} req/s inside each row's bracket (`python -m routesim.capacity "
         f"sweeps/scheduler-modes.toml --points {SEARCH.points} --resolution {SEARCH.resolution:g}` "
         "runs the same search); the fixed-load comparisons read round 1's runs. "
-        f"{f['runs']['example']['reserve']} + {f['runs']['example']['vllm']} runs.",
+        + " + ".join(str(f["runs"]["example"][s]) for s in SCHEDULERS) + " runs (reserve, vllm_sync, vllm).",
         "",
         f"**The Mooncake excerpt** (`sweeps/scheduler-modes-mooncake.toml`): `sweeps/mooncake-replay.toml`'s "
         f"replay (8 replicas, time scale 1.5, {mc.attrs['warmup_s']:g} s + {mc.attrs['measure_s']:g} s of the "
-        f"trace, its {mc.sizes['policy']} policies) with both "
-        f"schedulers, {n_mc} seeds, drained (600 s; mooncake-replay.toml stops at the horizon, so its "
+        f"trace, its {mc.sizes['policy']} policies) with the three "
+        f"arms, {n_mc} seeds, drained (600 s; mooncake-replay.toml stops at the horizon, so its "
         "printed figures differ). The trace brings its own arrivals: the seed drives only the router's "
         "stream, so only power_of_d varies with it; the other four policies repeat one run and their "
         "differences are exact for this trace, not estimates. "
@@ -282,13 +317,15 @@ def document(data) -> str:
         "",
         f"**Budget.** The whole study within 15 minutes on the 2-core machine: vllm runs cost "
         f"{f['cpu']['example']['vllm'] / f['cpu']['example']['reserve']:.1f}× reserve's CPU time on the "
-        f"example and {f['cpu']['mooncake']['vllm'] / f['cpu']['mooncake']['reserve']:.1f}× on Mooncake "
+        f"example and {f['cpu']['mooncake']['vllm'] / f['cpu']['mooncake']['reserve']:.1f}× on Mooncake, "
+        f"vllm_sync runs {f['cpu']['example']['vllm_sync'] / f['cpu']['example']['reserve']:.1f}× and "
+        f"{f['cpu']['mooncake']['vllm_sync'] / f['cpu']['mooncake']['reserve']:.1f}× "
         "(this run, CPU seconds of both threads, then wall seconds on a machine shared with other work: "
-        f"example reserve {f['cpu']['example']['reserve']:.0f} s, {f['wall']['example']['reserve']:.0f} s; "
-        f"vllm {f['cpu']['example']['vllm']:.0f} s, {f['wall']['example']['vllm']:.0f} s; Mooncake reserve "
-        f"{f['cpu']['mooncake']['reserve']:.0f} s, {f['wall']['mooncake']['reserve']:.0f} s; vllm "
-        f"{f['cpu']['mooncake']['vllm']:.0f} s, {f['wall']['mooncake']['vllm']:.0f} s; on 2 idle cores the "
-        f"whole study takes about {sum(v for d in f['cpu'].values() for v in d.values()) / 120:.0f} min). "
+        + "; ".join(f"{name} " + ", ".join(f"{s} {f['cpu'][key][s]:.0f} s, {f['wall'][key][s]:.0f} s"
+                                             for s in SCHEDULERS)
+                    for name, key in (("example", "example"), ("Mooncake", "mooncake")))
+        + "; on 2 idle cores the whole study takes about "
+        f"{sum(v for d in f['cpu'].values() for v in d.values()) / 120:.0f} min). "
         f"Hence {n_ex} seeds, a {ex.attrs['warmup_s']:g} s warm-up (the example's 1,200 s lets the long class fill the KV cache "
         "fully: README, \"Capacity at an SLO\"; the steady-state figures are printed beside every "
         "result, and a window that is not steady is one whose KV occupancy still rises) and a capacity "
@@ -308,15 +345,18 @@ def document(data) -> str:
         "",
         PREDICTION,
         "",
-        f"![The two schedulers](../figures/{STEM}.png)",
+        PREDICTION_LOOP,
+        "",
+        f"![The three arms](../figures/{STEM}.png)",
         "",
         "## The example cluster",
         "",
         "### Capacity at the SLO",
         "",
-        "| policy | reserve req/s (seeds' range) | vllm req/s (seeds' range) | Δ (median rule) | Δ per seed | "
-        "steady at capacity (backlog growth; KV occ. first→last %, reserve / vllm) |",
-        "|---|---|---|---|---|---|",
+        "| policy | reserve req/s (seeds' range) | vllm_sync req/s (seeds' range) | vllm req/s (seeds' range) | "
+        "Δ vllm − reserve (median rule) | Δ per seed | Δ vllm − vllm_sync (median rule) | Δ per seed | "
+        "steady at capacity (backlog growth; KV occ. first→last %, reserve / vllm_sync / vllm) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p in ex.policy.values:
         p = str(p)
@@ -326,6 +366,7 @@ def document(data) -> str:
             rng = "" if math.isnan(lo) else f" ({lo:g}–{hi:g})"
             cells.append(_cap(c, low, high) + rng)
         dc, dci = f["capacity_diff"][p]
+        lc, lci = f["capacity_diff_loop"][p]
         st = []
         for s in SCHEDULERS:
             c = cap[(s, p)][0]
@@ -334,11 +375,12 @@ def document(data) -> str:
                 continue
             g, a, b = steadiness(ex, c)[(s, p)]
             st.append(f"{g:+.0f}; {a * 100:.0f}→{b * 100:.0f}")
-        out.append(f"| {p} | {cells[0]} | {cells[1]} | {_f(dc, 0, True)} | {_ci(dci)} | {' / '.join(st)} |")
+        out.append(f"| {p} | {' | '.join(cells)} | {_f(dc, 0, True)} | {_ci(dci)} | {_f(lc, 0, True)} | {_ci(lci)} | "
+                   f"{' / '.join(st)} |")
     moved = [p for p, (dc, _) in f["capacity_diff"].items() if math.isfinite(dc) and abs(dc) > SEARCH.resolution]
     out += [
         "",
-        (f"Capacities move by more than the {SEARCH.resolution:g} req/s resolution for "
+        (f"Between vllm and reserve, capacities move by more than the {SEARCH.resolution:g} req/s resolution for "
          f"{', '.join(moved)}." if moved else
          f"No policy's capacity moves by more than the search's {SEARCH.resolution:g} req/s resolution.")
         + (" Capacity orderings of two policies that reverse: "
@@ -347,7 +389,8 @@ def document(data) -> str:
         "",
         "### At fixed loads",
         "",
-        "Per load, the spread over the policies of the mean per-seed difference (vllm − reserve) and how "
+        "Per load, the spread over the policies of the mean per-seed difference (vllm − reserve; the loops "
+        "apart in the next section) and how "
         "many of the policies' intervals exclude 0:",
         "",
         "| req/s | " + " | ".join(f"Δ {METRICS[m][0]}" + (f" ({METRICS[m][2]})" if METRICS[m][2] else "")
@@ -363,13 +406,13 @@ def document(data) -> str:
         out.append(f"| {r:g} | " + " | ".join(cells) + " |")
     for r in (NEAR, rates[-1]):
         out += ["", f"**At {r:g} req/s** ({r / f['best_reserve']:.2f} × the best reserve capacity), medians over "
-                "seeds, reserve / vllm:", "", *_median_table(ex, r), "",
+                "seeds, reserve / vllm_sync / vllm:", "", *_median_table(ex, r), "",
                 "vllm − reserve, paired by seed, mean [95 % interval]:", "", *_delta_table(ex, r)]
     out += [
         "",
         "## The Mooncake excerpt",
         "",
-        "Medians over seeds, reserve / vllm:",
+        "Medians over seeds, reserve / vllm_sync / vllm:",
         "",
         *_median_table(mc, None),
         "",
@@ -377,6 +420,7 @@ def document(data) -> str:
         "",
         *_delta_table(mc, None),
         "",
+        *_loop_section(f, ex, mc, rates),
         "## Routing conclusions",
         "",
         "Orderings of two policies by each latency tail, per setting (example: round 1's loads), under "
@@ -386,13 +430,17 @@ def document(data) -> str:
         "",
         _reading(f),
         "",
+        _attribution(f),
+        "",
         "## What this leaves out",
         "",
         f"One cluster shape and one trace; {n_ex} seeds on the example, so the intervals are coarse and "
         f"small differences go unclaimed; a {ex.attrs['warmup_s']:g} s warm-up, so near and above capacity the KV cache is "
         "still filling in some windows (their steady-state figures are printed above); no failure, "
         "retry, signal-staleness or heterogeneity scenario (the vllm mode runs them all; they are not "
-        f"compared here); the capacity search's {SEARCH.resolution:g} req/s resolution.",
+        f"compared here); the capacity search's {SEARCH.resolution:g} req/s resolution; the engine loop's "
+        "own timing (ingress, output processing, a step's CPU part: issue 40, item 3) left at zero in every "
+        "arm (the asynchronous loop refuses it).",
         "",
     ]
     return "\n".join(out)
@@ -413,4 +461,102 @@ def _reading(f):
              "full step for every policy. "
              f"{moved} orderings are decided under one scheduler and not the other (listed in the table): pairs "
              f"near a tie, or whose interval over {f['seeds']} seeds touches 0 under one of them.")
+    return text
+
+
+def _p5_row(f):
+    """The predictions table's row of P5 (the loops' TTFT)."""
+    d, below = f["diff_loop_example"], f["below"]
+    cells = [(p, r) for (m, p, r) in d if m == "ttft_p99" and r in below]
+    p99 = [d[("ttft_p99", p, r)][0] for p, r in cells]
+    p50 = [d[("ttft_p50", p, r)][0] for p, r in cells]
+    shown = sum(1 for p, r in cells if d[("ttft_p99", p, r)][1] > 0)
+    tail = sum(1 for a, b in zip(p99, p50) if a > b)
+    return (f"| P5. async raises TTFT, most at the tail | at {', '.join(f'{r:g}' for r in below)} req/s, "
+            f"Δ TTFT p99 (vllm / vllm_sync − 1) {_f(min(p99), 1, True)} to {_f(max(p99), 1, True)} % "
+            f"(mean {_f(sum(p99) / len(p99), 1, True)}; {shown} of {len(cells)} intervals above 0), "
+            f"Δ TTFT p50 {_f(min(p50), 1, True)} to {_f(max(p50), 1, True)} %; the p99 rises more than the "
+            f"p50 in {tail} of {len(cells)} cells | {f['P5']} |")
+
+
+def _p6_row(f):
+    """The predictions table's row of P6 (the loops' decode tails)."""
+    d, below, c = f["diff_loop_example"], f["below"], f["loop_close"]
+    vals = [d[(m, p, r)][0] for (m, p, r) in d if m in DECODE and r in below]
+    n = sum(c.values())
+    return (f"| P6. async leaves ITL and TPOT p99 within ±{CLOSE_PCT:g} % | at the same loads, "
+            f"{c[('others', 'close')] + c[('readers', 'close')]} of {n} cells shown within, "
+            f"{c[('others', 'differs')] + c[('readers', 'differs')]} beyond, "
+            f"{c[('others', 'undecided')] + c[('readers', 'undecided')]} undecided (means "
+            f"{_f(min(vals), 1, True)} to {_f(max(vals), 1, True)} %) | {f['P6']} |")
+
+
+def _loop_recommendation(f):
+    """The closing note on the loops: which should be the vllm mode's default, with the
+    figures it rests on."""
+    d, below = f["diff_loop_example"], f["below"]
+    p99 = [v[0] for (m, _, r), v in d.items() if m == "ttft_p99" and r in below]
+    moved = [(p, dc) for p, (dc, _) in f["capacity_diff_loop"].items() if math.isfinite(dc) and dc != 0]
+    cost = {k: v["vllm"] / v["vllm_sync"] for k, v in f["cpu"].items()}
+    rev = _reversed_pairs(f, "settings_loop")
+    return ("**Which loop should be the vllm mode's default: the asynchronous one (`async_scheduling = true`), "
+            "as now.** It is vLLM 0.30.0's own default, the loop a user's server runs unless told otherwise, so "
+            "an absolute number promised for vLLM (a TTFT, a capacity) should come from it; the synchronous loop "
+            "stays one key away for a server run with `--no-async-scheduling` (or an executor without it). "
+            f"What it changes against the synchronous loop here: below capacity, TTFT p99 by "
+            f"{_f(min(p99), 1, True)} to {_f(max(p99), 1, True)} % over policies and loads (P5: {f['P5']}); "
+            "the capacity at the SLO "
+            + (("by " + ", ".join(f"{p} {dc:+g}" for p, dc in moved) + " req/s") if moved else "of no policy")
+            + f"; {len(rev)} material orderings of two policies reverse between the loops; and it costs "
+            f"{min(cost.values()):.2f}–{max(cost.values()):.2f}× the synchronous loop's CPU time on the same runs.")
+
+
+def _loop_section(f, ex, mc, rates):
+    """The section on the loops: vllm (asynchronous) against vllm_sync, per load on the
+    example, at NEAR per policy, on Mooncake, and the capacities."""
+    d = f["diff_loop_example"]
+    out = ["## The asynchronous loop against the synchronous one", "",
+           "vllm − vllm_sync: the same scheduler, paired by seed (the tails relative: vllm / vllm_sync − 1). "
+           "Per load on the example, the spread over the policies of the mean per-seed difference and how many "
+           "intervals exclude 0:", "",
+           "| req/s | " + " | ".join(f"Δ {LOOP_METRICS[m][0]} (%)" for m in LOOP_METRICS) + " |",
+           "|---" * (len(LOOP_METRICS) + 1) + "|"]
+    for r in rates:
+        cells = []
+        for m in LOOP_METRICS:
+            a, b, n, c = _spread(d, m, [r])
+            cells.append(f"{_f(a, 1, True)} to {_f(b, 1, True)} ({n} of {c} ≠)")
+        out.append(f"| {r:g} | " + " | ".join(cells) + " |")
+    out += ["", f"**At {NEAR:g} req/s**, vllm − vllm_sync, paired by seed, mean [95 % interval]:", "",
+            *_delta_table(ex, NEAR, LOOP, LOOP_METRICS), "",
+            "**On the Mooncake excerpt**, vllm − vllm_sync (exact: the seeds repeat one run, power_of_d apart):",
+            "", *_delta_table(mc, None, LOOP, LOOP_METRICS), ""]
+    moved = [p for p, (dc, _) in f["capacity_diff_loop"].items() if math.isfinite(dc) and abs(dc) > SEARCH.resolution]
+    out += [("Capacities at the SLO (the table above) move between the loops by more than the "
+             f"{SEARCH.resolution:g} req/s resolution for {', '.join(moved)}." if moved else
+             f"No policy's capacity at the SLO moves between the loops by more than the {SEARCH.resolution:g} req/s "
+             "resolution (the table above).")
+            + (" Capacity orderings that reverse between the loops: " + "; ".join(
+                f"{a} − {b}: {dr:+g} under vllm_sync, {dv:+g} under vllm" for a, b, dr, dv in f["capacity_changes_loop"])
+               + "." if f["capacity_changes_loop"] else " No capacity ordering of two policies reverses between them."),
+            ""]
+    return out
+
+
+def _attribution(f):
+    """Which of the reversed orderings (vllm against reserve) the scheduler makes and
+    which the loop: each one looked up under vllm_sync against reserve."""
+    rev = _reversed_pairs(f)
+    sync = {(label, m, a, b) for label, m, a, b, _ in _reversed_pairs(f, "settings_sync")}
+    loop = _reversed_pairs(f, "settings_loop")
+    text = "**The scheduler or the loop.** "
+    if rev:
+        by_sched = [r for r in rev if r[:4] in sync]
+        text += (f"Of the {len(rev)} reversed orderings above, {len(by_sched)} reverse already between vllm_sync and "
+                 f"reserve (the scheduler's) and {len(rev) - len(by_sched)} only with the asynchronous loop. ")
+    text += (f"Between vllm_sync and reserve, {len(sync)} material orderings reverse"
+             + (" (" + "; ".join(sorted({f"{a} vs {b}" for _, _, a, b in sync})) + ")" if sync else "")
+             + f"; between vllm and vllm_sync, {len(loop)}"
+             + (" (" + "; ".join(f"{label}, {METRICS[m][0]}: {a} {'<' if s < 0 else '>'} {b} under vllm_sync"
+                                 for label, m, a, b, s in loop) + ")" if loop else "") + ".")
     return text

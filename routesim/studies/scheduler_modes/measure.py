@@ -1,10 +1,12 @@
 """Every number docs/scheduler-modes.md states, derived from the study's Datasets.
 
-A Dataset here has a ``scheduler`` axis ("reserve", "vllm"), a ``policy`` and a ``seed``
-axis, and for the example a ``rate_rps`` axis (the capacity search's runs: NaN where a
+A Dataset here has a ``scheduler`` axis (the study's arms, :data:`SCHEDULERS`: "reserve",
+"vllm_sync" and "vllm", the vllm mode in vLLM's default asynchronous loop), a ``policy``
+and a ``seed`` axis, and for the example a ``rate_rps`` axis (the capacity search's runs: NaN where a
 row did not run a rate); every other axis of length one is dropped (:func:`prepare`).
-Comparisons are paired by seed: the same seed gives both schedulers, and every policy,
-the same workload.
+Comparisons are between two arms, ``pair = (a, b)`` (a − b; default :data:`MODE`, the vllm
+mode against reserve; :data:`LOOP`, the asynchronous loop against the synchronous one),
+paired by seed: the same seed gives every arm, and every policy, the same workload.
 
 **Intervals.** The mean of per-seed differences with a 95 % percentile bootstrap
 interval (``scipy.stats.bootstrap``, 9,999 resamples of the seeds, a fixed generator:
@@ -21,7 +23,12 @@ import numpy as np
 from ... import results
 from ..intervals import excludes_zero, interval
 
-SCHEDULERS = ("reserve", "vllm")
+SCHEDULERS = ("reserve", "vllm_sync", "vllm")
+"""The study's arms in order (routesim.studies.scheduler_modes.design.ARMS)."""
+MODE = ("vllm", "reserve")
+"""The vllm mode as a user gets it (asynchronous loop) against reserve: P1-P4."""
+LOOP = ("vllm", "vllm_sync")
+"""vLLM's asynchronous loop against its synchronous one, the same scheduler: P5, P6."""
 METRICS = {
     # name: (label, how the difference is taken, its unit, lower is better)
     "prefix_hit_rate": ("prefix hit rate", "points", "pp", False),
@@ -33,6 +40,16 @@ METRICS = {
 """The compared metrics (routesim/batching/metrics.py): the prefix hit rate's difference
 in percentage points, preemptions' in counts, the latency tails' relative (vllm / reserve
 − 1, per seed, in %)."""
+LOOP_METRICS = {
+    "ttft_p50": ("TTFT p50", "relative", "%", True),
+    "ttft_p99": METRICS["ttft_p99"],
+    "e2e_p99": ("E2E p99", "relative", "%", True),
+    "itl_p99": METRICS["itl_p99"],
+    "tpot_p99": METRICS["tpot_p99"],
+}
+"""The metrics of the loop comparison (:data:`LOOP`): the asynchronous loop delays a
+request's first chunk, so TTFT's median and tail and the end-to-end tail beside the
+decode tails."""
 RANKED = ("ttft_p99", "itl_p99", "tpot_p99")
 """The metrics a routing conclusion is about: which of two policies has the lower tail."""
 STEADY = ("backlog_growth", "kv_occupancy_first", "kv_occupancy_last")
@@ -50,13 +67,18 @@ def prepare(ds):
     return ds.transpose(*order, ...)
 
 
-def per_seed_difference(ds, var, how=None):
-    """vllm minus reserve per seed (an array over the remaining axes): ``how`` (default
-    the metric's own, :data:`METRICS`) "relative" gives vllm / reserve − 1 in %,
-    "points" the difference × 100 (a fraction in percentage points), "absolute" the
-    difference."""
-    how = how or METRICS[var][1]
-    v, r = ds[var].sel(scheduler="vllm"), ds[var].sel(scheduler="reserve")
+def arms(ds):
+    """The Dataset's arms, in its order: a list of str."""
+    return [str(s) for s in ds.scheduler.values]
+
+
+def per_seed_difference(ds, var, how=None, pair=MODE):
+    """Arm a minus arm b per seed, ``pair = (a, b)`` (an array over the remaining axes):
+    ``how`` (default the metric's own, :data:`METRICS` or :data:`LOOP_METRICS`)
+    "relative" gives a / b − 1 in %, "points" the difference × 100 (a fraction in
+    percentage points), "absolute" the difference."""
+    how = how or {**METRICS, **LOOP_METRICS}[var][1]
+    v, r = ds[var].sel(scheduler=pair[0]), ds[var].sel(scheduler=pair[1])
     if how == "relative":
         return (v / r - 1.0) * 100.0
     if how == "points":
@@ -64,12 +86,13 @@ def per_seed_difference(ds, var, how=None):
     return v - r
 
 
-def differences(ds, rates=None):
-    """{(metric, policy, rate or None): (mean, low, high)} of vllm − reserve, paired by
-    seed, at each of ``rates`` (None: the Dataset has no rate axis)."""
+def differences(ds, rates=None, pair=MODE, metrics=METRICS):
+    """{(metric, policy, rate or None): (mean, low, high)} of arm a − arm b (``pair``),
+    paired by seed, for each of ``metrics`` at each of ``rates`` (None: the Dataset has
+    no rate axis)."""
     out = {}
-    for var in METRICS:
-        d = per_seed_difference(ds, var)
+    for var in metrics:
+        d = per_seed_difference(ds, var, pair=pair)
         for p in ds.policy.values:
             for r in (rates if rates is not None else [None]):
                 x = d.sel(policy=p) if r is None else d.sel(policy=p, rate_rps=r)
@@ -78,9 +101,9 @@ def differences(ds, rates=None):
 
 
 def medians(ds, var, rate=None):
-    """{(scheduler, policy): median over seeds of ``var``} (at ``rate``)."""
+    """{(arm, policy): median over seeds of ``var``} (at ``rate``), every arm of ``ds``."""
     out = {}
-    for s in SCHEDULERS:
+    for s in arms(ds):
         for p in ds.policy.values:
             x = ds[var].sel(scheduler=s, policy=p)
             if rate is not None:
@@ -114,14 +137,14 @@ def orderings(ds, var, scheduler, rate=None, material=MATERIAL_PCT):
     return out
 
 
-def changes(ds, var, rate=None, material=MATERIAL_PCT):
+def changes(ds, var, rate=None, material=MATERIAL_PCT, pair=MODE):
     """How the pairwise orderings of policies on ``var`` (:func:`orderings`) differ
-    between the schedulers: {"reversed": [(a, b, reserve's sign)], "lost": [...],
-    "gained": [...], "kept": n, "decided": n (pairs ordered under reserve)}. *Reversed*:
-    both schedulers order the pair, oppositely; *lost*: reserve orders it, vllm does
+    between the arms ``pair = (new, old)``: {"reversed": [(a, b, old's sign)], "lost":
+    [...], "gained": [...], "kept": n, "decided": n (pairs ordered under old)}.
+    *Reversed*: both arms order the pair, oppositely; *lost*: old orders it, new does
     not; *gained*: the converse."""
-    r = orderings(ds, var, "reserve", rate, material)
-    v = orderings(ds, var, "vllm", rate, material)
+    r = orderings(ds, var, pair[1], rate, material)
+    v = orderings(ds, var, pair[0], rate, material)
     out = {"reversed": [], "lost": [], "gained": [], "kept": 0, "decided": sum(1 for x in r.values() if x)}
     for pair in r:
         a, b = r[pair], v[pair]
@@ -151,10 +174,10 @@ def best(ds, var, scheduler, rate=None):
 
 
 def capacities(ds):
-    """{(scheduler, policy): (capacity, seeds' low, seeds' high)} (NaN: below the lowest
-    rate searched)."""
+    """{(arm, policy): (capacity, seeds' low, seeds' high)} (NaN: below the lowest
+    rate searched), every arm of ``ds``."""
     out = {}
-    for s in SCHEDULERS:
+    for s in arms(ds):
         for p in ds.policy.values:
             c = float(ds.capacity_rps.sel(scheduler=s, policy=p))
             seeds = ds.capacity_rps_seed.sel(scheduler=s, policy=p).values.astype(float)
@@ -164,20 +187,21 @@ def capacities(ds):
     return out
 
 
-def capacity_differences(ds):
-    """{policy: (Δ capacity vllm − reserve, (mean, low, high) of the per-seed capacities'
-    difference)}; NaN where either is below the lowest rate searched."""
+def capacity_differences(ds, pair=MODE):
+    """{policy: (Δ capacity of arm a − arm b (``pair``), (mean, low, high) of the per-seed
+    capacities' difference)}; NaN where either is below the lowest rate searched."""
     cap = capacities(ds)
-    d = ds.capacity_rps_seed.sel(scheduler="vllm") - ds.capacity_rps_seed.sel(scheduler="reserve")
-    return {str(p): (cap[("vllm", str(p))][0] - cap[("reserve", str(p))][0], interval(d.sel(policy=p).values))
+    a, b = pair
+    d = ds.capacity_rps_seed.sel(scheduler=a) - ds.capacity_rps_seed.sel(scheduler=b)
+    return {str(p): (cap[(a, str(p))][0] - cap[(b, str(p))][0], interval(d.sel(policy=p).values))
             for p in ds.policy.values}
 
 
-def capacity_order_changes(ds, resolution):
+def capacity_order_changes(ds, resolution, pair=MODE):
     """Pairs of policies whose capacities (median rule) are ordered by more than one
-    ``resolution`` step under one scheduler and oppositely (by any amount) under the
-    other: [(a, b, reserve's Δ, vllm's Δ)]. Below-range capacities count as the lowest
-    rate searched minus one step."""
+    ``resolution`` step under one arm of ``pair = (new, old)`` and oppositely (by any
+    amount) under the other: [(a, b, old's Δ, new's Δ)]. Below-range capacities count as
+    the lowest rate searched minus one step."""
     cap = capacities(ds)
     low = float(ds.attrs.get("capacity_low", 0.0))
 
@@ -187,14 +211,14 @@ def capacity_order_changes(ds, resolution):
     pols = [str(p) for p in ds.policy.values]
     out = []
     for a, b in itertools.combinations(pols, 2):
-        dr, dv = c("reserve", a) - c("reserve", b), c("vllm", a) - c("vllm", b)
+        dr, dv = c(pair[1], a) - c(pair[1], b), c(pair[0], a) - c(pair[0], b)
         if (abs(dr) > resolution and dr * dv < 0) or (abs(dv) > resolution and dr * dv < 0):
             out.append((a, b, dr, dv))
     return out
 
 
 def steadiness(ds, rate=None):
-    """{(scheduler, policy): (median backlog growth, median KV occupancy first, last)}."""
+    """{(arm, policy): (median backlog growth, median KV occupancy first, last)}."""
     return {key: (medians(ds, "backlog_growth", rate)[key], medians(ds, "kv_occupancy_first", rate)[key],
                   medians(ds, "kv_occupancy_last", rate)[key]) for key in medians(ds, "backlog_growth", rate)}
 
@@ -230,14 +254,14 @@ def verdict_hits(diff):
     return "does not hold"
 
 
-def verdict_preemptions(ds, rates=None):
-    """P2: vllm preempts at least as much as reserve. Over every (policy, load) cell in
-    which either scheduler preempted: 'holds' when no cell's interval lies below 0 and
+def verdict_preemptions(ds, rates=None, pair=MODE):
+    """P2: vllm preempts at least as much as reserve (``pair``). Over every (policy, load)
+    cell in which either arm preempted: 'holds' when no cell's interval lies below 0 and
     at least one lies above; 'holds with qualification' when none lies either side;
     'does not hold' when some cell's lies below 0; 'nothing to compare' when no run
     preempted."""
-    d = per_seed_difference(ds, "preemptions")
-    any_pre = (ds.preemptions.fillna(0) > 0).any("scheduler").any("seed")
+    d = per_seed_difference(ds, "preemptions", pair=pair)
+    any_pre = (ds.preemptions.sel(scheduler=list(pair)).fillna(0) > 0).any("scheduler").any("seed")
     signs = []
     for p in ds.policy.values:
         for r in (rates if rates is not None else [None]):
@@ -264,12 +288,12 @@ def closeness(v, bound=CLOSE_PCT):
     return "undecided"
 
 
-def close_counts(diff, rates):
+def close_counts(diff, rates, metrics=RANKED):
     """{("others" | "readers", 'close' | 'differs' | 'undecided'): cells} over the latency
-    tails (:data:`RANKED`) at ``rates``; readers are :data:`KV_READERS`."""
+    tails ``metrics`` at ``rates``; readers are :data:`KV_READERS`."""
     out = {(g, c): 0 for g in ("others", "readers") for c in ("close", "differs", "undecided")}
     for (m, p, r), v in diff.items():
-        if m in RANKED and r in rates:
+        if m in metrics and r in rates:
             out[("readers" if p in KV_READERS else "others", closeness(v))] += 1
     return out
 
@@ -299,6 +323,40 @@ def verdict_routing(settings, capacity_changes):
     if all(a in KV_READERS or b in KV_READERS for a, b in rev):
         return "holds with qualification"
     return "does not hold"
+
+
+DECODE = ("itl_p99", "tpot_p99")
+"""P6's metrics: the decode tails, which the asynchronous loop should leave alone."""
+
+
+def verdict_loop_ttft(diff, rates):
+    """P5: the asynchronous loop raises TTFT, most at the tail. ``diff``: the loop
+    comparison's differences (:data:`LOOP`, :data:`LOOP_METRICS`); the cells are the
+    policies at ``rates``. 'does not hold' when the mean over cells of Δ TTFT p99 is not
+    above 0, or when Δ TTFT p99 exceeds Δ TTFT p50 (means over seeds) in at most half the
+    cells (the rise is not at the tail); 'holds' when moreover the TTFT p99 interval lies
+    above 0 in more than half the cells; 'holds with qualification' otherwise (a rise at
+    the tail on average, not shown cell by cell)."""
+    keys = [(p, r) for (m, p, r) in diff if m == "ttft_p99" and r in rates and np.isfinite(diff[(m, p, r)][0])]
+    if not keys:
+        return "nothing to compare"
+    p99 = [diff[("ttft_p99", p, r)] for p, r in keys]
+    tail = sum(1 for (p, r), v in zip(keys, p99) if v[0] > diff[("ttft_p50", p, r)][0])
+    if np.mean([v[0] for v in p99]) <= 0 or tail * 2 <= len(keys):
+        return "does not hold"
+    shown = sum(1 for v in p99 if excludes_zero(v) > 0)
+    return "holds" if shown * 2 > len(keys) else "holds with qualification"
+
+
+def verdict_loop_decode(diff, rates):
+    """P6: the asynchronous loop leaves the decode tails (:data:`DECODE`) within
+    ±:data:`CLOSE_PCT` % for every policy at ``rates``: :func:`verdict_close`'s rule over
+    every policy, the block readers included (both arms are the same scheduler, so they
+    account blocks alike)."""
+    c = close_counts(diff, rates, DECODE)
+    if c[("others", "differs")] + c[("readers", "differs")]:
+        return "does not hold"
+    return "holds with qualification" if c[("others", "undecided")] + c[("readers", "undecided")] else "holds"
 
 
 def load(results_dir):
