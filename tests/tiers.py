@@ -23,6 +23,7 @@ KINDS = ("unit", "engine", "differential", "subprocess")
 MODULES = {
     "test_benchmarks_layout": ("unit", {"subprocess": ("test_from_tests_loads_the_file_once",)}),
     "test_calibrate": "unit",
+    "test_calibration_report": "unit",
     "test_forms": "unit",
     "test_replay": "unit",
     "test_validate": ("unit", {"engine": ("test_the_command_fits_replays_and_writes_its_three_files",
