@@ -428,13 +428,16 @@ def simfit_lines(log_path=REPO / "examples" / "serving-log.csv"):
     for rnd, centre, step, err in res.history:
         L.append(f"| {rnd} | {centre[0]:.4g} | {centre[1]:.4g} | {centre[2]:.4g} | "
                  f"{step[0]:.4g}, {step[1]:.4g}, {step[2]:.3g} | {100 * err:.2f} % |")
+    (_, m_true, _, m_got, m_pt), (_, c_true, _, c_got, c_pt), (_, o_true, _, o_got, o_pt) = rows
     L += ["", "(A factor multiplies the start: the fitted efficiency is the start's divided by it.) Reading it. From "
-          "per-request times alone the fit lands on the hidden efficiencies within the final step (2 %) and on the "
-          "front end's 18 ms within a few ms: the front end's 12 ms before the scheduler is not routesim's overhead "
-          "after the last token, and it shifts the queueing a little (tests/test_simfit.py holds the efficiencies "
-          "to 3 % and the overhead to 2 ms). The per-token fit of §2 reads the same log's steps and is closer; "
-          "the fit by simulation is for logs that have no steps, and a check on the per-token fit where they do.",
-          ""]
+          f"per-request times alone the fit lands {pct(m_got, m_true):+.1f} % and {pct(c_got, c_true):+.1f} % from the "
+          f"hidden memory and compute efficiencies (the final step of a factor is {simfit.RESOLUTION['log'] - 1:.0%}) "
+          f"and {o_got - o_true:+.1f} ms from the front end's {o_true:g} ms: the front end's "
+          f"{sl.FRONTEND['in_ms']:g} ms before the scheduler is not routesim's overhead after the last token, and it "
+          "shifts the queueing a little (tests/test_simfit.py holds the efficiencies to 3 % and the overhead to 2 ms). "
+          f"The per-token fit of §2 reads the same log's steps ({pct(m_pt, m_true):+.1f} %, {pct(c_pt, c_true):+.1f} %, "
+          f"{o_pt - o_true:+.1f} ms); the fit by simulation is for logs that have no steps, and a check on the "
+          "per-token fit where they do.", ""]
     return L
 
 
