@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from .. import plotting
 from . import STEM
-from .measure import LOOP, METRICS, MODE, SCHEDULERS, capacities, differences
+from .measure import LOOP, LOOP_METRICS, METRICS, MODE, SCHEDULERS, capacities, differences
 
 COLORS = {"reserve": "#4c72b0", "vllm_sync": "#55a868", "vllm": "#dd8452"}
 LABELS = {"reserve": 'scheduler = "reserve" (default)',
@@ -26,6 +26,9 @@ OFFSETS = {"reserve": -0.24, "vllm_sync": 0.0, "vllm": 0.24}
 """Each arm's row offset in the top panels."""
 COMPARISONS = ((MODE, "#dd8452", -0.15, "vllm − reserve"), (LOOP, "#8172b3", 0.15, "vllm − vllm_sync"))
 """The bottom panels' two comparisons: (pair, colour, row offset, label)."""
+PANELS = {m: {**METRICS, **LOOP_METRICS}[m] for m in ("prefix_hit_rate", "preemptions", "ttft_p50", "ttft_p99",
+                                                       "itl_p99", "tpot_p99")}
+"""The bottom panels' metrics: the compared metrics and TTFT p50, where the loops differ most."""
 DPI = 110
 
 
@@ -85,15 +88,15 @@ def _deltas(axes, ds, rate, row_label):
     pols = _policies(ds)
     y = np.arange(len(pols))
     for pair, color, off, _ in COMPARISONS:
-        diff = differences(ds, None if rate is None else [rate], pair)
-        for ax, var in zip(axes, METRICS):
+        diff = differences(ds, None if rate is None else [rate], pair, PANELS)
+        for ax, var in zip(axes, PANELS):
             for i, p in enumerate(pols):
                 m, lo, hi = diff[(var, p, rate)]
                 claimed = (lo > 0 or hi < 0)
                 if math.isfinite(lo):
                     ax.plot([lo, hi], [i + off] * 2, "-", color=color, lw=1.8 if claimed else 1.0)
                 ax.plot([m], [i + off], "o", color=color, ms=4.5, mfc=color if claimed else "white")
-    for j, (ax, (var, (label, how, unit, _))) in enumerate(zip(axes, METRICS.items())):
+    for j, (ax, (var, (label, how, unit, _))) in enumerate(zip(axes, PANELS.items())):
         ax.axvline(0, color="k", lw=0.8)
         ax.set_yticks(y, pols if j == 0 else [""] * len(pols))
         ax.invert_yaxis()
@@ -117,7 +120,7 @@ def figure(data, figures_dir, resolution, near):
 
 def _draw(data, resolution, near):
     ex, mc = data["example"], data["mooncake"]
-    fig = Figure(figsize=(17, 11.5), layout="constrained")
+    fig = Figure(figsize=(19, 11.5), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.0, 1.55])
     a, b, c = top.subplots(1, 3)
     _capacity(a, ex, resolution)
@@ -125,7 +128,7 @@ def _draw(data, resolution, near):
     _tail(c, mc, "ttft_p99", None, "Mooncake excerpt: TTFT p99\n(one mark per seed; bar: median)")
     handles = [b.plot([], [], "s", color=COLORS[s], label=LABELS[s])[0] for s in SCHEDULERS]
     top.legend(handles=handles, loc="outside upper center", ncol=3, fontsize=9, frameon=False)
-    rows = bottom.subplots(2, len(METRICS))
+    rows = bottom.subplots(2, len(PANELS))
     _deltas(rows[0], ex, near, f"example, {near:g} req/s")
     _deltas(rows[1], mc, None, "Mooncake")
     pairs = [rows[0][0].plot([], [], "o-", color=c, label=f"{label} (a − b)")[0] for _, c, _, label in COMPARISONS]
