@@ -420,8 +420,9 @@ def simfit_lines(log_path=REPO / "examples" / "serving-log.csv"):
     for label, truth, s0, got, pt in rows:
         L.append(f"| {label} | {truth:.4g} | {s0:.4g} | {got:.4g} | {pct(got, truth):+.1f} % | {pt:.4g} |")
     L += ["", f"{'Converged' if res.converged else 'Did NOT converge'} in {res.rounds} rounds: {res.candidates} "
-          f"candidates, {res.runs} runs of {log.send_ms.size} requests, {res.seconds:.0f} s on two shared cores, "
-          f"**{res.per_second:.2f} candidates per second** (each a whole replay of the log); the best candidate's "
+          f"candidates, {res.runs} runs of {log.send_ms.size} requests, {res.seconds:.1f} s on two shared cores, "
+          f"**{res.per_second:.0f} candidates per second** (each a whole replay of the log, once the engine is "
+          "compiled); the best candidate's "
           f"error {100 * res.error:.2f} %. The narrowing:", "",
           "| round | memory factor | compute factor | overhead (ms) | steps (factor, factor, ms) | best error |",
           "|---:|---:|---:|---:|---|---:|"]
@@ -431,7 +432,8 @@ def simfit_lines(log_path=REPO / "examples" / "serving-log.csv"):
     (_, m_true, _, m_got, m_pt), (_, c_true, _, c_got, c_pt), (_, o_true, _, o_got, o_pt) = rows
     L += ["", "(A factor multiplies the start: the fitted efficiency is the start's divided by it.) Reading it. From "
           f"per-request times alone the fit lands {pct(m_got, m_true):+.1f} % and {pct(c_got, c_true):+.1f} % from the "
-          f"hidden memory and compute efficiencies (the final step of a factor is {simfit.RESOLUTION['log'] - 1:.0%}) "
+          f"hidden memory and compute efficiencies (the final step of a factor is "
+          f"{100 * (simfit.RESOLUTION['log'] - 1):.0f} %) "
           f"and {o_got - o_true:+.1f} ms from the front end's {o_true:g} ms: the front end's "
           f"{sl.FRONTEND['in_ms']:g} ms before the scheduler is not routesim's overhead after the last token, and it "
           "shifts the queueing a little (tests/test_simfit.py holds the efficiencies to 3 % and the overhead to 2 ms). "
