@@ -421,8 +421,8 @@ def simfit_lines(log_path=REPO / "examples" / "serving-log.csv"):
         L.append(f"| {label} | {truth:.4g} | {s0:.4g} | {got:.4g} | {pct(got, truth):+.1f} % | {pt:.4g} |")
     L += ["", f"{'Converged' if res.converged else 'Did NOT converge'} in {res.rounds} rounds: {res.candidates} "
           f"candidates, {res.runs} runs of {log.send_ms.size} requests, {res.seconds:.1f} s on two shared cores, "
-          f"**{res.per_second:.0f} candidates per second** (each a whole replay of the log, once the engine is "
-          "compiled); the best candidate's "
+          f"**{res.per_second:.0f} candidates per second** (each a whole replay of the log); the best "
+          "candidate's "
           f"error {100 * res.error:.2f} %. The narrowing:", "",
           "| round | memory factor | compute factor | overhead (ms) | steps (factor, factor, ms) | best error |",
           "|---:|---:|---:|---:|---|---:|"]
