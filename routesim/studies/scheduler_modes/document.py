@@ -316,7 +316,7 @@ def document(data) -> str:
         "stream, so only power_of_d varies with it; the other four policies repeat one run and their "
         "differences are exact for this trace, not estimates. "
         + (f"There is no capacity at the SLO here: no policy meets the {mc.attrs['slo_ttft_ms']:g} ms TTFT p99 "
-           f"on this excerpt in either mode (the lowest median is {min(medians(mc, 'ttft_p99').values()):,.0f} ms), "
+           f"on this excerpt in any arm (the lowest median is {min(medians(mc, 'ttft_p99').values()):,.0f} ms), "
            "so the trace is compared at its own load." if min(medians(mc, "ttft_p99").values())
            > float(mc.attrs["slo_ttft_ms"]) else "The trace is compared at its own load."),
         "",
