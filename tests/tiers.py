@@ -85,7 +85,7 @@ MODULES = {
     "test_least_outstanding_retries": "engine",
     "test_least_outstanding_staleness": "engine",
     "test_machine_independence": "subprocess",
-    "test_pd_engine": "differential",
+    "test_pd_engine": ("differential", {"engine": ("test_the_example_sweep_prints_the_pd_columns",)}),
     "test_pd_keys": "unit",
     "test_pd_links": "unit",
     "test_pd_reference": "unit",
