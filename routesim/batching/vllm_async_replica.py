@@ -245,14 +245,12 @@ STATE = VllmAsync  # (bound under its own name: pickle finds it by reference, as
 @nb.njit(**JIT)
 def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     """The scheduler's state for a run of ``p`` (PARAMS), and the prompt segments the run
-    sees (as :func:`.vllm_replica.state_nb`, from the same pieces: not through it, so
-    that no compiled function of this module holds the synchronous mode's state type)."""
-    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens)
-    bl, vq, vr, vs, vp = vr_._arrays_nb(wl_P.shape[0], nrep, p.kv_blocks, p.max_batch)
+    sees: the synchronous mode's fields (:func:`.vllm_replica.parts_nb`, which holds no
+    state type of that mode) and the engine's batch queue."""
+    f, pk_len = vr_.parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
     bs, bx, bsm, bt, bn, be, aq, gpu, prev = _arrays_nb(nrep, p.max_batch)
-    X = STATE(bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), vr_._slots_nb(p, nrep, wl_P, wl_O),
-              bs, bx, bsm, bt, bn, be, aq, gpu, prev)
-    return X, pk, pk_len, pk_off
+    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], bs, bx, bsm, bt, bn, be, aq, gpu, prev)
+    return X, X.pk, pk_len, X.pk_off
 
 
 @nb.njit(**JIT)

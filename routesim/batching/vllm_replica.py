@@ -454,14 +454,24 @@ every prompt block's key ``pk, pk_off, gbase`` (vllm_blocks.prompt_keys_nb), ``e
 
 
 @nb.njit(**JIT)
-def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
-    """The scheduler's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests on
-    ``nrep`` replicas, and the prompt segments the run sees: each prompt as one-block
-    segments of its blocks' keys (the routers read the hash map as resident segments)."""
+def parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """The fields of :data:`STATE` for a run of ``p`` (PARAMS) over ``wl_P.shape[0]``
+    requests on ``nrep`` replicas, in its order, and the prompt segments the run sees
+    (``pk_len``: each prompt as one-block segments of its blocks' keys, the routers
+    reading the hash map as resident segments). The asynchronous loop's state
+    (:mod:`.vllm_async_replica`) starts with the same fields: both build from here."""
     pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens)
     bl, vq, vr, vs, vp = _arrays_nb(wl_P.shape[0], nrep, p.kv_blocks, p.max_batch)
-    X = STATE(bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O))
-    return X, pk, pk_len, pk_off
+    return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O)), pk_len
+
+
+@nb.njit(**JIT)
+def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """The scheduler's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests on
+    ``nrep`` replicas, and the prompt segments the run sees (:func:`parts_nb`)."""
+    f, pk_len = parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
+    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
+    return X, X.pk, pk_len, X.pk_off
 
 
 @nb.njit(**JIT)
