@@ -94,7 +94,7 @@ def _schedule_batch_nb(X, S, i, t, p, mt):
     whether it scheduled something and whether it preempted."""
     r = S.rep[i]
     preempted, U, Q, n, K, R, chunks = vr_._schedule_nb(S.tab, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p, X.pk,
-                                                        X.pk_off, X.gbase, mt, S.cnt, X.evicted, ASYNC)
+                                                        X.pk_off, X.gbase, mt, S.cnt, X.evicted, X.hb, ASYNC)
     X.aq[i, FIN] = 0  # finished_req_ids handed to this batch
     slot = (X.aq[i, HEADQ] + X.aq[i, NQ]) % QUEUE
     ns = X.vq[i, NSCHED]
@@ -148,8 +148,8 @@ def _output_nb(X, S, i, t, p, mt, n_done):
     if X.vq[i, NPEND] > 0 or X.aq[i, ABORTED] != 0:
         X.aq[i, FIN] = 1
     for k in range(X.vq[i, NPEND]):
-        vb.release_nb(S.tab, X.bl, X.vq, S.rep, i, X.vp[i, k, 1], X.vp[i, k, 2], X.vp[i, k, 0], X.pk, X.pk_off,
-                      X.gbase)
+        vb.release_by_key_nb(S.tab, X.bl, X.vq, S.rep, i, X.vp[i, k, 1], X.vp[i, k, 2], X.vp[i, k, 0], X.pk,
+                             X.pk_off, X.gbase)
     X.vq[i, NPEND] = 0
     X.aq[i, ABORTED] = 0
     window = in_window_end_nb(t, p)
@@ -176,8 +176,8 @@ def _output_nb(X, S, i, t, p, mt, n_done):
         if q.g == q.O:
             X.aq[i, FIN] = 1
             if running:
-                n_done = vr_._complete_nb(S.tab, X.bl, X.vq, vr, S.rep, req, i, s, t, p, X.pk, X.pk_off, X.gbase, mt,
-                                          S.done_log, n_done)
+                n_done = vr_._complete_nb(X.bl, X.vq, vr, S.rep, req, i, s, t, p, X.gbase, mt, S.done_log, n_done,
+                                          X.hb)
             else:  # preempted meanwhile: it holds no block
                 wait_remove_nb(S.rep, req, i, s)
                 n_done = done_nb(S.rep, req, i, s, t, p, mt, S.done_log, n_done)
@@ -235,7 +235,7 @@ def _queue_empty_nb(X, i):
 
 # --- the scheduler's operations (scheduler.py) --------------------------------------------
 
-VllmAsync = namedtuple("VllmAsync", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots",
+VllmAsync = namedtuple("VllmAsync", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots", "hb",
                                  "bs", "bx", "bsm", "bt", "bn", "be", "aq", "gpu", "prev"])
 """``scheduler = "vllm"`` with ``async_scheduling``'s own arrays: the synchronous mode's
 (:data:`.vllm_replica.STATE`) and the engine's batch queue (module docstring)."""
@@ -249,7 +249,8 @@ def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     state type of that mode) and the engine's batch queue."""
     f, pk_len = vr_.parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
     bs, bx, bsm, bt, bn, be, aq, gpu, prev = _arrays_nb(nrep, p.max_batch)
-    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], bs, bx, bsm, bt, bn, be, aq, gpu, prev)
+    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], bs, bx, bsm, bt, bn, be, aq, gpu,
+              prev)
     return X, X.pk, pk_len, X.pk_off
 
 
@@ -314,8 +315,7 @@ def cancel_nb(X, S, i, s, t, p):
             X.vp[i, k, 2] = X.vr[s, vr_.NHIT]
             X.vq[i, NPEND] = k + 1
         else:
-            vb.release_nb(S.tab, X.bl, X.vq, S.rep, i, X.vr[s, vr_.TAILB], X.vr[s, vr_.NHIT], s, X.pk, X.pk_off,
-                          X.gbase)
+            vb.release_nb(X.bl, X.vq, S.rep, i, X.vr[s, vr_.TAILB], X.vr[s, vr_.NHIT], X.hb, X.gbase[s])
             X.aq[i, FIN] = 1
         vr_._clear_nb(X.vr, s)
         q.x = 0

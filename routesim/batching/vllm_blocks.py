@@ -208,10 +208,9 @@ def _unref_nb(bl, vq, rep, i, x, front):
 
 
 @nb.njit(**JIT)
-def release_nb(tab, bl, vq, rep, i, tail, nhit, s, pk, pk_off, gbase):
-    """An attempt of request s releases its blocks, last block first: its taken blocks
-    from ``tail`` back, then its ``nhit`` hit blocks (each the first-inserted block of its
-    key: a referenced block stays first, later ones are inserted after it)."""
+def _release_taken_nb(bl, vq, rep, i, tail):
+    """An attempt's taken blocks released, from its last one, ``tail``, back. Returns the
+    front for its hit blocks (:func:`_unref_nb`)."""
     front = np.int64(-1)
     x = tail
     while x >= 0:
@@ -219,9 +218,33 @@ def release_nb(tab, bl, vq, rep, i, tail, nhit, s, pk, pk_off, gbase):
         bl[i, OWN, x] = -1
         front = _unref_nb(bl, vq, rep, i, x, front)
         x = nxt
+    hold((bl, vq, rep))
+    return front
+
+
+@nb.njit(**JIT)
+def release_nb(bl, vq, rep, i, tail, nhit, hb, base):
+    """An attempt releases its blocks, last block first: its taken blocks from ``tail``
+    back, then its ``nhit`` hit blocks ``hb[base + j]``, j = nhit − 1 … 0 (as its
+    admission found them: the first-inserted block of each key, which stays first while
+    referenced)."""
+    front = _release_taken_nb(bl, vq, rep, i, tail)
+    for j in range(nhit - 1, -1, -1):
+        front = _unref_nb(bl, vq, rep, i, hb[base + j], front)
+    hold((bl, vq, rep, hb))
+
+
+@nb.njit(**JIT)
+def release_by_key_nb(tab, bl, vq, rep, i, tail, nhit, s, pk, pk_off, gbase):
+    """:func:`release_nb` for an attempt of request s whose hit blocks are found again by
+    their keys (each the first-inserted block of its key: a referenced block stays
+    first, later ones are inserted after it): a release deferred to a step's end, by
+    when another attempt of s may have been admitted elsewhere."""
+    front = _release_taken_nb(bl, vq, rep, i, tail)
     for j in range(nhit - 1, -1, -1):
         x = first_block_nb(tab, i, key_of_nb(pk, pk_off, gbase, s, j))
         front = _unref_nb(bl, vq, rep, i, x, front)
+    hold((tab, bl, vq, rep, pk, pk_off, gbase))
 
 
 @nb.njit(**JIT)

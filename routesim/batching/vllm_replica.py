@@ -113,9 +113,10 @@ def hash_upto_nb(tab, bl, vq, vr, i, s, hi, pk, pk_off, gbase, cnt):
 
 
 @nb.njit(**JIT)
-def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, gbase, cnt, ev):
+def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, gbase, cnt, ev, hb):
     """vLLM's ``allocate_slots`` (spec22b 11) for x new tokens of attempt s, with nh hit
-    blocks at an admission (``admit``: the gate first). Returns whether it succeeded."""
+    blocks at an admission (``admit``: the gate first; the hit blocks ``hb[gbase[s] + j]``,
+    :func:`_hits_nb`). Returns whether it succeeded."""
     b = p.block_tokens
     q = req[s]
     held = vr[s, HELD]
@@ -124,7 +125,7 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
     free0 = 0
     if admit:
         for j in range(nh):
-            if bl[i, vb.REF, vb.first_block_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, s, j))] == 0:
+            if bl[i, vb.REF, hb[gbase[s] + j]] == 0:
                 free0 += 1
     have = nh + held
     ok = True
@@ -135,7 +136,7 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
     if ok:
         if admit:
             for j in range(nh):
-                vb.touch_nb(bl, vq, rep, i, vb.first_block_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, s, j)))
+                vb.touch_nb(bl, vq, rep, i, hb[gbase[s] + j])
             vr[s, NHIT] = nh
             vr[s, NCACHED] = nh
             held = nh
@@ -148,21 +149,22 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
         vr[s, HELD] = held
         if p.prefix_caching:
             hash_upto_nb(tab, bl, vq, vr, i, s, min(total + x, L) // b, pk, pk_off, gbase, cnt)
-    hold((tab, bl, vq, vr, rep, req, pk, pk_off, cnt, ev))
+    hold((tab, bl, vq, vr, rep, req, pk, pk_off, gbase, cnt, ev, hb))
     return ok
 
 
 @nb.njit(**JIT)
-def _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt):
+def _preempt_nb(bl, vq, vr, rep, req, i, v, t, p, gbase, mt, hb):
     """Preempt v (spec22b 12): its blocks released, ``c = 0``, it keeps g and goes to the
     front of the waiting queue; its tokens in flight become stale and its placeholders are
     zeroed (S:1500-1511; VLLM-MODE.md 29: nothing in flight in the synchronous loop)."""
-    vb.release_nb(tab, bl, vq, rep, i, vr[v, TAILB], vr[v, NHIT], v, pk, pk_off, gbase)
+    vb.release_nb(bl, vq, rep, i, vr[v, TAILB], vr[v, NHIT], hb, gbase[v])
     _clear_nb(vr, v)
     vr[v, PREEMPTED] = 1
     vr[v, STALE] = vr[v, INFL]
     vr[v, PH] = 0
     requeue_nb(rep, req, i, v, t, p, mt)
+    hold((bl, vq, vr, rep, req, gbase, hb))
 
 
 @nb.njit(**JIT)
@@ -194,7 +196,27 @@ def _placeholder_nb(vr, q, s, x):
 
 
 @nb.njit(**JIT)
-def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, asyn):
+def _hits_nb(tab, i, s, L, p, pk, pk_off, gbase, hb):
+    """vLLM's ``get_computed_blocks`` for the admission of attempt s (record's ``L = P +
+    g`` tokens) on replica i: its leading blocks whose keys are in the hash map, at most
+    ``(L − 1) // b`` (0 with prefix caching off). Returns their number nh; the first-inserted
+    block of each is ``hb[gbase[s] + j]``, j < nh, what the admission references and its
+    release lets go (the hash map is not searched again for them)."""
+    nh = np.int64(0)
+    if p.prefix_caching:
+        base = gbase[s]
+        for j in range((L - 1) // p.block_tokens):
+            h = bk.find_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, s, j))
+            if h < 0:
+                break
+            hb[base + j] = tab[h].pos0
+            nh += 1
+    hold((tab, pk, pk_off, gbase, hb))
+    return nh
+
+
+@nb.njit(**JIT)
+def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, hb, asyn):
     """One ``schedule()`` (spec22b 10-14): the running loop, then (if nothing was
     preempted) the waiting loop. Returns whether something was preempted and the step's
     U, Q, n, K, R (R: the prefill chunks' Σ (c + x)) and prefilling count (spec22b 15,
@@ -229,15 +251,15 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             not p.prefix_caching or min(q.c + x, q.P + q.g) // b <= vr[s, NCACHED])
         if not ok:
             ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off, gbase,
-                              cnt, ev)
+                              cnt, ev, hb)
         while not ok:
             v = r.r_tail
-            _preempt_nb(tab, bl, vq, vr, rep, req, i, v, t, p, pk, pk_off, gbase, mt)
+            _preempt_nb(bl, vq, vr, rep, req, i, v, t, p, gbase, mt, hb)
             preempted = True
             if v == s:
                 break
             ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off, gbase,
-                              cnt, ev)
+                              cnt, ev, hb)
         if not ok:
             break
         vs[i, ns] = s
@@ -263,18 +285,14 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             h = r.w_head
             q = req[h]
             L = q.P + q.g
-            nh = np.int64(0)
-            if p.prefix_caching:
-                for j in range((L - 1) // b):
-                    if bk.find_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, h, j)) < 0:
-                        break
-                    nh += 1
+            nh = _hits_nb(tab, i, h, L, p, pk, pk_off, gbase, hb)
             htok = nh * b
             x = L - htok
             if not p.chunked_prefill and x > B:
                 break
             x = min(x, B)
-            if not _allocate_nb(tab, bl, vq, vr, rep, req, i, h, x, nh, np.bool_(True), p, pk, pk_off, gbase, cnt, ev):
+            if not _allocate_nb(tab, bl, vq, vr, rep, req, i, h, x, nh, np.bool_(True), p, pk, pk_off, gbase, cnt, ev,
+                                hb):
                 break
             pop_front_nb(rep, req, i)
             q.state = State.PREFILL
@@ -297,12 +315,12 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             if window:
                 _count_hits_nb(mt, p, vr[h, PREEMPTED], htok, L)
     vq[i, NSCHED] = ns
-    hold((tab, bl, vq, vr, vs, rep, req, pk, pk_off, cnt, ev))
+    hold((tab, bl, vq, vr, vs, rep, req, pk, pk_off, gbase, cnt, ev, hb))
     return preempted, U, Q, n, K, R, chunks
 
 
 @nb.njit(**JIT)
-def _start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev):
+def _start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, hb):
     """Start a step on replica i at t: schedule (again at once after a step that only
     preempted, D14), then its duration from U, Q, n, K, R (spec22b 15; docs/model.md
     "The step cost"). The hash map ``tab`` has room for every key there can be
@@ -310,7 +328,7 @@ def _start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt
     r = rep[i]
     while True:  # a step that only preempted is no iteration: schedule again at once (D14)
         preempted, U, Q, n, K, R, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
-                                                     mt, cnt, ev, SYNC)
+                                                     mt, cnt, ev, hb, SYNC)
         if vq[i, NSCHED] > 0 or not preempted:
             break
     if vq[i, NSCHED] == 0:
@@ -320,9 +338,9 @@ def _start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt
 
 
 @nb.njit(**JIT)
-def _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, done_log, n_done):
+def _complete_nb(bl, vq, vr, rep, req, i, s, t, p, gbase, mt, done_log, n_done, hb):
     """Attempt s completes at t: released at once, it leaves the replica."""
-    vb.release_nb(tab, bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], s, pk, pk_off, gbase)
+    vb.release_nb(bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], hb, gbase[s])
     _clear_nb(vr, s)
     return leave_nb(rep, req, i, s, t, p, mt, done_log, n_done)
 
@@ -357,7 +375,7 @@ def emit_nb(r, q, t, mt, window, prev_ms, gap_ms, gap_n, n_gap):
 
 @nb.njit(**JIT)
 def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt, done_log, n_done,
-              gap_ms, gap_n, n_gap):
+              gap_ms, gap_n, n_gap, hb):
     """End replica i's step at t (spec22b 17): first the attempts cancelled during the
     step are released, in the order they were cancelled (vLLM's ``EngineCore.step``
     processes the aborts received during the step before ``update_from_output``,
@@ -367,7 +385,7 @@ def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt
     r = rep[i]
     r.busy = False
     for k in range(vq[i, NPEND]):
-        vb.release_nb(tab, bl, vq, rep, i, vp[i, k, 1], vp[i, k, 2], vp[i, k, 0], pk, pk_off, gbase)
+        vb.release_by_key_nb(tab, bl, vq, rep, i, vp[i, k, 1], vp[i, k, 2], vp[i, k, 0], pk, pk_off, gbase)
     vq[i, NPEND] = 0
     window = in_window_end_nb(t, p)
     dec = np.int64(0)
@@ -379,7 +397,7 @@ def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt
             continue
         dec += emit_nb(r, q, t, mt, window, r.begin_ms, gap_ms, gap_n, n_gap)
         if q.g == q.O:
-            n_done = _complete_nb(tab, bl, vq, vr, rep, req, i, s, t, p, pk, pk_off, gbase, mt, done_log, n_done)
+            n_done = _complete_nb(bl, vq, vr, rep, req, i, s, t, p, gbase, mt, done_log, n_done, hb)
     if dec > 0:
         gap_nb(gap_ms, gap_n, n_gap, t - r.begin_ms, dec)
     vq[i, NSCHED] = 0
@@ -388,7 +406,7 @@ def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt
 
 
 @nb.njit(**JIT)
-def _cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
+def _cancel_nb(bl, vq, vr, vp, rep, req, i, s, t, p, gbase, hb):
     """Take request s's attempt off replica i at t (spec22b 18): out of the waiting queue
     or the running list at once; a running one's blocks are released at once on an idle
     replica, else when the step in progress ends (its output discarded)."""
@@ -402,7 +420,7 @@ def _cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
             vp[i, k, 2] = vr[s, NHIT]
             vq[i, NPEND] = k + 1
         else:
-            vb.release_nb(tab, bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], s, pk, pk_off, gbase)
+            vb.release_nb(bl, vq, rep, i, vr[s, TAILB], vr[s, NHIT], hb, gbase[s])
         _clear_nb(vr, s)
         q.x = 0
         q.c = 0
@@ -412,7 +430,7 @@ def _cancel_nb(tab, bl, vq, vr, vp, rep, req, i, s, t, p, pk, pk_off, gbase):
     vr[s, PREEMPTED] = 0  # (a waiting attempt holds no block: only its flag to clear)
     q.state = State.NONE
     q.replica = -1
-    hold((tab, bl, vq, vr, vp, rep, req, pk, pk_off))
+    hold((bl, vq, vr, vp, rep, req, gbase, hb))
 
 
 @nb.njit(**JIT)
@@ -446,11 +464,13 @@ def _crash_nb(tab, bl, vq, vr, rep, req, i, victims):
 
 # --- the scheduler's operations (scheduler.py) --------------------------------------------
 
-Vllm = namedtuple("Vllm", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots"])
+Vllm = namedtuple("Vllm", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots", "hb"])
 STATE = Vllm
 """(Bound under its own name, ``Vllm``, for Numba's cache: see ``replica.Reserve``.) ``scheduler = "vllm"``'s own arrays: the pools ``bl, vq, vr, vs, vp`` (:func:`_arrays_nb`),
 every prompt block's key ``pk, pk_off, gbase`` (vllm_blocks.prompt_keys_nb), ``evicted``
-(1,) the evictions' count, and ``slots`` the hash map's size (:func:`_slots_nb`)."""
+(1,) the evictions' count, ``slots`` the hash map's size (:func:`_slots_nb`) and ``hb``
+the hit blocks of each request's attempt in flight (:func:`_hits_nb`; request s's from
+``gbase[s]``)."""
 
 
 @nb.njit(**JIT)
@@ -461,8 +481,10 @@ def parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     reading the hash map as resident segments). The asynchronous loop's state
     (:mod:`.vllm_async_replica`) starts with the same fields: both build from here."""
     pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens)
-    bl, vq, vr, vs, vp = _arrays_nb(wl_P.shape[0], nrep, p.kv_blocks, p.max_batch)
-    return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O)), pk_len
+    n = wl_P.shape[0]
+    bl, vq, vr, vs, vp = _arrays_nb(n, nrep, p.kv_blocks, p.max_batch)
+    hb = np.empty(gbase[n - 1] + (wl_P[n - 1] + wl_O[n - 1]) // p.block_tokens + 2 if n > 0 else 0, np.int64)
+    return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O), hb), pk_len
 
 
 @nb.njit(**JIT)
@@ -470,7 +492,7 @@ def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     """The scheduler's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests on
     ``nrep`` replicas, and the prompt segments the run sees (:func:`parts_nb`)."""
     f, pk_len = parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
-    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
+    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10])
     return X, X.pk, pk_len, X.pk_off
 
 
@@ -494,7 +516,8 @@ def start_nb(X, S, i, t, p, mt):
     if 2 * S.cnt[0] > S.tab.shape[0]:  # (a guard: never, as the map is sized, _slots_nb)
         return S.cnt[0] + step_room_nb(p)
     integrate_nb(S.rep[i], t, p)
-    _start_nb(S.tab, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt, S.cnt, X.evicted)
+    _start_nb(S.tab, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt, S.cnt, X.evicted,
+              X.hb)
     return np.int64(0)
 
 
@@ -508,13 +531,13 @@ def decode_on_nb(X, S, i, t, p, mt):
 def finish_nb(X, S, i, t, p, mt, n_done):
     """End replica i's step at t (phase 1). Returns the new length of ``S.done_log``."""
     return _finish_nb(S.tab, X.bl, X.vq, X.vr, X.vs, X.vp, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt,
-                      S.done_log, n_done, S.gap_ms, S.gap_n, S.n_gap)
+                      S.done_log, n_done, S.gap_ms, S.gap_n, S.n_gap, X.hb)
 
 
 @nb.njit(**JIT)
 def cancel_nb(X, S, i, s, t, p):
     """Take request s's attempt off replica i at t (phase 3)."""
-    _cancel_nb(S.tab, X.bl, X.vq, X.vr, X.vp, S.rep, S.req, i, s, t, p, X.pk, X.pk_off, X.gbase)
+    _cancel_nb(X.bl, X.vq, X.vr, X.vp, S.rep, S.req, i, s, t, p, X.gbase, X.hb)
 
 
 @nb.njit(**JIT)
