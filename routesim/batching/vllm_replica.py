@@ -246,9 +246,11 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             continue
         x = min(q.P + q.g + ph - q.c, B)
         # most steps of a running attempt need no new block and fill no block (a decode
-        # 15 times in 16): allocate_slots changes nothing then, so it is not called
-        ok = (q.c + x + b - 1) // b <= vr[s, HELD] and (
-            not p.prefix_caching or min(q.c + x, q.P + q.g) // b <= vr[s, NCACHED])
+        # 15 times in 16): allocate_slots changes nothing then, so it is not called. (Its
+        # blocks, ceil((c + x) / b), are at most those held; its full blocks, floor(min(c +
+        # x, L) / b), at most those hashed: without a division, all being non-negative.)
+        ok = q.c + x <= vr[s, HELD] * b and (
+            not p.prefix_caching or min(q.c + x, q.P + q.g) < (vr[s, NCACHED] + 1) * b)
         if not ok:
             ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off, gbase,
                               cnt, ev, hb)
