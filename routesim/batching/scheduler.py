@@ -16,8 +16,11 @@ A scheduler is a module that gives
   ``start_nb(X, S, i, t, p, mt)``     start an iteration on idle replica i with work
                                        (phase 7); returns 0, or the table entries to
                                        make room for first (nothing done then)
-  ``decode_on_nb(X, S, i, t, p, mt)`` the iteration ending at t only emits and the next
-                                       only decodes: do both, True; else False
+  ``decode_on_nb(X, S, i, t, p, mt)`` the iteration ending at t asks nothing of the
+                                       loop between its end and the next start
+                                       (reserve: it only emits and the next only
+                                       decodes; vllm: it completes no attempt): do
+                                       both, True; else False
   ``finish_nb(X, S, i, t, p, mt, n_done)``  end i's iteration at t (phase 1); returns
                                        the new length of ``S.done_log``
   ``cancel_nb(X, S, i, s, t, p)``     take request s's attempt off replica i (phase 3)

@@ -279,9 +279,30 @@ def start_nb(X, S, i, t, p, mt):
 
 
 @nb.njit(**JIT)
-def decode_on_nb(X, S, i, t, p, mt):
-    """The decoding-only shortcut: never."""
+def _completes_nb(X, req, i):
+    """Does an attempt complete when the batch replica i's engine waits for delivers its
+    output (it samples its last token there: :func:`_output_nb`)?"""
+    slot = X.aq[i, HEADQ]
+    for k in range(X.bn[i, slot]):
+        s = X.bs[i, slot, k]
+        if X.bsm[i, slot, k] != 0 and _live_nb(req, i, s, X.bt[i, slot, k]) and req[s].g + 1 == req[s].O:
+            return True
     return False
+
+
+@nb.njit(**JIT)
+def decode_on_nb(X, S, i, t, p, mt):
+    """The event loop's shortcut for a time that has nothing else: the batch replica i's
+    engine waits for ends at t and completes no attempt, so the loop has nothing to do
+    between its output and the engine's next turn (phase 1, then phase 7: the replica
+    still has running attempts). Then both, as the loop would (:func:`finish_nb`,
+    :func:`start_nb`), and True; else nothing, and False."""
+    if 2 * S.cnt[0] > S.tab.shape[0] or _completes_nb(X, S.req, i):
+        return False
+    integrate_nb(S.rep[i], t, p)
+    finish_nb(X, S, i, t, p, mt, np.int64(0))  # (no completion: nothing in S.done_log)
+    start_nb(X, S, i, t, p, mt)
+    return True
 
 
 @nb.njit(**JIT)

@@ -524,9 +524,29 @@ def start_nb(X, S, i, t, p, mt):
 
 
 @nb.njit(**JIT)
-def decode_on_nb(X, S, i, t, p, mt):
-    """The decoding-only shortcut: never (every step goes through :func:`_schedule_nb`)."""
+def _completes_nb(req, vq, vs, i):
+    """Does an attempt of replica i's step in progress complete at its end (it emits its
+    last token: :func:`_finish_nb`)?"""
+    for k in range(vq[i, NSCHED]):
+        q = req[vs[i, k]]
+        if q.state == State.PREFILL and q.replica == i and q.c == q.P + q.g and q.g + 1 == q.O:
+            return True
     return False
+
+
+@nb.njit(**JIT)
+def decode_on_nb(X, S, i, t, p, mt):
+    """The event loop's shortcut for a time that has nothing else: replica i's step ending
+    at t completes no attempt, so the loop has nothing to do between its end and the
+    next step's start (phase 1, then phase 7: the replica still has running attempts).
+    Then both, as the loop would (:func:`finish_nb`, :func:`start_nb`), and True; else
+    nothing, and False."""
+    if 2 * S.cnt[0] > S.tab.shape[0] or _completes_nb(S.req, X.vq, X.vs, i):
+        return False
+    integrate_nb(S.rep[i], t, p)
+    finish_nb(X, S, i, t, p, mt, np.int64(0))  # (no completion: nothing in S.done_log)
+    start_nb(X, S, i, t, p, mt)
+    return True
 
 
 @nb.njit(**JIT)
