@@ -244,6 +244,16 @@ def assert_invariants(ds):
 VERDICTS = ("holds", "holds with qualification", "does not hold", "does not hold in this model")
 
 
+def swap_labels(ds, dim, a, b):
+    """``ds`` with the labels ``a`` and ``b`` of its axis ``dim`` exchanged: arm a's runs
+    labelled b and b's labelled a (a verdict test's flipped input)."""
+    labels = list(ds[dim].values)
+    i, j = labels.index(a), labels.index(b)
+    labels[i], labels[j] = labels[j], labels[i]
+    return ds.assign_coords({dim: labels}).sortby(dim) if ds[dim].dtype.kind in "fiu" else \
+        ds.assign_coords({dim: labels})
+
+
 def write_results(root, datasets) -> Path:
     """Write a run's {stage: Dataset} (as routesim.run returns it) as the sweep command
     does: ``root/<sweep name>/<stage>.nc`` (netCDF4, routesim.results.write_atomic), so

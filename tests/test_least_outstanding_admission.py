@@ -15,6 +15,7 @@ import xarray as xr
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
 from routesim.studies.least_outstanding import admission
+from routesim.studies.least_outstanding.common import verdicts
 
 SWEEP = SWEEPS / "token-routing-admission.toml"
 SEEDS = np.arange(1, 9)
@@ -63,7 +64,7 @@ def test_verdict_logic_on_hand_built_stages(tmp_path, queue_helps, expected):
     rates, over, at = admission.loads(data)   # against the provisional 46 req/s: no capacity stage here
     assert over == [69.0, 92.0] and at == 46.0
     c = admission.comparisons(data)
-    assert c["falls"][0][0] == pytest.approx(100 * (23 / 46 - 1), abs=0.5)     # 23 req/s left at 92
+    assert c["falls"][0][0] == pytest.approx(23 - 46, abs=0.1)                 # 23 req/s left at 92, req/s
     assert c["falls"][0][3] == -1
     assert c["reject@69"][0][3] == +1 and c["burst-reject"][0][3] == +1
     assert admission.material(data) == pytest.approx(0.05 * 46)                # 5 % of 46 req/s
@@ -71,6 +72,10 @@ def test_verdict_logic_on_hand_built_stages(tmp_path, queue_helps, expected):
     assert c["queue@92"][0][3] == (+1 if queue_helps else -1)
     assert c["burst-queue"][0][3] == (+1 if queue_helps else -1)
     assert admission.verdict(data) == expected
+    # refusing is the seed's mechanism, queueing without a deadline a clause the
+    # prediction added: the mechanism holds whether or not the queue helps
+    v = verdicts(admission.clauses(data))
+    assert (v["mechanism"], v["added"]) == ("holds", expected)
 
 
 def test_a_sweep_not_run_at_the_curves_threshold_is_refused(tmp_path):

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from conftest import SWEEPS, assert_renders, run_reduced, write_results
+from conftest import SWEEPS, assert_renders, run_reduced, swap_labels, write_results
 from routesim.studies.least_outstanding import affinity
-from routesim.studies.least_outstanding.common import sensitivity_rows
+from routesim.studies.least_outstanding.common import MECHANISM, sensitivity_rows, verdicts
 
 N = 16
 RNG = np.random.default_rng(11)
@@ -65,6 +65,17 @@ def test_claim4_the_tie_break_raises_the_hit_rate(out, tmp_path):
     data = affinity.load(write_results(tmp_path / "results", out))
     e = affinity.tie_effects(affinity.pod(data, 0.5), affinity.pod(data, 0.0))
     assert e["hit rate"][3] == 1
+
+
+def test_claim4_mechanism_verdict_recomputed_and_flipped(out, tmp_path):
+    # the mechanism (hit rate, TTFT p50 at tie_tolerance 0.1 against 0) from the reduced
+    # run; with the two tolerances' runs exchanged the hit rate falls: it does not hold
+    data = affinity.load(write_results(tmp_path / "results", out))
+    v = verdicts(affinity.clauses(data))
+    assert v["whole"] == affinity.verdict(data) and not v["against"][MECHANISM]
+    data["tie"] = swap_labels(data["tie"], "tie_tolerance", 0.0, affinity.TOLERANCE)
+    v = verdicts(affinity.clauses(data))
+    assert "hit rate at 36" in v["against"][MECHANISM] and v["mechanism"] == "does not hold"
 
 
 def test_claim4_row_section_and_figure_render(out, tmp_path):

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from conftest import SWEEPS, assert_renders, run_reduced, write_results
+from conftest import SWEEPS, assert_renders, run_reduced, swap_labels, write_results
 from routesim.studies.least_outstanding import choices
+from routesim.studies.least_outstanding.common import MECHANISM, rule_version, verdicts
 
 
 def pod(ttft):
@@ -38,10 +39,13 @@ def test_the_verdict_by_construction():
     # about 1 % of d = 2 with no sign (no lead): the prediction exactly
     good = pod({1: ONE, 2: ONE / 2, 3: ONE / 2 * (1 + NOISE)})
     assert choices.verdict(data_of(good, good)) == "holds"
-    # d = 3 a further 20 % below d = 2: "buys little" fails, the first step stands
+    # d = 3 a further 20 % below d = 2: "buys little" fails (a lead where none was
+    # predicted counts against the claim, issue 44), though the first step stands
     more = pod({1: ONE, 2: ONE / 2, 3: ONE / 2 * 0.8 * (1 + NOISE)})
     assert choices.steps(more)[1][3] == -1
-    assert choices.verdict(data_of(good, more)) == "holds with qualification"
+    assert choices.verdict(data_of(good, more)) == "does not hold"
+    with rule_version("old"):   # the former rule never counted it
+        assert choices.verdict(data_of(good, more)) == "holds with qualification"
     # d = 2 only 10 % below d = 1: a lead under the study's 5 %, not "by a lot"
     small = pod({1: ONE, 2: ONE * 0.9 * (1 + NOISE), 3: ONE * 0.9})
     assert choices.steps(small)[0][3] == 0
@@ -69,9 +73,24 @@ def out(tmp_path_factory):
 def test_claim2_two_choices_beat_one_by_a_lot(out, tmp_path):
     root = write_results(tmp_path / "results", out)
     data = choices.load(root)
-    first, _ = choices.steps(data["8"]["pod"])
-    assert first[3] == -1                      # d = 2 at least 20 % below d = 1, interval below 0
-    assert choices.verdict(data) != "does not hold"
+    first, second = choices.steps(data["8"]["pod"])
+    assert first[3] == -1                      # d = 2 at most 1 / 1.2 of d = 1, interval below 0
+    # "d > 2 buys little": a lead of d = 3 on d = 2 either way counts against (issue 44);
+    # without one the verdict holds
+    assert choices.verdict(data) == ("does not hold" if second[3] else "holds")
+
+
+def test_claim2_verdict_recomputed_and_flipped(out, tmp_path):
+    # the mechanism's verdict from the reduced run, then with d = 1's and d = 2's runs
+    # exchanged: two choices now worse than one
+    data = choices.load(write_results(tmp_path / "results", out))
+    v = verdicts(choices.clauses(data))
+    assert choices.steps(data["8"]["pod"])[0][3] == -1 and "d2 vs d1 at N = 8" not in v["against"][MECHANISM]
+    assert v["whole"] == v["mechanism"] == choices.verdict(data)   # the prediction adds nothing
+    data["8"]["pod"] = swap_labels(data["8"]["pod"], "choices", 1, 2)
+    v = verdicts(choices.clauses(data))
+    assert choices.steps(data["8"]["pod"])[0][3] == +1 and "d2 vs d1 at N = 8" in v["against"][MECHANISM]
+    assert v["mechanism"] == "does not hold"
 
 
 def test_claim2_one_choice_reads_no_signal(out, tmp_path):
@@ -111,9 +130,10 @@ def test_claim2_two_stale_choices_beat_one_by_a_lot(scrape, tmp_path):
     pods = choices.signal_pods(data)
     assert len(pods) == 2
     for label, pod, _ in pods:
-        first, _ = choices.steps(pod)
+        first, second = choices.steps(pod)
         assert first[3] == -1, (label, first)
-        assert choices.verdict_steps([pod]) != "does not hold", label
+        # a lead of d = 3 either way counts against "buys little" (issue 44)
+        assert choices.verdict_steps([pod]) == ("does not hold" if second[3] else "holds"), label
 
 
 def test_claim2_row_section_and_figure_render(out, tmp_path):

@@ -10,6 +10,7 @@ import xarray as xr
 from conftest import ROOT, SWEEPS, VERDICTS
 from routesim.studies.least_outstanding import __main__ as cli
 from routesim.studies.least_outstanding import counts
+from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 
 
 def reduced_counts(tmp_path):
@@ -38,12 +39,15 @@ def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch,
         doc = (root / "doc.md").read_text()
         assert "## Claim 1: counts lie when costs vary" in doc and "| 1. Counts lie" in doc
         assert "## Claim 2" not in doc          # only what was run is reported
-        # claim 1's row is its verdict's, and every figure the document links was drawn
-        # (PNG and SVG), and nothing else
+        # claim 1's row gives its mechanism's and its added clauses' verdicts, and every
+        # figure the document links was drawn (PNG and SVG), and nothing else
         data = counts.load(root / "results")
         row = counts.row(data)
         assert row[3] in VERDICTS and row[3] == counts.verdict(data)
-        assert "| " + " | ".join(row) + " |" in doc.splitlines()
+        v = verdicts(counts.clauses(data))
+        assert v["mechanism"] in VERDICTS and v["added"] in VERDICTS
+        mech, added = verdict_cells(v, counts.ADDED_WORDS)
+        assert f"| {' | '.join(row[:3])} | {mech} | {added} |" in doc.splitlines()
         links = re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)]+)\.png\)", doc)
         assert sorted(links) == ["lor-claim1-cdf", "lor-claim1-counts"]
         assert sorted(p.name for p in (root / "figures").iterdir()) == sorted(

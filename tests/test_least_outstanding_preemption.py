@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from conftest import SWEEPS, assert_renders, run_reduced, write_results
+from conftest import SWEEPS, assert_renders, run_reduced, swap_labels, write_results
 from routesim.studies.least_outstanding import preemption
+from routesim.studies.least_outstanding.common import MECHANISM, verdicts
 
 RNG = np.random.default_rng(3)
 N = 16
@@ -72,6 +73,17 @@ def test_claim5_kv_aware_routing_places_less_often_above_90_percent(out, tmp_pat
     for policy in preemption.KV_AWARE:
         e = preemption.effects(data["preemption"], policy)
         assert e["placement_occupancy_high"][3] == -1, policy
+
+
+def test_claim5_mechanism_verdict_recomputed_and_flipped(out, tmp_path):
+    # least_kv's placements above 90 % lead (the test above): the mechanism's verdict is
+    # not "does not hold"; with least_kv's and least_requests' runs exchanged it is
+    data = preemption.load(write_results(tmp_path / "results", out))
+    v = verdicts(preemption.clauses(data))
+    assert v["mechanism"] != "does not hold" and v["whole"] == preemption.verdict(data)
+    data["preemption"] = swap_labels(data["preemption"], "policy", "least_kv", "least_requests")
+    v = verdicts(preemption.clauses(data))
+    assert "least_kv placement_occupancy_high" in v["against"][MECHANISM] and v["mechanism"] == "does not hold"
 
 
 def test_claim5_row_section_and_figure_render(out, tmp_path):

@@ -13,7 +13,7 @@ import xarray as xr
 
 from conftest import SWEEPS, assert_renders, run_reduced, write_results
 from routesim.studies.least_outstanding import staleness
-from routesim.studies.least_outstanding.common import compare, sensitivity_rows, stage_rate
+from routesim.studies.least_outstanding.common import MECHANISM, compare, sensitivity_rows, stage_rate, verdicts
 
 N = 16
 RNG = np.random.default_rng(5)
@@ -97,6 +97,18 @@ def test_claim3_older_signals_and_more_routers_hurt_more(out, tmp_path):
     # publication: periodic_local's correction is partial, TTFT p99 higher than one router's
     four, one = (staleness.at(data, lt, staleness.LOCAL_MS, m) for m in ("routers", "local"))
     assert compare(four, one)[3] == 1
+
+
+def test_claim3_mechanism_verdict_recomputed_and_flipped(out, tmp_path):
+    # the mechanism's verdict from the reduced run; then with the 100 ms runs standing for
+    # the fresh ones, a 10 ms signal is "better than fresh": the herding goes the other way
+    data = staleness.load(write_results(tmp_path / "results", out))
+    v = verdicts(staleness.clauses(data))
+    assert v["whole"] == staleness.verdict(data)
+    assert "least_tokens at 10 ms vs fresh" not in v["against"][MECHANISM]
+    data["fresh"] = data["periodic"].sel(period_ms=100, drop=True)
+    v = verdicts(staleness.clauses(data))
+    assert "least_tokens at 10 ms vs fresh" in v["against"][MECHANISM] and v["mechanism"] == "does not hold"
 
 
 def test_claim3_row_section_and_figure_render(out, tmp_path):

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import FIGURES, SEEDS, capacity, compare, read, results_root, save, show, squeeze, steady_table, verdict_of
+from .common import (ADDED, FIGURES, MECHANISM, SEEDS, capacity, compare, read, results_root, save, show, squeeze,
+                     steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
 NAME = "token-routing-admission"
@@ -161,7 +162,8 @@ def material(data):
 
 def comparisons(data):
     """{name: (compare result, predicted sign)}: falls — no door's goodput at the top load
-    against its goodput at the load at capacity (relative, %); reject@r / queue@r — the
+    minus its goodput at the load at capacity (req/s, lead when at least :func:`material`:
+    goodput falls to 0 there, where a ratio has no log); reject@r / queue@r — the
     door's goodput minus no door's at each load r above capacity (req/s, lead when at
     least :func:`material`); burst-reject / burst-queue — the same under the burst."""
     a = arms(data)
@@ -169,7 +171,8 @@ def comparisons(data):
     top = max(rates)
     m = material(data)
     g = {n: ds.goodput for n, ds in a.items()}
-    out = {"falls": (compare(g["no door"].sel(rate_rps=top).values, g["no door"].sel(rate_rps=at).values), -1)}
+    out = {"falls": (compare(g["no door"].sel(rate_rps=top).values, g["no door"].sel(rate_rps=at).values,
+                             "absolute", m), -1)}
     for n in ("reject", "queue"):
         for r in over:
             out[f"{n}@{r:g}"] = (compare(g[n].sel(rate_rps=r).values, g["no door"].sel(rate_rps=r).values,
@@ -178,6 +181,18 @@ def comparisons(data):
     for n in ("reject", "queue"):
         out[f"burst-{n}"] = (compare(b[n].goodput.values, b["no door"].goodput.values, "absolute", m), +1)
     return out
+
+
+ADDED_WORDS = "queueing at the door without a deadline"
+"""The seed: beyond capacity "the correct response is to refuse or to queue at the front
+door", at the threshold of the latency-versus-batch curve, its queue the deadline-aware
+admission of another seed. Refusing is its mechanism; the model's door queues without a
+deadline, a clause the prediction added."""
+
+
+def clauses(data):
+    """[(label, comparison, predicted sign, part)] of :func:`comparisons`: the queue's added."""
+    return [(k, v[0], v[1], ADDED if "queue" in k else MECHANISM) for k, v in comparisons(data).items()]
 
 
 def verdict(data):
@@ -337,14 +352,13 @@ def section(data):
              "|---|---|---|---|---|"]
     for name, (res, pred) in c.items():
         if name == "falls":
-            what = f"no door at {top:g} req/s / no door at {at:g} req/s − 1"
+            what = f"no door at {top:g} req/s − no door at {at:g} req/s"
         elif name.startswith("burst-"):
             what = f"{name[6:]} − no door, under the burst"
         else:
             arm_, r = name.split("@")
             what = f"{arm_} − no door at {r} req/s"
-        unit = "%" if name == "falls" else "req/s"
-        tests.append(f"| {name} | {what} | {show(res, 1, unit)} | {word[pred]} | {word[res[3]]} |")
+        tests.append(f"| {name} | {what} | {show(res, 1, 'req/s')} | {word[pred]} | {word[res[3]]} |")
     near = {n: held_near(data, n) * 100 for n in ("reject", "queue")}
     held_gap = {n: compare(a[n].goodput.sel(rate_rps=top).values, a["no door"].goodput.sel(rate_rps=at).values,
                            "absolute") for n in ("reject", "queue")}
@@ -397,14 +411,14 @@ def section(data):
         *load_rows, "",
         f"Where every request went (medians over seeds; each run's outcomes add up to its arrivals — checked "
         f"on {n_ok} of {n_runs} runs):", "", *out_rows, "",
-        f"The claim's tests (verdict rule at the top; {SEEDS} seeds, paired; a door against no door is "
-        f"compared as a difference in req/s, material from {material(data):.1f} req/s — 5 % of no door's goodput "
+        f"The claim's tests (verdict rule at the top; {SEEDS} seeds, paired; every goodput comparison — a "
+        f"door against no door, no door beyond capacity against no door at it — is a difference in req/s, material from {material(data):.1f} req/s — 5 % of no door's goodput "
         "at capacity — since beyond capacity no door's goodput falls to 0, where a ratio is undefined):", "",
         *tests, "",
         *_sensitivity_text(data, x, top),
         "![Claim 9](../figures/lor-claim9-admission.png)", "",
         f"**Reading.** Routing cannot create capacity: without a door {POLICY}' goodput at {top:g} req/s "
-        f"changes by {show(c['falls'][0], 0, '%')} against its goodput at {at:g} req/s. Rejecting at the "
+        f"changes by {show(c['falls'][0], 1, 'req/s')} against its goodput at {at:g} req/s. Rejecting at the "
         f"curve's threshold gives at {top:g} req/s a goodput {show(held_gap['reject'], 1, 'req/s')} against no "
         f"door's at {at:g} req/s (at least {NEAR * 100:g} % of it on "
         f"{int((near['reject'] >= NEAR * 100).sum())} of {near['reject'].size} seeds), queueing "
@@ -465,7 +479,7 @@ def row(data):
     return ("9. What routing cannot fix",
             "beyond capacity goodput falls without admission control; refusing or queueing at the "
             "threshold of one replica's latency-versus-batch curve raises it, also under a burst",
-            f"threshold {x:,.0f} tokens; no door at {top:g} against {at:g} req/s {show(c['falls'][0], 0, '%')}; "
+            f"threshold {x:,.0f} tokens; no door at {top:g} against {at:g} req/s {show(c['falls'][0], 1, 'req/s')}; "
             f"goodput against no door at {top:g} req/s: reject {show(c[f'reject@{top:g}'][0], 1, 'req/s')}, queue "
             f"{show(c[f'queue@{top:g}'][0], 1, 'req/s')}; burst: reject {show(c['burst-reject'][0], 1, 'req/s')}, "
             f"queue {show(c['burst-queue'][0], 1, 'req/s')} (refusing holds, queueing does not)", verdict(data))

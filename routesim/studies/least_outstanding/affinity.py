@@ -14,8 +14,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
-                     stage_rate, steady_table, steady_words, verdict_of)
+from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, open_stage, save,
+                     sensitivity_rows, show, stage_rate, steady_table, steady_words, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
 SENSITIVITY = (("tie-prefill2", "prefill ×2 as costly"), ("tie-prefill4", "prefill ×4 as costly"),
@@ -114,6 +114,20 @@ PREDICTED = {"hit rate": +1, "TTFT p50": -1, "TTFT p99": -1}
 def verdict_for(effects_list):
     leads = [e[k][3] for e in effects_list for k in PREDICTED]
     return verdict_of(leads, [PREDICTED[k] for _ in effects_list for k in PREDICTED])
+
+
+ADDED_WORDS = "TTFT p99 (the tail)"
+"""The seed: "a slightly busier replica with a warm prefix can finish sooner than an idle
+one without it": the hit rate and the typical request's TTFT (p50). The prediction
+added the tail (TTFT p99)."""
+
+
+def clauses(data):
+    """[(label, comparison, predicted sign, part)] of the fresh-signal verdict's
+    comparisons at both loads (:func:`.common.verdicts`' input)."""
+    return [(f"{k} at {r:g}", c, PREDICTED[k], ADDED if k == "TTFT p99" else MECHANISM)
+            for r in rates(data)
+            for k, c in tie_effects(pod(data, TOLERANCE, r), pod(data, 0.0, r)).items()]
 
 
 def verdict(data, mode=None):

@@ -18,7 +18,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import FIGURES, capacity, compare, load_stages, results_root, save, show, steady_table, verdict_of
+from .common import (FIGURES, MECHANISM, capacity, compare, load_stages, results_root, save, show, steady_table,
+                     verdict_of)
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
 STAGES = ("before", "cold", "flood", "flood-ready")
@@ -136,6 +137,16 @@ def comparisons(data):
         out[label] = (compare(ttft(ds, "replica_ttft_p99", cf, rd, ss)[0].values, c.values), -1,
                       f"its TTFT p99 with {label} / plain's − 1, %")
     return out
+
+
+ADDED_WORDS = ""
+"""The flood, its harm and both remedies (ramp gradually, exclude until ready) are the
+seed's: the prediction adds nothing."""
+
+
+def clauses(data):
+    """[(label, comparison, predicted sign, part)] of :func:`comparisons`: all the seed's."""
+    return [(k, v[0], v[1], MECHANISM) for k, v in comparisons(data).items()]
 
 
 def verdict(data):

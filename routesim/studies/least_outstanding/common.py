@@ -4,6 +4,7 @@ rows, the measured capacities, loading a stage's Dataset, and how
 its figures are saved (:mod:`routesim.studies.plotting`: PNG and SVG, fixed SVG hash
 salt, no dates)."""
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -130,13 +131,19 @@ def cell(c, digits=0, unit="%"):
 
 def tally(named):
     """Words for [(name, comparison, predicted sign)]: which led as predicted, which the
-    other way, which did not lead."""
+    other way (a lead where none was predicted counts here too), which did not lead."""
     groups = {"as predicted": [], "the other way": [], "without a lead": []}
     for name, c, pred in named:
-        key = ("without a lead" if c[3] == 0 or pred == 0 and c[3] == 0 else
-               "as predicted" if c[3] == pred else "the other way")
-        groups[key].append(name)
+        groups[_outcome(c[3], pred)].append(name)
     return "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items() if v)
+
+
+def _outcome(lead, pred):
+    """"as predicted", "the other way" or "without a lead" for a lead (−1, 0, +1) and
+    its predicted sign (0: no lead predicted, so any lead is the other way)."""
+    if pred == 0:
+        return "as predicted" if lead == 0 else "the other way"
+    return "as predicted" if lead == pred else "without a lead" if lead == 0 else "the other way"
 
 
 def sensitivity_rows(main_verdict, variants):
@@ -173,68 +180,161 @@ claim, so one rule decides every verdict with the same power."""
 
 MATERIAL = {"relative": 5.0, "points": 1.0}
 """The smallest effect that counts as a lead: 5 % for a latency tail or any other
-positive quantity compared as a ratio (mean over seeds of a / b − 1), 1 percentage
-point for a share (attainment, hit rate, a share of placements) compared as a
-difference. A claim that needs another bound states it beside its design."""
+positive quantity compared as a ratio (the geometric mean over seeds of a / b at least
+1.05 or at most 1 / 1.05: symmetric in the log), 1 percentage point for a share
+(attainment, hit rate, a share of placements) compared as a difference. A claim that
+needs another bound states it beside its design."""
+
+RELATIVE_BOUNDS = ((1 / (1 + MATERIAL["relative"] / 100) - 1) * 100, MATERIAL["relative"])
+"""The material bound of a ratio as the changes a figure marks, % (−4.76, +5)."""
 
 RULE = (
     "**The verdict rule.** Every comparison is paired by seed (the same seed gives every "
-    f"arm the same workload), over {SEEDS} seeds. A difference is a *lead* when the "
-    f"{LEVEL:.0%} percentile bootstrap interval of the mean per-seed difference "
-    f"(`scipy.stats.bootstrap`, {RESAMPLES:,} resamples of the seeds, a fixed generator) "
-    "excludes 0 **and** the mean effect is material: at least "
-    f"{MATERIAL['relative']:g} % for a latency tail or other ratio (mean over seeds of "
-    f"a / b − 1), at least {MATERIAL['points']:g} percentage point for a share. A "
-    "prediction *holds* when each of its stated comparisons is a lead in the predicted "
-    "direction, *holds with qualification* when some are and none leads the other way "
-    "(or the claim's own section names the condition), and *does not hold* otherwise. "
-    "Intervals are written `mean [low, high]`.")
+    f"arm the same workload), over {SEEDS} seeds. A ratio (a latency tail, any positive "
+    "quantity) is compared as the mean over seeds of the log-ratio ln(a / b), shown "
+    "back-transformed: the geometric-mean change exp(mean) − 1 in %, its interval the "
+    "back-transformed interval of the mean log-ratio (so +100 % and −50 % are the same size "
+    "of effect); a share is compared as a difference in percentage points. A difference is "
+    f"a *lead* when the {LEVEL:.0%} percentile bootstrap interval of the mean per-seed "
+    f"difference (`scipy.stats.bootstrap`, {RESAMPLES:,} resamples of the seeds, a fixed "
+    "generator) excludes 0 **and** the effect is material: a ratio at least "
+    f"{1 + MATERIAL['relative'] / 100:g} or at most 1 / {1 + MATERIAL['relative'] / 100:g}, "
+    f"a share at least {MATERIAL['points']:g} percentage point. A comparison whose "
+    "prediction is *no lead* (\"buys little\") fails when it leads either way. Each claim's "
+    "comparisons are split into **the seed's mechanism** (what the seed document argues) and "
+    "**clauses the prediction added** (tails, policies or conditions the study's prediction "
+    "wrote in beyond the seed), and each part gets its own verdict: it *holds* when each of "
+    "its comparisons is as predicted, *holds with qualification* when some are and none "
+    "goes the other way, and *does not hold* otherwise. `identical` marks a comparison "
+    "whose arms gave the same value on every seed, `no data` one with fewer than two "
+    "seeds where both arms have a value (e.g. a ratio to 0), and `v (no spread)` one whose "
+    "seeds repeat one run. Intervals are written `mean [low, high]`.")
 """The rule stated once at the top of the document; :func:`compare` applies it."""
+
+_VERSION = ["new"]
+"""The rule :func:`compare` and :func:`verdict_of` apply: "new" (log-ratios; a lead where
+none was predicted counts against), "log" (log-ratios, the former verdict rule) or "old"
+(the former document's: the mean of per-seed ratios, a lead where none was predicted never
+counted against). Set only through :func:`rule_version`, for the old-against-new table."""
+
+
+@contextlib.contextmanager
+def rule_version(version):
+    """Apply the rule ``version`` ("old", "log" or "new", :data:`_VERSION`) inside the block."""
+    if version not in ("old", "log", "new"):
+        raise ValueError(f"rule version: {version!r}")
+    before, _VERSION[0] = _VERSION[0], version
+    try:
+        yield
+    finally:
+        _VERSION[0] = before
 
 
 def compare(a, b, how="relative", material=None):
     """Paired comparison of arm ``a`` against arm ``b`` (arrays over seeds, the same
-    seeds in the same order). ``how`` "relative": the per-seed a / b − 1 in %;
+    seeds in the same order). ``how`` "relative": the per-seed log-ratio ln(a / b), its
+    mean and interval back-transformed to exp(x) − 1 in % (a seed where either arm is 0
+    or not finite has no log-ratio and is left out, except both 0: identical, 0);
     "points": (a − b) × 100, for shares given as fractions, in percentage points;
     "absolute": a − b in the values' unit. Returns (mean, low, high, lead) with the
     interval of :func:`routesim.studies.intervals.interval` and lead −1 (a lower), +1
-    (a higher) or 0 under :data:`RULE`: the interval excludes 0 and |mean| is at least
-    ``material`` (default :data:`MATERIAL` for ``how``; 0 for "absolute")."""
+    (a higher) or 0 under :data:`RULE`: the interval excludes 0 and the effect is at least
+    ``material`` (default :data:`MATERIAL` for ``how``, in % for a ratio: |ln ratio| at
+    least ln(1 + material / 100); 0 for "absolute"). NaNs when fewer than two seeds have
+    a value (:func:`show` writes "no data")."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    if how == "relative":
+    if material is None:
+        material = MATERIAL.get(how, 0.0)
+    if how == "relative" and _VERSION[0] == "old":
         d = (a / b - 1.0) * 100.0
+    elif how == "relative":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = np.where((a == 0) & (b == 0), 0.0, np.log(a / b))
+        m, lo, hi = _interval_of(d)
+        sign = excludes_zero((m, lo, hi))
+        lead = sign if np.isfinite(m) and abs(m) >= np.log1p(material / 100.0) else 0
+        return (*(float(np.expm1(x) * 100.0) for x in (m, lo, hi)), lead)
     elif how == "points":
         d = (a - b) * 100.0
     elif how == "absolute":
         d = a - b
     else:
         raise ValueError(f"how: {how!r}")
-    if material is None:
-        material = MATERIAL.get(how, 0.0)
-    m, lo, hi = interval(d)
+    m, lo, hi = _interval_of(d)
     sign = excludes_zero((m, lo, hi))
     return (m, lo, hi, sign if np.isfinite(m) and abs(m) >= material else 0)
 
 
+def _interval_of(d):
+    """:func:`interval` of the finite per-seed differences ``d``; NaNs when fewer than two."""
+    d = np.asarray(d, float)
+    if np.isfinite(d).sum() < 2:
+        return (np.nan, np.nan, np.nan)
+    return interval(d)
+
+
 def show(c, digits=0, unit=""):
-    """'mean [low, high]' (signed) of a :func:`compare` result, with ``unit``."""
+    """'mean [low, high]' (signed) of a :func:`compare` result, with ``unit``;
+    "identical" when every seed gave both arms the same value, "no data" when fewer than
+    two seeds have a value, 'mean (no spread)' when every seed gave the same difference."""
     m, lo, hi = c[:3]
     u = f" {unit}" if unit else ""
+    if not np.isfinite(m):
+        return "no data"
+    if m == lo == hi == 0:
+        return "identical"
+    if m == lo == hi:
+        return f"{m:+.{digits}f}{u} (no spread)"
     return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]{u}"
 
 
 def verdict_of(leads, predicted):
-    """A verdict from comparisons' leads (−1, 0, +1) and the predicted signs, under
-    :data:`RULE`: "holds" when every lead is as predicted, "holds with qualification"
-    when some are and none is opposite, "does not hold" otherwise."""
+    """A verdict from comparisons' leads (−1, 0, +1) and the predicted signs (0: no lead
+    predicted), under :data:`RULE`: "holds" when every comparison is as predicted, "holds
+    with qualification" when some are and none goes the other way (a lead against the
+    predicted sign, or any lead where none was predicted), "does not hold" otherwise."""
     pairs = list(zip(leads, predicted))
-    right = sum(1 for x, p in pairs if x == p)
-    wrong = sum(1 for x, p in pairs if x == -p and x != 0)
+    if _VERSION[0] == "new":
+        outcomes = [_outcome(x, p) for x, p in pairs]
+        right, wrong = outcomes.count("as predicted"), outcomes.count("the other way")
+    else:   # the former rule: a lead where none was predicted was never counted against
+        right = sum(1 for x, p in pairs if x == p)
+        wrong = sum(1 for x, p in pairs if x == -p and x != 0)
     if right == len(pairs) and pairs:
         return "holds"
     if right and not wrong:
         return "holds with qualification"
     return "does not hold"
+
+
+MECHANISM, ADDED = "mechanism", "added"
+"""The two parts of a claim's prediction (:func:`verdicts`): the seed's mechanism and the
+clauses the study's prediction added to it."""
+
+
+def verdicts(clauses):
+    """{"whole", "mechanism", "added"}: the verdicts (:func:`verdict_of`) of a claim's
+    ``clauses`` [(label, comparison, predicted sign, part :data:`MECHANISM` or
+    :data:`ADDED`)] all together, of the mechanism's and of the added ones ("added" None
+    when the prediction added none); and "against": the labels of the comparisons that
+    went the other way, per part."""
+    def of(cs):
+        return verdict_of([c[1][3] for c in cs], [c[2] for c in cs]) if cs else None
+    parts = {k: [c for c in clauses if c[3] == k] for k in (MECHANISM, ADDED)}
+    against = {k: [c[0] for c in cs if _outcome(c[1][3], c[2]) == "the other way"] for k, cs in parts.items()}
+    return {"whole": of(clauses), "mechanism": of(parts[MECHANISM]), "added": of(parts[ADDED]),
+            "against": against}
+
+
+def verdict_cells(v, added_words):
+    """The verdict table's two cells for :func:`verdicts`' dict ``v``: the mechanism's
+    verdict, and the added clauses' (``added_words``: which they are) with what went the
+    other way."""
+    mech = v["mechanism"] + (f" (against: {', '.join(v['against'][MECHANISM])})" if v["against"][MECHANISM] else "")
+    if v["added"] is None:
+        return mech, "none added"
+    bad = v["against"][ADDED]
+    return mech, f"{v['added']}: {added_words}" + (f" (against: {', '.join(bad)})" if bad else "")
 
 
 STEADY = ("backlog_growth", "kv_occupancy_first", "kv_occupancy_last")

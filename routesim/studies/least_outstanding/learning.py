@@ -7,7 +7,8 @@ rate_rps × seed × replica). Comparisons are paired by seed (:func:`common.comp
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import FIGURES, SEEDS, capacity, compare, load_stages, results_root, save, show, steady_table, verdict_of
+from .common import (FIGURES, MECHANISM, SEEDS, capacity, compare, load_stages, results_root, save, show, steady_table,
+                     verdict_of)
 
 SWEEPS = ("sweeps/token-routing-hetero.toml",)
 POLICIES = ("round_robin", "least_tokens", "rate_weighted")
@@ -56,6 +57,16 @@ def comparisons(ds):
         out[("over", r)] = (compare(rw, np.full(rw.shape, cs), "points"), +1)
         out[("more", r)] = (compare(rw, _at(ds, "least_tokens", r), "points"), +1)
     return out
+
+
+ADDED_WORDS = ""
+"""Both comparisons are the seed's (count-based learning over-learns; scoring by work in
+flight avoids the feedback): the prediction adds nothing."""
+
+
+def clauses(ds):
+    """[(label, comparison, predicted sign, part)] of :func:`comparisons`: all the seed's."""
+    return [(f"{k} at {r:g}", v[0], v[1], MECHANISM) for (k, r), v in comparisons(ds).items()]
 
 
 def verdict(ds):

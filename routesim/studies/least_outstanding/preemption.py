@@ -15,8 +15,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
-from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
-                     stage_rate, steady_table, steady_words, tally, verdict_of)
+from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, open_stage, save,
+                     sensitivity_rows, show, stage_rate, steady_table, steady_words, tally, verdict_of,
+                     verdicts)
 
 SWEEPS = ("sweeps/token-routing-preemption.toml",)
 POLICIES = ("least_kv", "least_cost", "least_requests", "least_tokens")
@@ -63,6 +64,23 @@ def verdict_for(ds, policies=KV_AWARE):
     ``ds``) against least_requests, each predicted lower, under the study's rule."""
     leads = [c[3] for p in policies if p in ds.policy.values for c in effects(ds, p).values()]
     return verdict_of(leads, [-1] * len(leads))
+
+
+MECHANISM_VARS = ("preemptions", "placement_occupancy_high")
+ADDED_WORDS = "least_cost, the mean occupancy at placement, TPOT p99 falls"
+"""The seed: "a replica at ninety percent occupancy will soon be forced to preempt", and
+scoring by cache occupancy (least_kv) avoids it: fewer placements above 90 % and fewer
+preemptions. The prediction added least_cost, the mean occupancy at placement and a
+falling TPOT p99."""
+
+
+def clauses(data):
+    """[(label, comparison, predicted sign, part)] of the fresh-signal verdict's
+    comparisons (:func:`.common.verdicts`' input): least_kv's preemptions and placements
+    above 90 % the seed's; the rest added."""
+    ds = data["preemption"]
+    return [(f"{p} {var}", c, -1, MECHANISM if p == "least_kv" and var in MECHANISM_VARS else ADDED)
+            for p in KV_AWARE if p in ds.policy.values for var, c in effects(ds, p).items()]
 
 
 def verdict(data, mode=None):

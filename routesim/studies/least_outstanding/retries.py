@@ -13,8 +13,8 @@ cohort is drained, so ``attempts`` counts every attempt of every cohort request:
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (FIGURES, SEEDS, capacity, compare, load_stages, replicas_at, results_root, save, scenario_events,
-                     show, steady_table, verdict_of)
+from .common import (ADDED, FIGURES, MECHANISM, SEEDS, capacity, compare, load_stages, replicas_at,
+                     results_root, save, scenario_events, show, steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-retry.toml",)
 NAME = "token-routing-retry"
@@ -95,6 +95,17 @@ def comparisons(data):
 
 def breaker(data):
     return int(data["black-hole"].breaker_consecutive.values.max())
+
+
+ADDED_WORDS = "the harm outlasts the crash"
+"""The seed: a retry adds load to a degraded system; budgets, a breaker and a retry that
+avoids the same path contain it. The prediction added that the degradation lingers after
+the crash ("lingers")."""
+
+
+def clauses(data):
+    """[(label, comparison, predicted sign, part)] of :func:`comparisons`."""
+    return [(k, v[0], v[1], ADDED if k == "lingers" else MECHANISM) for k, v in comparisons(data).items()]
 
 
 def verdict(data):

@@ -13,8 +13,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (FIGURES, against, capacities, cell, compare, open_stage, save, sensitivity_rows, show,
-                     stage_rate, steady_table, steady_words, verdict_of)
+from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare,
+                     open_stage, save, sensitivity_rows, show, stage_rate, steady_table, steady_words,
+                     verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-staleness.toml",)
 STAGES = ("fresh", "periodic", "local", "routers")
@@ -115,6 +116,21 @@ def comparisons(data):
     return out
 
 
+ADDED_WORDS = "periodic_local's recovery and what 4 routers lose of it"
+"""The seed: every signal is stale, so the global minimum herds and a randomized choice
+avoids the need for a fresh view (its mechanism: least_tokens degrades, power of two
+less). The prediction added periodic_local (the router's own placements between scrapes)
+and the four routers."""
+
+
+def clauses(data):
+    """[(label, comparison, predicted sign, part)] of :func:`comparisons`
+    (:func:`.common.verdicts`' input): the degradations the seed's; periodic_local's
+    and the routers' added."""
+    return [(name, c, p, MECHANISM if ("vs fresh" in name or "degradation" in name) else ADDED)
+            for name, (c, p) in comparisons(data).items()]
+
+
 def verdict(data):
     """Under the study's rule from :func:`comparisons` (of the main design, or of a
     step-cost variant's dict: :func:`variant`)."""
@@ -192,7 +208,7 @@ def figure(data, figures_dir=FIGURES):
     hi = np.array([c[0][2] for _, c in comps])
     ax2.errorbar(m, y, xerr=[m - lo, hi - m], fmt="o", color="#333333", capsize=3)
     ax2.axvline(0, color="k", lw=0.8)
-    for x in (-5, 5):                                  # the study's material bound
+    for x in RELATIVE_BOUNDS:                                  # the study's material bound
         ax2.axvline(x, color="#888888", lw=0.8, ls=":")
     for g in groups[:-1]:
         ax2.axhline(g - 0.5, color="#bbbbbb", lw=0.6)
