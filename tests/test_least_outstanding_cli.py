@@ -48,6 +48,8 @@ def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch,
         assert v["mechanism"] in VERDICTS and v["added"] in VERDICTS
         mech, added = verdict_cells(v, counts.ADDED_WORDS)
         assert f"| {' | '.join(row[:3])} | {mech} | {added} |" in doc.splitlines()
+        # the practitioner's summary comes first, before the verdicts and the claims
+        assert doc.index("## What to deploy") < doc.index("## The verdicts") < doc.index("## Claim 1")
         links = re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)]+)\.png\)", doc)
         assert sorted(links) == ["lor-claim1-cdf", "lor-claim1-counts"]
         assert sorted(p.name for p in (root / "figures").iterdir()) == sorted(

@@ -103,3 +103,18 @@ def test_the_rule_version_is_restored():
     assert common._VERSION[0] == "new"
     assert math.isclose(compare(np.full(4, 2.0), np.full(4, 1.0))[0], 100.0)
 
+
+def test_long_tables_move_to_the_appendix():
+    from routesim.studies.least_outstanding import summary
+    long = "| a | b |\n|---|---|\n" + "\n".join(f"| {i} | {i} |" for i in range(summary.LONG - 1))
+    short = "| c |\n|---|\n| 1 |"
+    sections = [f"## Claim X\n\n{long}\n\ntext\n\n{short}\n", f"## Claim Y\n\n{short}\n"]
+    out, appendix = summary.to_appendix(sections, ["Claim X", "Claim Y"].__getitem__)
+    # the 9-line table moves (numbered A1, its claim named), the 3-line ones stay
+    assert long not in out[0] and short in out[0] and out[1] == sections[1]
+    assert f"*Table A1 ([appendix]({summary.ANCHOR})): a, b; {summary.LONG - 1} rows.*" in out[0]
+    assert appendix[0] == f"## {summary.APPENDIX}" and "**Table A1** (Claim X)." in appendix
+    assert "\n".join(appendix).count(long) == 1
+    # a table of LONG lines stays: nothing to append
+    at_bound = "| a |\n|---|\n" + "\n".join(f"| {i} |" for i in range(summary.LONG - 2))
+    assert summary.to_appendix([at_bound], str) == ([at_bound], [])

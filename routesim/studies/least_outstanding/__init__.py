@@ -17,7 +17,7 @@ import importlib
 from pathlib import Path
 
 from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
-               retries, staleness)
+               retries, staleness, summary)
 from .common import RULE, in_workers, read, rule_version, verdict_cells, verdicts
 
 CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
@@ -74,8 +74,10 @@ def _draw(job) -> list:
 
 
 def document(results_dir=RESULTS) -> str:
-    """docs/least-outstanding-routing.md's text from the results: the verdict table, the
-    claims' sections, what the model leaves out, the old verdicts against the new."""
+    """docs/least-outstanding-routing.md's text from the results: the practitioner's
+    summary first (:mod:`.summary`), the verdict table, the claims' sections (their long
+    tables moved to the appendix), what the model leaves out, the old verdicts against the
+    new, the appendix."""
     loaded = list(_loaded(results_dir))
     parts = ["# Least-outstanding routing when request costs vary: the seed's claims tested",
              "",
@@ -86,6 +88,8 @@ def document(results_dir=RESULTS) -> str:
              "against each policy's capacity at the SLO; every policy sees the same workload per "
              "seed (common random numbers).",
              "",
+             *summary.summary(loaded),
+             "## The verdicts", "",
              RULE,
              "",
              "| claim | prediction | measured (mean [95 % interval]) | the seed's mechanism | "
@@ -94,10 +98,17 @@ def document(results_dir=RESULTS) -> str:
     parts += [f"| {' | '.join(row[:3])} | {mech} | {added} |" for row, (mech, added) in verdict_rows(loaded)]
     parts.append("")
     sections = ["\n".join([claim.section(data), *_verdict_line(claim, data)]) for claim, data in loaded]
+    titles = [_title(text) for text in sections]
+    sections, appendix = summary.to_appendix(sections, titles.__getitem__)
     parts += sections
     parts += ["## What the model leaves out", "", LEAVES_OUT, "", _window_note(results_dir), "",
-              *old_against_new(loaded)]
+              *old_against_new(loaded), "", *appendix]
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _title(section) -> str:
+    """A section's heading without its '## '."""
+    return section.split("\n", 1)[0].lstrip("# ").strip()
 
 
 OLD_VERDICTS = {"counts": "does not hold", "choices": "holds with qualification", "staleness": "holds",

@@ -174,15 +174,15 @@ def at_capacity(ds, policy):
             (*steady.count_unsteady(at), steady.cell_steady(at)))
 
 
-def _interval(ds, p):
+def interval_text(ds, p):
     """The capacity's bootstrap interval as text (a file from before the interval: —)."""
     if "capacity_rps_low" not in ds:
         return "—"
     lo, hi = (float(ds[f"capacity_rps_{e}"].sel(policy=p)) for e in ("low", "high"))
-    return "—" if not np.isfinite(hi) else f"{_cap_text(ds, lo)}–{hi:g}"
+    return "—" if not np.isfinite(hi) else f"{cap_text(ds, lo)}–{hi:g}"
 
 
-def _cap_text(ds, c):
+def cap_text(ds, c):
     if np.isfinite(c):
         return f"≥ {c:g}" if c >= ds.attrs["capacity_high"] else f"{c:g}"
     return f"< {ds.attrs['capacity_low']:g}"
@@ -203,7 +203,7 @@ def table(ds):
     for p in ds.policy.values:
         c, lo, hi, ttft, growth, first, last, bad = at_capacity(ds, p)
         seeds = ds.capacity_rps_seed.sel(policy=p).values.astype(float)
-        head = f"| {p} | {_cap_text(ds, c)} | {_interval(ds, p)} | {_rng(ds, lo, hi, seeds)} |"
+        head = f"| {p} | {cap_text(ds, c)} | {interval_text(ds, p)} | {_rng(ds, lo, hi, seeds)} |"
         if not np.isfinite(c):
             lines.append(f"{head} — | — | — | — | — |")
             continue
@@ -231,11 +231,11 @@ def mooncake_table(ds):
         top = one.sel(rate_rps=rates[-1])
         occ = (f"{float(np.nanmedian(top.kv_occupancy_first)) * 100:.0f} → "
                f"{float(np.nanmedian(top.kv_occupancy_last)) * 100:.0f}")
-        lines.append(f"| {p} | {cells} | {occ} | {_cap_text(ds, float(one.capacity_rps))} |")
+        lines.append(f"| {p} | {cells} | {occ} | {cap_text(ds, float(one.capacity_rps))} |")
     return "\n".join(lines)
 
 
-def _rule_of(ds):
+def rule_of(ds):
     """The rule a capacity file was found by (a file from before issue 44: the median rule)."""
     return capacity_mod.Rule(ds.attrs.get("capacity_rule", "median"), float(ds.attrs.get("capacity_quantile", 0.9)))
 
@@ -247,7 +247,7 @@ def section(data):
         bound = float(d.attrs["capacity_bound"])
         seeds = d.sizes["seed"]
         unsteady = [str(p) for p in d.policy.values if at_capacity(d, p)[7] is not None and not at_capacity(d, p)[7][2]]
-        rule = _rule_of(d)
+        rule = rule_of(d)
         text += [
             f"**How it was measured.** `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}` "
             f"(stage `default`): for each policy, the largest evaluated rate at which "
@@ -289,7 +289,7 @@ def section(data):
             "window's (cohort arrivals / window). The seed drives only the router stream: "
             f"power_of_d ran {m.sizes['seed']} seeds, the deterministic policies one (standing for "
             f"every seed). Capacity by the same rule "
-            f"({_rule_of(m).text(f'TTFT p99 ≤ {bound:,.0f} ms')}):",
+            f"({rule_of(m).text(f'TTFT p99 ≤ {bound:,.0f} ms')}):",
             "",
             mooncake_table(m), "", _mooncake_reading(m), ""]
     return "\n".join(text)
