@@ -190,9 +190,23 @@ def row(data):
         how = dict((v, h) for v, _, h, _ in METRICS)[var]
         measured += (f"; against the prediction: {name} vs {b} at {r:g} req/s {show(comps[r][(var, b)])} "
                      f"{_unit(how)}" + (f" (and {len(against) - 1} more)" if len(against) > 1 else ""))
+    measured += _azure_words(data)
     return ("1. Counts lie when costs vary",
             "least_tokens beats least_requests and round_robin on TPOT p99, TTFT p99 and attainment",
             measured, verdict(data))
+
+
+def _azure_words(data) -> str:
+    """The Azure-length arm in the verdict row (issue 44 item 4): least_tokens' TTFT p99
+    against each baseline at each load the arm ran, or "" if it did not run."""
+    parts = []
+    for load in (LOAD, 90):
+        arms = condition(data, "azure", load)
+        if arms is not None:
+            c = comparisons(arms)
+            parts.append(f"at {load:g} req/s vs least_requests {show(c[('ttft_p99', 'least_requests')])} %, "
+                         f"vs round_robin {show(c[('ttft_p99', 'round_robin')])} %")
+    return f"; Azure lengths, TTFT p99: {'; '.join(parts)}" if parts else ""
 
 
 # -- tables ---------------------------------------------------------------------------
