@@ -265,12 +265,22 @@ def compare(a, b, how="relative", material=None):
     return (m, lo, hi, sign if np.isfinite(m) and abs(m) >= material else 0)
 
 
+_INTERVALS = {}
+""":func:`_interval_of`'s results by the bytes of their input: the document computes most
+comparisons several times (a row, a section, the verdicts, the old rule's), each a 9,999-
+resample bootstrap with a fixed generator, so the same input gives the same interval."""
+
+
 def _interval_of(d):
-    """:func:`interval` of the finite per-seed differences ``d``; NaNs when fewer than two."""
+    """:func:`interval` of the finite per-seed differences ``d``; NaNs when fewer than two
+    (computed once per distinct ``d`` in a process: :data:`_INTERVALS`)."""
     d = np.asarray(d, float)
     if np.isfinite(d).sum() < 2:
         return (np.nan, np.nan, np.nan)
-    return interval(d)
+    key = d.tobytes()
+    if key not in _INTERVALS:
+        _INTERVALS[key] = interval(d)
+    return _INTERVALS[key]
 
 
 def show(c, digits=0, unit=""):
