@@ -118,3 +118,16 @@ def test_long_tables_move_to_the_appendix():
     # a table of LONG lines stays: nothing to append
     at_bound = "| a |\n|---|\n" + "\n".join(f"| {i} |" for i in range(summary.LONG - 2))
     assert summary.to_appendix([at_bound], str) == ([at_bound], [])
+
+
+def test_the_calibration_note_prices_a_decode_step_both_ways():
+    # the study's linear cost by hand (sweeps' step_ms defaults, token-model.md):
+    # 6.5 + 0.1 per sequence + 5.4e-5 per KV token, 100 sequences of 1,100 tokens
+    note = study.calibration_note()
+    assert f"at {6.5 + 0.1 * 100 + 5.4e-5 * 110_000:.1f} ms" in note
+    # the roofline at full bandwidth: 16.06 GB of BF16 weights and 128 KiB of KV per token
+    # (config.json: 32 layers x 8 KV heads x 128 x 2 (K and V) x 2 bytes) over 3,350 GB/s,
+    # 4.79 + 4.30 ms (its per-sequence term, 0.03 ms here, is below the rounding)
+    weights_ms = 2 * 8_029_995_008 / 3350e9 * 1e3
+    kv_ms = 110_000 * 32 * 8 * 128 * 2 * 2 / 3350e9 * 1e3
+    assert f"at {weights_ms + kv_ms:.1f} ms, a floor" in note

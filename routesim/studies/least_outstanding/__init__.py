@@ -101,9 +101,34 @@ def document(results_dir=RESULTS) -> str:
     titles = [_title(text) for text in sections]
     sections, appendix = summary.to_appendix(sections, titles.__getitem__)
     parts += sections
-    parts += ["## What the model leaves out", "", LEAVES_OUT, "", _window_note(results_dir), "",
+    parts += ["## What the model leaves out", "", LEAVES_OUT, "", calibration_note(), "",
+              _window_note(results_dir), "",
               *old_against_new(loaded), "", *appendix]
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+ROOFLINE = Path("examples/llama-3.1-8b-h100.toml")
+"""The roofline description the calibration note prices a decode step with."""
+
+
+def calibration_note(n_seqs=100, tokens=1100) -> str:
+    """What a user should calibrate (issue 44 item 2): one decode step of ``n_seqs``
+    sequences of ``tokens`` tokens each (ms) priced by the study's step cost (the page's
+    linear 8B formula, :func:`.counts.decode_ms`) and by the roofline of :data:`ROOFLINE`
+    at full bandwidth (``python -m routesim.calibrate --model``'s priors)."""
+    from ...calibrate import hardware
+    linear = counts.decode_ms(n_seqs, n_seqs * tokens)
+    pri = hardware.derive(hardware.read(ROOFLINE))["priors"]
+    roof = pri["base"] + pri["per_decode_sequence"] * n_seqs + pri["per_kv_token"] * n_seqs * tokens
+    return (f"**What to calibrate.** Every run here but claim 5's vllm arm uses the reserve scheduler and the "
+            f"page's linear 8B step cost. It prices a decode step of {n_seqs} sequences of {tokens:,} tokens at {linear:.1f} ms; the "
+            f"roofline of Llama-3.1-8B on one H100 SXM (`{ROOFLINE}`: its weights and KV read at the datasheet's "
+            f"full bandwidth) at {roof:.1f} ms, a floor a real kernel does not reach. Every capacity in this "
+            "document inherits the formula's decode price, so before planning with one, fit the step cost to your "
+            "server's measured steps (`python -m routesim.calibrate`, docs/calibration.md: the per-sequence and "
+            "per-KV-token decode terms set the decode price, the per-prefill-token terms the TTFT tail) and rerun "
+            "the capacity search. The study's main arm on vLLM's default loop with a calibrated cost (issue 44 "
+            "item 2) is not run yet.")
 
 
 def _title(section) -> str:
