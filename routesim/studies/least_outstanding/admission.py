@@ -295,6 +295,12 @@ def figure(data, figures_dir=FIGURES):
 
 # -- section --------------------------------------------------------------------------
 
+def _seconds(ms) -> str:
+    """A median latency in ms as seconds, "no data" when no run has one (no request of the
+    window completed: every one refused, shed or unfinished)."""
+    return f"{ms / 1000:.1f}" if np.isfinite(ms) else "no data"
+
+
 def _k(tokens):
     return f"{tokens / 1000:g}k"
 
@@ -335,7 +341,7 @@ def section(data):
     for r in rates_all:
         g = {n: ds.goodput.sel(rate_rps=r).values for n, ds in a.items()}
         att = " / ".join(f"{float(ds.attainment.sel(rate_rps=r).median()) * 100:.0f}" for ds in a.values())
-        tt = " / ".join(f"{float(ds.ttft_p99.sel(rate_rps=r).median()) / 1000:.1f}" for ds in a.values())
+        tt = " / ".join(_seconds(float(ds.ttft_p99.sel(rate_rps=r).median())) for ds in a.values())
         load_rows.append(f"| {r:g} | {r / cap:.2f} | {np.median(g['no door']):.1f} | "
                          f"{show(compare(g['reject'], g['no door'], 'absolute'), 1)} | "
                          f"{show(compare(g['queue'], g['no door'], 'absolute'), 1)} | "

@@ -123,6 +123,16 @@ def against(rate, caps):
     return "; ".join(parts)
 
 
+def rate_text(c) -> str:
+    """A capacity (req/s) in words: '%g', or "below the searched range" when NaN."""
+    return f"{c:g}" if np.isfinite(c) else "below the searched range"
+
+
+def times_text(rate, c) -> str:
+    """A load ``rate`` as a multiple of a capacity ``c`` ('0.93 ×'), "—" when ``c`` is NaN."""
+    return f"{rate / c:.2f} ×" if np.isfinite(c) else "—"
+
+
 def cell(c, digits=0, unit="%"):
     """A comparison as 'mean [low, high] unit', bold with its direction when a lead."""
     text = show(c, digits, unit)

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from ... import step_cost
 from .common import (ADDED, FIGURES, MECHANISM, STEADY, capacity, compare, open_stage, save, show, steady_table,
-                     verdict_of, verdicts)
+                     rate_text, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing.toml",)
 RESULTS = "token-routing"
@@ -565,7 +565,7 @@ def section(data):
     n_seeds = counts.sizes["seed"]
     caps = {p: capacity(root, p) for p in POLICIES}
     measured = all(c[3] for c in caps.values())
-    cap_words = ", ".join(f"{p} {c[0]:g}" for p, c in caps.items())
+    cap_words = ", ".join(f"{p} {rate_text(c[0])}" for p, c in caps.items())
     comps = main_comparisons(data)
     v = verdict(data)
     good, bad = [], []

@@ -7,8 +7,8 @@ rate_rps × seed × replica). Comparisons are paired by seed (:func:`common.comp
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (FIGURES, MECHANISM, SEEDS, capacity, compare, load_stages, results_root, save, show, steady_table,
-                     verdict_of)
+from .common import (FIGURES, MECHANISM, SEEDS, capacity, compare, load_stages, rate_text, results_root, save, show,
+                     steady_table, times_text, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-hetero.toml",)
 POLICIES = ("round_robin", "least_tokens", "rate_weighted")
@@ -111,7 +111,8 @@ def section(ds):
     cs = capacity_share(ds) * 100
     caps = {p: capacity(root, p) for p in POLICIES}
     where = "; ".join(
-        f"{p} {caps[p][0]:g} req/s (" + ", ".join(f"{r / caps[p][0]:.2f} ×" for r in rs) + ")" for p in POLICIES)
+        f"{p} {rate_text(caps[p][0])} req/s (" + ", ".join(times_text(r, caps[p][0]) for r in rs) + ")"
+        for p in POLICIES)
     measured = all(x[3] for x in caps.values())
     rows = ["| load req/s | policy | fast replica's share % | TTFT p99 ms | TPOT p99 ms | attainment % |",
             "|---|---|---|---|---|---|"]

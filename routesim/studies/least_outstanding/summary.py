@@ -118,9 +118,9 @@ def _operations(data) -> list:
     if a is not None:
         comps = admission.comparisons(a)
         top = max(admission.loads(a)[0])
-        out.append(f"beyond capacity refuse at the door (goodput {show(comps[f'reject@{top:g}'][0], 1)} req/s "
+        out.append(f"beyond capacity refuse at the door (goodput {show(comps[f'reject@{top:g}'][0], 1, 'req/s')} "
                    f"against no door at {top:g} req/s); a queue without a deadline does not help "
-                   f"({show(comps[f'queue@{top:g}'][0], 1)} req/s)")
+                   f"(goodput {show(comps[f'queue@{top:g}'][0], 1, 'req/s')})")
     if not out:
         return []
     text = "; ".join(out)
