@@ -200,8 +200,12 @@ def peers(rates=(100, 250), scenarios=("steady", "burst", "straggler", "failure"
     from routesim import batch, grid as grid_mod
     from routesim.results import to_dataset
 
+    import tomllib
+
     reference = from_tests("reference")
-    scenario_events = from_tests("conftest").scenario_events
+
+    def scenario_events(text, name):   # the events in sweep-file form, as the reference takes them
+        return tomllib.loads(text)["scenarios"][name]["events"]
 
     from . import simpy_model
 

@@ -82,3 +82,19 @@ def test_from_tests_loads_the_file_once():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()) == ROOT / "tests" / "token_reference.py"
+
+
+def test_every_module_the_benchmarks_load_from_tests_loads_alone():
+    """Each tests/ module a benchmark loads (``from_tests("name")``) loads in a fresh
+    process with tests/ off ``sys.path``, as ``python -m benchmarks`` runs it: not
+    conftest.py, which imports its sibling tiers.py (``python -m benchmarks`` failed in its
+    peers task with "No module named 'tiers'" until the benchmark stopped loading it)."""
+    names = sorted({node.args[0].value for p in BENCHMARKS.glob("*.py")
+                    for node in ast.walk(ast.parse(p.read_text(), str(p)))
+                    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "from_tests"
+                    and node.args and isinstance(node.args[0], ast.Constant)})
+    assert {"reference", "token_reference"} <= set(names)
+    for name in names:
+        out = subprocess.run([sys.executable, "-c", f"from benchmarks import harness; harness.from_tests({name!r})"],
+                             cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 0, f"{name}: {out.stderr[-500:]}"

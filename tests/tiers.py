@@ -21,7 +21,8 @@ KINDS = ("unit", "engine", "differential", "subprocess")
 """The kinds of test, each a marker; pyproject.toml declares them with what each means."""
 
 MODULES = {
-    "test_benchmarks_layout": ("unit", {"subprocess": ("test_from_tests_loads_the_file_once",)}),
+    "test_benchmarks_layout": ("unit", {"subprocess": ("test_from_tests_loads_the_file_once",
+                                                       "test_every_module_the_benchmarks_load_from_tests_loads_alone")}),
     "test_calibrate": "unit",
     "test_calibration_report": "unit",
     "test_forms": "unit",
