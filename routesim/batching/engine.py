@@ -443,7 +443,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     rel_h = 0
     freed = 0                            # slots freed so far: k - freed requests hold one
     left_seen = np.int64(0)              # final outcomes given a release so far (mt.left)
-    rw_head = 0
+    rw_head = np.int64(0)   # int64 from the start: _window_nb compiles once (test_refcounts)
     ru_pos = np.int64(0)
     k = 0
     ev = NONE
