@@ -143,15 +143,16 @@ def _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, befor
 
 
 @nb.njit(**JIT)
-def _due_turns_nb(timers, tn, req, t, due_turn):
-    """Phase 6: the follow-up turns due at t into ``due_turn``, in request order; their count."""
+def _due_nb(timers, tn, kind, req, t, due):
+    """Phase 6: the requests whose timer of ``kind`` (tm.RETRIES, tm.TURNS) is due at t
+    into ``due``, in request order; their count."""
     n = 0
-    while tn[tm.TURNS] > 0 and tm.top_nb(timers, tn, tm.TURNS, req) == t:
-        due_turn[n] = timers[tm.TURNS, 0].req
-        tm.pop_nb(timers, tn, tm.TURNS)
+    while tn[kind] > 0 and tm.top_nb(timers, tn, kind, req) == t:
+        due[n] = timers[kind, 0].req
+        tm.pop_nb(timers, tn, kind)
         n += 1
-    _sort_ints(due_turn, n)
-    hold((timers, tn, req, due_turn))
+    _sort_ints(due, n)
+    hold((timers, tn, req, due))
     return n
 
 
@@ -658,13 +659,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         if local and i >= 0:  # room made before this time
                             loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             # ... then retries and arrivals due at t, in request order
-            n_due = 0
-            while tn[tm.RETRIES] > 0 and tm.top_nb(timers, tn, tm.RETRIES, req) == t:
-                due_req[n_due] = timers[tm.RETRIES, 0].req
-                tm.pop_nb(timers, tn, tm.RETRIES)
-                n_due += 1
-            _sort_ints(due_req, n_due)
-            n_turn = _due_turns_nb(timers, tn, req, t, due_turn) if due_turn.shape[0] > 0 else 0
+            n_due = _due_nb(timers, tn, np.int64(tm.RETRIES), req, t, due_req)
+            n_turn = _due_nb(timers, tn, np.int64(tm.TURNS), req, t, due_turn) if due_turn.shape[0] > 0 else 0
             d = e = 0
             while True:
                 if closed:  # a request is sent at its intended time or, N in flight, when a slot frees
