@@ -1,14 +1,14 @@
 """The ``[pools]`` keys of prefill/decode disaggregation (issue 42, docs/model.md
 "Prefill/decode disaggregation"): every bad value refused with one line naming the file
-and the key (exit 2, nothing written), a co-located stage unchanged, and a declared
-pool refused while the request's way through a pair is not simulated."""
+and the key (exit 2, nothing written), a co-located stage unchanged, a well-formed pool
+accepted, and what the engine does not simulate with pools yet refused."""
 
 import pytest
 
 import routesim
 from routesim.batching import pd_keys
 from routesim.batching.params import TOKEN_PARAM, unused_params
-from test_token_config import BASE, assert_refused, bad, edit, run_cli  # noqa: F401 (run_cli: a fixture)
+from test_token_config import BASE, SLOW_EVENT, assert_refused, bad, edit, run_cli  # noqa: F401 (run_cli: a fixture)
 
 SIGNALS = "[signals]"
 """BASE's cluster has 3 replicas (``uniform = [1, 1, 1]``)."""
@@ -54,12 +54,26 @@ BAD = [
         pools("prefill = 1\ndecode = 2"), ('name = "policies"', 'name = "policies"\ndecode_replicas = 1')),
     bad("vllm-mode", "pools.prefill", 'need scheduler = "reserve"', pools("prefill = 1\ndecode = 2"),
         ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"')),
-    # a well-formed pool: refused until the engine simulates it
-    bad("not-simulated-yet", "pools.prefill", "not simulated yet", pools(
-        'prefill = 1\ndecode = 2\nroute = "selective"\nthreshold_tokens = 512\nprefill_policy = "least_tokens"\n'
-        'decode_policy = "least_kv"\nlease_ms = 1000\nlink = { latency_ms = 0.5, bandwidth_gb_s = 25, '
-        'kv_bytes_per_token = 65536 }')),
+    # what the engine does not simulate with pools yet (pd_keys.LATER; crash events: config/checks.py)
+    bad("pools-with-timeout", "client.timeout_ms", "not simulated yet",
+        pools("prefill = 1\ndecode = 2\n\n[client]\ntimeout_ms = 500")),
+    bad("pools-with-ttft-deadline", "client.ttft_timeout_ms", "not simulated yet",
+        pools("prefill = 1\ndecode = 2\n\n[client]\nttft_timeout_ms = 300")),
+    bad("pools-with-front-door", "router.admission.max_tokens", "not simulated yet",
+        pools("prefill = 1\ndecode = 2\n\n[router]\nadmission = { max_tokens = 9000 }")),
+    bad("pools-with-closed-loop", "workload.max_in_flight", "not simulated yet",
+        pools("prefill = 1\ndecode = 2"), ("p_long = 0.02", "p_long = 0.02\nmax_in_flight = 4")),
+    bad("pools-with-crash", "scenarios.slow.events[1]", "crashes and fast failures with prefill/decode pools",
+        pools("prefill = 1\ndecode = 2"), (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 2, fail = true }")),
+    bad("pools-with-fast-failure", "scenarios.slow.events[1]", "not simulated yet",
+        pools("prefill = 1\ndecode = 2"), (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 1, fail_fast = true }")),
 ]
+
+WELL_FORMED = pools(
+    'prefill = 1\ndecode = 2\nroute = "selective"\nthreshold_tokens = 512\nprefill_policy = "least_tokens"\n'
+    'decode_policy = "least_kv"\nlease_ms = 1000\nlink = { latency_ms = 0.5, bandwidth_gb_s = 25, '
+    'kv_bytes_per_token = 65536 }')
+"""A well-formed pool (every key given), which the engine simulates."""
 
 
 @pytest.mark.parametrize("text,key,fragment", BAD)
@@ -67,6 +81,15 @@ def test_bad_pools_keys(tmp_path, run_cli, text, key, fragment):
     path = tmp_path / "bad.toml"
     path.write_text(text)
     assert_refused(*run_cli(path)[:3], path, key, fragment, tmp_path / "out")
+
+
+def test_a_well_formed_pool_is_accepted():
+    """Every [pools] key given, with scheduler = "reserve" and nothing :data:`pd_keys.LATER`
+    names: the stage parses with its values (the engine simulates it: tests/test_pd_engine.py)."""
+    stage = routesim.parse_sweep(edit(WELL_FORMED), "ok.toml").stages[0]
+    v = stage.values
+    assert (v["prefill_replicas"], v["decode_replicas"], v["pair_route"]) == ((1,), (2,), ("selective",))
+    assert (v["threshold_tokens"], v["link_bandwidth_gb_s"], v["kv_bytes_per_token"]) == ((512,), (25.0,), (65536,))
 
 
 def test_co_located_pools_are_accepted_and_leave_the_attributes_alone():

@@ -140,7 +140,7 @@ def _engine(wl, values, factors, events, policy, seed):
     events = [(0.0, "fail", i, 0.0) for i in values.get("start_down", [])] + list(events)
     p = br.params_row(values, policy, n_replicas=len(factors), event_count=len(events))
     packed = br.Packed.of([wl])
-    count = br.router_draws(policy, values["choices"], len(wl), values["max_attempts"])
+    count = br.router_draws(policy, values["choices"], len(wl), values["max_attempts"], values)
     from routesim.arrivals import router_stream
     ru = router_stream(seed, count)
     metrics, rep = br.simulate(p.reshape(1), np.array([factors], float), br.event_rows(events),

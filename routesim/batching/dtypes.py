@@ -63,6 +63,19 @@ class PairRoute(IntEnum):
     TRANSFER_AWARE = 2
 
 
+class PdStage(IntEnum):
+    """Where a disaggregated attempt is on its way (docs/model.md "Prefill/decode
+    disaggregation"; ``REQUEST.pd``). ``NONE``: a co-located attempt (or one served whole
+    on a decode replica by the selective rule)."""
+
+    NONE = 0
+    PREFILL = 1      # on its prefill replica (waiting or running)
+    HANDOFF = 2      # prefilled: in its decode replica's waiting queue, no block there
+    RECEIVING = 3    # blocks allocated on the decode replica, its transfer in progress
+    TRANSFERRED = 4  # transfer ended: at the front of the decode replica's waiting queue
+    DECODE = 5       # admitted on the decode replica (its one-token step, then decoding)
+
+
 class Admission(IntEnum):
     """``router.admission.mode`` (§6)."""
 
@@ -239,6 +252,8 @@ REPLICA = np.dtype(
         ("tokens_all", np.int64),   # tokens emitted here, the whole run
         ("max_out", np.int64),      # most attempts here (waiting, running, black-holed) just after a placement in [warm-up, horizon)
         ("occ_sum", np.float64),    # Σ referenced blocks / kv_blocks here at placements in [warm-up, horizon)
+        ("n_recv", np.int64),       # disaggregation: attempts receiving their KV here (in o_i and τ_i)
+        ("link_util", np.float64),  # disaggregation: link utilisation over the window (finished at the end)
         ("occ_high", np.int64),     # placements here in [warm-up, horizon) with referenced blocks > 0.9 kv_blocks
         ("ttft_p50", np.float64),   # TTFT percentiles of cohort requests completed here (finished at the end)
         ("ttft_p99", np.float64),
@@ -269,6 +284,7 @@ def empty_nb(r):
     r.tau_bh = 0
     r.n_tr = 0
     r.tau_tr = 0
+    r.n_recv = 0
 
 
 @nb.njit(**JIT)
@@ -301,6 +317,7 @@ def start_replica_nb(r):
     r.max_out = 0
     r.occ_sum = 0.0
     r.occ_high = 0
+    r.link_util = 0.0
 
 
 REQUEST = np.dtype(
@@ -343,6 +360,15 @@ REQUEST = np.dtype(
         ("gh", np.int64),           # ... by the horizon (set when the run goes past it)
         ("n_failed", np.int64),     # replicas it failed on (the first n of its row of ``failed``)
         ("f_next", np.int64),       # next in its router's front-door FIFO
+        # disaggregation (docs/model.md "Prefill/decode disaggregation")
+        ("pd", np.int8),            # PdStage code of the current attempt
+        ("pd_d", np.int64),         # its decode replica (-1: none)
+        ("held", np.int64),         # the prefill replica holding its prompt's blocks (-1: none)
+        ("t_route", np.float64),    # ms: routed to its pair
+        ("t_padmit", np.float64),   # ms: first admitted on its prefill replica
+        ("t_pend", np.float64),     # ms: its prefill ended
+        ("t_xs", np.float64),       # ms: its transfer started
+        ("t_xe", np.float64),       # ms: its transfer ended
     ],
     align=True,
 )
@@ -387,6 +413,14 @@ def start_request_nb(q):
     q.gh = 0
     q.n_failed = 0
     q.f_next = -1
+    q.pd = 0
+    q.pd_d = -1
+    q.held = -1
+    q.t_route = np.nan
+    q.t_padmit = np.nan
+    q.t_pend = np.nan
+    q.t_xs = np.nan
+    q.t_xe = np.nan
 
 
 SAMPLE = np.dtype(
@@ -498,6 +532,12 @@ METRICS = np.dtype(
         ("client_waiting", np.int64),
         # scheduler = "vllm" (Dataset variable only then)
         ("preempted_hit_rate", np.float64),
+        # prefill/decode disaggregation (Dataset variables only when a run has a prefill pool)
+        ("ttft_prefill_queue_p50", np.float64), ("ttft_prefill_queue_p99", np.float64),
+        ("ttft_prefill_p50", np.float64), ("ttft_prefill_p99", np.float64),
+        ("ttft_transfer_p50", np.float64), ("ttft_transfer_p99", np.float64),
+        ("ttft_decode_queue_p50", np.float64), ("ttft_decode_queue_p99", np.float64),
+        ("transfer_count", np.int64), ("transfer_bytes", np.float64), ("disaggregated_share", np.float64),
         # accumulators, finished into the rates above
         ("hit_tokens", np.float64), ("admit_tokens", np.float64),
         ("preempted_hit_tokens", np.float64), ("preempted_tokens", np.float64),  # vllm: re-admissions

@@ -27,6 +27,8 @@ from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
 from . import ingress
+from . import pd
+from . import pd_engine as pe
 from . import pools
 from . import scheduler as sc
 from . import timers as tm
@@ -334,6 +336,82 @@ def _gap_room_nb(gap_ms, gap_n, used, extra):
 
 
 @nb.njit(**JIT)
+def _next_time_nb(p, rep, req, events, ev, wl_t, k, nf, closed, freed, rel_t, rel_h, rel_n, ready_pending, prev_t,
+                  timers, tn, n_ej, ej_until, periodic, next_pub, pub_k, front_ms, f_head, sent, paired, links):
+    """The next time anything but an iteration end happens (ms; inf: nothing), and
+    whether a recovered replica is still not ready: the next arrival (a closed client
+    with N in flight sends when a slot frees), scenario event, readiness, timer,
+    re-admission, publication, front-door deadline and, with pools, change on the links."""
+    nrep = rep.shape[0]
+    R = p.routers
+    t = np.inf
+    if k < nf:  # the next arrival; a closed client with N in flight sends when a slot frees
+        if not closed or k - freed < p.max_in_flight:
+            t = wl_t[k]
+        elif rel_h < rel_n:
+            t = rel_t[rel_h]
+    if ev < events.shape[0] and events[ev].t_ms < t:
+        t = events[ev].t_ms
+    if ready_pending:
+        ready_pending = False
+        for i in range(nrep):
+            if rep[i].ready_ms > prev_t:
+                ready_pending = True
+                t = min(t, rep[i].ready_ms)
+    for w in range(tm.HEAPS):
+        if tn[w] > 0:
+            t = min(t, tm.top_nb(timers, tn, w, req))
+    if _any_ejected(n_ej):
+        for ro in range(R):
+            for i in range(nrep):
+                t = min(t, ej_until[ro, i])
+    if periodic:
+        t = min(t, ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms)
+    if not np.isinf(front_ms):
+        for ro in range(R):
+            if f_head[ro] >= 0:
+                t = min(t, sent[f_head[ro]] + front_ms)
+    if paired:
+        t = min(t, pd.next_time_nb(links))
+    hold((rep, req, events, wl_t, rel_t, timers, tn, n_ej, ej_until, pub_k, f_head, sent))
+    return t, ready_pending
+
+
+@nb.njit(**JIT)
+def _pd_phase1_nb(S, pdx, t, p, marked, dirty, n_dirty):
+    """Phase 1's end with pools (pd_engine.phase1_nb): transfers that end at t, then
+    hand-offs; the replicas given work are marked for phase 7. Returns the marked count."""
+    m = pe.phase1_nb(S, pdx, t, p)
+    for k in range(m):
+        n_dirty = _mark_nb(marked, dirty, n_dirty, pdx.touched[k])
+    return n_dirty
+
+
+@nb.njit(**JIT)
+def _route_any_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, sent, wl_P, wl_key, seg_key, seg_len, seg_off,
+                  ru, ru_pos, cursor, rw, ej_until, failed, cand, views, pool, paired, pdx):
+    """Phase 6's decision for request s: (replica, its decode replica or -1, ru_pos),
+    by router.route_nb, or with pools by pd_engine.route_pair_nb."""
+    if paired:
+        return pe.route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_key, seg_key, seg_len,
+                                seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views, pdx)
+    i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, sent, wl_P, wl_key, seg_key, seg_len,
+                         seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views, pool)
+    return i, -1, ru_pos
+
+
+@nb.njit(**JIT)
+def _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off):
+    """Request s placed on its prefill replica at t is paired with decode replica i_d
+    (pd_engine.paired_nb); with periodic_local its router counts it there too. Returns
+    the view entries added."""
+    pe.paired_nb(rep, req, p, s, i_d, t)
+    if p.signal_mode == Signals.PERIODIC_LOCAL:
+        return add_local_nb(snap, loc, locc, req, p, s, i_d, nrep, seg_key, seg_len, seg_off)
+    return np.int64(0)
+
+
+@nb.njit(**JIT)
 def _close_window_nb(rep, req):
     """The run goes past the horizon: each attempt in flight keeps the tokens it had
     emitted by then (``gh``: wasted tokens count only those of the window)."""
@@ -417,6 +495,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     snap_n = np.int64(0)
     loc_n = np.int64(0)
     pool = pools.members_nb(rep, pools.ROUTED)  # the replicas the routers choose among
+    paired = p.prefill_replicas > 0             # pools: prefill/decode disaggregation (pd_engine)
+    pdx = pe.state_nb(rep, p, n, most, pools.members_nb(rep, pools.PREFILL), pools.members_nb(rep, pools.DECODE))
     # scratch
     cand = np.empty(nrep, np.int64)
     views = np.zeros(nrep, VIEW)      # a router's view of each candidate at a decision
@@ -466,7 +546,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     next_pub = np.int64(0)             # the replica publishing next (they take turns)
     stopped = False
     S = sc.Run(rep, req, tab, heap, heap_n, cnt, seg_key, seg_len, seg_off, most, done_log, gap_ms, gap_n, n_gap,
-               due_req)
+               due_req, pdx)
     # The event loop. No array variable is assigned inside the inner loop (each would
     # cost Numba reference counting at every pass): it is left, between two times or
     # before an iteration start, only to make room in a growable array, here below,
@@ -482,8 +562,10 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 i = dirty[c7]
                 r = rep[i]
                 if not r.busy and r.healthy and sc.has_work_nb(sched, S, i):
-                    tab_need = sc.start_nb(sched, S, i, t, p, mt)  # or the table's room to make first
-                    if tab_need == 0:
+                    tab_need, idle = pe.idle_nb(S, pdx, i, t, p, mt) if paired else (NONE, False)
+                    if tab_need == 0 and not idle:
+                        tab_need = sc.start_nb(sched, S, i, t, p, mt)  # or the table's room to make first
+                    if tab_need == 0 and r.busy:
                         tm.set_end_nb(ends, e_win, i, r.end_ms, r.started)
                 if tab_need == 0:
                     marked[i] = False
@@ -499,33 +581,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             # room for the gaps one time can add (_gap_rows)
             if n_gap[0] + _gap_rows_nb(p, nrep) > gap_ms.shape[0]:
                 break
-            t = np.inf
-            if k < nf:  # the next arrival; a closed client with N in flight sends when a slot frees
-                if not closed or k - freed < p.max_in_flight:
-                    t = wl_t[k]
-                elif rel_h < rel_n:
-                    t = rel_t[rel_h]
-            if ev < n_ev and events[ev].t_ms < t:
-                t = events[ev].t_ms
-            if ready_pending:
-                ready_pending = False
-                for i in range(nrep):
-                    if rep[i].ready_ms > prev_t:
-                        ready_pending = True
-                        t = min(t, rep[i].ready_ms)
-            for w in range(tm.HEAPS):
-                if tn[w] > 0:
-                    t = min(t, tm.top_nb(timers, tn, w, req))
-            if _any_ejected(n_ej):
-                for ro in range(R):
-                    for i in range(nrep):
-                        t = min(t, ej_until[ro, i])
-            if periodic:
-                t = min(t, ((next_pub + 1) * p.period_ms) / nrep + pub_k[next_pub] * p.period_ms)
-            if not np.isinf(front_ms):
-                for ro in range(R):
-                    if f_head[ro] >= 0:
-                        t = min(t, sent[f_head[ro]] + front_ms)
+            t, ready_pending = _next_time_nb(p, rep, req, events, ev, wl_t, k, nf, closed, freed, rel_t, rel_h, rel_n,
+                                             ready_pending, prev_t, timers, tn, n_ej, ej_until, periodic, next_pub,
+                                             pub_k, front_ms, f_head, sent, paired, pdx.links)
             # Iteration ends before t (the next time anything else happens), before the next
             # sample, the warm-up's end, the horizon and the limit, and with no request queued
             # at a front door (routed again at every time): while each is of a replica that only
@@ -602,6 +660,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     n_done = sc.finish_nb(sched, S, i, t, p, mt, n_done)
                     _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done, p, timers, tn,
                                   wl_next, wl_think)
+            if paired:  # transfers that end, then hand-offs
+                n_dirty = _pd_phase1_nb(S, pdx, t, p, marked, dirty, n_dirty)
             # (2) scenario events at t, in order
             if ev < n_ev and events[ev].t_ms == t:
                 ev, n_fail, recovered = _events_nb(sched, S, rep, cnt, due_req, events, ev, t, p, fail_req, fail_rep,
@@ -696,9 +756,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     mt.entered += 1
                     if req[s].cohort:
                         mt.entered_cohort += 1
-                i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, sent, wl_P, wl_key,
-                                     seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views,
-                                     pool)
+                i, i_d, ru_pos = _route_any_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, sent, wl_P, wl_key,
+                                               seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed,
+                                               cand, views, pool, paired, pdx)
                 if i == -2:
                     if p.admission_mode == Admission.QUEUE:
                         ro = req[s].router
@@ -718,6 +778,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         rin[req[s].router] -= 1
                     place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, sent, timers, tn, cursor, ain, cum, mt)
                     n_dirty = _mark_nb(marked, dirty, n_dirty, i)
+                    if i_d >= 0:
+                        loc_n += _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off)
                     if local and i >= 0:  # room made before this time
                         loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             if tn[tm.TRANSIT] > 0:  # phase 7, first: the attempts in transit that join now (ingress)
@@ -729,7 +791,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
             snap = bk.reserve_nb(snap, snap_n, snap_need - snap_n)
             loc = bk.reserve_nb(loc, loc_n, loc_need - loc_n)
             S = sc.Run(rep, req, tab, heap, heap_n, cnt, seg_key, seg_len, seg_off, most, done_log, gap_ms, gap_n,
-                       n_gap, due_req)
+                       n_gap, due_req, pdx)
     while si < sample_t.shape[0] and sample_t[si] <= horizon:  # stopped just after the horizon
         _sample_nb(rep, p, sample_t[si], ej_until, pub, locc, cum, samples, cluster, si)
         si += 1
@@ -739,6 +801,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     for i in range(nrep):
         integrate_nb(rep[i], horizon, p)
     finish_metrics_nb(p, rep, req, wl_t, sent, mt, gap_ms[:n_gap[0]], gap_n[:n_gap[0]])
+    if paired:
+        pe.finish_nb(p, rep, req, sent, mt, pdx)
     if keep.shape[0] == n:
         _keep_nb(keep, req, sent)
 

@@ -26,7 +26,8 @@ from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, VLLM_MODE
-from .metrics import ACCUMULATORS, CLIENT_VARIABLES, PER_REPLICA, VARIABLES, VLLM_VARIABLES
+from .metrics import (ACCUMULATORS, CLIENT_VARIABLES, PD_PER_REPLICA, PD_VARIABLES, PER_REPLICA, VARIABLES,
+                      VLLM_VARIABLES)
 from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, ZERO_UNRECORDED, unused_params
 from .runs import Packed, conversation_params, params_row, router_draws, simulate, workload_params
 from .workload import conversations, from_replay, generate, trace_chains
@@ -206,7 +207,7 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
         params[r] = params_row(flat, value("policy", r), n_replicas=factors.shape[1],
                                event_start=blocks[s, 0], event_count=blocks[s, 1], workload=w)
         # the router stream: one per (seed, draws) — its prefix does not depend on the count
-        draws = router_draws(value("policy", r), flat["choices"], len(workloads[w]), flat["max_attempts"])
+        draws = router_draws(value("policy", r), flat["choices"], len(workloads[w]), flat["max_attempts"], flat)
         rkey = (int(value("seed", r)), w)
         if rkey not in ru_keys or ru_counts[ru_keys[rkey]] < draws:
             ru_keys[rkey] = len(ru_parts)
@@ -261,12 +262,13 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     data = {}
     closed = bool((grid.params["max_in_flight"] > 0).any())  # a closed-loop client's variables only then
     vllm = bool(np.isin(grid.params["scheduler"], VLLM_MODE).any())  # the vllm mode's only then
+    pools = bool((grid.params["prefill_replicas"] > 0).any())  # disaggregation's only then
     for name in outcome.metrics.dtype.names:
         if (name not in ACCUMULATORS and (closed or name not in CLIENT_VARIABLES)
-                and (vllm or name not in VLLM_VARIABLES)):
+                and (vllm or name not in VLLM_VARIABLES) and (pools or name not in PD_VARIABLES)):
             data[name] = (dims, outcome.metrics[name].reshape(shape), variable_attrs(name, VARIABLES))
     n_rep = grid.replicas
-    for name, field in PER_REPLICA.items():
+    for name, field in (PER_REPLICA | (PD_PER_REPLICA if pools else {})).items():
         data[name] = (dims + ["replica"], outcome.replicas[field].reshape(shape + (n_rep,)),
                       variable_attrs(name, VARIABLES))
     hets = grid.coords["heterogeneity"]

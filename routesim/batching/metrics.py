@@ -77,6 +77,23 @@ VARIABLES = {
                         "send, over those sent by the stop (nearest rank)"),
     "client_wait_p99": ("ms", "closed-loop client: 99th percentile wait from intended time to send"),
     "client_wait_mean": ("ms", "closed-loop client: mean wait from intended time to send"),
+    "ttft_prefill_queue_p50": ("ms", "disaggregation: median wait from routing to admission on the prefill replica, "
+                               "completed disaggregated cohort requests"),
+    "ttft_prefill_queue_p99": ("ms", "disaggregation: 99th percentile of the same prefill queue"),
+    "ttft_prefill_p50": ("ms", "disaggregation: median time from admission on the prefill replica to its "
+                         "prefill's end"),
+    "ttft_prefill_p99": ("ms", "disaggregation: 99th percentile of the same prefill time"),
+    "ttft_transfer_p50": ("ms", "disaggregation: median KV transfer time, its latency included"),
+    "ttft_transfer_p99": ("ms", "disaggregation: 99th percentile KV transfer time"),
+    "ttft_decode_queue_p50": ("ms", "disaggregation: median rest of the TTFT on the decode replica (waiting "
+                              "for blocks, then for the one-token step)"),
+    "ttft_decode_queue_p99": ("ms", "disaggregation: 99th percentile of the same decode queue"),
+    "transfer_count": ("transfers", "disaggregation: KV transfers ended in (warm-up, horizon]"),
+    "transfer_bytes": ("bytes", "disaggregation: bytes of the KV transfers ended in (warm-up, horizon]"),
+    "disaggregated_share": ("1", "disaggregation: share of placements in [warm-up, horizon) sent to a pair "
+                            "(below 1 with the selective rule)"),
+    "link_utilization": ("1", "disaggregation: the replica's link utilisation over the window, "
+                         "(bytes/ms out + in) / (2 bandwidth)"),
     "client_waiting": ("requests", "closed-loop client: requests (any) intended before the horizon and not yet "
                        "sent after time horizon"),
 }
@@ -89,6 +106,16 @@ PER_REPLICA = {"assigned": "assigned", "replica_completed": "completed", "replic
                "replica_max_outstanding": "max_out", "replica_ttft_p50": "ttft_p50",
                "replica_ttft_p99": "ttft_p99"}
 """Dataset variable <- REPLICA field."""
+
+PD_VARIABLES = ("ttft_prefill_queue_p50", "ttft_prefill_queue_p99", "ttft_prefill_p50", "ttft_prefill_p99",
+                "ttft_transfer_p50", "ttft_transfer_p99", "ttft_decode_queue_p50", "ttft_decode_queue_p99",
+                "transfer_count", "transfer_bytes", "disaggregated_share")
+"""Variables of prefill/decode disaggregation (docs/model.md "Prefill/decode
+disaggregation", routesim/batching/pd_engine.py): in a Dataset only when a run has a
+prefill pool (NaN or 0 in the co-located runs)."""
+
+PD_PER_REPLICA = {"link_utilization": "link_util"}
+"""Per-replica variables of disaggregation (Dataset variable <- REPLICA field), only then too."""
 
 VLLM_VARIABLES = ("preempted_hit_rate",)
 """Variables of ``scheduler = "vllm"`` alone: in a Dataset only when a run has it (NaN in

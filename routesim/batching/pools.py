@@ -5,9 +5,10 @@ code). The routers choose among the replicas of the pool a request is routed int
 :func:`members_nb` is the one place that says which those are, and the engine hands
 the list to the routers (router.eligible_nb iterates over it, nothing else). The roles
 come from ``[pools] prefill`` (:func:`roles`, written into REPLICA.role by
-runs.replica_records); a stage that declares pools is still refused
-(pd_keys.check_stage), so today every replica is ``COLOCATED`` and every request is
-routed into that pool (:data:`ROUTED`): a pool is all replicas, in replica order.
+runs.replica_records). Without pools every replica is ``COLOCATED`` and every request
+is routed into that pool (:data:`ROUTED`): all replicas, in replica order; with pools
+the engine routes a pair, a prefill replica among :data:`PREFILL`'s members and a
+decode replica among :data:`DECODE`'s (pd_engine.route_pair_nb).
 """
 
 import numba as nb
@@ -17,7 +18,11 @@ from ..conf import JIT
 from .dtypes import Role
 
 ROUTED = np.int64(Role.COLOCATED)
-"""The pool a request's attempts are routed into (typed: not a literal argument)."""
+"""The pool a co-located request's attempts are routed into (typed: not a literal argument)."""
+PREFILL = np.int64(Role.PREFILL)
+"""The prefill pool (a disaggregated attempt's first replica; pd_engine.route_pair_nb)."""
+DECODE = np.int64(Role.DECODE)
+"""The decode pool (its second)."""
 
 
 def roles(prefill, replicas):

@@ -34,8 +34,8 @@ from . import blocks as bk
 from .lists import pop_front_nb, push_front_nb, run_append_nb, run_remove_nb, wait_remove_nb
 from .schedule import next_due_nb, start_decoding_nb
 from .timers import in_flight_nb
-from . import ingress
-from .dtypes import DUE, Due, Fate, State, empty_nb
+from . import ingress, pd
+from .dtypes import DUE, Due, Fate, PdStage, State, empty_nb
 
 
 @nb.njit(**JIT)
@@ -265,7 +265,7 @@ def requeue_nb(rep, req, i, v, t, p, mt):
 
 @nb.njit(**JIT)
 def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off,
-             mt, cnt, found):
+             mt, cnt, found, links):
     """Start an iteration on replica i at t (§2 steps 1–3); sets its end time. The block
     table has room for every admission it can make (the engine sees to it: see
     ``admissions_room_nb``)."""
@@ -325,8 +325,23 @@ def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             k += 1
     first = np.bool_(True)  # (typed: a literal would compile _admit_nb twice)
     admitting = not preempted
-    while admitting and r.n_wait > 0 and r.n_run < p.max_batch:
+    while admitting and r.n_wait > 0 and (r.n_run < p.max_batch or req[r.w_head].pd == PdStage.HANDOFF):
         s = r.w_head
+        if req[s].pd == PdStage.HANDOFF:  # disaggregation: a decode replica allocates for a transfer
+            admitting = pd_allocate_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_len, seg_off, cnt, found,
+                                       mt, links)
+            continue
+        if req[s].pd == PdStage.TRANSFERRED:  # ... and, its KV received, computes its last prompt token
+            admitting = (budget > 0) if p.chunked_prefill else (1 <= budget or first)
+            if admitting:
+                _pd_admit_nb(rep, req, prefill, i, s, cnt)
+                U += 1
+                Q += 1 * (req[s].m + 0 + 1 / 2.0)
+                R += req[s].m + 1
+                chunks += 1
+                budget -= 1
+                first = False
+            continue
         x = _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, budget, first,
                       cnt, found)
         admitting = x > 0
@@ -346,11 +361,83 @@ def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             chunks += 1
             budget -= x
             first = False
+            if q.pd == PdStage.PREFILL and math.isnan(q.t_padmit):
+                q.t_padmit = t  # the TTFT's prefill queue ends
             if in_window_nb(t, p):
                 mt.hit_tokens += q.m
                 mt.admit_tokens += q.P + q.g
     begin_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks)
     hold((tab, heap, heap_n, due, due_n, grow, rep, req, prefill, seg_key, seg_len, seg_off, cnt, found))
+
+
+@nb.njit(**JIT)
+def pd_allocate_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_len, seg_off, cnt, found, mt, links):
+    """Decode replica i allocates for the handed-off head s of its waiting queue
+    (docs/model.md "Allocation on d"): its local hit referenced and the rest of
+    ``ceil(P/b)`` blocks taken by step 2b's rule, with no token budget and outside
+    ``max_batch``; it leaves the waiting queue, receives (``n_recv``: still in o_i and
+    τ_i), and its transfer of ``P − m_d`` tokens from the prefill replica holding its
+    blocks starts (``links``, advanced to t). False when the blocks cannot be had."""
+    q = req[s]
+    if _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off, q.P, np.bool_(True), cnt,
+                 found) == 0:
+        return False
+    pop_front_nb(rep, req, i)
+    rep[i].n_recv += 1
+    q.pd = PdStage.RECEIVING
+    q.t_xs = t
+    pd.start_nb(links, s, t, q.held, i, (q.P - q.m) * p.kv_bytes_per_token)
+    if in_window_nb(t, p):
+        mt.hit_tokens += q.m
+        mt.admit_tokens += q.P
+    hold((tab, heap, heap_n, rep, req, seg_key, seg_len, seg_off, cnt, found))
+    return True
+
+
+@nb.njit(**JIT)
+def _pd_admit_nb(rep, req, prefill, i, s, cnt):
+    """Replica i admits the transferred head s of its waiting queue: its blocks held,
+    ``kv = P``, ``m = P − 1``, ``u = 1``: a one-token chunk (the last prompt token's
+    recompute, which samples the first token; docs/model.md "After the transfer")."""
+    r = rep[i]
+    q = req[s]
+    pop_front_nb(rep, req, i)
+    q.kv = q.P
+    q.m = q.P - 1
+    q.u = 1
+    q.c = 0
+    q.x = 1
+    q.adm = cnt[1]
+    cnt[1] += 1
+    q.state = State.PREFILL
+    q.pd = PdStage.DECODE
+    run_append_nb(rep, req, i, s)
+    prefill[i, r.n_pre] = s
+    r.n_pre += 1
+    hold((rep, req, prefill, cnt))
+
+
+@nb.njit(**JIT)
+def _pd_prefilled_nb(rep, req, i, s, t, hand, n_hand):
+    """Disaggregated s's prefill ended on replica i at t: it emits nothing, leaves the
+    running list and stops counting in o_i and τ_i, but keeps its blocks (``held``: its
+    ``kv = P`` tokens' worth, released when its transfer ends); listed in ``hand`` for
+    the hand-off to its decode replica at the end of phase 1."""
+    q = req[s]
+    run_remove_nb(rep, req, i, s)
+    rep[i].tau -= tau_of_nb(q)
+    q.held = i
+    q.kv = 0
+    q.m = 0
+    q.u = 0
+    q.c = 0
+    q.state = State.WAITING
+    q.replica = -1
+    q.pd = PdStage.HANDOFF
+    q.t_pend = t
+    hand[n_hand[0]] = s
+    n_hand[0] += 1
+    hold((rep, req, hand, n_hand))
 
 
 @nb.njit(**JIT)
@@ -452,7 +539,7 @@ def done_nb(rep, req, i, s, t, p, mt, done_log, n_done):
 
 @nb.njit(**JIT)
 def _finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, seg_key, seg_len, seg_off, mt,
-              done_log, n_done, cnt, gap_ms, gap_n, n_gap):
+              done_log, n_done, cnt, gap_ms, gap_n, n_gap, hand, n_hand):
     """End replica i's iteration at t (§2 step 4): the chunks are computed, tokens
     emitted (inter-token gaps recorded), sequences complete. Returns the new length of
     done_log."""
@@ -485,7 +572,10 @@ def _finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, 
             q.c += q.x
             q.x = 0
             mark_computed_nb(tab, i, s, q, c0, p.block_tokens, seg_key, seg_len, seg_off)
-            if q.c >= q.u:
+            if q.c >= q.u and q.pd == PdStage.PREFILL:  # disaggregated: no token, handed off
+                prefilling = False
+                _pd_prefilled_nb(rep, req, i, s, t, hand, n_hand)
+            elif q.c >= q.u:
                 prefilling = False
                 if q.g >= q.A:
                     r.tau += 1
@@ -508,7 +598,7 @@ def _finish_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, 
             keep += 1
     r.n_pre = keep
     hold((tab, heap, heap_n, due, due_n, grow, rep, req, prefill, seg_key, seg_len, seg_off, done_log, cnt, gap_ms,
-          gap_n, n_gap))
+          gap_n, n_gap, hand, n_hand))
     return n_done
 
 
@@ -691,12 +781,12 @@ def start_nb(X, S, i, t, p, mt):
         _decode_next_nb(r, p, mt, t, need)  # decoding only, new blocks free: no call into the pool
         return np.int64(0)
     # room in the table for every admission this start can make
-    room = S.cnt[0] + min(r.n_wait, p.max_batch - r.n_run) * S.most
+    room = S.cnt[0] + (r.n_wait if p.prefill_replicas > 0 else min(r.n_wait, p.max_batch - r.n_run)) * S.most
     if 2 * room > S.tab.shape[0]:
         return room
     integrate_nb(r, t, p)
     _start_nb(S.tab, S.heap, S.heap_n, X.due, X.due_n, X.grow, S.rep, S.req, X.prefill, i, t, p, S.seg_key,
-              S.seg_len, S.seg_off, mt, S.cnt, X.found)
+              S.seg_len, S.seg_off, mt, S.cnt, X.found, S.pdx.links)
     return np.int64(0)
 
 
@@ -726,7 +816,8 @@ def finish_nb(X, S, i, t, p, mt, n_done):
         emit_decoding_nb(r, p, mt, t, S.gap_ms, S.gap_n, S.n_gap)  # nothing due: decoding tokens only
         return n_done
     return _finish_nb(S.tab, S.heap, S.heap_n, X.due, X.due_n, X.grow, S.rep, S.req, X.prefill, i, t, p, S.seg_key,
-                      S.seg_len, S.seg_off, mt, S.done_log, n_done, S.cnt, S.gap_ms, S.gap_n, S.n_gap)
+                      S.seg_len, S.seg_off, mt, S.done_log, n_done, S.cnt, S.gap_ms, S.gap_n, S.n_gap, S.pdx.hand,
+                      S.pdx.n_hand)
 
 
 @nb.njit(**JIT)

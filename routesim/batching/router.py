@@ -73,7 +73,7 @@ def _failed_on_nb(failed, n_failed, s, i):
 def truth_nb(rep, i, out, row):
     """Replica i as it is: out[row] = (o_i, τ_i, referenced blocks, resident id'd blocks)."""
     r = rep[i]
-    out[row, 0] = r.n_wait + r.n_run + r.n_bh + r.n_tr
+    out[row, 0] = r.n_wait + r.n_run + r.n_bh + r.n_tr + r.n_recv
     out[row, 1] = r.tau + r.tau_bh + r.tau_tr
     out[row, 2] = r.anon + r.idref
     out[row, 3] = r.idref + r.cached
@@ -86,7 +86,7 @@ def view_nb(rep, p, ro, i, pub, locc):
     periodic_local, that plus ro's own placements since (``locc[ro, i]``: requests,
     tokens, resident blocks its requests' prompts add)."""
     r = rep[i]
-    o, tau = r.n_wait + r.n_run + r.n_bh + r.n_tr, r.tau + r.tau_bh + r.tau_tr
+    o, tau = r.n_wait + r.n_run + r.n_bh + r.n_tr + r.n_recv, r.tau + r.tau_bh + r.tau_tr
     ref, res = r.anon + r.idref, r.idref + r.cached
     if p.signal_mode != Signals.FRESH:
         o, tau, ref, res = pub[i, 0], pub[i, 1], pub[i, 2], pub[i, 3]
@@ -151,10 +151,10 @@ def front_door_nb(rep, p, ro, cand, ne, pub, locc):
 
 @nb.njit(**JIT)
 def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len, seg_off,
-              ru, ru_pos, cursor, rw, ro, v, allowance):
-    """The replica policy ``p.policy`` picks for request s among cand[:ne] (ne may be 0:
-    then -1, a shed, after drawing the policy's uniforms). Returns (replica, ru_pos)."""
-    code = np.int64(p.policy)  # (as the Python side passes it: one signature)
+              ru, ru_pos, cursor, rw, ro, v, allowance, code):
+    """The replica policy ``code`` (a policy code: ``p.policy``, or a pool's) picks for
+    request s among cand[:ne] (ne may be 0: then -1, a shed, after drawing the policy's
+    uniforms). Returns (replica, ru_pos)."""
     weigh_nb(code, cand, ne, rw, ro, v)
     draws = uniforms_nb(code, p.choices)
     nc = sample_nb(code, cand, ne, p, ru, ru_pos, cursor, v)
@@ -162,17 +162,16 @@ def decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, s
     pick = cand[0] if nc > 0 else -1  # nc 0: a shed; a policy that samples alone picks this
     if nc > 0 and not scoreless_nb(code):
         pick = _score_nb(tab, snap, loc, pub, locc, rep, p, s, t, nc, cand, wl_P, wl_key, seg_key, seg_len,
-                         seg_off, ro, v, allowance)
+                         seg_off, ro, v, allowance, code)
     hold((tab, snap, loc, pub, locc, rep, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ru, rw, v))
     return pick, ru_pos
 
 
 @nb.njit(**JIT)
 def _score_nb(tab, snap, loc, pub, locc, rep, p, s, t, nc, cand, wl_P, wl_key, seg_key, seg_len, seg_off, ro, v,
-              allowance):
+              allowance, code):
     """The candidates cand[:nc]'s views of request s at t through router ro, then the
-    policy's pick among them."""
-    code = np.int64(p.policy)  # (as the Python side passes it: one signature)
+    pick among them of policy ``code``."""
     n = rep.shape[0]
     prompt = wl_P[s]
     cap = (prompt - 1) // p.block_tokens
@@ -209,7 +208,8 @@ def route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_t, wl_P, wl
     i = -2
     if not stopped:
         i, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne, cand, wl_P, wl_key, seg_key, seg_len,
-                              seg_off, ru, ru_pos, cursor[ro], rw, ro, v, req[s].A)
+                              seg_off, ru, ru_pos, cursor[ro], rw, ro, v, req[s].A,
+                              np.int64(p.policy))  # (typed as the Python side passes it: one signature)
     hold((tab, snap, loc, pub, locc, rep, req, wl_t, wl_P, wl_key, seg_key, seg_len, seg_off, ru, cursor, rw,
           ej_until, failed, cand, v, pool))
     return i, ru_pos

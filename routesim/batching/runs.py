@@ -155,9 +155,15 @@ def next_turns(w: TokenWorkload) -> np.ndarray:
     return nxt
 
 
-def router_draws(policy: str, choices: int, requests: int, max_attempts: int = 1) -> int:
-    """Uniforms a run may consume: one decision per attempt, at most."""
-    return requests * max_attempts * uniforms_per_decision(int(NAMES[policy]), int(choices))
+def router_draws(policy: str, choices: int, requests: int, max_attempts: int = 1, values: dict | None = None) -> int:
+    """Uniforms a run may consume: one decision per attempt, at most; with a prefill pool
+    (``values``' ``[pools]`` keys, when given), two: the prefill and the decode
+    replica's, each by its pool's policy ("same": ``policy``)."""
+    per = uniforms_per_decision(int(NAMES[policy]), int(choices))
+    if values is not None and values.get("prefill_replicas", 0) > 0:
+        per = sum(uniforms_per_decision(int(NAMES[policy if values.get(k, "same") == "same" else values[k]]),
+                                        int(choices)) for k in ("prefill_policy", "decode_policy"))
+    return requests * max_attempts * per
 
 
 def replica_records(params: np.ndarray, factors: np.ndarray) -> np.ndarray:

@@ -53,7 +53,7 @@ STATES = {module.STATE: module for module in MODULES.values()}
 """A scheduler's state class → its module (the compiled dispatch's key)."""
 
 Run = namedtuple("Run", ["rep", "req", "tab", "heap", "heap_n", "cnt", "seg_key", "seg_len", "seg_off", "most",
-                         "done_log", "gap_ms", "gap_n", "n_gap", "victims"])
+                         "done_log", "gap_ms", "gap_n", "n_gap", "victims", "pdx"])
 """The run's arrays every scheduler works on, by name (``S``): ``rep`` (replicas,)
 REPLICA, ``req`` (requests,) REQUEST, ``tab`` the segment table (blocks.py; the vllm
 mode's hash map), ``heap``/``heap_n`` the eviction heaps, ``cnt`` (2,) table entries in
@@ -61,7 +61,8 @@ use and admissions so far, the prompt segments ``seg_key``/``seg_len`` (request 
 ``seg_off[k]:seg_off[k + 1]``), ``most`` the most segments of a prompt, ``done_log``
 (2, requests) the completions' (replica, request), the inter-token gaps ``gap_ms``/
 ``gap_n`` with their count ``n_gap`` (1,), ``victims`` (requests,) a crash's failed
-attempts. The engine builds it again whenever it grows one of these arrays."""
+attempts, ``pdx`` the run's disaggregation state (pd_engine.PDX). The engine builds it
+again whenever it grows one of these arrays."""
 
 
 def state(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):

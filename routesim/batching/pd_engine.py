@@ -1,0 +1,306 @@
+"""Prefill/decode disaggregation in the compiled engine (issue 42; docs/model.md
+"Prefill/decode disaggregation", scheduler = "reserve"): the engine's side of a
+request's way through a pair of replicas, as small functions beside the loop's phases.
+
+- phase 6, :func:`route_pair_nb`: the router picks the pair (independent, selective or
+  transfer-aware), then :func:`paired_nb` marks the attempt placed on its prefill
+  replica as disaggregated;
+- the prefill replica computes the prompt (replica.py: ``_pd_prefilled_nb`` at its
+  end keeps the blocks held and lists the attempt for its hand-off);
+- phase 1, :func:`phase1_nb`, after the iteration ends: the transfers that end (the
+  prefill side releases what it held, the decode side's blocks become computed, the
+  attempt goes to the front of the decode replica's waiting queue), then the hand-offs
+  (the back of the decode replica's waiting queue);
+- the decode replica allocates (replica.py: ``pd_allocate_nb``, at an iteration start
+  or, idle with nothing running, in phase 7 by :func:`idle_nb`), which starts the
+  transfer over the links (:mod:`.pd`), then admits the transferred attempt's
+  one-token step (``_pd_admit_nb``), which emits the first token;
+- the run's end, :func:`finish_nb`: the TTFT's parts, the transfers, each replica's
+  link utilisation and the selective rule's share of pairs.
+
+The state of one run is a :data:`PDX` (:func:`state_nb`). A co-located run (no prefill
+pool) builds an empty one and never calls these functions. Not simulated yet (refused
+by pd_keys.check_stage): crashes and fast failures, timeouts and first-token deadlines
+(and so the lease), the front door and the closed loop with pools.
+"""
+
+import math
+from collections import namedtuple
+
+import numba as nb
+import numpy as np
+
+from ..conf import JIT
+from ..nrt import hold
+from ..ranks import of_selected_nb
+from . import pd
+from .dtypes import Fate, PairRoute, PdStage
+from .lists import push_back_nb, push_front_nb
+from .policies.scores import tie_hash_nb
+from .replica import in_window_nb, integrate_nb, mark_computed_nb, pd_allocate_nb, release_nb, tau_of_nb
+from .router import EVERY_HIT, decide_nb, eligible_nb, seen_hits_nb, view_nb
+
+PDX = namedtuple("PDX", ["links", "hand", "n_hand", "ended", "ended_t", "pool_p", "pool_d", "cand_d", "one",
+                         "found", "count", "touched"])
+"""One run's disaggregation state: ``links`` (:data:`.pd.Links`); ``hand`` (requests,)
+the attempts whose prefill ended at this time (the first ``n_hand[0]``); ``ended``/
+``ended_t`` (requests,) scratch for the transfers that end at a time; ``pool_p``/
+``pool_d`` the prefill and decode pools' replicas (pools.members_nb); ``cand_d``
+(replicas,) the decode pool's eligible at a decision; ``one`` (1,) a single candidate;
+``found`` (the most segments of a prompt,) admission's scratch; ``count`` (2,)
+placements in [warm-up, horizon) while both pools had an eligible replica, and of them
+those sent to a pair; ``touched`` (2 · requests,) the replicas phase 1 gave work."""
+
+
+@nb.njit(**JIT)
+def state_nb(rep, p, n, most, pool_p, pool_d):
+    """The disaggregation state of a run of ``p`` on ``rep`` (replicas,) REPLICA with
+    ``n`` requests whose prompts have at most ``most`` segments, its prefill and decode
+    pools ``pool_p`` and ``pool_d`` (pools.members_nb; the links without room when the
+    run has no prefill pool)."""
+    nrep = rep.shape[0]
+    cap = n if p.prefill_replicas > 0 else 0
+    links = pd.new_nb(nrep, cap, p.link_bandwidth, p.link_latency_ms, p.warmup_ms, p.horizon_ms)
+    return PDX(links, np.empty(cap, np.int64), np.zeros(1, np.int64), np.empty(cap, np.int64), np.empty(cap),
+               pool_p, pool_d,
+               np.empty(nrep, np.int64), np.empty(1, np.int64), np.zeros(most, np.bool_), np.zeros(2, np.int64),
+               np.empty(2 * cap, np.int64))
+
+
+@nb.njit(**JIT)
+def _hit_nb(tab, snap, loc, p, ro, i, nrep, s, seg_key, seg_len, seg_off, v, one, prompt, allowance):
+    """Tokens of request s's prompt router ro believes resident on replica i (its view's
+    leading blocks, capped at ``floor((P − 1)/b)``), into ``v[i].hit`` too."""
+    one[0] = i
+    seen_hits_nb(tab, snap, loc, p, ro, one, 1, nrep, s, seg_key, seg_len, seg_off, (prompt - 1) // p.block_tokens,
+                 v, EVERY_HIT, math.inf, prompt, allowance)
+    hold((tab, snap, loc, seg_key, seg_len, seg_off, v, one))
+    return p.block_tokens * v[i].hit
+
+
+@nb.njit(**JIT)
+def _transfer_aware_nb(tab, snap, loc, pub, locc, rep, p, ro, s, cand, ne, i_d, m_d, wl_key, seg_key, seg_len,
+                       seg_off, v, one, links, prompt, allowance):
+    """The transfer-aware rule's prefill replica among cand[:ne] for decode replica i_d
+    (its hit ``m_d`` tokens): the argmin of ``token_ms · (τ_p + P − m_p) + latency +
+    bytes · max(n_out(p) + 1, n_in(d) + 1) / B`` (ms), ties by the hash rule."""
+    hd = links.head[0]
+    nbytes = (prompt - m_d) * p.kv_bytes_per_token
+    best = -1
+    best_c = math.inf
+    for c in range(ne):
+        i = cand[c]
+        m_p = _hit_nb(tab, snap, loc, p, ro, i, rep.shape[0], s, seg_key, seg_len, seg_off, v, one, prompt, allowance)
+        tau = view_nb(rep, p, ro, i, pub, locc)[1]
+        n_out, n_in = pd.in_progress_nb(links, i, i_d)
+        cost = (p.transfer_token_ms * (tau + prompt - m_p) + hd.latency
+                + nbytes * max(n_out + 1, n_in + 1) / hd.bandwidth)
+        if best < 0 or cost < best_c or (cost == best_c and tie_hash_nb(wl_key[s], i) < tie_hash_nb(wl_key[s], best)):
+            best = i
+            best_c = cost
+    hold((tab, snap, loc, pub, locc, rep, cand, wl_key, seg_key, seg_len, seg_off, v, one))
+    return best
+
+
+@nb.njit(**JIT)
+def route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_key, seg_key, seg_len, seg_off,
+                  ru, ru_pos, cursor, rw, ej_until, failed, cand, v, pdx):
+    """Phase 6 with pools: request s's pair at t (docs/model.md "Routing the pair").
+    Returns (placement, decode replica, ru_pos): the attempt is placed on the prefill
+    replica with the decode replica its pair; or (selective, a prompt mostly cached on
+    the decode replica) placed on the decode replica whole, decode replica -1; or shed,
+    placement -1 (each pool's policy draws its uniforms as a shed does, in the rule's
+    order)."""
+    ro = req[s].router
+    avoid = retry and p.retry_avoid_previous
+    ne_p = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, cand, pdx.pool_p)
+    ne_d = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, pdx.cand_d, pdx.pool_d)
+    pol_p = np.int64(p.prefill_policy)
+    pol_d = np.int64(p.decode_policy)
+    A = req[s].A
+    P = wl_P[s]
+    if ne_p == 0 or ne_d == 0:
+        first, second = (pol_p, pol_d) if p.pair_route == PairRoute.INDEPENDENT else (pol_d, pol_p)
+        _, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, 0, cand, wl_P, wl_key, seg_key, seg_len,
+                              seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, first)
+        _, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, 0, cand, wl_P, wl_key, seg_key, seg_len,
+                              seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, second)
+        return -1, -1, ru_pos
+    if in_window_nb(t, p):
+        pdx.count[0] += 1
+    if p.pair_route == PairRoute.INDEPENDENT:
+        i_p, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_p, cand, wl_P, wl_key, seg_key, seg_len,
+                                seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_p)
+        i_d, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_d, pdx.cand_d, wl_P, wl_key, seg_key,
+                                seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_d)
+    else:
+        i_d, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_d, pdx.cand_d, wl_P, wl_key, seg_key,
+                                seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_d)
+        m_d = _hit_nb(tab, snap, loc, p, ro, i_d, rep.shape[0], s, seg_key, seg_len, seg_off, v, pdx.one, P, A)
+        if p.pair_route == PairRoute.SELECTIVE and P - m_d <= p.threshold_tokens:
+            return i_d, -1, ru_pos  # served whole on the decode replica
+        if p.pair_route == PairRoute.SELECTIVE:
+            i_p, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_p, cand, wl_P, wl_key, seg_key,
+                                    seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_p)
+        else:
+            i_p = _transfer_aware_nb(tab, snap, loc, pub, locc, rep, p, ro, s, cand, ne_p, i_d, m_d, wl_key, seg_key,
+                                     seg_len, seg_off, v, pdx.one, pdx.links, P, A)
+    if in_window_nb(t, p):
+        pdx.count[1] += 1
+    hold((tab, snap, loc, pub, locc, rep, req, wl_P, wl_key, seg_key, seg_len, seg_off, ru, cursor, rw, ej_until,
+          failed, cand, v))
+    return i_p, i_d, ru_pos
+
+
+@nb.njit(**JIT)
+def paired_nb(rep, req, p, s, i_d, t):
+    """Request s, just placed on its prefill replica at t, is disaggregated with decode
+    replica ``i_d``: its way's times from nothing, routed now; counted in the decode
+    replica's ``assigned`` in [warm-up, horizon)."""
+    q = req[s]
+    q.pd = PdStage.PREFILL
+    q.pd_d = i_d
+    q.held = -1
+    q.t_route = t
+    q.t_padmit = np.nan
+    q.t_pend = np.nan
+    q.t_xs = np.nan
+    q.t_xe = np.nan
+    if in_window_nb(t, p):
+        rep[i_d].assigned += 1
+    hold((rep, req))
+
+
+@nb.njit(**JIT)
+def _release_held_nb(S, s, t, p):
+    """The prefill replica holding request s's prompt blocks releases them at t, as a
+    completion does (computed id'd blocks become cached)."""
+    q = S.req[s]
+    i = q.held
+    kv = q.kv
+    q.kv = q.P  # what it held: the whole prompt (a disaggregated attempt never emits there)
+    integrate_nb(S.rep[i], t, p)
+    release_nb(S.tab, S.heap, S.heap_n, S.rep, i, s, S.req, t, p, S.seg_key, S.seg_off, S.cnt)
+    q.kv = kv
+    q.held = -1
+
+
+@nb.njit(**JIT)
+def phase1_nb(S, pdx, t, p):
+    """Phase 1 after the iteration ends at t: the links advanced to t; the transfers
+    that end at t (in end order, then start order) each to the front of its decode
+    replica's waiting queue (those of one replica in that order), the prefill replica
+    releasing what it held and the received blocks computed; then the hand-offs, in
+    request order, to the back of their decode replicas' waiting queues. The replicas
+    concerned go into ``pdx.touched`` (they may start an iteration in phase 7); returns
+    their count."""
+    rep, req, touched = S.rep, S.req, pdx.touched
+    m = pd.advance_nb(pdx.links, t, pdx.ended, pdx.ended_t)
+    nt = 0
+    for k in range(m):
+        s = pdx.ended[k]
+        q = req[s]
+        touched[nt] = q.held
+        nt += 1
+        _release_held_nb(S, s, t, p)
+        d = q.replica
+        c = q.c
+        q.c = q.u
+        mark_computed_nb(S.tab, d, s, q, np.int64(0), p.block_tokens, S.seg_key, S.seg_len, S.seg_off)
+        q.c = c
+        rep[d].n_recv -= 1
+        q.pd = PdStage.TRANSFERRED
+        q.t_xe = t
+    for k in range(m - 1, -1, -1):  # to the front, keeping their order
+        s = pdx.ended[k]
+        push_front_nb(rep, req, req[s].replica, s)
+        touched[nt] = req[s].replica
+        nt += 1
+    nh = pdx.n_hand[0]
+    hand = pdx.hand
+    for a in range(1, nh):  # request order (few at a time: insertion sort)
+        x = hand[a]
+        b = a - 1
+        while b >= 0 and hand[b] > x:
+            hand[b + 1] = hand[b]
+            b -= 1
+        hand[b + 1] = x
+    for k in range(nh):
+        s = hand[k]
+        q = req[s]
+        d = q.pd_d
+        push_back_nb(rep, req, d, s)
+        q.replica = d
+        rep[d].tau += tau_of_nb(q)
+        touched[nt] = d
+        nt += 1
+    pdx.n_hand[0] = 0
+    hold((rep, req, touched))
+    return nt
+
+
+@nb.njit(**JIT)
+def idle_nb(S, pdx, i, t, p, mt):
+    """Phase 7 with pools, replica i idle: with nothing running, it allocates for the
+    handed-off heads of its waiting queue without starting an iteration. Returns
+    (segment-table entries to make room for first, 0 when done; whether an iteration
+    is not to start: the waiting queue empty or its head still waiting for blocks)."""
+    r = S.rep[i]
+    if r.n_run > 0:
+        return np.int64(0), False
+    room = S.cnt[0] + r.n_wait * S.most
+    if 2 * room > S.tab.shape[0]:
+        return room, False
+    integrate_nb(r, t, p)
+    while r.n_wait > 0 and S.req[r.w_head].pd == PdStage.HANDOFF:
+        if not pd_allocate_nb(S.tab, S.heap, S.heap_n, S.rep, S.req, i, r.w_head, t, p, S.seg_key, S.seg_len,
+                              S.seg_off, S.cnt, pdx.found, mt, pdx.links):
+            break
+    return np.int64(0), r.n_wait == 0 or S.req[r.w_head].pd == PdStage.HANDOFF
+
+
+@nb.njit(**JIT)
+def finish_nb(p, rep, req, sent, mt, pdx):
+    """The run's disaggregation metrics: the TTFT's parts (p50, p99, ms) over the
+    completed cohort's disaggregated requests, the transfers ended in (warm-up,
+    horizon] (count, bytes), each replica's link utilisation, the share of placements
+    sent to a pair, and ``placement_occupancy`` over placements (not ``assigned``, which
+    counts a pair on both replicas)."""
+    n = req.shape[0]
+    parts = np.empty((4, n))
+    k = 0
+    for s in range(n):
+        q = req[s]
+        if q.cohort and q.outcome == Fate.COMPLETED and q.pd == PdStage.DECODE:
+            parts[0, k] = q.t_padmit - q.t_route
+            parts[1, k] = q.t_pend - q.t_padmit
+            parts[2, k] = q.t_xe - q.t_xs
+            parts[3, k] = q.first_ms - q.t_pend - (q.t_xe - q.t_xs)
+            k += 1
+    a = of_selected_nb(parts[0, :k].copy(), P50_P99)
+    mt.ttft_prefill_queue_p50, mt.ttft_prefill_queue_p99 = a[0], a[1]
+    a = of_selected_nb(parts[1, :k].copy(), P50_P99)
+    mt.ttft_prefill_p50, mt.ttft_prefill_p99 = a[0], a[1]
+    a = of_selected_nb(parts[2, :k].copy(), P50_P99)
+    mt.ttft_transfer_p50, mt.ttft_transfer_p99 = a[0], a[1]
+    a = of_selected_nb(parts[3, :k].copy(), P50_P99)
+    mt.ttft_decode_queue_p50, mt.ttft_decode_queue_p99 = a[0], a[1]
+    hd = pdx.links.head[0]
+    mt.transfer_count = hd.ended
+    mt.transfer_bytes = hd.ended_bytes
+    for i in range(rep.shape[0]):
+        rep[i].link_util = pd.utilization_nb(pdx.links, i)
+    c = pdx.count
+    mt.disaggregated_share = c[1] / c[0] if c[0] > 0 else np.nan
+    occ = 0.0
+    high = 0
+    for i in range(rep.shape[0]):
+        occ += rep[i].occ_sum
+        high += rep[i].occ_high
+    mt.placement_occupancy = occ / c[0] if c[0] > 0 else np.nan
+    mt.placement_occupancy_high = high / c[0] if c[0] > 0 else np.nan
+    hold((rep, req, sent))
+
+
+P50_P99 = np.array([50, 99], np.int64)
+"""The nearest ranks of a TTFT part's ``_p50`` and ``_p99``."""
