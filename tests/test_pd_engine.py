@@ -16,6 +16,8 @@ disaggregated clusters (test_token_pipeline's, with pools). Crashes, fast failur
 and the closed loop are refused with pools (pd_keys.check_stage), so no case has them.
 """
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
@@ -179,3 +181,42 @@ def test_random_small_pd_clusters_keep_the_books_and_match_the_reference(case):
     want = ref.simulate(tv._reference_workload(wl), values, factors, events, policy, seed, check=small_pool)
     bad = _differences(got, rep, want)
     assert not bad, f"{policy} seed {seed} rate {rate} factors {factors} events {events} {values}:\n" + "\n".join(bad)
+
+
+def test_the_example_sweep_prints_the_pd_columns(tmp_path, monkeypatch, capsys):
+    """sweeps/disaggregation.toml (shrunk to a 2 s warm-up, 4 s window and one seed)
+    through the command line in process: its co-located stage's table and Dataset are
+    a co-located one's (no disaggregation column or variable), each split's table adds
+    the TTFT's parts, the transfers, the link and the pairs, and its Dataset holds them
+    with their units; every transfer takes at least the link's 1 ms latency, and with
+    the independent rule every placement is a pair."""
+    import xarray as xr
+
+    from routesim.batching.metrics import PD_PER_REPLICA, PD_VARIABLES
+    from routesim.batching.summary import PD_HEADERS
+    from routesim.sweep import main
+
+    text = (Path(__file__).parents[1] / "sweeps" / "disaggregation.toml").read_text()
+    for old, new in (("warmup_s = 30 ", "warmup_s = 2 "), ("measure_s = 60", "measure_s = 4"),
+                     ("count = 4", "count = 1")):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "pd.toml"
+    path.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main([str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    tables = out.split("stage ")[1:]
+    assert [t.split(":")[0] for t in tables] == ["co-located", "1", "2", "3"]  # "1:3", "2:2", "3:1"
+    assert not any(h in tables[0] for h in PD_HEADERS)
+    for table in tables[1:]:
+        assert all(h in table for h in PD_HEADERS)
+    colocated = xr.open_dataset(tmp_path / "out" / "co-located.nc")
+    assert not set(PD_VARIABLES) & set(colocated.data_vars) and "link_utilization" not in colocated
+    for name in ("1:3", "2:2", "3:1"):
+        ds = xr.open_dataset(tmp_path / "out" / f"{name}.nc")
+        for var in (*PD_VARIABLES, *PD_PER_REPLICA):
+            assert var in ds and ds[var].attrs["units"], (name, var)
+        assert (ds.transfer_count > 0).all() and (ds.ttft_transfer_p50 >= 1.0).all()
+        assert (ds.disaggregated_share == 1.0).all()
+        assert ds.link_utilization.dims[-1] == "replica"

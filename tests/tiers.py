@@ -87,7 +87,7 @@ MODULES = {
     "test_least_outstanding_staleness": "engine",
     "test_least_outstanding_verdicts": "unit",
     "test_machine_independence": "subprocess",
-    "test_pd_engine": "differential",
+    "test_pd_engine": ("differential", {"engine": ("test_the_example_sweep_prints_the_pd_columns",)}),
     "test_pd_keys": "unit",
     "test_pd_links": "unit",
     "test_pd_reference": "unit",

@@ -48,12 +48,17 @@ def token_policy_rows(ds: xr.Dataset):
     medians show a trend. With a closed-loop client (``client_wait_p99`` in the Dataset):
     the client's wait p99 and the throughput (completions in the window per second;
     medians over runs), since a closed loop's goodput counts every cohort request,
-    whenever the client sent it."""
+    whenever the client sent it. With prefill/decode pools (``transfer_count`` in the
+    Dataset): the TTFT's four parts (p50s of the disaggregated requests: prefill queue,
+    prefill, transfer, decode queue), the transfers ended in the window, the busiest
+    replica link's utilisation and the share of placements sent to a pair (medians over
+    runs; :func:`pd_cells`)."""
     groups = [d for d in ("rate_rps", "scenario", "heterogeneity") if ds.sizes.get(d, 1) > 1]
     swept = [d for d in ds.attainment.dims if d not in TOKEN_STANDARD]
     has = {v: v in ds and float(ds[v].sum()) > 0 for v in ("rejected", "retries", "wasted_tokens", "breaker_ejections")}
     itl = "itl_p99" in ds
     client = "client_wait_p99" in ds
+    pools = "transfer_count" in ds
     check = steady.has_check(ds)
     order = groups[:1] + groups[1:] + ["policy"] + swept  # rate first, as before
     names = {"rate_rps": "req/s", "scenario": "scenario", "heterogeneity": "heterogeneity", "policy": "policy"}
@@ -86,6 +91,8 @@ def token_policy_rows(ds: xr.Dataset):
         if client:
             row += [fmt(_median(sub.client_wait_p99.values), ".0f"),
                     fmt(_median(sub.throughput.values), ".1f")]
+        if pools:
+            row += pd_cells(sub)
         if check:
             growth, rise = steady.trend(sub)
             bad, ran = steady.count_unsteady(sub)
@@ -100,9 +107,27 @@ def token_policy_rows(ds: xr.Dataset):
     headers.append("goodput/s")
     if client:
         headers += ["client wait p99 ms", "throughput/s"]
+    if pools:
+        headers += list(PD_HEADERS)
     if check:
         headers += ["backlog Δ", "KV occ. Δ pts", "runs not steady", "steady"]
     return headers, rows
+
+
+PD_HEADERS = ("pre-queue ms", "prefill ms", "transfer ms", "dec-queue ms", "transfers", "link util %", "paired %")
+"""The columns of prefill/decode disaggregation (:func:`pd_cells`)."""
+
+
+def pd_cells(sub: xr.Dataset) -> list:
+    """A row's disaggregation cells: the p50s of the TTFT's parts (ms), transfers ended
+    in the window, the busiest replica's link utilisation (%) and the share of
+    placements sent to a pair (%), each the median over the row's runs (a co-located
+    run's parts are NaN and left out; its utilisation and pairs are 0 and NaN)."""
+    busiest = sub.link_utilization.max("replica") if "replica" in sub.link_utilization.dims else sub.link_utilization
+    return [fmt(_median(sub[f"ttft_{part}_p50"].values), ".1f")
+            for part in ("prefill_queue", "prefill", "transfer", "decode_queue")] + [
+        fmt(_median(sub.transfer_count.values), ".0f"), fmt(100 * _median(busiest.values), ".1f"),
+        fmt(100 * _median(sub.disaggregated_share.values), ".0f")]
 
 
 def token_align(headers, rows) -> str:
@@ -145,6 +170,11 @@ def legend(ds: xr.Dataset, headers) -> str:
              ("steady", f"no when a run is not steady or the medians over runs show backlog Δ above "
                         f"{100 * steady.BACKLOG_SHARE:g} % of arrivals or KV occ. Δ above "
                         f"{100 * steady.OCCUPANCY_RISE:g} pts"),
+             (", ".join(PD_HEADERS[:4]), "prefill/decode pools: the parts of the TTFT of the disaggregated "
+                                         "requests (their p50s): routing to admission on the prefill replica, "
+                                         "the prefill, the KV transfer, the rest on the decode replica"),
+             ("link util %", "the busiest replica's link: (bytes/ms out + in) / (2 bandwidth) over the window"),
+             ("paired %", "placements sent to a pair (the selective rule serves the others on a decode replica)"),
              ("every other column but runs", "median over runs of each run's value")]
     return legend_text([(h, m) for h, m in items if h.startswith("every other") or (h and h.split(", ")[0] in headers)])
 
