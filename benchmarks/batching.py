@@ -17,6 +17,9 @@ through the public entry points: ``routesim.batching.workload.generate``,
   (``async_scheduling = false``) and ``"vllm"`` with vLLM's asynchronous loop, the same
   workload handed to each, simulated alternately, one thread: ms per run and ns per
   iteration of each, and their ratios to reserve and of the two vllm loops.
+- ``pd``: the same 60 s runs co-located and split into 2 prefill and 6 decode replicas
+  (docs/model.md "Prefill/decode disaggregation"), the same workload handed to both,
+  simulated alternately, one thread: CPU ms per run of each and their ratio.
 - ``scale``: one curve per process, one thread: replicas 8 -> 1,024 (``power_of_d``,
   5 req/s per replica), batch size (rate up on 8 replicas), decode length (outputs up
   at a fixed rate: the batch grows, requests per iteration do not), horizon.
@@ -80,7 +83,7 @@ class _Run:
         self.gen_s = time.perf_counter() - t0
         self.params = br.params_row(values, policy, n_replicas=replicas).reshape(1)
         self.packed = br.Packed.of([self.wl])
-        count = br.router_draws(policy, values["choices"], len(self.wl), values["max_attempts"])
+        count = br.router_draws(policy, values["choices"], len(self.wl), values["max_attempts"], values)
         self.ru = router_stream(seed, count)
         self.ru_off = np.array([0, count], np.int64)
         self.factors = np.ones((1, replicas))
@@ -245,6 +248,32 @@ def modes(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least
                              **{f"{s}_iterations": int(out[s]["iterations"]) for s in runs},
                              **{f"{s}_completed": int(out[s]["completed"]) for s in runs},
                              **{f"{s}_batch_mean": float(out[s]["batch_mean"]) for s in runs}))
+    emit(dict(runs=rows, replicas=replicas, rate=rate, horizon_s=warmup_s + measure_s, repeats=repeats))
+
+
+PD = {"co-located": {"prefill_replicas": 0, "decode_replicas": 0},
+      "pd": {"prefill_replicas": 2, "decode_replicas": 6}}
+"""What ``pd`` times: the example cluster co-located and split 2:6 into prefill and decode
+pools (docs/model.md "Prefill/decode disaggregation", the [pools] defaults otherwise)."""
+
+
+def pd(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least_tokens", "round_robin"),
+       seeds=(1, 2), repeats=3):
+    """What prefill/decode disaggregation costs the engine: the same 60 s runs of the
+    example cluster co-located and with pools (:data:`PD`; one workload per policy and
+    seed, handed to both; the router stream drawn for the pools' two decisions a request),
+    simulated alternately in one process, best of ``repeats`` each, one thread: CPU ms
+    per run and ns per iteration of each."""
+    rows = []
+    for policy in policies:
+        for seed in seeds:
+            base = _Run(_values(warmup_s=warmup_s, measure_s=measure_s, **PD["pd"]), policy, replicas, rate, seed)
+            runs = _variants(base, PD)
+            best, out = _alternately(runs, repeats)
+            rows.append(dict(policy=policy, seed=seed, requests=len(base.wl),
+                             **{f"{s}_cpu_s": best[s] for s in runs},
+                             **{f"{s}_iterations": int(out[s]["iterations"]) for s in runs},
+                             **{f"{s}_completed": int(out[s]["completed"]) for s in runs}))
     emit(dict(runs=rows, replicas=replicas, rate=rate, horizon_s=warmup_s + measure_s, repeats=repeats))
 
 
@@ -517,6 +546,14 @@ def section(suite):
                       " / ".join(f"{r[f'{s}_iterations']:,}" for s in MODES),
                       " / ".join(report.fmt(r[f"{s}_cpu_s"] / r[f"{s}_iterations"] * 1e9) for s in MODES),
                       " / ".join(report.fmt(r[f"{s}_batch_mean"]) for s in MODES)])
+    suite.note_load()
+
+    log("batching: prefill/decode pools (2:6) against co-located on the same runs, 1 thread")
+    pdr = _task("pd", one, **({"policies": ["least_tokens"], "seeds": [1]} if q else {})).result["runs"]
+    pd_ms = {s: sum(r[f"{s}_cpu_s"] for r in pdr) / len(pdr) * 1e3 for s in PD}
+    fig["batching.pd_ratio"] = pd_ms["pd"] / pd_ms["co-located"]
+    log(f"batching: pools {pd_ms['pd']:.0f} ms per run, co-located {pd_ms['co-located']:.0f} ms: "
+        f"{fig['batching.pd_ratio']:.2f}x")
     suite.note_load()
 
     log("batching: what a published signal costs, 1 thread")

@@ -75,6 +75,8 @@ ROWS = [
      "thread, CPU", "ms", 1, "low"),
     ("batching.vllm_async_ratio", "batching, \"vllm\" async_scheduling / \"reserve\", per run", "x", 1, "low"),
     ("batching.vllm_async_sync_ratio", "batching, \"vllm\" async_scheduling / synchronous, per run", "x", 1, "low"),
+    ("batching.pd_ratio", "batching, prefill/decode pools (2:6) / co-located, the same 60 s runs, per run", "x", 1,
+     "low"),
     ("batching.signal_ratio.periodic50", "batching, a 50 ms periodic signal / fresh, per run (study runs)", "x", 1,
      "low"),
     ("batching.signal_ratio.periodic10", "batching, a 10 ms periodic signal / fresh, per run", "x", 1, "low"),
