@@ -55,10 +55,12 @@ LEAVES = {"link": tuple(p.path[1] for p in PARAMS if p.path[0] == "link")}
 
 
 LATER = (("timeout_ms", "timeouts"), ("ttft_timeout_ms", "first-token deadlines"),
-         ("admission_max_tokens", "the front door"), ("max_in_flight", "a closed-loop client"))
+         ("admission_max_tokens", "the front door"), ("max_in_flight", "a closed-loop client"),
+         ("ingress_ms", "an ingress delay"), ("ingress_ms_per_token", "an ingress delay"))
 """Keys whose non-default value the engine does not simulate with pools yet (with what
 it would need): a deadline that cancels an attempt mid-way (and so the lease), the
-front door, the closed loop (docs/model.md "Left for later increments")."""
+front door, the closed loop, the engine loop's ingress (docs/model.md "Left for later
+increments"; the reference refuses the last three with pools too)."""
 
 
 def unused(values) -> set:
