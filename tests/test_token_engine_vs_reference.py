@@ -160,8 +160,10 @@ def _close(a, b):
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
 
 
-def _case(case, seed, **extra):
-    overrides, rate, factors, events = {**CASES, **FAULT_CASES, **VLLM_ONLY}[case]
+def _case(case, seed, table=None, **extra):
+    """The case's workload and parameters; ``table`` another module's cases (name:
+    (overrides, rate, factors, events)), else this module's."""
+    overrides, rate, factors, events = (table or {**CASES, **FAULT_CASES, **VLLM_ONLY})[case]
     values = _values(overrides)
     values.update(extra)
     horizon = (values["warmup_s"] + values["measure_s"]) * 1000.0

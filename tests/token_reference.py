@@ -2541,6 +2541,8 @@ class _Sim:
         ended = [(t, nb) for _k, t, nb in self.links.ended if self.in_window_closed(t)]
         out["transfer_count"] = len(ended)
         out["transfer_bytes"] = sum(nb for _t, nb in ended)
+        if self.links.now < self.H:   # the window's bytes up to the horizon: the flows after the last change
+            assert self.links.advance(self.H) == []   # (no transfer ends there: all were processed)
         span = 2 * self.links.B * (self.H - self.W)
         out["link_utilization"] = [(self.links.moved_out.get(i, 0.0) + self.links.moved_in.get(i, 0.0)) / span
                                    for i in range(self.N)]

@@ -111,44 +111,50 @@ def route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_
     the decode replica) placed on the decode replica whole, decode replica -1; or shed,
     placement -1 (each pool's policy draws its uniforms as a shed does, in the rule's
     order)."""
+    pool_p, pool_d, cand_d, one, links, count = pdx.pool_p, pdx.pool_d, pdx.cand_d, pdx.one, pdx.links, pdx.count
     ro = req[s].router
     avoid = retry and p.retry_avoid_previous
-    ne_p = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, cand, pdx.pool_p)
-    ne_d = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, pdx.cand_d, pdx.pool_d)
+    ne_p = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, cand, pool_p)
+    ne_d = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, cand_d, pool_d)
     pol_p = np.int64(p.prefill_policy)
     pol_d = np.int64(p.decode_policy)
     A = req[s].A
     P = wl_P[s]
-    if ne_p == 0 or ne_d == 0:
+    i_p = np.int64(-1)
+    i_d = np.int64(-1)
+    if ne_p == 0 or ne_d == 0:  # shed
         first, second = (pol_p, pol_d) if p.pair_route == PairRoute.INDEPENDENT else (pol_d, pol_p)
-        _, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, 0, cand, wl_P, wl_key, seg_key, seg_len,
+        _, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, np.int64(0), cand, wl_P, wl_key, seg_key, seg_len,
                               seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, first)
-        _, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, 0, cand, wl_P, wl_key, seg_key, seg_len,
+        _, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, np.int64(0), cand, wl_P, wl_key, seg_key, seg_len,
                               seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, second)
-        return -1, -1, ru_pos
-    if in_window_nb(t, p):
-        pdx.count[0] += 1
-    if p.pair_route == PairRoute.INDEPENDENT:
-        i_p, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_p, cand, wl_P, wl_key, seg_key, seg_len,
-                                seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_p)
-        i_d, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_d, pdx.cand_d, wl_P, wl_key, seg_key,
-                                seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_d)
     else:
-        i_d, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_d, pdx.cand_d, wl_P, wl_key, seg_key,
-                                seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_d)
-        m_d = _hit_nb(tab, snap, loc, p, ro, i_d, rep.shape[0], s, seg_key, seg_len, seg_off, v, pdx.one, P, A)
-        if p.pair_route == PairRoute.SELECTIVE and P - m_d <= p.threshold_tokens:
-            return i_d, -1, ru_pos  # served whole on the decode replica
-        if p.pair_route == PairRoute.SELECTIVE:
+        if in_window_nb(t, p):
+            count[0] += 1
+        whole = False
+        if p.pair_route == PairRoute.INDEPENDENT:
             i_p, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_p, cand, wl_P, wl_key, seg_key,
                                     seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_p)
+            i_d, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_d, cand_d, wl_P, wl_key, seg_key,
+                                    seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_d)
         else:
-            i_p = _transfer_aware_nb(tab, snap, loc, pub, locc, rep, p, ro, s, cand, ne_p, i_d, m_d, wl_key, seg_key,
-                                     seg_len, seg_off, v, pdx.one, pdx.links, P, A)
-    if in_window_nb(t, p):
-        pdx.count[1] += 1
+            i_d, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_d, cand_d, wl_P, wl_key, seg_key,
+                                    seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_d)
+            m_d = _hit_nb(tab, snap, loc, p, ro, i_d, rep.shape[0], s, seg_key, seg_len, seg_off, v, one, P, A)
+            if p.pair_route == PairRoute.SELECTIVE and P - m_d <= p.threshold_tokens:
+                whole = True  # served whole on the decode replica
+                i_p = i_d
+                i_d = np.int64(-1)
+            elif p.pair_route == PairRoute.SELECTIVE:
+                i_p, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, ne_p, cand, wl_P, wl_key, seg_key,
+                                        seg_len, seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, pol_p)
+            else:
+                i_p = _transfer_aware_nb(tab, snap, loc, pub, locc, rep, p, ro, s, cand, ne_p, i_d, m_d, wl_key,
+                                         seg_key, seg_len, seg_off, v, one, links, P, A)
+        if not whole and in_window_nb(t, p):
+            count[1] += 1
     hold((tab, snap, loc, pub, locc, rep, req, wl_P, wl_key, seg_key, seg_len, seg_off, ru, cursor, rw, ej_until,
-          failed, cand, v))
+          failed, cand, v, pool_p, pool_d, cand_d, one, count))
     return i_p, i_d, ru_pos
 
 
@@ -195,10 +201,11 @@ def phase1_nb(S, pdx, t, p):
     concerned go into ``pdx.touched`` (they may start an iteration in phase 7); returns
     their count."""
     rep, req, touched = S.rep, S.req, pdx.touched
-    m = pd.advance_nb(pdx.links, t, pdx.ended, pdx.ended_t)
+    ended, hand, n_hand = pdx.ended, pdx.hand, pdx.n_hand
+    m = pd.advance_nb(pdx.links, t, ended, pdx.ended_t)
     nt = 0
     for k in range(m):
-        s = pdx.ended[k]
+        s = ended[k]
         q = req[s]
         touched[nt] = q.held
         nt += 1
@@ -212,12 +219,11 @@ def phase1_nb(S, pdx, t, p):
         q.pd = PdStage.TRANSFERRED
         q.t_xe = t
     for k in range(m - 1, -1, -1):  # to the front, keeping their order
-        s = pdx.ended[k]
+        s = ended[k]
         push_front_nb(rep, req, req[s].replica, s)
         touched[nt] = req[s].replica
         nt += 1
-    nh = pdx.n_hand[0]
-    hand = pdx.hand
+    nh = n_hand[0]
     for a in range(1, nh):  # request order (few at a time: insertion sort)
         x = hand[a]
         b = a - 1
@@ -234,8 +240,8 @@ def phase1_nb(S, pdx, t, p):
         rep[d].tau += tau_of_nb(q)
         touched[nt] = d
         nt += 1
-    pdx.n_hand[0] = 0
-    hold((rep, req, touched))
+    n_hand[0] = 0
+    hold((rep, req, touched, ended, hand, n_hand))
     return nt
 
 
@@ -286,6 +292,8 @@ def finish_nb(p, rep, req, sent, mt, pdx):
     a = of_selected_nb(parts[3, :k].copy(), P50_P99)
     mt.ttft_decode_queue_p50, mt.ttft_decode_queue_p99 = a[0], a[1]
     hd = pdx.links.head[0]
+    if hd.now < hd.h:   # the window's bytes up to the horizon (docs/model.md): the flows after the last change
+        pd.advance_nb(pdx.links, hd.h, pdx.ended, pdx.ended_t)   # (no transfer ends there: all were processed)
     mt.transfer_count = hd.ended
     mt.transfer_bytes = hd.ended_bytes
     for i in range(rep.shape[0]):
