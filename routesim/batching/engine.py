@@ -520,13 +520,13 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     quick = not closed                   # decoding-only iteration ends may skip the other phases (below)
     rel_t = np.empty(n if closed else 0)  # (time, slots) in time order: each request frees one
     rel_c = np.empty(n if closed else 0, np.int64)
-    rel_n = 0
-    rel_h = 0
-    freed = 0                            # slots freed so far: k - freed requests hold one
+    rel_n = np.int64(0)                  # (int64 from the start: _next_time_nb compiles once)
+    rel_h = np.int64(0)
+    freed = np.int64(0)                  # slots freed so far: k - freed requests hold one
     left_seen = np.int64(0)              # final outcomes given a release so far (mt.left)
     rw_head = np.int64(0)   # int64 from the start: _window_nb compiles once (test_refcounts)
     ru_pos = np.int64(0)
-    k = 0
+    k = np.int64(0)
     ev = NONE
     n_ev = events.shape[0]
     horizon = p.horizon_ms
@@ -542,7 +542,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     marked = np.zeros(nrep, np.bool_)
     n_dirty = NONE  # (typed: a literal would compile _mark_nb twice)
     c7 = 0                             # the next of them to start (phase 7 resumes there)
-    ready_pending = False              # a recovered replica is not yet ready
+    ready_pending = np.bool_(False)    # a recovered replica is not yet ready
     next_pub = np.int64(0)             # the replica publishing next (they take turns)
     stopped = False
     S = sc.Run(rep, req, tab, heap, heap_n, cnt, seg_key, seg_len, seg_off, most, done_log, gap_ms, gap_n, n_gap,

@@ -72,7 +72,7 @@ def _hit_nb(tab, snap, loc, p, ro, i, nrep, s, seg_key, seg_len, seg_off, v, one
     """Tokens of request s's prompt router ro believes resident on replica i (its view's
     leading blocks, capped at ``floor((P − 1)/b)``), into ``v[i].hit`` too."""
     one[0] = i
-    seen_hits_nb(tab, snap, loc, p, ro, one, 1, nrep, s, seg_key, seg_len, seg_off, (prompt - 1) // p.block_tokens,
+    seen_hits_nb(tab, snap, loc, p, ro, one, np.int64(1), nrep, s, seg_key, seg_len, seg_off, (prompt - 1) // p.block_tokens,
                  v, EVERY_HIT, math.inf, prompt, allowance)
     hold((tab, snap, loc, seg_key, seg_len, seg_off, v, one))
     return p.block_tokens * v[i].hit
@@ -86,7 +86,7 @@ def _transfer_aware_nb(tab, snap, loc, pub, locc, rep, p, ro, s, cand, ne, i_d, 
     bytes · max(n_out(p) + 1, n_in(d) + 1) / B`` (ms), ties by the hash rule."""
     hd = links.head[0]
     nbytes = (prompt - m_d) * p.kv_bytes_per_token
-    best = -1
+    best = np.int64(-1)
     best_c = math.inf
     for c in range(ne):
         i = cand[c]
@@ -110,8 +110,17 @@ def route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_
     replica with the decode replica its pair; or (selective, a prompt mostly cached on
     the decode replica) placed on the decode replica whole, decode replica -1; or shed,
     placement -1 (each pool's policy draws its uniforms as a shed does, in the rule's
-    order)."""
-    pool_p, pool_d, cand_d, one, links, count = pdx.pool_p, pdx.pool_d, pdx.cand_d, pdx.one, pdx.links, pdx.count
+    order). The state's arrays are passed on as arguments (borrowed: no reference
+    counts, routesim/nrt.py)."""
+    return _route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_key, seg_key, seg_len,
+                          seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, v, pdx.pool_p, pdx.pool_d,
+                          pdx.cand_d, pdx.one, pdx.links, pdx.count)
+
+
+@nb.njit(**JIT)
+def _route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_key, seg_key, seg_len, seg_off,
+                   ru, ru_pos, cursor, rw, ej_until, failed, cand, v, pool_p, pool_d, cand_d, one, links, count):
+    """:func:`route_pair_nb` with :data:`PDX`'s fields as arguments."""
     ro = req[s].router
     avoid = retry and p.retry_avoid_previous
     ne_p = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, cand, pool_p)
@@ -200,9 +209,14 @@ def phase1_nb(S, pdx, t, p):
     request order, to the back of their decode replicas' waiting queues. The replicas
     concerned go into ``pdx.touched`` (they may start an iteration in phase 7); returns
     their count."""
-    rep, req, touched = S.rep, S.req, pdx.touched
-    ended, hand, n_hand = pdx.ended, pdx.hand, pdx.n_hand
-    m = pd.advance_nb(pdx.links, t, ended, pdx.ended_t)
+    return _phase1_nb(S, S.rep, S.req, pdx.links, pdx.ended, pdx.ended_t, pdx.hand, pdx.n_hand, pdx.touched, t, p)
+
+
+@nb.njit(**JIT)
+def _phase1_nb(S, rep, req, links, ended, ended_t, hand, n_hand, touched, t, p):
+    """:func:`phase1_nb` with the arrays it uses as arguments (borrowed: no reference
+    counts, routesim/nrt.py)."""
+    m = pd.advance_nb(links, t, ended, ended_t)
     nt = 0
     for k in range(m):
         s = ended[k]
