@@ -25,6 +25,7 @@ COMMANDS = {
     "validation": ("routesim.validation", "check the simulator against queueing theory"),
     "least_outstanding": ("routesim.least_outstanding", "run the least-outstanding-routing study"),
     "scheduler_modes": ("routesim.scheduler_modes", "run the scheduler-modes study"),
+    "disaggregation": ("routesim.disaggregation", "run the prefill/decode disaggregation study"),
 }
 """name -> (the module ``python -m`` runs, one line of help). Adding a command is one
 line here."""

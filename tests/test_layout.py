@@ -9,7 +9,7 @@ never asks which model it runs.
 - Outside routesim/models.py and the model packages, no module of the pipeline names a
   model or tests a kind. The studies, each about one model's results, live apart under
   routesim/studies/; the command lines that run them (routesim/figures.py, report.py,
-  least_outstanding.py, validation.py, scheduler_modes.py) are the pipeline's and name no model either.
+  least_outstanding.py, validation.py, scheduler_modes.py, disaggregation.py) are the pipeline's and name no model either.
 - The pipeline does not import the studies; only those command lines do.
 - Every model package provides the interface routesim.schema.ReplicaModel calls.
 """
@@ -26,7 +26,8 @@ from routesim import models
 PACKAGE = Path(__file__).resolve().parents[1] / "routesim"
 STUDIES = "studies"
 """The folder of the studies (each about one model's results), not of the pipeline."""
-COMMANDS = {"figures.py", "report.py", "least_outstanding.py", "validation.py", "scheduler_modes.py"}
+COMMANDS = {"figures.py", "report.py", "least_outstanding.py", "validation.py", "scheduler_modes.py",
+            "disaggregation.py"}
 """The command lines of the studies: of the pipeline, and the only part of it that imports them."""
 INTERFACE = {
     "params": ("MODEL", "check_stage"),

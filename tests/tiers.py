@@ -106,6 +106,7 @@ MODULES = {
                                        "subprocess": ("test_a_bad_key_exits_2_with_one_line",)}),
     "test_scale": "engine",
     "test_scheduler_modes": "engine",
+    "test_disaggregation": ("unit", {"engine": ("test_a_reduced_run_gives_the_document_the_figure_and_two_findings",)}),
     "test_scripts": "engine",
     "test_simpy_model": "engine",
     "test_startup": ("subprocess", {"unit": ("test_public_names_are_the_modules_own",
