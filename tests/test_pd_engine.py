@@ -11,13 +11,20 @@ cover the three pair rules, every policy (for the independent rule; the others w
 sample), different policies for the two pools, chunked and unchunked prefill, a KV
 pool small enough that decode-side allocations wait for blocks, a slow link that
 transfers queue on, stale signals (periodic and periodic_local with several routers),
-heterogeneous replicas and a slowdown; and a hypothesis property test on random small
-disaggregated clusters (test_token_pipeline's, with pools). Crashes, fast failures, timeouts, the front door
-and the closed loop are refused with pools (pd_keys.check_stage), so no case has them.
+heterogeneous replicas and a slowdown; failures (docs/model.md "Failures: every request
+in exactly one outcome"): crashes of a prefill and of a decode replica (before the
+prefill ends, mid-transfer, while decoding), first-token deadlines and timeouts on
+either side, the lease, retries as new pairs, the breaker, with each pair rule; and a
+hypothesis property test on random small disaggregated clusters (test_token_pipeline's,
+with pools, crashes and deadlines). Two hand-worked runs of one request, whose prefill
+or decode replica crashes mid-transfer, hold both implementations to values derived
+from the page. Fast failures, the front door and the closed loop are refused with pools
+(pd_keys.check_stage, config/checks.py), so no case has them.
 """
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
@@ -26,7 +33,7 @@ import test_token_pipeline as tp
 import token_reference as ref
 from registered import POLICIES
 from routesim.batching import runs as br
-from routesim.batching.workload import generate
+from routesim.batching.workload import TokenWorkload, generate, segments_from_ids
 
 PD = dict(tv.SHORT, prefill_replicas=2, decode_replicas=3, link_bandwidth_gb_s=0.5, kv_bytes_per_token=2000,
           prefix_groups=4)
@@ -51,6 +58,27 @@ CASES = {
     "pd-periodic-1-3": (dict(PD, prefill_replicas=1, signal_mode="periodic", period_ms=20.0), 10.0,
                         [1.0, 1.0, 1.0, 1.0], []),
 }
+FAIL = dict(PD, max_attempts=3, backoff_ms=10.0, lease_ms=80.0, link_bandwidth_gb_s=0.02, link_latency_ms=2.0)
+"""Failures: three attempts, a 10 ms backoff, an 80 ms lease and a slow link (0.02 GB/s:
+a 300-token prompt's 600,000 bytes take 2 + 30 ms alone), so that crashes often find
+transfers in progress."""
+
+# crashes and deadlines with pools, each pair rule (replicas 0 and 1 prefill, 2-4 decode)
+FAIL_CASES = {
+    "pd-crash-prefill": (dict(FAIL), 12.0, FACTORS,
+                         [(1800.0, "fail", 0, 0.0), (2300.0, "recover", 0, 0.0), (3000.0, "fail", 1, 0.0),
+                          (3400.0, "recover", 1, 0.0)]),
+    "pd-crash-decode": (dict(FAIL, pair_route="selective", threshold_tokens=200), 12.0, FACTORS,
+                        [(1800.0, "fail", 2, 0.0), (2400.0, "recover", 2, 0.0), (3000.0, "fail", 4, 0.0),
+                         (3500.0, "recover", 4, 0.0)]),
+    "pd-deadlines": (dict(FAIL, pair_route="transfer_aware", ttft_timeout_ms=150.0, timeout_ms=2000.0,
+                          kv_blocks=500, max_batch=8, link_bandwidth_gb_s=0.05), 16.0, FACTORS, []),
+    "pd-crashes-deadlines-breaker": (dict(FAIL, breaker_consecutive=2, breaker_eject_ms=200.0, ttft_timeout_ms=150.0,
+                                          kv_blocks=500, max_batch=8, link_bandwidth_gb_s=0.1), 12.0, FACTORS,
+                                     [(2000.0, "fail", 0, 0.0), (2200.0, "fail", 3, 0.0), (2600.0, "recover", 0, 0.0),
+                                      (2900.0, "recover", 3, 0.0)]),
+}
+CASES.update(FAIL_CASES)
 PD_FLOATS = ("ttft_prefill_queue_p50", "ttft_prefill_queue_p99", "ttft_prefill_p50", "ttft_prefill_p99",
              "ttft_transfer_p50", "ttft_transfer_p99", "ttft_decode_queue_p50", "ttft_decode_queue_p99",
              "transfer_bytes", "disaggregated_share")
@@ -122,12 +150,122 @@ def test_the_pd_cases_exercise_what_they_claim():
     assert tight["ttft_decode_queue_p99"] > 2 * tight["ttft_decode_queue_p50"]
 
 
+@pytest.mark.parametrize("case", FAIL_CASES)
+def test_the_failure_cases_exercise_what_they_claim(case):
+    """From the reference's own trace (round robin): attempts fail by crash where the
+    case crashes replicas, of the side it names (in the two crash cases some while their
+    transfer was in progress: allocated and not transferred); by first-token
+    deadline where it has one, on both sides; retries happen, and every cohort request
+    has exactly one outcome."""
+    wl, values, factors, events = tv._case(case, 1, CASES)
+    out = ref.simulate(tv._reference_workload(wl), values, factors, events, "round_robin", 1, _return_sim=True)
+    assert out["arrivals"] == sum(out[k] for k in ("completed", "failed", "rejected", "shed", "unfinished"))
+    sim = out["_sim"]
+    fails = [(x[0], x[2], x[3], x[4]) for x in sim.trace if x[1] == "fail"]
+    roles = {(kind, sim.role[i]) for _t, kind, i, _r in fails}
+    crashed = {sim.role[e[2]] for e in events if e[1] == "fail"}
+    assert {role for kind, role in roles if kind == "crash"} == crashed
+    if values["ttft_timeout_ms"] < float("inf"):
+        assert {("ttft_timeout", "prefill"), ("ttft_timeout", "decode")} <= roles
+    mid = 0
+    for t, kind, _i, r in fails:
+        way = [x for x in sim.trace if x[1] in ("allocate", "transferred") and x[3] == r and x[0] <= t]
+        mid += kind == "crash" and bool(way) and way[-1][1] == "allocate"
+    assert mid > 0 or case not in ("pd-crash-prefill", "pd-crash-decode")
+    assert out["retries"] > 0 and out["transfer_count"] > 0 and out["completed"] > 0
+
+
+# --------------------------------------------------------------------------- by hand
+
+B_TOK = 16
+HAND = dict(step_ms_base=1.0, step_ms_per_prefill_token=0.01, step_ms_per_prefill_token_pair=0.0,
+            step_ms_per_decode_sequence=0.5, step_ms_per_kv_token=0.0, link_latency_ms=0.5,
+            link_bandwidth_gb_s=0.1, kv_bytes_per_token=1000, block_tokens=B_TOK, kv_blocks=256, warmup_s=0.01,
+            measure_s=1.0, drain_s=10.0, max_attempts=2, backoff_ms=20.0)
+"""test_pd_reference's hand-worked setting: a step takes 1 + 0.01 U + 0.5 n ms; the link
+100,000 bytes/ms after 0.5 ms, 1,000 bytes a token (100 tokens: 1 ms alone); 16-token
+blocks, 256 a replica; the window [10, 1010] ms; two attempts, a 20 ms backoff."""
+
+
+def _by_hand(n_prefill, n_decode, events, **extra):
+    """One request (P = 100: 6 id'd blocks and a partial one, O = 3) at 10 ms, round
+    robin for both pools, in the engine and in the reference: (engine metrics, its
+    REPLICA records, the reference's results)."""
+    ids = [2**40 + j for j in range(100 // B_TOK)]
+    seg_key, seg_len, seg_off = segments_from_ids(ids, [0, len(ids)])
+    wl = TokenWorkload(t_ms=np.array([10.0]), prompt=np.array([100]), output=np.array([3]), key=np.array([0.5]),
+                       group=np.array([-1]), seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)
+    values = tv._values(dict(HAND, prefill_replicas=n_prefill, decode_replicas=n_decode, **extra))
+    factors = [1.0] * (n_prefill + n_decode)
+    got, rep = tv._engine(wl, values, factors, events, "round_robin", 1)
+    want = ref.simulate(tv._reference_workload(wl), values, factors, events, "round_robin", 1, check=True)
+    return got, rep, want
+
+
+def _hand_checks(got, rep, want, expected, vectors):
+    """Both implementations against the hand-worked values: ``expected`` metrics (floats
+    to 1e-12 relative) and per-replica ``vectors`` (name: (REPLICA field, values))."""
+    for name, value in expected.items():
+        assert float(got[name]) == pytest.approx(value, rel=1e-12, abs=1e-15), ("engine", name)
+        assert float(want[name]) == pytest.approx(value, rel=1e-12, abs=1e-15), ("reference", name)
+    for name, (field, values) in vectors.items():
+        assert list(rep[field]) == pytest.approx(values, rel=1e-12), ("engine", name)
+        assert list(want[name]) == pytest.approx(values, rel=1e-12), ("reference", name)
+
+
+def test_by_hand_a_prefill_crash_mid_transfer():
+    """Prefill replicas 0 and 1, decode replica 2; round robin pairs the request with
+    (0, 2). 10: prefill of 100 tokens, d = 1 + 0.01·100 = 2, ends 12 (7 blocks on 0).
+    12: handed off; 2 allocates 7 blocks; the transfer of 100,000 bytes flows from 12.5.
+    13: replica 0 crashes mid-transfer: the read fails, the attempt fails at 13 as a
+    crash of 0 (no breaker count), 2 releases its blocks at once (uncomputed: free), the
+    50,000 bytes that flowed stay counted. The retry at 13 + 20 = 33 avoids 0: prefill on
+    1, 33 → 35; transfer of all 100 tokens (no hit on 2) 35 → 36.5; the one-token step
+    d = 1.01: first token at 37.51 (TTFT 27.51 from the arrival); two decode steps of
+    1.5: completion at 40.51 (e2e 30.51).
+    Referenced block-ms: 0: 7·(13 − 10); 1: 7·(36.5 − 33); 2: 7·(13 − 12) + 7·(40.51 −
+    35); kv_occupancy = their sum / (3 · 256 · 1000). Link bytes (out + in) over
+    2 · 1e5 · 1000: 0: 50,000; 1: 100,000; 2: 150,000. Prefix hits: none (4 admissions of
+    100 tokens). assigned: 0 once, 1 once, 2 twice; one transfer ended."""
+    got, rep, want = _by_hand(2, 1, [(13.0, "fail", 0, 0.0)])
+    area = 7 * 3 + 7 * 3.5 + 7 * 1 + 7 * 5.51
+    _hand_checks(got, rep, want, dict(completed=1, failed=0, retries=1, attempts=2, wasted_tokens=0,
+                                      ttft_p50=27.51, e2e_p50=30.51, transfer_count=1, transfer_bytes=100000.0,
+                                      ttft_transfer_p50=1.5, ttft_prefill_p50=2.0, ttft_prefill_queue_p50=0.0,
+                                      prefix_hit_rate=0.0, kv_occupancy=area / (3 * 256 * 1000)),
+                 dict(assigned=("assigned", [1, 1, 2]), link_utilization=("link_util", [2.5e-4, 5e-4, 7.5e-4])))
+
+
+def test_by_hand_a_decode_crash_mid_transfer_leaves_a_lease():
+    """Prefill replica 0, decode replicas 1 and 2, lease_ms = 5; round robin pairs the
+    request with (0, 1). As above the prefill runs 10 → 12 and the transfer flows from
+    12.5 to 1. 13: replica 1 crashes mid-transfer: the attempt fails at 13 as a crash of
+    1, the transfer stops (50,000 bytes flowed), and 0 keeps its 7 blocks until 13 + 5 =
+    18, then releases them as a completion does: its 6 computed id'd blocks cached. The
+    retry at 33 (the cursor moved on: decode replica 2; 1 is down) hits those 6 blocks on
+    0, capped at floor(99/16) = 6: m = 96, a 4-token prefill, d = 1.04, ends 34.04;
+    2 takes 7 blocks (no hit) and the 100 tokens' transfer runs 34.04 → 35.54; the
+    one-token step ends 36.55 (TTFT 26.55); completion at 39.55 (e2e 29.55).
+    Referenced block-ms: 0: 7·(18 − 10) (held, then leased) + 7·(35.54 − 33); 1: 7·(13 −
+    12); 2: 7·(39.55 − 34.04). Link bytes: 0: 150,000; 1: 50,000; 2: 100,000. Prefix
+    hits: 96 of 4 admissions of 100 tokens (both prefills, both allocations) = 0.24."""
+    got, rep, want = _by_hand(1, 2, [(13.0, "fail", 1, 0.0)], lease_ms=5.0)
+    area = 7 * 8 + 7 * 2.54 + 7 * 1 + 7 * 5.51
+    _hand_checks(got, rep, want, dict(completed=1, failed=0, retries=1, attempts=2, wasted_tokens=0,
+                                      ttft_p50=26.55, e2e_p50=29.55, transfer_count=1, transfer_bytes=100000.0,
+                                      ttft_transfer_p50=1.5, ttft_prefill_p50=1.04, prefix_hit_rate=0.24,
+                                      kv_occupancy=area / (3 * 256 * 1000)),
+                 dict(assigned=("assigned", [2, 1, 1]), link_utilization=("link_util", [7.5e-4, 2.5e-4, 5e-4])))
+
+
 @st.composite
 def small_pd_cluster(draw):
     """A random small disaggregated cluster (2 to 5 replicas, any split), any pair rule
     and any policy for each pool, on test_token_pipeline's tiny workload: small KV
     pools (allocations wait, sequences are preempted), small batches and waiting caps
-    (sheds), chunked or not, any drain, a slowdown, a slow or fast link."""
+    (sheds), chunked or not, any drain, a slowdown, a slow or fast link; up to two
+    crashes of any replica (some recovered), first-token deadlines and timeouts, the
+    lease short or long, retries and the breaker."""
     b = draw(st.sampled_from([4, 8, 16]))
     fit = -(-tp.LARGEST // b)  # the smallest pool that holds the largest request
     n = draw(st.integers(2, 5))
@@ -153,12 +291,25 @@ def small_pd_cluster(draw):
         link_latency_ms=draw(st.sampled_from([0.0, 0.5, 3.0])),
         link_bandwidth_gb_s=draw(st.sampled_from([0.01, 0.1, 50.0])),
         kv_bytes_per_token=draw(st.sampled_from([1000, 131072])),
+        max_attempts=draw(st.integers(1, 3)),
+        backoff_ms=draw(st.sampled_from([1.0, 30.0])),
+        ttft_timeout_ms=draw(st.sampled_from([float("inf"), 40.0, 300.0])),
+        timeout_ms=draw(st.sampled_from([float("inf"), 800.0])),
+        lease_ms=draw(st.sampled_from([3.0, 200.0, 30000.0])),
+        breaker_consecutive=draw(st.sampled_from([0, 2])),
     )
     factors = draw(st.lists(st.sampled_from([0.5, 1.0, 1.5, 3.0]), min_size=n, max_size=n))
     events = []
     if draw(st.booleans()):
         events.append((draw(st.sampled_from([0.0, 1500.0, 2500.0])), "slowdown", draw(st.integers(0, n - 1)),
                        draw(st.sampled_from([0.5, 2.0, 4.0]))))
+    for _ in range(draw(st.integers(0, 2))):  # crashes (of either pool), some recovered
+        at = float(draw(st.integers(1000, 3500)))
+        i = draw(st.integers(0, n - 1))
+        events.append((at, "fail", i, 0.0))
+        if draw(st.booleans()):
+            events.append((at + draw(st.sampled_from([5.0, 300.0])), "recover", i, 0.0))
+    events.sort(key=lambda e: e[0])
     return values, factors, events, draw(st.sampled_from(POLICIES)), draw(st.sampled_from([5, 20, 40, 80])), \
         draw(st.integers(1, 10_000))
 

@@ -54,11 +54,7 @@ BAD = [
         pools("prefill = 1\ndecode = 2"), ('name = "policies"', 'name = "policies"\ndecode_replicas = 1')),
     bad("vllm-mode", "pools.prefill", 'need scheduler = "reserve"', pools("prefill = 1\ndecode = 2"),
         ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"')),
-    # what the engine does not simulate with pools yet (pd_keys.LATER; crash events: config/checks.py)
-    bad("pools-with-timeout", "client.timeout_ms", "not simulated yet",
-        pools("prefill = 1\ndecode = 2\n\n[client]\ntimeout_ms = 500")),
-    bad("pools-with-ttft-deadline", "client.ttft_timeout_ms", "not simulated yet",
-        pools("prefill = 1\ndecode = 2\n\n[client]\nttft_timeout_ms = 300")),
+    # what the engine does not simulate with pools yet (pd_keys.LATER; fast-failure events: config/checks.py)
     bad("pools-with-front-door", "router.admission.max_tokens", "not simulated yet",
         pools("prefill = 1\ndecode = 2\n\n[router]\nadmission = { max_tokens = 9000 }")),
     bad("pools-with-closed-loop", "workload.max_in_flight", "not simulated yet",
@@ -67,9 +63,7 @@ BAD = [
         pools("prefill = 1\ndecode = 2"), ("chunked_prefill = true", "chunked_prefill = true\ningress_ms = 2")),
     bad("pools-with-ingress-per-token", "replica.ingress_ms_per_token", "an ingress delay with prefill/decode pools",
         pools("prefill = 1\ndecode = 2"), ("chunked_prefill = true", "chunked_prefill = true\ningress_ms_per_token = 0.01")),
-    bad("pools-with-crash", "scenarios.slow.events[1]", "crashes and fast failures with prefill/decode pools",
-        pools("prefill = 1\ndecode = 2"), (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 2, fail = true }")),
-    bad("pools-with-fast-failure", "scenarios.slow.events[1]", "not simulated yet",
+    bad("pools-with-fast-failure", "scenarios.slow.events[1]", "fast failures with prefill/decode pools are not",
         pools("prefill = 1\ndecode = 2"), (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 1, fail_fast = true }")),
 ]
 
@@ -94,6 +88,19 @@ def test_a_well_formed_pool_is_accepted():
     v = stage.values
     assert (v["prefill_replicas"], v["decode_replicas"], v["pair_route"]) == ((1,), (2,), ("selective",))
     assert (v["threshold_tokens"], v["link_bandwidth_gb_s"], v["kv_bytes_per_token"]) == ((512,), (25.0,), (65536,))
+
+
+def test_crashes_and_deadlines_with_pools_are_accepted():
+    """Crash events (of a prefill and a decode replica), a timeout and a first-token
+    deadline with pools parse: the engine simulates them (tests/test_pd_engine.py's
+    failure cases), where it refused them before."""
+    text = edit(pools("prefill = 1\ndecode = 2\nlease_ms = 500\n\n[client]\ntimeout_ms = 5000\n"
+                      "ttft_timeout_ms = 300"),
+                (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 1, fail = true }, "
+                             "{ at_s = 2.6, replica = 3, fail = true }"))
+    stage = routesim.parse_sweep(text, "ok.toml").stages[0]
+    assert (stage.values["timeout_ms"], stage.values["ttft_timeout_ms"]) == ((5000.0,), (300.0,))
+    assert stage.values["prefill_replicas"] == (1,)
 
 
 def test_co_located_pools_are_accepted_and_leave_the_attributes_alone():

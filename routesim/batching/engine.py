@@ -27,7 +27,6 @@ from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
 from . import ingress
-from . import pd
 from . import pd_engine as pe
 from . import pools
 from . import scheduler as sc
@@ -174,6 +173,8 @@ def _events_nb(sched, S, rep, cnt, victims, events, ev, t, p, fail_req, fail_rep
         elif e.kind == EventKind.FAIL:
             if rep[i].healthy:
                 integrate_nb(rep[i], t, p)
+                if p.prefill_replicas > 0:  # first the pairs it is one side of (pd_engine)
+                    n_fail = pe.crash_nb(sched, S, i, t, p, fail_req, fail_rep, fail_crash, n_fail)
                 nv, gone = sc.crash_nb(sched, S, i, t, p)  # its failed attempts in victims
                 cnt[0] -= gone
                 for v in range(nv):
@@ -235,13 +236,23 @@ def _timeouts_nb(sched, S, rep, req, timers, tn, t, p, cum, fail_req, fail_rep, 
         if fails:
             i = q.replica
             integrate_nb(rep[i], t, p)
-            sc.cancel_nb(sched, S, i, s, t, p)
+            _cancel_nb(sched, S, i, s, t, p)
             fail_req[n_fail] = s
             fail_rep[s] = i
             fail_crash[s] = False
             n_fail += 1
     hold((rep, req, timers, tn, cum, fail_req, fail_rep, fail_crash))
     return n_fail
+
+
+@nb.njit(**JIT)
+def _cancel_nb(sched, S, i, s, t, p):
+    """A deadline takes request s's attempt off replica i at t: the scheduler's cancel,
+    or with pools pd_engine.cancel_nb (wherever the attempt is on its way)."""
+    if p.prefill_replicas > 0:
+        pe.cancel_nb(sched, S, i, s, t, p)
+    else:
+        sc.cancel_nb(sched, S, i, s, t, p)
 
 
 @nb.njit(**JIT)
@@ -337,11 +348,12 @@ def _gap_room_nb(gap_ms, gap_n, used, extra):
 
 @nb.njit(**JIT)
 def _next_time_nb(p, rep, req, events, ev, wl_t, k, nf, closed, freed, rel_t, rel_h, rel_n, ready_pending, prev_t,
-                  timers, tn, n_ej, ej_until, periodic, next_pub, pub_k, front_ms, f_head, sent, paired, links):
+                  timers, tn, n_ej, ej_until, periodic, next_pub, pub_k, front_ms, f_head, sent, paired, pdx):
     """The next time anything but an iteration end happens (ms; inf: nothing), and
     whether a recovered replica is still not ready: the next arrival (a closed client
     with N in flight sends when a slot frees), scenario event, readiness, timer,
-    re-admission, publication, front-door deadline and, with pools, change on the links."""
+    re-admission, publication, front-door deadline and, with pools, change on the links
+    or end of a lease."""
     nrep = rep.shape[0]
     R = p.routers
     t = np.inf
@@ -372,7 +384,7 @@ def _next_time_nb(p, rep, req, events, ev, wl_t, k, nf, closed, freed, rel_t, re
             if f_head[ro] >= 0:
                 t = min(t, sent[f_head[ro]] + front_ms)
     if paired:
-        t = min(t, pd.next_time_nb(links))
+        t = min(t, pe.next_time_nb(pdx))
     hold((rep, req, events, wl_t, rel_t, timers, tn, n_ej, ej_until, pub_k, f_head, sent))
     return t, ready_pending
 
@@ -384,6 +396,25 @@ def _pd_phase1_nb(S, pdx, t, p, marked, dirty, n_dirty):
     m = pe.phase1_nb(S, pdx, t, p)
     for k in range(m):
         n_dirty = _mark_nb(marked, dirty, n_dirty, pdx.touched[k])
+    return n_dirty
+
+
+@nb.njit(**JIT)
+def _pd_wake_nb(pdx, marked, dirty, n_dirty):
+    """With pools, the replicas whose blocks a lease's end, a crash or a cancellation
+    freed at this time (pd_engine's ``wake``) are marked for phase 7. Returns the marked
+    count."""
+    return _wake_nb(pdx.wake, marked, dirty, n_dirty)
+
+
+@nb.njit(**JIT)
+def _wake_nb(wake, marked, dirty, n_dirty):
+    """:func:`_pd_wake_nb` with the array as an argument."""
+    for i in range(wake.shape[0]):
+        if wake[i]:
+            wake[i] = False
+            n_dirty = _mark_nb(marked, dirty, n_dirty, i)
+    hold(wake)
     return n_dirty
 
 
@@ -583,7 +614,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 break
             t, ready_pending = _next_time_nb(p, rep, req, events, ev, wl_t, k, nf, closed, freed, rel_t, rel_h, rel_n,
                                              ready_pending, prev_t, timers, tn, n_ej, ej_until, periodic, next_pub,
-                                             pub_k, front_ms, f_head, sent, paired, pdx.links)
+                                             pub_k, front_ms, f_head, sent, paired, pdx)
             # Iteration ends before t (the next time anything else happens), before the next
             # sample, the warm-up's end, the horizon and the limit, and with no request queued
             # at a front door (routed again at every time): while each is of a replica that only
@@ -685,6 +716,8 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                 _observe_nb(p, t, req, fail_req, fail_rep, fail_crash, n_fail, window_open, past, failed, brk,
                             ej_until, times_ej, n_ej, rin, ain, timers, tn, cum, mt)
                 n_fail = NONE
+            if paired:  # replicas whose blocks came free (a lease's end, a crash, a cancellation)
+                n_dirty = _pd_wake_nb(pdx, marked, dirty, n_dirty)
             # (4) breaker re-admissions
             if _any_ejected(n_ej):
                 _readmit_nb(ej_until, brk, n_ej, t)

@@ -191,7 +191,7 @@ def remove_nb(L, key):
     for j in range(hd.n):
         if L.tr[j].key == key:
             L.done[0] = j
-            _drop_nb(L, 1)
+            _drop_nb(L, np.int64(1))  # (typed: a literal would compile _drop_nb twice)
             return True
     return False
 

@@ -18,10 +18,21 @@ request's way through a pair of replicas, as small functions beside the loop's p
 - the run's end, :func:`finish_nb`: the TTFT's parts, the transfers, each replica's
   link utilisation and the selective rule's share of pairs.
 
+Failures (docs/model.md "Failures: every request in exactly one outcome"):
+
+- phase 2, :func:`crash_nb`, before the crashed replica's own attempts fail: the pairs
+  it is one side of (the read of a prompt it holds fails; an attempt it was to decode
+  fails where it is), each failing as a crash of that replica;
+- phase 3, :func:`cancel_nb`: a timeout or first-token deadline takes the attempt off
+  wherever it is (on its prefill replica, handed off, receiving, transferred, decoding);
+- the lease: a prefill replica holding a prompt whose decode side is lost (a crash or a
+  cancellation) keeps the blocks ``lease_ms`` more (:func:`phase1_nb` releases them
+  first, at that time).
+
 The state of one run is a :data:`PDX` (:func:`state_nb`). A co-located run (no prefill
 pool) builds an empty one and never calls these functions. Not simulated yet (refused
-by pd_keys.check_stage): crashes and fast failures, timeouts and first-token deadlines
-(and so the lease), the front door and the closed loop with pools.
+by pd_keys.check_stage and config/checks.py): fast failures, the front door and the
+closed loop with pools.
 """
 
 import math
@@ -34,14 +45,16 @@ from ..conf import JIT
 from ..nrt import hold
 from ..ranks import of_selected_nb
 from . import pd
-from .dtypes import Fate, PairRoute, PdStage
+from . import scheduler as sc
+from .dtypes import Fate, PairRoute, PdStage, State
 from .lists import push_back_nb, push_front_nb
 from .policies.scores import tie_hash_nb
 from .replica import in_window_nb, integrate_nb, mark_computed_nb, pd_allocate_nb, release_nb, tau_of_nb
+from .timers import in_flight_nb
 from .router import EVERY_HIT, decide_nb, eligible_nb, seen_hits_nb, view_nb
 
 PDX = namedtuple("PDX", ["links", "hand", "n_hand", "ended", "ended_t", "pool_p", "pool_d", "cand_d", "one",
-                         "found", "count", "touched"])
+                         "found", "count", "touched", "ls_t", "ls_rep", "ls_req", "n_ls", "wake"])
 """One run's disaggregation state: ``links`` (:data:`.pd.Links`); ``hand`` (requests,)
 the attempts whose prefill ended at this time (the first ``n_hand[0]``); ``ended``/
 ``ended_t`` (requests,) scratch for the transfers that end at a time; ``pool_p``/
@@ -49,7 +62,11 @@ the attempts whose prefill ended at this time (the first ``n_hand[0]``); ``ended
 (replicas,) the decode pool's eligible at a decision; ``one`` (1,) a single candidate;
 ``found`` (the most segments of a prompt,) admission's scratch; ``count`` (2,)
 placements in [warm-up, horizon) while both pools had an eligible replica, and of them
-those sent to a pair; ``touched`` (2 · requests,) the replicas phase 1 gave work."""
+those sent to a pair; ``touched`` (2 · requests,) the replicas phase 1 gave work; the
+leases, the first ``n_ls[0]`` of ``ls_t`` (ms: when the blocks are released), ``ls_rep``
+(the prefill replica holding them) and ``ls_req`` (the request whose prompt they are),
+each (requests · max_attempts,); ``wake`` (replicas,) the replicas whose blocks a
+lease's end, a crash or a cancellation freed at this time (phase 7 looks at them)."""
 
 
 @nb.njit(**JIT)
@@ -61,10 +78,12 @@ def state_nb(rep, p, n, most, pool_p, pool_d):
     nrep = rep.shape[0]
     cap = n if p.prefill_replicas > 0 else 0
     links = pd.new_nb(nrep, cap, p.link_bandwidth, p.link_latency_ms, p.warmup_ms, p.horizon_ms)
+    leases = cap * p.max_attempts
     return PDX(links, np.empty(cap, np.int64), np.zeros(1, np.int64), np.empty(cap, np.int64), np.empty(cap),
                pool_p, pool_d,
                np.empty(nrep, np.int64), np.empty(1, np.int64), np.zeros(most, np.bool_), np.zeros(2, np.int64),
-               np.empty(2 * cap, np.int64))
+               np.empty(2 * cap, np.int64), np.empty(leases), np.empty(leases, np.int64),
+               np.empty(leases, np.int64), np.zeros(1, np.int64), np.zeros(nrep, np.bool_))
 
 
 @nb.njit(**JIT)
@@ -121,7 +140,11 @@ def route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_
 def _route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl_key, seg_key, seg_len, seg_off,
                    ru, ru_pos, cursor, rw, ej_until, failed, cand, v, pool_p, pool_d, cand_d, one, links, count):
     """:func:`route_pair_nb` with :data:`PDX`'s fields as arguments."""
-    ro = req[s].router
+    q = req[s]
+    q.pd = PdStage.NONE  # a new attempt: nothing of a failed one's way is left (paired_nb sets its own)
+    q.pd_d = -1
+    q.held = -1
+    ro = q.router
     avoid = retry and p.retry_avoid_previous
     ne_p = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, cand, pool_p)
     ne_d = eligible_nb(rep, p, ej_until, ro, t, s, req, failed, avoid, cand_d, pool_d)
@@ -191,24 +214,178 @@ def _release_held_nb(S, s, t, p):
     """The prefill replica holding request s's prompt blocks releases them at t, as a
     completion does (computed id'd blocks become cached)."""
     q = S.req[s]
-    i = q.held
+    _release_on_nb(S, q.held, s, t, p)
+    q.held = -1
+
+
+@nb.njit(**JIT)
+def _release_on_nb(S, i, s, t, p):
+    """Prefill replica i releases the blocks of request s's prompt it held (its transfer
+    ended, or its lease ran out) at t, as a completion does."""
+    q = S.req[s]
     kv = q.kv
     q.kv = q.P  # what it held: the whole prompt (a disaggregated attempt never emits there)
     integrate_nb(S.rep[i], t, p)
     release_nb(S.tab, S.heap, S.heap_n, S.rep, i, s, S.req, t, p, S.seg_key, S.seg_off, S.cnt)
     q.kv = kv
-    q.held = -1
+
+
+@nb.njit(**JIT)
+def _lose_decode_side_nb(q, s, t, p, ls_t, ls_rep, ls_req, n_ls):
+    """Request s's attempt (record q) loses its decode side at t (its decode replica
+    crashed, or a deadline cancelled it there): if a prefill replica holds its prompt,
+    the blocks stay held until ``t + lease_ms`` (a lease; the attempt lets go of them)."""
+    if q.held >= 0:
+        k = n_ls[0]
+        ls_t[k] = t + p.lease_ms
+        ls_rep[k] = q.held
+        ls_req[k] = s
+        n_ls[0] = k + 1
+        q.held = -1
+    hold((ls_t, ls_rep, ls_req, n_ls))
+
+
+@nb.njit(**JIT)
+def _leases_end_nb(S, t, p, ls_t, ls_rep, ls_req, n_ls, wake):
+    """Phase 1, first: the leases that run out at t, their prefill replicas releasing
+    the blocks (and woken: phase 7 looks at them)."""
+    k = 0
+    while k < n_ls[0]:
+        if ls_t[k] == t:
+            _release_on_nb(S, ls_rep[k], ls_req[k], t, p)
+            wake[ls_rep[k]] = True
+            last = n_ls[0] - 1  # (the order of releases at one time changes nothing: blocks.py's eviction order)
+            ls_t[k], ls_rep[k], ls_req[k] = ls_t[last], ls_rep[last], ls_req[last]
+            n_ls[0] = last
+        else:
+            k += 1
+    hold((ls_t, ls_rep, ls_req, n_ls, wake))
+
+
+@nb.njit(**JIT)
+def next_time_nb(pdx):
+    """The next time anything happens on the links or a lease runs out (ms; inf: none)."""
+    return _next_time_nb(pdx.links, pdx.ls_t, pdx.n_ls)
+
+
+@nb.njit(**JIT)
+def _next_time_nb(links, ls_t, n_ls):
+    """:func:`next_time_nb` with the arrays as arguments."""
+    t = pd.next_time_nb(links)
+    for k in range(n_ls[0]):
+        t = min(t, ls_t[k])
+    hold((ls_t, n_ls))
+    return t
+
+
+@nb.njit(**JIT)
+def _unreceive_nb(S, links, i, s, t, p):
+    """Request s's attempt, receiving its KV on decode replica i, stops at t: its
+    transfer off the links (advanced to t), its blocks there released, out of i's
+    ``n_recv`` and τ_i."""
+    q = S.req[s]
+    r = S.rep[i]
+    pd.remove_nb(links, s)
+    r.n_recv -= 1
+    release_nb(S.tab, S.heap, S.heap_n, S.rep, i, s, S.req, t, p, S.seg_key, S.seg_off, S.cnt)
+    r.tau -= tau_of_nb(q)
+    q.state = State.NONE
+    q.replica = -1
+
+
+@nb.njit(**JIT)
+def cancel_nb(X, S, i, s, t, p):
+    """Take request s's attempt off replica i at t wherever it is on its way (phase 3's
+    deadlines; a crash of the replica holding its prompt): on its prefill replica, or on
+    its decode replica handed off, receiving (its transfer stops), transferred or
+    decoding, as the scheduler's cancel (``X``) does; a prompt still held on its prefill
+    replica leased. Replica i is woken (phase 7: blocks may have come free)."""
+    pdx = S.pdx
+    _cancel_nb(X, S, pdx.links, i, s, t, p, pdx.ls_t, pdx.ls_rep, pdx.ls_req, pdx.n_ls, pdx.wake)
+
+
+@nb.njit(**JIT)
+def _cancel_nb(X, S, links, i, s, t, p, ls_t, ls_rep, ls_req, n_ls, wake):
+    """:func:`cancel_nb` with the arrays as arguments."""
+    q = S.req[s]
+    integrate_nb(S.rep[i], t, p)
+    if q.pd == PdStage.RECEIVING:
+        _unreceive_nb(S, links, i, s, t, p)
+    else:
+        sc.cancel_nb(X, S, i, s, t, p)
+    _lose_decode_side_nb(q, s, t, p, ls_t, ls_rep, ls_req, n_ls)
+    wake[i] = True
+    hold((ls_t, ls_rep, ls_req, n_ls, wake))
+
+
+@nb.njit(**JIT)
+def crash_nb(X, S, i, t, p, fail_req, fail_rep, fail_crash, n_fail):
+    """Phase 2 with pools: replica i crashes at t; before its own attempts fail (the
+    scheduler's crash), the pairs it is one side of (docs/model.md "Failures"). Returns
+    the failures' new count (``fail_req[n_fail:]``, ``fail_rep``/``fail_crash`` by request)."""
+    pdx = S.pdx
+    return _crash_nb(X, S, S.req, pdx.links, i, t, p, fail_req, fail_rep, fail_crash, n_fail, pdx.ls_t, pdx.ls_rep,
+                     pdx.ls_req, pdx.n_ls, pdx.wake)
+
+
+@nb.njit(**JIT)
+def _crash_nb(X, S, req, links, i, t, p, fail_req, fail_rep, fail_crash, n_fail, ls_t, ls_rep, ls_req, n_ls, wake):
+    """:func:`crash_nb` with the arrays as arguments. In flight, by request:
+
+    - its prompt held on i (after its prefill, on its decode replica, handed off or
+      receiving): the read fails; it leaves its decode replica, failing as a crash of i;
+    - still on its prefill replica with i its decode replica: it leaves the prefill
+      replica as a cancellation does, failing as a crash of i;
+    - on i with its prompt held elsewhere: that prompt is leased (the scheduler's crash
+      fails it); a transfer into i stops.
+
+    The leases on i end with i's cache (nothing to release)."""
+    for s in range(req.shape[0]):
+        q = req[s]
+        if not in_flight_nb(q):
+            continue
+        fails = False
+        if q.held == i:
+            q.held = -1  # (nothing to lease: i's cache is emptied)
+            _cancel_nb(X, S, links, q.replica, s, t, p, ls_t, ls_rep, ls_req, n_ls, wake)
+            fails = True
+        elif q.pd == PdStage.PREFILL and q.pd_d == i:
+            _cancel_nb(X, S, links, q.replica, s, t, p, ls_t, ls_rep, ls_req, n_ls, wake)
+            fails = True
+        elif q.replica == i:
+            if q.pd == PdStage.RECEIVING:
+                pd.remove_nb(links, s)
+            _lose_decode_side_nb(q, s, t, p, ls_t, ls_rep, ls_req, n_ls)
+        if fails:
+            fail_req[n_fail] = s
+            fail_rep[s] = i
+            fail_crash[s] = True
+            n_fail += 1
+    k = 0
+    while k < n_ls[0]:
+        if ls_rep[k] == i:
+            last = n_ls[0] - 1
+            ls_t[k], ls_rep[k], ls_req[k] = ls_t[last], ls_rep[last], ls_req[last]
+            n_ls[0] = last
+        else:
+            k += 1
+    hold((req, fail_req, fail_rep, fail_crash, ls_t, ls_rep, ls_req, n_ls, wake))
+    return n_fail
+
 
 
 @nb.njit(**JIT)
 def phase1_nb(S, pdx, t, p):
-    """Phase 1 after the iteration ends at t: the links advanced to t; the transfers
+    """Phase 1 after the iteration ends at t: the leases that run out at t (their
+    replicas woken); the links advanced to t; the transfers
     that end at t (in end order, then start order) each to the front of its decode
     replica's waiting queue (those of one replica in that order), the prefill replica
     releasing what it held and the received blocks computed; then the hand-offs, in
     request order, to the back of their decode replicas' waiting queues. The replicas
     concerned go into ``pdx.touched`` (they may start an iteration in phase 7); returns
     their count."""
+    if pdx.n_ls[0] > 0:
+        _leases_end_nb(S, t, p, pdx.ls_t, pdx.ls_rep, pdx.ls_req, pdx.n_ls, pdx.wake)
     return _phase1_nb(S, S.rep, S.req, pdx.links, pdx.ended, pdx.ended_t, pdx.hand, pdx.n_hand, pdx.touched, t, p)
 
 

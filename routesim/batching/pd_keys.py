@@ -7,8 +7,8 @@ co-located cluster, and then no other key of the table may be given (it would be
 ignored) and no Dataset records them (:func:`unused`), so a co-located stage is what it
 was before the table existed. The compiled engine simulates a pair's way with
 ``scheduler = "reserve"`` (routesim/batching/pd_engine.py); what it does not simulate
-with pools yet (:data:`LATER`, crash and fast-failure events: config/checks.py) is
-refused by :func:`check_stage` with one line saying so.
+with pools yet (:data:`LATER`; fast-failure events: config/checks.py) is refused by
+:func:`check_stage` with one line saying so.
 """
 
 import math
@@ -54,13 +54,12 @@ SECTION_KEYS = tuple(dict.fromkeys(p.path[0] for p in PARAMS))
 LEAVES = {"link": tuple(p.path[1] for p in PARAMS if p.path[0] == "link")}
 
 
-LATER = (("timeout_ms", "timeouts"), ("ttft_timeout_ms", "first-token deadlines"),
-         ("admission_max_tokens", "the front door"), ("max_in_flight", "a closed-loop client"),
+LATER = (("admission_max_tokens", "the front door"), ("max_in_flight", "a closed-loop client"),
          ("ingress_ms", "an ingress delay"), ("ingress_ms_per_token", "an ingress delay"))
 """Keys whose non-default value the engine does not simulate with pools yet (with what
-it would need): a deadline that cancels an attempt mid-way (and so the lease), the
-front door, the closed loop, the engine loop's ingress (docs/model.md "Left for later
-increments"; the reference refuses the last three with pools too)."""
+it would need): the front door, the closed loop, the engine loop's ingress
+(docs/model.md "Left for later increments"; the reference refuses them with pools
+too)."""
 
 
 def unused(values) -> set:
