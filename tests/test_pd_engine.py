@@ -187,14 +187,16 @@ HAND = dict(step_ms_base=1.0, step_ms_per_prefill_token=0.01, step_ms_per_prefil
 blocks, 256 a replica; the window [10, 1010] ms; two attempts, a 20 ms backoff."""
 
 
-def _by_hand(n_prefill, n_decode, events, **extra):
-    """One request (P = 100: 6 id'd blocks and a partial one, O = 3) at 10 ms, round
-    robin for both pools, in the engine and in the reference: (engine metrics, its
-    REPLICA records, the reference's results)."""
+def _by_hand(n_prefill, n_decode, events, arrivals=(10.0,), **extra):
+    """Requests at ``arrivals`` (ms), each P = 100 with the same 6 id'd blocks and a
+    partial one, O = 3, round robin for both pools, in the engine and in the reference:
+    (engine metrics, its REPLICA records, the reference's results)."""
+    n = len(arrivals)
     ids = [2**40 + j for j in range(100 // B_TOK)]
-    seg_key, seg_len, seg_off = segments_from_ids(ids, [0, len(ids)])
-    wl = TokenWorkload(t_ms=np.array([10.0]), prompt=np.array([100]), output=np.array([3]), key=np.array([0.5]),
-                       group=np.array([-1]), seg_key=seg_key, seg_len=seg_len, seg_off=seg_off)
+    seg_key, seg_len, seg_off = segments_from_ids(ids * n, [len(ids) * k for k in range(n + 1)])
+    wl = TokenWorkload(t_ms=np.array(arrivals, float), prompt=np.full(n, 100), output=np.full(n, 3),
+                       key=(np.arange(n) + 0.5) / n, group=np.full(n, -1), seg_key=seg_key, seg_len=seg_len,
+                       seg_off=seg_off)
     values = tv._values(dict(HAND, prefill_replicas=n_prefill, decode_replicas=n_decode, **extra))
     factors = [1.0] * (n_prefill + n_decode)
     got, rep = tv._engine(wl, values, factors, events, "round_robin", 1)
@@ -256,6 +258,27 @@ def test_by_hand_a_decode_crash_mid_transfer_leaves_a_lease():
                                       ttft_transfer_p50=1.5, ttft_prefill_p50=1.04, prefix_hit_rate=0.24,
                                       kv_occupancy=area / (3 * 256 * 1000)),
                  dict(assigned=("assigned", [2, 1, 1]), link_utilization=("link_util", [7.5e-4, 2.5e-4, 5e-4])))
+
+
+def test_by_hand_a_retry_served_whole_starts_from_nothing():
+    """route = "selective", threshold 99; prefill replica 0, decode replicas 1 and 2. A
+    at 10 is paired with (0, 1) (round robin): prefill 10 → 12, transfer 12 → 13.5,
+    first token 14.51 (TTFT 4.51), completion 17.51 (e2e 7.51); its 6 id'd blocks end
+    cached on 0 and on 1. B (the same prompt) at 30: decode replica 2 by the cursor, no
+    hit there (100 uncached > 99): a pair (0, 2); its prefill on 0 hits 96 tokens, d =
+    1.04, 30 → 31.04. Replica 2 crashes at 30.5: B, still on its prefill replica, leaves
+    it and fails as a crash of 2. Its retry at 50.5 is a new attempt from nothing: decode
+    replica 1 (2 is down) holds 96 of its tokens, 4 uncached: served whole on 1, as a
+    co-located request: a 4-token prefill, d = 1.04, emits its first token at 51.54 (TTFT
+    21.54), two decode steps: completion at 54.54 (e2e 24.54). One transfer (A's);
+    placements A, B, B's retry: 2 of 3 sent to a pair; assigned: 0 twice (A, B), 1 twice
+    (A's pair, B's retry), 2 once."""
+    got, rep, want = _by_hand(1, 2, [(30.5, "fail", 2, 0.0)], arrivals=(10.0, 30.0), pair_route="selective",
+                              threshold_tokens=99)
+    _hand_checks(got, rep, want, dict(completed=2, failed=0, unfinished=0, retries=1, attempts=3, ttft_p50=4.51,
+                                      ttft_p99=21.54, e2e_p50=7.51, e2e_p99=24.54, transfer_count=1,
+                                      disaggregated_share=2 / 3),
+                 dict(assigned=("assigned", [2, 2, 1]), replica_tokens=("tokens", [0, 6, 0])))
 
 
 @st.composite
