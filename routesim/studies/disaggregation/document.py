@@ -407,6 +407,7 @@ def document(data) -> str:
             "tables are a later increment of issue 42), one routing policy per pool (least_tokens), one selective "
             "threshold, one link (50 GB/s, no shared fabric: docs/model.md lists what the link model leaves out), "
             "the reserve scheduler only (a PD stage with `scheduler = \"vllm\"` is refused), no failures, retries "
-            "or stale signals (the engine refuses crash events with pools yet), one pair of SLOs, capacities at "
+            "or stale signals (the engine runs crashes and deadlines with pools; this study does not), one pair "
+            "of SLOs, capacities at "
             "the load grid's resolution, and a short window.", ""]
     return "\n".join(out)
