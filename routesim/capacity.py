@@ -4,7 +4,9 @@
 Finds, for every policy and condition of a stage, its capacity: the largest arrival
 rate at which a rule holds there and at every lower rate the search evaluated. The
 criterion, by default, is the model's latency tail (the batching model's ``ttft_p99``,
-the queue model's ``latency_p99``) at most the sweep's SLO; ``--attainment LEVEL`` asks
+the queue model's ``latency_p99``) at most the sweep's SLO (with a TTFT objective scaled
+to prompt length, ``slo_ttft_ms_per_prompt_token > 0``, each request's own objective:
+``ttft_excess_p99``, the tail of TTFT minus objective, at most 0 ms); ``--attainment LEVEL`` asks
 instead for an ``attainment`` of at least LEVEL. The rule, by default (``--rule
 quantile``), is that the criterion holds in at least ``--quantile`` (0.9) of the seeds'
 windows and that every window is steady by routesim.steady's per-run check (no backlog
@@ -71,6 +73,18 @@ class Criterion:
         if units == "1":
             return f"{self.metric} {op} {100 * self.bound:g} %"
         return f"{self.metric} {op} {self.bound:g} {units}"
+
+
+def latency_criterion(model, slo: float, allowances=(0.0,)) -> Criterion:
+    """The model's latency criterion (``model.capacity_latency``): its latency tail at
+    most ``slo`` ms; when any of ``allowances`` (the stage's values of the per-prompt-token
+    allowance of a scaled objective, ``model.capacity_scaled``) is above 0, each
+    request's own objective: the tail of latency minus objective at most 0 ms (the
+    batching model's ``ttft_excess_p99``; a run with allowance 0 then meets it exactly
+    when its ``ttft_p99`` is at most its ``slo_ttft_ms``)."""
+    if model.capacity_scaled and any(a > 0 for a in allowances):
+        return Criterion(model.capacity_scaled[0], 0.0, at_most=True)
+    return Criterion(model.capacity_latency[0], slo, at_most=True)
 
 
 RULES = ("quantile", "median")
@@ -510,7 +524,8 @@ def _parser():
     ap.add_argument("--stage", action="append", default=None, metavar="NAME",
                     help="search this stage only (repeatable; default: every stage)")
     ap.add_argument("--slo-ms", default=None, metavar="MS",
-                    help="the latency bound (default: the sweep's SLO, slo_ttft_ms or slo_ms)")
+                    help="the latency bound (default: the sweep's SLO, slo_ttft_ms or slo_ms; with "
+                         "slo_ttft_ms_per_prompt_token > 0, each request's own: ttft_excess_p99 <= 0)")
     ap.add_argument("--attainment", default=None, metavar="LEVEL",
                     help="criterion: attainment >= LEVEL (a fraction, e.g. 0.99) instead of the latency")
     ap.add_argument("--rule", default="quantile", metavar="RULE",
@@ -555,12 +570,19 @@ def _criterion(args, sweep, stage) -> Criterion:
             raise ConfigError(args.sweep, "--attainment", f"a fraction in (0, 1], got {level:g}")
         return Criterion("attainment", level, at_most=False)
     metric, slo_param = sweep.model.capacity_latency
+    scaled = sweep.model.capacity_scaled
+    allowances = stage.values[scaled[1]] if scaled else (0.0,)
+    if any(a > 0 for a in allowances):  # each request's own objective, from the sweep's keys
+        if slo is not None:
+            raise ConfigError(args.sweep, "--slo-ms", f"stage {stage.name!r} scales its objective with prompt "
+                              f"length ({scaled[1]}): set {slo_param} in the file instead")
+        return latency_criterion(sweep.model, math.nan, allowances)
     if slo is None:
         values = stage.values[slo_param]
         if len(values) != 1:
             raise ConfigError(args.sweep, "--slo-ms", f"stage {stage.name!r} sweeps {slo_param}: give the bound")
         slo = float(values[0])
-    return Criterion(metric, slo, at_most=True)
+    return latency_criterion(sweep.model, slo)
 
 
 def _rule(args) -> Rule:

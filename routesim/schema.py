@@ -116,6 +116,9 @@ class ReplicaModel:
     capacity_latency: tuple        # (variable, its SLO parameter): routesim.capacity's default criterion
     writes_behind: bool            # a sweep writes a stage's file while the next computes (study.run's
                                    # ``behind``): when the kernel hands runs to its threads one at a time
+    capacity_scaled: tuple = ()    # (variable, the allowance's parameter): the criterion when an SLO is
+                                   # scaled per request (the variable, each request's latency minus its
+                                   # own objective, at most 0); () when the model has none
 
     @property
     def param(self) -> dict:

@@ -50,9 +50,9 @@ def legend(items, width=100) -> str:
                                    subsequent_indent="  "))
 
 
-def slo_text(ds, name) -> str:
+def slo_text(ds, name, units="ms") -> str:
     """The SLO ``name`` of a Dataset as text: ``"50 ms"`` when one value (a Dataset attr),
     ``"the row's <name>"`` when it is a dimension of the stage."""
     if name in ds.dims:
         return f"the row's {name}"
-    return f"{ds.attrs[name]:g} ms" if name in ds.attrs else f"the sweep's {name}"
+    return f"{ds.attrs[name]:g} {units}" if name in ds.attrs else f"the sweep's {name}"

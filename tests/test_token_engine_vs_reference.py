@@ -31,7 +31,7 @@ FLOATS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99"
           "token_throughput", "prefix_hit_rate", "preempted_hit_rate", "kv_occupancy", "batch_mean", "placement_occupancy",
           "placement_occupancy_high",
           "itl_p50", "itl_p90", "itl_p99", "itl_max", "kv_occupancy_first", "kv_occupancy_last",
-          "attainment_first", "attainment_last")
+          "attainment_first", "attainment_last", "ttft_excess_p99")
 VECTORS = {"assigned": "assigned", "replica_completed": "completed", "replica_tokens": "tokens",
            "replica_max_outstanding": "max_out"}
 FLOAT_VECTORS = {"replica_ttft_p50": "ttft_p50", "replica_ttft_p99": "ttft_p99"}
@@ -63,6 +63,10 @@ CASES = {
     # (attempts in transit count against the cap) on heterogeneous replicas with a slowdown
     "ingress": (dict(SHORT, ingress_ms=4.0, ingress_ms_per_token=0.01, waiting_cap=3, max_batch=4,
                      max_batched_tokens=2048), 25.0, [1.0, 1.5], [(1000.0, "slowdown", 0, 2.0)]),
+    # a TTFT objective scaled to prompt length (issue 44): 50 ms + 0.02 ms per prompt token,
+    # tight enough that some requests miss it, with a client overhead added to the TTFT
+    "scaled-slo": (dict(SHORT, slo_ttft_ms=50.0, slo_ttft_ms_per_prompt_token=0.02, client_overhead_ms=1.5), 10.0,
+                   [1.0, 1.0], []),
 }
 
 
@@ -308,6 +312,12 @@ def test_the_cases_exercise_what_they_claim():
     assert got["ingress"]["ttft_p50"] > plain["ttft_p50"]
     plain, _ = _reference("step-cpu", "least_requests", 1, step_cpu_ms=0.0, step_cpu_ms_per_seq=0.0)
     assert got["step-cpu"]["ttft_p50"] > plain["ttft_p50"] and got["step-cpu"]["tpot_p50"] > plain["tpot_p50"]
+    # the scaled objective: some requests miss it, fewer than miss the base alone; the base
+    # alone (allowance 0) leaves ttft_excess_p99 uncomputed
+    flat, _ = _reference("scaled-slo", "least_requests", 1, slo_ttft_ms_per_prompt_token=0.0)
+    scaled = got["scaled-slo"]
+    assert 0 < flat["attainment"] < scaled["attainment"] < 1 and scaled["ttft_excess_p99"] > 0
+    assert math.isnan(flat["ttft_excess_p99"]) and flat["ttft_p99"] == scaled["ttft_p99"]
     rr, _ = _reference("queues-fill", "round_robin", 2)
     assert rr["shed"] > 0 and rr["unfinished"] + rr["completed"] > 0
     for case, (out, sim) in seen.items():

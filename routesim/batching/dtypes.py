@@ -128,6 +128,7 @@ PARAMS = np.dtype(
         ("limit_ms", np.float64),         # horizon + drain: nothing after it is processed
         ("quarter_ms", np.float64),       # q = measure_s · 250 (kv_occupancy_first/last)
         ("slo_ttft_ms", np.float64),
+        ("slo_ttft_ms_per_token", np.float64),  # a request's TTFT target: slo_ttft_ms + this · P
         ("slo_tpot_ms", np.float64),
         ("choices", np.int64),            # d
         ("allowance", np.int64),          # A, tokens
@@ -538,6 +539,8 @@ METRICS = np.dtype(
         ("ttft_transfer_p50", np.float64), ("ttft_transfer_p99", np.float64),
         ("ttft_decode_queue_p50", np.float64), ("ttft_decode_queue_p99", np.float64),
         ("transfer_count", np.int64), ("transfer_bytes", np.float64), ("disaggregated_share", np.float64),
+        # a TTFT objective scaled to prompt length (slo_ttft_ms_per_prompt_token > 0; Dataset variable only then)
+        ("ttft_excess_p99", np.float64),
         # accumulators, finished into the rates above
         ("hit_tokens", np.float64), ("admit_tokens", np.float64),
         ("preempted_hit_tokens", np.float64), ("preempted_tokens", np.float64),  # vllm: re-admissions

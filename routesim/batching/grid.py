@@ -26,8 +26,8 @@ from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, VLLM_MODE
-from .metrics import (ACCUMULATORS, CLIENT_VARIABLES, PD_PER_REPLICA, PD_VARIABLES, PER_REPLICA, VARIABLES,
-                      VLLM_VARIABLES)
+from .metrics import (ACCUMULATORS, CLIENT_VARIABLES, PD_PER_REPLICA, PD_VARIABLES, PER_REPLICA,
+                      SCALED_SLO_VARIABLES, VARIABLES, VLLM_VARIABLES)
 from .params import CLIENT_PARAMS, MODEL, TOKEN_PARAMS, ZERO_UNRECORDED, unused_params
 from .runs import Packed, conversation_params, params_row, router_draws, simulate, workload_params
 from .workload import conversations, from_replay, generate, trace_chains
@@ -263,9 +263,11 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     closed = bool((grid.params["max_in_flight"] > 0).any())  # a closed-loop client's variables only then
     vllm = bool(np.isin(grid.params["scheduler"], VLLM_MODE).any())  # the vllm mode's only then
     pools = bool((grid.params["prefill_replicas"] > 0).any())  # disaggregation's only then
+    scaled = bool((grid.params["slo_ttft_ms_per_token"] > 0).any())  # a scaled TTFT objective's only then
     for name in outcome.metrics.dtype.names:
         if (name not in ACCUMULATORS and (closed or name not in CLIENT_VARIABLES)
-                and (vllm or name not in VLLM_VARIABLES) and (pools or name not in PD_VARIABLES)):
+                and (vllm or name not in VLLM_VARIABLES) and (pools or name not in PD_VARIABLES)
+                and (scaled or name not in SCALED_SLO_VARIABLES)):
             data[name] = (dims, outcome.metrics[name].reshape(shape), variable_attrs(name, VARIABLES))
     n_rep = grid.replicas
     for name, field in (PER_REPLICA | (PD_PER_REPLICA if pools else {})).items():

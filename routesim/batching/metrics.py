@@ -73,6 +73,9 @@ VARIABLES = {
                                 "just after a placement on it in [warm-up, horizon); 0 if none"),
     "replica_ttft_p50": ("ms", "median time to first token of cohort requests completed on the replica"),
     "replica_ttft_p99": ("ms", "99th percentile time to first token of cohort requests completed on the replica"),
+    "ttft_excess_p99": ("ms", "TTFT objective scaled to prompt length: 99th percentile over completed cohort "
+                        "requests of the TTFT minus the request's own objective (slo_ttft_ms + "
+                        "slo_ttft_ms_per_prompt_token × its prompt tokens); <= 0 when at least 99 % of them meet it"),
     "client_wait_p50": ("ms", "closed-loop client: median wait of a cohort request from its intended time to its "
                         "send, over those sent by the stop (nearest rank)"),
     "client_wait_p99": ("ms", "closed-loop client: 99th percentile wait from intended time to send"),
@@ -117,6 +120,10 @@ prefill pool (NaN or 0 in the co-located runs)."""
 PD_PER_REPLICA = {"link_utilization": "link_util"}
 """Per-replica variables of disaggregation (Dataset variable <- REPLICA field), only then too."""
 
+SCALED_SLO_VARIABLES = ("ttft_excess_p99",)
+"""Variables of a TTFT objective scaled to prompt length: in a Dataset only when a run has
+``slo_ttft_ms_per_prompt_token > 0`` (NaN in the other runs: not computed there)."""
+
 VLLM_VARIABLES = ("preempted_hit_rate",)
 """Variables of ``scheduler = "vllm"`` alone: in a Dataset only when a run has it (NaN in
 the other runs)."""
@@ -127,6 +134,9 @@ ACCUMULATORS = ("hit_tokens", "admit_tokens", "preempted_hit_tokens", "preempted
 
 P50_P90_P99 = np.array([50, 90, 99], np.int64)
 """The nearest ranks of a latency's ``_p50``, ``_p90`` and ``_p99``."""
+
+P99 = np.array([99], np.int64)
+"""The nearest rank of ``ttft_excess_p99``."""
 
 P50_P99 = np.array([50, 99], np.int64)
 """The nearest ranks of a replica's TTFT (``ttft_p50``, ``ttft_p99``) and of the client's wait."""
@@ -182,6 +192,8 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     ttft_rep = np.empty(n, np.int64)
     tpot = np.empty(n)
     e2e = np.empty(n)
+    scaled = p.slo_ttft_ms_per_token > 0  # a TTFT objective per request (ttft_excess_p99)
+    excess = np.empty(n if scaled else 0)
     nt = 0
     np_ = 0
     good = 0
@@ -212,9 +224,12 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
             ttft[nt] = a
             ttft_rep[nt] = q.done_rep
             e2e[nt] = e
+            target = p.slo_ttft_ms + p.slo_ttft_ms_per_token * q.P  # = slo_ttft_ms when the allowance is 0
+            if scaled:
+                excess[nt] = a - target
             nt += 1
             e2e_sum += e
-            ok = a <= p.slo_ttft_ms
+            ok = a <= target
             if q.O >= 2:
                 tp = (q.done_ms - q.first_ms) / (q.O - 1)
                 tpot[np_] = tp
@@ -234,6 +249,7 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     _per_replica_ttft(rep, ttft[:nt], ttft_rep[:nt])
     a = of_selected_nb(ttft[:nt], P50_P90_P99)  # (after _per_replica_ttft: selection reorders ttft)
     mt.ttft_p50, mt.ttft_p90, mt.ttft_p99 = a[0], a[1], a[2]
+    mt.ttft_excess_p99 = of_selected_nb(excess[:nt], P99)[0] if scaled else np.nan
     a = of_selected_nb(tpot[:np_], P50_P90_P99)
     mt.tpot_p50, mt.tpot_p90, mt.tpot_p99 = a[0], a[1], a[2]
     a = of_selected_nb(e2e[:nt], P50_P90_P99)

@@ -70,6 +70,7 @@ TOKEN_PARAMS = (
     Param("measure_s", "simulation", ("measure_s",), 50.0, "s", "measurement window after warm-up", low=0, low_open=True),
     Param("drain_s", "simulation", ("drain_s",), 600.0, "s", "time past the horizon the cohort may take to leave (0: stop at the horizon)", low=0),
     Param("slo_ttft_ms", "simulation", ("slo_ttft_ms",), 1000.0, "ms", "time-to-first-token objective", low=0, low_open=True),
+    Param("slo_ttft_ms_per_prompt_token", "simulation", ("slo_ttft_ms_per_prompt_token",), 0.0, "ms/token", "the TTFT objective's allowance per prompt token: a request's TTFT target is slo_ttft_ms plus this times its prompt tokens (0: slo_ttft_ms for every request)", low=0),
     Param("slo_tpot_ms", "simulation", ("slo_tpot_ms",), 50.0, "ms", "time-per-output-token objective", low=0, low_open=True),
     # [workload] (§1)
     Param("p_long", "workload", ("p_long",), 0.02, "1", "probability that a request is of the long class", low=0, high=1),
@@ -126,14 +127,18 @@ LOOP_PARAMS = STEP_CPU_PARAMS + ("ingress_ms", "ingress_ms_per_token")
 """The engine loop's timing (docs/model.md "The engine loop's timing"): default 0, and
 Dataset attributes only when not 0 (so a Dataset of before them is unchanged)."""
 
-ZERO_UNRECORDED = CLIENT_PARAMS + LOOP_PARAMS
+SCALED_SLO_PARAMS = ("slo_ttft_ms_per_prompt_token",)
+"""The TTFT objective scaled to prompt length (issue 44): default 0, and a Dataset
+attribute only when not 0 (so a Dataset of before it is unchanged)."""
+
+ZERO_UNRECORDED = CLIENT_PARAMS + LOOP_PARAMS + SCALED_SLO_PARAMS
 """Keys a Dataset records as attributes only when not 0."""
 
 SECTION_KEYS = {
     "replica": ("kind", "waiting_cap", "max_batch", "kv_blocks", "block_tokens", "max_batched_tokens",
                 "chunked_prefill", "scheduler", "prefix_caching", "async_scheduling", "step_cost", *step_cost.LEAVES, "cold_factor", "cold_tau_ms", "ready_delay_ms",
                 "fail_fast_ms", *LOOP_PARAMS),
-    "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_tpot_ms"),
+    "simulation": ("dt_ms", "warmup_s", "measure_s", "drain_s", "slo_ttft_ms", "slo_ttft_ms_per_prompt_token", "slo_tpot_ms"),
     "cluster": ("heterogeneity", "start_down"),
     "workload": ("p_long", "chat", "long", "prefix", "context_limit", "source", "trace", "lengths",
                  "conversation", "max_in_flight", "client_overhead_ms"),
@@ -171,7 +176,8 @@ MODEL = ReplicaModel(
     event_kinds={name: code for code, name in EVENT_NAMES.items()},
     min_max=MIN_MAX, heterogeneity=DEFAULT_HETEROGENEITY,
     help_heterogeneity="time factors (1 = the reference replica)", block_ids=True, trace_axes=True,
-    typed_set_values=True, capacity_latency=("ttft_p99", "slo_ttft_ms"), writes_behind=True)
+    typed_set_values=True, capacity_latency=("ttft_p99", "slo_ttft_ms"), writes_behind=True,
+    capacity_scaled=("ttft_excess_p99", "slo_ttft_ms_per_prompt_token"))
 
 
 def check_stage(rd, stage, src, replicas):

@@ -75,6 +75,7 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["limit_ms"] = p["horizon_ms"] + v["drain_s"] * 1000.0
     p["quarter_ms"] = v["measure_s"] * 250.0
     p["slo_ttft_ms"] = v["slo_ttft_ms"]
+    p["slo_ttft_ms_per_token"] = v.get("slo_ttft_ms_per_prompt_token", 0.0)  # (0: one target)
     p["slo_tpot_ms"] = v["slo_tpot_ms"]
     p["exact_output"] = v["allowance_tokens"] == "exact"
     p["allowance"] = 0 if p["exact_output"] else v["allowance_tokens"]

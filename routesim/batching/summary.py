@@ -159,9 +159,19 @@ POOLED = ("shed %", "failed %", "unfinished %", "rejected %", "attempts/req")
 """Columns that count over every request that arrived, all runs of the row pooled."""
 
 
+def ttft_slo_text(ds: xr.Dataset) -> str:
+    """The TTFT objective as text: ``"1000 ms"``, or scaled to prompt length (a Dataset
+    attribute only when not 0) ``"500 ms + 0.1 ms/token × prompt tokens"``."""
+    base = slo_text(ds, "slo_ttft_ms")
+    per = "slo_ttft_ms_per_prompt_token"
+    if per in ds.dims or ds.attrs.get(per, 0) > 0:
+        return f"{base} + {slo_text(ds, per, 'ms/token')} × prompt tokens"
+    return base
+
+
 def legend(ds: xr.Dataset, headers) -> str:
     """The lines under the table: what the columns are, the SLOs' values included."""
-    slo = f"TTFT ≤ {slo_text(ds, 'slo_ttft_ms')} and TPOT ≤ {slo_text(ds, 'slo_tpot_ms')}"
+    slo = f"TTFT ≤ {ttft_slo_text(ds)} and TPOT ≤ {slo_text(ds, 'slo_tpot_ms')}"
     items = [("attain %", f"mean over runs of each run's share of arrivals completed within the SLO ({slo})"),
              (", ".join(h for h in POOLED if h in headers), "per request arrived, all runs pooled"),
              ("backlog Δ", "growth of the requests in the system over the window"),

@@ -61,7 +61,9 @@ def run(results_root, quiet=False, resume=False) -> int:
 
 
 def _criterion(ds):
-    return capacity_mod.Criterion("ttft_p99", float(ds.attrs.get("slo_ttft_ms", 1000.0)), at_most=True)
+    from ...batching.params import MODEL
+    return capacity_mod.latency_criterion(MODEL, float(ds.attrs.get("slo_ttft_ms", 1000.0)),
+                                          (ds.attrs.get("slo_ttft_ms_per_prompt_token", 0.0),))
 
 
 def _flat(ds):
