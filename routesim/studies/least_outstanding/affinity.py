@@ -230,11 +230,11 @@ def figure(data, figures_dir=FIGURES):
         lo = np.array([e[key][1] for _, e in rows])
         hi = np.array([e[key][2] for _, e in rows])
         a3.errorbar(m, y + 0.2 * (k - 1), xerr=[m - lo, hi - m], fmt=mk, color=color, capsize=2,
-                    label=f"{key} ({'pp' if key == 'hit rate' else '%'})")
+                    label=f"{key} ({'pp, mean' if key == 'hit rate' else '%, geometric mean'})")
     a3.axvline(0, color="k", lw=0.8)
     a3.set_yticks(y, [n for n, _ in rows], fontsize=7)
     a3.invert_yaxis()
-    a3.set_xlabel(f"tie-break against none, paired (mean, {LEVEL:.0%} interval)")
+    a3.set_xlabel(f"tie-break against none, paired by seed ({LEVEL:.0%} interval)")
     a3.legend(fontsize=7)
     a3.set_title("What the tie-break changes" + (" (periodic: a 50 ms scrape)" if signals(data) else ""),
                   fontsize=10)

@@ -30,7 +30,8 @@ SWEEPS = (SWEEP,)
 """Run by :func:`run` (the study command hands this file to it, not to the sweep loop)."""
 SEARCH = ("--stage", "default", "--points", "3", "--resolution", "2")
 """The default stage's search: rates on multiples of 2 req/s, 3 a round, inside the
-stage's rate_rps bracket (36 to 48 req/s)."""
+stage's rate_rps bracket (28 to 48 req/s: below every policy's capacity, round_robin's 34
+included)."""
 POLICIES = ("round_robin", "least_requests", "least_tokens", "power_of_d", "least_kv", "least_cost")
 SCALES = ("0.5", "1", "1.5")
 """The Mooncake stages' time scales (stages mooncake-<scale> and mooncake-<scale>-pod)."""

@@ -183,7 +183,7 @@ def figure(data, figures_dir=FIGURES):
         ax2.axvline(x, color="#2ca02c", lw=0.8, ls=":")
     ax2.set_yticks(y, [r[0] for r in rows], fontsize=8)
     ax2.invert_yaxis()
-    ax2.set_xlabel(f"TTFT p99 change, % (mean over seeds, {LEVEL:.0%} interval)")
+    ax2.set_xlabel(f"TTFT p99 change, % (geometric mean over seeds, {LEVEL:.0%} interval)")
     ax2.set_title("The two steps, paired by seed (dotted: the material bounds)", fontsize=10)
     ax2.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     fig.suptitle(f"Claim 2: two random choices, {stage_rate(data['8']['pod']) / 8:g} req/s per replica "

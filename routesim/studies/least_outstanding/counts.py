@@ -15,8 +15,9 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 from ... import step_cost
-from .common import (ADDED, FIGURES, MECHANISM, STEADY, capacity, compare, open_stage, save, show, steady_table,
-                     rate_text, verdict_of, verdicts)
+from ..intervals import LEVEL
+from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, open_stage, save, show,
+                     steady_table, rate_text, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing.toml",)
 RESULTS = "token-routing"
@@ -544,11 +545,13 @@ def figure_effects(mech, conds, figures_dir=FIGURES):
                 ax.errorbar(c[0], y, xerr=[[c[0] - c[1]], [c[2] - c[0]]], fmt="o", color=COLORS[b], ms=4,
                             capsize=2, label=name if k == 0 else None)
         ax.axvline(0, color="#444444", lw=0.7)
-        for s in (-5, 5):
+        for s in RELATIVE_BOUNDS:                          # the study's material bounds
             ax.axvline(s, color="#aaaaaa", lw=0.5, ls=":")
         ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("Δ TTFT p99 % (mean, 95 % interval; dotted ±5 %)")
+        ax.set_xlabel(f"TTFT p99 change, % (geometric mean over seeds, {100 * LEVEL:g} % interval)\n"
+                      f"dotted: the material bounds, {RELATIVE_BOUNDS[0]:+.1f} and {RELATIVE_BOUNDS[1]:+g} %",
+                      fontsize=9)
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle("Claim 1: where least_tokens' TTFT advantage comes from, and whether it survives", fontsize=10)

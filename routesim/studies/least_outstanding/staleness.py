@@ -214,8 +214,9 @@ def figure(data, figures_dir=FIGURES):
         ax2.axhline(g - 0.5, color="#bbbbbb", lw=0.6)
     ax2.set_yticks(y, [name for name, _ in comps], fontsize=7)
     ax2.invert_yaxis()
-    ax2.set_xlabel(f"TTFT p99 change, % (mean over seeds, {LEVEL:.0%} interval)")
-    ax2.set_title("Paired comparisons (dotted: ±5 %, the material bound)"
+    ax2.set_xlabel(f"TTFT p99 change, % (geometric mean over seeds, {LEVEL:.0%} interval)")
+    ax2.set_title(f"Paired comparisons (dotted: the material bounds, {RELATIVE_BOUNDS[0]:+.1f} and "
+                  f"{RELATIVE_BOUNDS[1]:+g} %)"
                   + ("; below: the step-cost variants at 50 ms" if sensitivity(data) else ""), fontsize=10)
     rate = stage_rate(data["fresh"])
     fig.suptitle(f"Claim 3: stale signals, {data['fresh'].sizes['replica']} replicas at {rate:g} req/s, "
