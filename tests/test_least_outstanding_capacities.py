@@ -145,3 +145,43 @@ def test_the_study_command_runs_it_before_the_sweeps(tmp_path, monkeypatch):
                    "--figures", str(tmp_path / "f"), "--out", str(tmp_path / "doc.md")])
     assert rc == 0
     assert order == [("run", True), ("sweep", "sweeps/token-routing-example.toml")]
+
+
+# The excerpt judged by a TTFT objective scaled to prompt length (issue 44: 1 s + 0.1 ms per
+# prompt token): ttft_excess_p99 (p99 of TTFT − each request's objective, ms) per time scale;
+# every flat TTFT p99 above 1 s (no flat capacity), least_tokens within its objective up to
+# scale 1, round_robin never, power_of_d's seeds at 0.5 only 3 of 4 within
+EXCESS = {"round_robin": (100, 300, 500), "least_requests": (50, 200, 400), "least_tokens": (-300, -50, 200),
+          "least_kv": (-10, 20, -30), "least_cost": (400, 500, 600)}
+POD_EXCESS = ((-100, -50, -20, 30), (-60, 10, 20, 40), (100, 200, 300, 400))
+
+
+def scaled_stage(policies, excess, seeds, scale):
+    ds = stage(policies, np.full((len(policies), len(seeds)), 6000.0), seeds, scale)
+    ds["ttft_excess_p99"] = (ds.ttft_p99.dims, np.asarray(excess, float).reshape(ds.ttft_p99.shape))
+    ds.attrs["slo_ttft_ms_per_prompt_token"] = 0.1
+    return ds
+
+
+def test_mooncake_capacity_by_an_objective_scaled_to_prompt_length(tmp_path):
+    out = tmp_path / CAPACITY_RESULTS
+    for k, s in enumerate(capacities.SCALES):
+        write_atomic(scaled_stage(DET, [[EXCESS[p][k]] for p in DET], [1], s), out / f"mooncake-{s}.nc")
+        write_atomic(scaled_stage(["power_of_d"], [POD_EXCESS[k]], [1, 2, 3, 4], s), out / f"mooncake-{s}-pod.nc")
+    ds = capacities.mooncake_capacity(out)
+    assert (ds.attrs["capacity_metric"], ds.attrs["capacity_bound"]) == ("ttft_excess_p99", 0.0)
+    cap = {str(p): float(ds.capacity_rps.sel(policy=p)) for p in ds.policy.values}
+    assert cap["least_tokens"] == 3.0            # -300, -50 within; +200 not
+    assert cap["least_kv"] == 1.5                # -30 at 4.5 does not count: +20 failed below it
+    assert np.isnan(cap["round_robin"]) and np.isnan(cap["least_requests"]) and np.isnan(cap["least_cost"])
+    assert np.isnan(cap["power_of_d"])           # 3 of 4 windows within at 1.5 req/s
+    table = capacities.mooncake_table(ds)
+    assert "TTFT p99 ms (p99 of TTFT − objective) at 1.5 req/s (×0.5)" in table
+    assert "| least_tokens | 6,000 (-300) | 6,000 (-50) | 6,000 (+200) | 90 → 90 | 3 |" in table
+    text = capacities.section({"default": None, "mooncake": ds})
+    assert ("99 % of completed requests within their own TTFT objective, 1,000 ms + 0.1 ms per prompt token "
+            "(`ttft_excess_p99` ≤ 0)") in text
+    assert "TTFT p99 ≤ 0 ms" not in text
+    assert "No policy meets a flat 1,000 ms TTFT p99 even at the lightest load" in text
+    assert "The capacities above are by each request's own objective, 1,000 ms + 0.1 ms per prompt token." in text
+    assert capacities.figure({"default": None, "mooncake": ds}, tmp_path / "figures")
