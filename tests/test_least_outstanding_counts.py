@@ -13,7 +13,7 @@ import xarray as xr
 
 from conftest import SWEEPS, run_reduced, swap_labels, write_results
 from routesim.studies.least_outstanding import counts
-from routesim.studies.least_outstanding.common import compare, verdicts
+from routesim.studies.least_outstanding.common import compare, show, verdicts
 
 RATES = (23.0, 35.0, 41.0)
 
@@ -166,12 +166,16 @@ def conditions(tmp_path_factory):
     traces/."""
     stages = ["counts", "signals", "azure", "prefill-x2", "prefill-x4", "prefill-x2-light",
               "prefill-x4-light", "chunk-2048"]
-    return run_reduced(tmp_path_factory.mktemp("claim1-conditions"), SWEEPS / "token-routing.toml",
-                       {"rate_rps = [23, 35, 41]": "rate_rps = [23, 41]", "warmup_s = 1200": "warmup_s = 60",
-                        "warmup_s = 300": "warmup_s = 60", "measure_s = 60": "measure_s = 20",
-                        "count = 16 }": "count = 4 }",
-                        '"../traces/azure-conv.csv"': f'"{SWEEPS.parent / "traces" / "azure-conv.csv"}"'},
-                       stages=stages)
+    out = run_reduced(tmp_path_factory.mktemp("claim1-conditions"), SWEEPS / "token-routing.toml",
+                      {"rate_rps = [23, 35, 41]": "rate_rps = [23, 41]", "warmup_s = 1200": "warmup_s = 60",
+                       "warmup_s = 300": "warmup_s = 60", "measure_s = 60": "measure_s = 20",
+                       "count = 16 }": "count = 4 }",
+                       '"../traces/azure-conv.csv"': f'"{SWEEPS.parent / "traces" / "azure-conv.csv"}"'},
+                      stages=stages)
+    # the Mooncake condition (its own sweep file), its span as in the study
+    moon = run_reduced(tmp_path_factory.mktemp("claim1-mooncake"), SWEEPS / "token-routing-mooncake.toml",
+                       {'"../traces/mooncake-conv.jsonl"': f'"{SWEEPS.parent / "traces" / "mooncake-conv.jsonl"}"'})
+    return {**out, "mooncake": moon["mooncake"]}
 
 
 def test_every_condition_recomputes_the_verdict(conditions, tmp_path):
@@ -191,6 +195,17 @@ def test_every_condition_recomputes_the_verdict(conditions, tmp_path):
         for p in counts.POLICIES:
             c = compare(arms[p].ttft_p99.values, fresh[load][p].ttft_p99.values)
             assert c[3] == 1, (name, p, c)
+    # the Mooncake excerpt (issue 44): judged by its TTFT objective scaled to prompt length;
+    # its seeds repeat one replay (these policies draw no router uniform), so each
+    # comparison has no spread; least_tokens' TTFT p99 below round_robin's there too
+    moon = counts.condition(d, "mooncake", 0)
+    for p in counts.POLICIES:
+        assert moon[p].attrs["slo_ttft_ms_per_prompt_token"] == 0.1 and "ttft_excess_p99" in moon[p]
+        assert np.unique(moon[p].ttft_p99.values).size == 1, p
+    row = next(r for r in rows if r[0] == "mooncake")
+    assert all(show(c).endswith(("(no spread)", "identical")) for c in row[2].values()), row[2]
+    assert row[2][("ttft_p99", "round_robin")][3] == -1
+    assert "the Mooncake excerpt (`traces/mooncake-conv.jsonl` at time scale 1" in counts.section(d)
     # the Azure conversations have no long class (no 12,000-token prompt): a far lower TTFT
     # tail than the default workload's at the same 41 req/s, for every policy
     az = counts.condition(d, "azure", 41.0)
