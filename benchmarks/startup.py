@@ -92,7 +92,7 @@ def phases(path, out):
     mark("Numba's CPU target (registries, scipy.linalg)")
     results = study.run(sweep, show_progress=False)
     mark("the run (kernels loaded, simulated, Dataset made)")
-    ds = results["one"]
+    (ds,) = results.values()  # the sweep's one stage (routesim.replay names it)
     write_atomic(ds, Path(out) / "one.nc")
     mark("the netCDF file (netCDF4)")
     render(ds, None)

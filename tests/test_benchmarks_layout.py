@@ -98,3 +98,23 @@ def test_every_module_the_benchmarks_load_from_tests_loads_alone():
         out = subprocess.run([sys.executable, "-c", f"from benchmarks import harness; harness.from_tests({name!r})"],
                              cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 0, f"{name}: {out.stderr[-500:]}"
+
+
+def test_the_startup_task_runs_the_one_run_sweep(tmp_path):
+    """``python -m benchmarks.startup phases`` (the startup section's task, its own
+    process) runs the one-run sweep that benchmarks.startup writes and hands back its
+    phases: it failed with a KeyError when the sweep's stage was renamed, which only a
+    full ``python -m benchmarks`` found, 40 minutes in."""
+    import json
+
+    from benchmarks.harness import MARK
+    from benchmarks.startup import one_run_sweep
+
+    path = one_run_sweep(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "benchmarks.startup", "phases",
+                          json.dumps({"path": str(path), "out": str(tmp_path / "one")})],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(next(line for line in run.stdout.splitlines() if line.startswith(MARK))[len(MARK):])
+    assert "the run (kernels loaded, simulated, Dataset made)" in result["phases"]
+    assert (tmp_path / "one" / "one.nc").stat().st_size > 0

@@ -22,7 +22,8 @@ KINDS = ("unit", "engine", "differential", "subprocess")
 
 MODULES = {
     "test_benchmarks_layout": ("unit", {"subprocess": ("test_from_tests_loads_the_file_once",
-                                                       "test_every_module_the_benchmarks_load_from_tests_loads_alone")}),
+                                                       "test_every_module_the_benchmarks_load_from_tests_loads_alone",
+                                                       "test_the_startup_task_runs_the_one_run_sweep")}),
     "test_calibrate": "unit",
     "test_calibration_report": "unit",
     "test_forms": "unit",
