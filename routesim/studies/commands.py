@@ -65,3 +65,49 @@ def check_inputs(args, without_load_curve, check=None):
         print("note: " + (f"{why}: " if why else "no results/load-curve/ (python -m routesim.sweep "
                           "sweeps/load-curve.toml): ") + without_load_curve, file=sys.stderr)
     return True, lc
+
+
+def study_main(argv, doc, package, needed, run, load, draw, document) -> int:
+    """The command line of a study that simulates its design, then draws its figure and
+    writes its document (``python -m routesim.scheduler_modes``, ``routesim.disaggregation``):
+    ``[--no-run] [--results DIR] [--figures DIR] [--out FILE] [--quiet]``, its usage and
+    description the module docstring ``doc`` (``python -m NAME [options]: what it does``).
+
+    ``package`` gives the defaults (its RESULTS, FIGURES and OUT) and, through its name,
+    the command; ``needed`` the workloads whose ``<name>.nc`` the document needs;
+    ``run(results, show_progress, log)`` simulates the design into the results folder,
+    ``load(results)`` reads it ({workload: Dataset}), ``draw(data, figures)`` draws the
+    figures (their paths) and ``document(data)`` is the document's text. Without the
+    results it needs: one error line, exit status 2, nothing written."""
+    import argparse
+    import time
+
+    from ..files import write_text
+    prog = "python -m routesim." + package.__name__.rsplit(".", 1)[1]
+    results, figures, out = package.RESULTS, package.FIGURES, package.OUT
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0].split(": ", 1)[1])
+    ap.add_argument("--no-run", action="store_true", help="read the results folder; simulate nothing")
+    ap.add_argument("--results", type=Path, default=results, metavar="DIR",
+                    help=f"the study's results folder (default {results}/)")
+    ap.add_argument("--figures", type=Path, default=figures, metavar="DIR", help="folder for the figure (default figures/)")
+    ap.add_argument("--out", type=Path, default=out, metavar="FILE", help=f"the document (default {out})")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress and no messages")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+
+    def log(msg):
+        if not args.quiet:
+            print(f"[{time.perf_counter() - t0:5.0f} s] {msg}", flush=True)
+    if not args.no_run:
+        run(args.results, show_progress=not args.quiet, log=log)
+    data = load(args.results)
+    if set(data) != set(needed):
+        files = [f"{w}.nc" for w in needed]
+        print(f"error: {args.results}: needs {', '.join(files[:-1])} and {files[-1]}; run {prog} without "
+              "--no-run first", file=sys.stderr)
+        return 2
+    for p in draw(data, args.figures):
+        log(f"wrote {p}")
+    write_text(args.out, document(data))
+    log(f"wrote {args.out}")
+    return 0
