@@ -46,3 +46,16 @@ def excludes_zero(ci) -> int:
     if hi < 0:
         return -1
     return 0
+
+
+def interval_text(ci, digits=1, same="exact") -> str:
+    """``ci`` = (mean, low, high) as a document writes it: "+m [+low, +high]", marked
+    **≠** when the interval excludes 0; "+m (``same``)" when every seed gave m; "—" for
+    no data."""
+    m, lo, hi = ci
+    if math.isnan(m):
+        return "—"
+    if lo == hi == m:
+        return f"{m:+.{digits}f} ({same})"
+    mark = " **≠**" if excludes_zero(ci) else ""
+    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]{mark}"

@@ -6,7 +6,7 @@ import math
 
 from . import STEM
 from ...batching.pd_keys import ROUTES
-from ..intervals import LEVEL, RESAMPLES, interval
+from ..intervals import LEVEL, RESAMPLES, interval, interval_text
 from .design import COLOCATED, SPLITS, SWEEP, WORKLOADS, arm
 from .measure import (CLOSE_PCT, CRITERION, LINK_BUSY, RULE, TRANSFER_SHARE, arms, best_arm, capacities,
                       capacity_diffs, load_axis, loads, median, paired, parts, pd_arms, steady_loads,
@@ -51,13 +51,7 @@ def _f(x, digits=1, signed=False):
 
 
 def _ci(v, digits=1):
-    m, lo, hi = v
-    if math.isnan(m):
-        return "—"
-    if lo == hi == m:
-        return f"{m:+.{digits}f} (every seed)"
-    mark = " **≠**" if (lo > 0 or hi < 0) else ""
-    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]{mark}"
+    return interval_text(v, digits, "every seed")
 
 
 def _load(ds, x):

@@ -4,7 +4,7 @@ number in it is computed from ``results/scheduler-modes/{example,mooncake}.nc``.
 import math
 
 from . import STEM
-from ..intervals import LEVEL, RESAMPLES
+from ..intervals import LEVEL, RESAMPLES, interval_text
 from .design import NEAR, SEARCH
 from .measure import (CLOSE_PCT, DECODE, KV_READERS, LOOP, LOOP_METRICS, MATERIAL_PCT, METRICS, MODE, RANKED,
                       SCHEDULERS, below_capacity, capacities, capacity_differences, capacity_order_changes,
@@ -58,13 +58,7 @@ def _f(x, digits=1, signed=False):
 
 
 def _ci(v, digits=1):
-    m, lo, hi = v
-    if math.isnan(m):
-        return "—"
-    if lo == hi == m:
-        return f"{m:+.{digits}f} (exact)"
-    mark = " **≠**" if (lo > 0 or hi < 0) else ""
-    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]{mark}"
+    return interval_text(v, digits, "exact")
 
 
 def _cap(c, low, high):
