@@ -246,17 +246,25 @@ def _lose_decode_side_nb(q, s, t, p, ls_t, ls_rep, ls_req, n_ls):
 
 
 @nb.njit(**JIT)
+def _drop_lease_nb(k, ls_t, ls_rep, ls_req, n_ls):
+    """Lease k leaves the list of the first ``n_ls[0]`` (the last takes its place: the
+    order of leases means nothing, blocks.py's eviction order does not depend on it)."""
+    last = n_ls[0] - 1
+    ls_t[k], ls_rep[k], ls_req[k] = ls_t[last], ls_rep[last], ls_req[last]
+    n_ls[0] = last
+    hold((ls_t, ls_rep, ls_req, n_ls))
+
+
+@nb.njit(**JIT)
 def _leases_end_nb(S, t, p, ls_t, ls_rep, ls_req, n_ls, wake):
     """Phase 1, first: the leases that run out at t, their prefill replicas releasing
     the blocks (and woken: phase 7 looks at them)."""
-    k = 0
+    k = np.int64(0)  # (typed: a literal would compile _drop_lease_nb twice)
     while k < n_ls[0]:
         if ls_t[k] == t:
             _release_on_nb(S, ls_rep[k], ls_req[k], t, p)
             wake[ls_rep[k]] = True
-            last = n_ls[0] - 1  # (the order of releases at one time changes nothing: blocks.py's eviction order)
-            ls_t[k], ls_rep[k], ls_req[k] = ls_t[last], ls_rep[last], ls_req[last]
-            n_ls[0] = last
+            _drop_lease_nb(k, ls_t, ls_rep, ls_req, n_ls)  # (the order of releases at one time changes nothing)
         else:
             k += 1
     hold((ls_t, ls_rep, ls_req, n_ls, wake))
@@ -361,12 +369,10 @@ def _crash_nb(X, S, req, links, i, t, p, fail_req, fail_rep, fail_crash, n_fail,
             fail_rep[s] = i
             fail_crash[s] = True
             n_fail += 1
-    k = 0
+    k = np.int64(0)
     while k < n_ls[0]:
         if ls_rep[k] == i:
-            last = n_ls[0] - 1
-            ls_t[k], ls_rep[k], ls_req[k] = ls_t[last], ls_rep[last], ls_req[last]
-            n_ls[0] = last
+            _drop_lease_nb(k, ls_t, ls_rep, ls_req, n_ls)
         else:
             k += 1
     hold((req, fail_req, fail_rep, fail_crash, ls_t, ls_rep, ls_req, n_ls, wake))
