@@ -346,7 +346,7 @@ def unsteady_of(runs: xr.Dataset) -> xr.DataArray:
     if not steady.has_check(runs):
         return runs["arrivals"].notnull() & False
     dims = runs["arrivals"].dims
-    sub = runs[[v for v in ("arrivals", *steady.VARIABLES, *steady.ATTAINMENT_TREND) if v in runs]]
+    sub = runs[[v for v in steady.READS if v in runs]]
     return xr.DataArray(steady.unsteady_runs(sub.transpose(*dims)), dims=dims, coords=runs["arrivals"].coords)
 
 

@@ -61,6 +61,9 @@ VARIABLES = ("backlog_growth", "kv_occupancy_first", "kv_occupancy_last")
 """The variables a Dataset needs for the check (the batching model's)."""
 ATTAINMENT_TREND = ("attainment_first", "attainment_last")
 """The attainment trend's variables: used when the Dataset has them."""
+READS = ("arrivals", *VARIABLES, *ATTAINMENT_TREND, "preemptions")
+"""Every variable the per-run check reads (:func:`run_trends`; those beyond
+:data:`VARIABLES` when the Dataset has them)."""
 
 
 def has_check(ds) -> bool:

@@ -89,10 +89,11 @@ def test_candidates_lie_inside_the_bracket_on_the_resolution():
     assert capacity.candidates(1.0, 2.0, half) == [1.25, 1.5, 1.75]
 
 
-def runs(ttft, rates, growth=None, rise=None, fall=None):
+def runs(ttft, rates, growth=None, rise=None, fall=None, preempt=None):
     """A hand-made Dataset of runs as the search leaves them, one policy × rates × seeds:
     ``ttft`` (rates, seeds) TTFT p99 ms; 1,000 cohort arrivals a run; a run's backlog
-    growth (requests), KV occupancy rise and attainment fall (fractions) 0 unless given."""
+    growth (requests), KV occupancy rise and attainment fall (fractions) and preemptions
+    (of its 1,000 arrivals) 0 unless given."""
     t = np.asarray(ttft, float)[None]
     zero = np.zeros_like(t)
     dims = ("policy", "rate_rps", "seed")
@@ -103,7 +104,8 @@ def runs(ttft, rates, growth=None, rise=None, fall=None):
     return xr.Dataset({"ttft_p99": (dims, t), "arrivals": (dims, zero + 1000),
                        "backlog_growth": (dims, given(growth)),
                        "kv_occupancy_first": (dims, zero + 0.8), "kv_occupancy_last": (dims, 0.8 + given(rise)),
-                       "attainment_first": (dims, zero + 0.95), "attainment_last": (dims, 0.95 - given(fall))},
+                       "attainment_first": (dims, zero + 0.95), "attainment_last": (dims, 0.95 - given(fall)),
+                       "preemptions": (dims, given(preempt))},
                       coords={"policy": ["p"], "rate_rps": np.asarray(rates, float),
                               "seed": np.arange(1, t.shape[-1] + 1)})
 
@@ -115,27 +117,37 @@ def _cap(ds, rule, what="capacity_rps"):
     return float(capacity.capacities(ds, TTFT, rule)[what].sel(policy="p"))
 
 
-@pytest.mark.parametrize("collapse", ["slo", "growth", "rise", "fall"])
+@pytest.mark.parametrize("collapse", ["slo", "growth", "rise", "fall", "full"])
 def test_the_median_accepts_a_minority_of_collapsed_seeds_and_the_planner_rule_refuses(collapse):
     """Ten seeds at 30, 40 and 50 req/s; at 50 every window misses the SLO. At 40, three
     seeds collapse (the median rule reads only the median TTFT, 500 ms, and accepts 40):
     by the SLO itself (5 s) — 7 of 10 windows within, under 9 = 0.9 · 10 — or, within
     the SLO, by one sign of the per-run check each: backlog +60 of 1,000 arrivals (6 % >
-    5 %), KV occupancy +31 points (> 30), attainment -11 points (> 10)."""
+    5 %), KV occupancy +31 points (> 30), attainment -11 points (> 10), or a cache that
+    ends the window 96 % full (>= 95 %; from 80 %, a rise of 16 points, under 30) while
+    the run preempted 20 of its 1,000 arrivals (2 % > 1 %; docs/model.md "Steady state
+    and collapse")."""
     rates = [30, 40, 50]
     ttft = np.full((3, 10), 500.0)
     ttft[2] = 3000.0
-    trend = {k: np.zeros((3, 10)) for k in ("growth", "rise", "fall")}
-    sick = {"slo": 5000.0, "growth": 60.0, "rise": 0.31, "fall": 0.11}[collapse]
+    trend = {k: np.zeros((3, 10)) for k in ("growth", "rise", "fall", "preempt")}
     if collapse == "slo":
-        ttft[1, :3] = sick
+        ttft[1, :3] = 5000.0
+    elif collapse == "full":
+        trend["rise"][1, :3] = 0.16
+        trend["preempt"][1, :3] = 20.0
     else:
-        trend[collapse][1, :3] = sick
+        trend[collapse][1, :3] = {"growth": 60.0, "rise": 0.31, "fall": 0.11}[collapse]
     ds = runs(ttft, rates, **trend)
     assert _cap(ds, capacity.Rule("median")) == 40.0
     assert _cap(ds, capacity.Rule()) == 30.0
-    # figures just inside the thresholds (backlog +5 %, KV +29 pts, attainment -9.9 pts) do not collapse
-    if collapse != "slo":
+    # figures just inside the thresholds (backlog +5 %, KV +29 pts, attainment -9.9 pts;
+    # full at 94 % while preempting 2 %, or at 96 % while preempting 1 %) do not collapse
+    if collapse == "full":
+        for rise, preempt in ((0.14, 20.0), (0.16, 10.0)):
+            trend["rise"][1, :3], trend["preempt"][1, :3] = rise, preempt
+            assert _cap(runs(ttft, rates, **trend), capacity.Rule()) == 40.0
+    elif collapse != "slo":
         trend[collapse][1, :3] = {"growth": 50.0, "rise": 0.29, "fall": 0.099}[collapse]
         assert _cap(runs(ttft, rates, **trend), capacity.Rule()) == 40.0
     # each seed's own capacity: the three sick seeds 30, the others 40
@@ -331,7 +343,8 @@ def test_rerun_at_the_reported_capacity_the_windows_meet_the_slo_and_none_collap
     search and rerun). Run again as a plain sweep at each policy's reported capacity, at
     least 90 % of the windows (9 of 10) meet TTFT p99 <= 1 s and no run shows a collapse,
     by the thresholds written out here (backlog growth <= 5 % of arrivals, KV occupancy
-    rise <= 30 points, attainment fall <= 10 points); at the next rate the search
+    rise <= 30 points, attainment fall <= 10 points, not a cache >= 95 % full at the
+    window's end while preempting more than 1 % of the arrivals); at the next rate the search
     evaluated above it, one of the two fails. The median rule on the same runs accepts
     at least as much (it asks less)."""
     sweep = parse_sweep(DONE, tmp_path / "sweep.toml")
@@ -345,7 +358,8 @@ def test_rerun_at_the_reported_capacity_the_windows_meet_the_slo_and_none_collap
         growth = runs.backlog_growth.values / runs.arrivals.values
         rise = runs.kv_occupancy_last.values - runs.kv_occupancy_first.values
         fall = runs.attainment_first.values - runs.attainment_last.values
-        collapsed = (growth > 0.05) | (rise > 0.30) | (fall > 0.10)
+        full = (runs.kv_occupancy_last.values >= 0.95) & (runs.preemptions.values > 0.01 * runs.arrivals.values)
+        collapsed = (growth > 0.05) | (rise > 0.30) | (fall > 0.10) | full
         return within >= 9 and not collapsed.any()
 
     for pol, c in caps.items():
