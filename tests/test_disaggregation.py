@@ -13,6 +13,7 @@ goodput than co-location, and at 60 req/s the chat mix's 2:6 split has a lower o
 """
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,6 +190,8 @@ def test_a_reduced_run_gives_the_document_the_figure_and_two_findings(tmp_path):
     for i in range(1, 9):
         assert f"| C{i}. " in text
     assert "**Finding.**" in text and "nan" not in text.lower()
+    assert "from `results/disaggregation/{chat,code,mooncake}.nc`" in text
+    assert "from `elsewhere/pd/{chat,code,mooncake}.nc`" in document(data, Path("elsewhere/pd"))
     png, svg = figure(data, tmp_path / "figures")
     assert png.stat().st_size > 50_000 and svg.exists()
 

@@ -233,6 +233,8 @@ def test_reduced_runs_render(data, tmp_path):
     from routesim.studies.scheduler_modes import document, figure
     text = document.document(data)
     assert text.startswith("# What the vLLM scheduler and its asynchronous loop change, measured")
+    assert "from `results/scheduler-modes/example.nc`" in text
+    assert "from `elsewhere/modes/example.nc`" in document.document(data, Path("elsewhere/modes"))
     assert "| P4. no routing conclusion changes |" in text and "| P5. async raises TTFT, most at the tail |" in text
     assert list(data["example"].scheduler.values) == list(measure.SCHEDULERS)
     paths = figure.figure(data, tmp_path, 2.0, 40.0)

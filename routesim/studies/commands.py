@@ -77,7 +77,8 @@ def study_main(argv, doc, package, needed, run, load, draw, document) -> int:
     the command; ``needed`` the workloads whose ``<name>.nc`` the document needs;
     ``run(results, show_progress, log)`` simulates the design into the results folder,
     ``load(results)`` reads it ({workload: Dataset}), ``draw(data, figures)`` draws the
-    figures (their paths) and ``document(data)`` is the document's text. Without the
+    figures (their paths) and ``document(data, results)`` is the document's text (it names
+    the results folder it was computed from). Without the
     results it needs: one error line, exit status 2, nothing written."""
     import argparse
     import time
@@ -108,6 +109,6 @@ def study_main(argv, doc, package, needed, run, load, draw, document) -> int:
         return 2
     for p in draw(data, args.figures):
         log(f"wrote {p}")
-    write_text(args.out, document(data))
+    write_text(args.out, document(data, args.results))
     log(f"wrote {args.out}")
     return 0
