@@ -205,6 +205,40 @@ def generate_timeouts(seed=TIMEOUT_SEED, count=TIMEOUT_COUNT):
     return [make_timeout_case(seed, i) for i in range(count)]
 
 
+DECODE_SEED = 1
+DECODE_COUNT = 100
+DECODE_MS_PER_TOKEN = (0.0, 0.002, 0.01, 0.05)   # transfer ms per prompt token read
+
+
+def make_decode_case(seed, index):
+    """A decode-side case (issue 42 item 5): a case of :func:`make_case`'s kinds (its
+    replica synchronous, its pool and prefix structure) whose requests mostly arrive
+    with their prompt computed on a prefill instance: such a request carries
+    ``transfer_ms`` (its read's latency, log-uniform in [0.5, 50] ms) and the replica
+    ``transfer_ms_per_token`` (one of ``DECODE_MS_PER_TOKEN``), so a read takes
+    ``transfer_ms + transfer_ms_per_token`` × the tokens not hit locally
+    (conformance/vllm_driver.py). Half the cases serve every request remotely; the
+    others follow the selective rule (docs/model.md "Routing pairs"): a prompt shorter
+    than a threshold (the median prompt) is served locally, without ``transfer_ms``."""
+    import math
+    case = make_case(seed + 9_000, index)
+    rng = random.Random(seed * 9_973 + 500_000 + index)
+    case["name"] = f"decode-{index:04d}"
+    case["kind"] = "decode-" + case["kind"]
+    rep = case["replica"]
+    rep["transfer_ms_per_token"] = rng.choice(DECODE_MS_PER_TOKEN)
+    prompts = sorted(r["prompt_tokens"] for r in case["requests"])
+    threshold = prompts[len(prompts) // 2] if rng.random() < 0.5 else 0
+    for r in case["requests"]:
+        if r["prompt_tokens"] >= threshold:
+            r["transfer_ms"] = round(math.exp(rng.uniform(math.log(0.5), math.log(50.0))), 3)
+    return case
+
+
+def generate_decode(seed=DECODE_SEED, count=DECODE_COUNT):
+    return [make_decode_case(seed, i) for i in range(count)]
+
+
 def to_trace_csv(case):
     """The case's requests as a routesim plain CSV trace (docs/traces.md): one row a
     request, its block ids given in full (so no unique ids are made up)."""

@@ -5,6 +5,7 @@
     python -m conformance.record --async    # the same cases under vLLM's default loop
     python -m conformance.record --conversations [--async]   # conversation cases (issue 40 item 4)
     python -m conformance.record --timeouts [--async]   # cases with a timeout: vLLM's aborts (VLLM-MODE.md 18, 31)
+    python -m conformance.record --decode   # a decode-side replica with a KV connector (issue 42 item 5)
 
 Runs under any Python 3 (routesim's venv is fine; no vLLM import here): it generates
 the cases with conformance/cases.py, runs conformance/vllm_driver.py under the vLLM
@@ -41,6 +42,7 @@ RECORDED_CONV = HERE / "recorded" / "vllm-0.30.0-conversations.json.gz"   # foll
 RECORDED_CONV_ASYNC = HERE / "recorded" / "vllm-0.30.0-conversations-async.json.gz"
 RECORDED_TIMEOUTS = HERE / "recorded" / "vllm-0.30.0-timeouts.json.gz"   # aborts at a timeout
 RECORDED_TIMEOUTS_ASYNC = HERE / "recorded" / "vllm-0.30.0-timeouts-async.json.gz"
+RECORDED_DECODE = HERE / "recorded" / "vllm-0.30.0-decode.json.gz"   # remote prefill: WAITING_FOR_REMOTE_KVS
 ENV_RECIPE = ("tools/vllm-env [VENV_DIR] (default .vllm-venv): a venv of its own with "
               "conformance/vllm-requirements.txt installed by `pip install --no-deps -r`")
 
@@ -100,12 +102,22 @@ def main(argv=None):
     ap.add_argument("--timeouts", action="store_true",
                     help="cases with a timeout (cases.make_timeout_case: requests aborted at arrival + timeout_ms); "
                          f"default out {RECORDED_TIMEOUTS.relative_to(REPO)}")
+    ap.add_argument("--decode", action="store_true",
+                    help="decode-side cases (cases.make_decode_case: requests whose prompt KV is read from a "
+                         "prefill instance through a KV connector, conformance/decode_connector.py); "
+                         f"default out {RECORDED_DECODE.relative_to(REPO)}")
     ap.add_argument("--out", default=None, help=f"default {RECORDED.relative_to(REPO)}")
     a = ap.parse_args(argv)
     start = time.time()
     if a.timeouts and a.conversations:
         ap.error("--timeouts: on the plain cases only, not with --conversations")
-    if a.timeouts:
+    if a.decode and (a.timeouts or a.conversations or a.asynchronous):
+        ap.error("--decode: synchronous, on its own cases only (not with --timeouts, --conversations, --async)")
+    if a.decode:
+        a.seed = a.seed if a.seed != case_gen.DEFAULT_SEED else case_gen.DECODE_SEED
+        a.count = a.count if a.count != case_gen.DEFAULT_COUNT else case_gen.DECODE_COUNT
+        cases = case_gen.generate_decode(a.seed, a.count)
+    elif a.timeouts:
         a.seed = a.seed if a.seed != case_gen.DEFAULT_SEED else case_gen.TIMEOUT_SEED
         a.count = a.count if a.count != case_gen.DEFAULT_COUNT else case_gen.TIMEOUT_COUNT
         cases = case_gen.generate_timeouts(a.seed, a.count)
@@ -121,7 +133,11 @@ def main(argv=None):
     out = run_driver(cases, a.venv)
     results = out["results"]
     command = "python -m conformance.record"
-    if a.timeouts:
+    if a.decode:
+        command += " --decode"
+        if a.seed != case_gen.DECODE_SEED or a.count != case_gen.DECODE_COUNT:
+            command += f" --seed {a.seed} --count {a.count}"
+    elif a.timeouts:
         command += " --timeouts"
         if a.seed != case_gen.TIMEOUT_SEED or a.count != case_gen.TIMEOUT_COUNT:
             command += f" --seed {a.seed} --count {a.count}"
@@ -141,7 +157,8 @@ def main(argv=None):
             "environment": ENV_RECIPE,
             "requirements_sha256": requirements_sha256(),
             "generator": {"module": "conformance/cases.py", "seed": a.seed, "count": a.count,
-                          "function": ("generate_timeouts" if a.timeouts else
+                          "function": ("generate_decode" if a.decode else
+                                       "generate_timeouts" if a.timeouts else
                                        "generate_conversations" if a.conversations else "generate")},
             "driver": "conformance/vllm_driver.py",
             "platform": f"{platform.system()} {platform.machine()}",
@@ -151,7 +168,7 @@ def main(argv=None):
         "cases": cases,
         "results": results,
     }
-    default = (RECORDED_TIMEOUTS_ASYNC if a.asynchronous else RECORDED_TIMEOUTS) if a.timeouts else (
+    default = RECORDED_DECODE if a.decode else (RECORDED_TIMEOUTS_ASYNC if a.asynchronous else RECORDED_TIMEOUTS) if a.timeouts else (
         (RECORDED_CONV_ASYNC if a.asynchronous else RECORDED_CONV) if a.conversations
         else (RECORDED_ASYNC if a.asynchronous else RECORDED))
     path = Path(a.out or default)

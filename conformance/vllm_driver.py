@@ -59,6 +59,31 @@ Nothing of vLLM is copied here: the driver builds vLLM 0.30.0's own ``Scheduler`
   one step are processed one call each, in deadline then request order (vLLM's own
   ``finish_requests`` takes a batch in a set's order, string hashes, so any order is
   one it can take). Results carry each request's ``aborted_ms`` (None if it completed).
+- The decode side of prefill/decode disaggregation (issue 42 item 5, opt-in,
+  synchronous loop only): a case whose requests carry ``transfer_ms`` (a request's
+  transfer latency) is run with a KV connector loaded by vLLM's own factory
+  (``KVTransferConfig(kv_connector="DecodeSideConnector", kv_connector_module_path=
+  "decode_connector", kv_role="kv_consumer")``, conformance/decode_connector.py, NIXL
+  pull mode's decode-side scheduler behaviour). Such a request is sent with
+  ``kv_transfer_params = {"do_remote_prefill": True}``; when vLLM's scheduler admits it
+  into ``WAITING_FOR_REMOTE_KVS`` the connector's metadata names the tokens to read
+  (P − the block-aligned local hit), and the driver, playing the worker, starts the
+  read with that step: it ends ``transfer_ms + transfer_ms_per_token`` (the replica's)
+  × tokens after the step's start, and is reported in ``finished_recving``
+  (``KVConnectorOutput`` in ``update_from_output``) at the end of the first step that
+  ends at or after it. When nothing can be scheduled while reads are in flight, vLLM's
+  engine spins on empty steps (``EngineCore.step`` schedules and executes while
+  ``has_requests()``, v1/engine/core.py:598-601; the model runner answers an empty
+  batch with the connector's finished reads, ``kv_connector_no_forward``,
+  v1/worker/gpu_model_runner.py:4249-4252); on the step clock the driver jumps to the next read's
+  end (or the next arrival, whichever is first; a read ending exactly at an arrival is
+  reported first) and makes one empty step there (a *poll*, not recorded) that reports
+  it. Step records add ``loads`` ([request, local hit, tokens read] per admission into
+  ``WAITING_FOR_REMOTE_KVS``) and ``promoted`` (requests whose read was done, scheduled
+  from ``WAITING_FOR_REMOTE_KVS``); a step that schedules nothing is recorded only if it
+  admitted a load or preempted. Results add every remote request's ``load`` =
+  [admission ms, local hit, tokens read, read end ms, reported ms, promotion ms].
+  Requests without ``transfer_ms`` are local (the selective rule's short prompts).
 """
 
 import bisect
@@ -79,6 +104,7 @@ import vllm  # noqa: E402
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
+    KVTransferConfig,
     ModelConfig,
     SchedulerConfig,
     VllmConfig,
@@ -96,7 +122,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     KVCacheConfig,
     KVCacheGroupSpec,
 )
-from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
@@ -176,11 +202,21 @@ def hidden_step_ms(h, U, Q, n, K, R, rng):
     return d * rng.lognormvariate(0.0, h["noise_sigma"])
 
 
-def make_scheduler(rep, max_len):
+def decode_side_transfer_config():
+    """The ``KVTransferConfig`` of a decode-side replica: the stand-in connector of
+    conformance/decode_connector.py, by module path (vLLM's factory imports it;
+    this directory is on ``sys.path`` as the script's own), as a KV consumer."""
+    return KVTransferConfig(kv_connector="DecodeSideConnector",
+                            kv_connector_module_path="decode_connector",
+                            kv_role="kv_consumer")
+
+
+def make_scheduler(rep, max_len, remote=False):
     """vLLM's scheduler for the case's replica: ``AsyncScheduler`` with
     ``async_scheduling = True`` when the replica says ``"async_scheduling": true``
     (what ``VllmConfig`` picks by default for the default executors), else the
-    synchronous ``Scheduler``."""
+    synchronous ``Scheduler``; with ``remote``, a decode-side replica
+    (:func:`decode_side_transfer_config`)."""
     b = int(rep["block_size"])
     asynchronous = bool(rep.get("async_scheduling", False))
     chunked = bool(rep["chunked_prefill"])
@@ -201,7 +237,8 @@ def make_scheduler(rep, max_len):
     num_blocks = int(rep["num_blocks"]) + 1     # + vLLM's null block
     cache.num_gpu_blocks = num_blocks
     vc = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched,
-                    device_config=DeviceConfig(device="cpu"))
+                    device_config=DeviceConfig(device="cpu"),
+                    kv_transfer_config=decode_side_transfer_config() if remote else None)
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
         KVCacheGroupSpec(["model.layers.0.self_attn.attn"],
                          FullAttentionSpec(block_size=b, num_kv_heads=8, head_size=128,
@@ -273,7 +310,20 @@ class Run:
         if not rep["chunked_prefill"] and max_len > int(rep["max_num_batched_tokens"]):
             raise CaseError("unchunked: a request longer than max_num_batched_tokens "
                             "(vLLM refuses max_model_len > max_num_batched_tokens)")
-        self.s, self.hasher, self.evicted = make_scheduler(rep, max_len)
+        self.remote = any("transfer_ms" in r for r in reqs)
+        if self.remote:
+            for key in ("async_scheduling", "timeout_ms"):
+                if rep.get(key):
+                    raise CaseError(f"remote prefill: not with the replica's {key}")
+            if case.get("client") is not None or self.hidden:
+                raise CaseError("remote prefill: not with a client or a hidden cost")
+            if float(rep.get("transfer_ms_per_token", -1.0)) < 0.0:
+                raise CaseError("remote prefill: the replica needs transfer_ms_per_token >= 0")
+            for k, r in enumerate(reqs):
+                if "transfer_ms" in r and not float(r["transfer_ms"]) > 0.0:
+                    raise CaseError(f"request {k}: transfer_ms must be > 0")
+        self.s, self.hasher, self.evicted = make_scheduler(rep, max_len, self.remote)
+        self.reads = {}          # request id -> [admitted at, local hit, tokens, read end, reported, promoted]
         self.client = case.get("client")
         self.seen = []           # closed loop: client completion times so far, sorted
         self.actual = [None] * n_req
@@ -324,8 +374,10 @@ class Run:
             k = self.nxt
             r = self.reqs[k]
             rid = str(k)
+            extra = ({"kv_transfer_params": {"do_remote_prefill": True}}
+                     if "transfer_ms" in r else None)
             sp = SamplingParams(max_tokens=int(r["output_tokens"]), ignore_eos=True,
-                                temperature=0.0)
+                                temperature=0.0, extra_args=extra)
             obj = Request(rid, prompt_tokens(k, int(r["prompt_tokens"]),
                                              r.get("block_ids", []), self.b, self.objs),
                           sp, None, arrival_time=self.arrival(k) / 1000.0,
@@ -353,6 +405,7 @@ class Run:
         K = 0
         R = 0
         admitted = []
+        promoted = []
         sampled = {}
         for rid, x in sched:
             o = objs[rid]
@@ -362,6 +415,9 @@ class Run:
                 self.l_admit[rid] = L
                 admitted.append([int(rid), c])
                 self.admissions[int(rid)].append(c)
+            elif st == RequestStatus.WAITING_FOR_REMOTE_KVS:   # its read is done
+                self.l_admit[rid] = L
+                promoted.append(int(rid))
             if c < self.l_admit[rid]:              # prefilling (recompute included)
                 U += x
                 Q += x * (c + x / 2.0)
@@ -379,6 +435,9 @@ class Run:
             "U": U, "Q": Q, "n": n, "K": K,
             "evicted": self.evicted[0],
         }
+        if self.remote:
+            step["loads"] = self.loads(out)
+            step["promoted"] = promoted
         if not sched:
             d = 0.0
         elif self.hidden:
@@ -387,12 +446,51 @@ class Run:
             d = step_ms(self.costs, U, Q, n, K)
         return out, step, sampled, d
 
-    def runner_output(self, sched, sampled):
-        """The fake executor's answer: one token for each request that samples."""
+    def loads(self, out):
+        """The reads the connector's metadata for this ``schedule()`` names (admissions
+        into ``WAITING_FOR_REMOTE_KVS``), as [request, local hit, tokens to read], in
+        admission order; each is recorded in ``self.reads`` (its start and end are set
+        by :meth:`start_reads`)."""
+        rows = []
+        for rid, tokens in out.kv_connector_metadata.reqs_to_recv.items():
+            o = self.objs[rid]
+            local = o.num_computed_tokens - tokens     # vLLM sets computed = local + read
+            rows.append([int(rid), local, tokens])
+            self.reads[rid] = [None, local, tokens, None, None, None]
+        return rows
+
+    def start_reads(self, step, T):
+        """The worker starts this step's reads at its start ``T``: each ends
+        ``transfer_ms + transfer_ms_per_token · tokens`` later (ms)."""
+        per = float(self.case["replica"]["transfer_ms_per_token"])
+        for k, _local, tokens in step.get("loads", ()):
+            read = self.reads[str(k)]
+            read[0] = T
+            read[3] = T + (float(self.reqs[k]["transfer_ms"]) + per * tokens)
+
+    def finished_reads(self, end):
+        """The reads not yet reported that have ended by ``end`` (ms); marked reported."""
+        done = set()
+        for rid, read in self.reads.items():
+            if read[4] is None and read[3] <= end:
+                read[4] = end
+                done.add(rid)
+        return done
+
+    def next_read_end(self):
+        """The earliest end of a read not yet reported (ms), or None."""
+        ends = [read[3] for read in self.reads.values() if read[4] is None]
+        return min(ends) if ends else None
+
+    def runner_output(self, sched, sampled, finished_recving=None):
+        """The fake executor's answer: one token for each request that samples, and
+        (decode side) the reads the worker reports finished."""
         ids = [rid for rid, _ in sched]
+        kv = None if finished_recving is None else KVConnectorOutput(finished_recving=finished_recving)
         return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                  sampled_token_ids=[[sampled[r]] if r in sampled else []
-                                                    for r in ids])
+                                                    for r in ids],
+                                 kv_connector_output=kv)
 
     def token(self, rid, end):
         """Request ``rid`` received a token at ``end`` (ms)."""
@@ -426,17 +524,74 @@ class Run:
                 rec["token_ms"] = self.token_ms[k]
             if self.client is not None:
                 rec["arrival_ms"] = self.actual[k]
+            if self.remote and "transfer_ms" in self.reqs[k]:
+                rec["load"] = self.reads.get(str(k))
             per_req.append(rec)
         return {"name": self.case.get("name"), "steps": self.steps, "requests": per_req}
 
 
 def run_case(case):
     """vLLM's schedule of one case: synchronous, or asynchronous when the replica says
-    ``"async_scheduling": true``."""
+    ``"async_scheduling": true``; a decode-side case (remote prefill) by
+    :func:`run_decode_side`."""
     run = Run(case)
+    if run.remote:
+        return run_decode_side(run)
     if case["replica"].get("async_scheduling", False):
         return run_async(run)
     return run_sync(run)
+
+
+def run_decode_side(run):
+    """``EngineCore.step`` on a decode-side replica (synchronous): as :func:`run_sync`,
+    with the worker's part of the KV connector — the reads a step's ``schedule()``
+    admitted start at its start, and every read ended by a step's end is reported in
+    that step's output (``finished_recving``); when a step schedules nothing and
+    changes nothing, the engine spins until the next read's end or arrival (a *poll*
+    at a read's end reports it; polls are not recorded)."""
+    s = run.s
+    T = 0.0
+    sampled_if = lambda o: o.num_computed_tokens >= o.num_tokens   # noqa: E731
+    while True:
+        run.add_arrivals(T)
+        if not s.has_unfinished_requests():
+            if run.nxt >= run.n_req:
+                break
+            T = max(T, run.arrival(run.nxt))
+            continue
+        out, step, sampled, d = run.schedule(sampled_if)
+        run.start_reads(step, T)
+        end = T + d
+        finished = run.finished_reads(end)
+        s.update_from_output(out, run.runner_output(list(out.num_scheduled_tokens.items()),
+                                                    sampled, finished))
+        for rid in sampled:
+            run.token(rid, end)
+        for k in step["promoted"]:
+            run.reads[str(k)][5] = T
+        step = {"T": T, "d": d, **step}
+        idle = not step["sched"] and not step["preempted"]
+        if not idle or step["loads"]:
+            run.counts(step)
+            run.steps.append(step)
+        T = end
+        if not idle or step["loads"] or finished:
+            continue
+        # Nothing scheduled, nothing changed: vLLM spins on empty steps until a read
+        # ends or a request arrives.
+        t_read = run.next_read_end()
+        t_arr = run.arrival(run.nxt) if run.nxt < run.n_req else None
+        if t_read is None and t_arr is None:
+            raise CaseError(f"stall at T={T}: nothing scheduled, nothing in flight")
+        if t_read is not None and (t_arr is None or t_read <= t_arr):
+            T = max(T, t_read)
+            poll = s.schedule()
+            if poll.total_num_scheduled_tokens or poll.kv_connector_metadata.reqs_to_recv:
+                raise CaseError(f"a poll at {T} scheduled work")
+            s.update_from_output(poll, run.runner_output([], {}, run.finished_reads(T)))
+        else:
+            T = max(T, t_arr)
+    return run.result()
 
 
 def run_sync(run):

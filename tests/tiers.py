@@ -146,6 +146,7 @@ MODULES = {
     "test_validation": ("engine", {"unit": ("test_every_sweep_parses_and_theory_checks_run_exact",
                                             "test_checks_use_disjoint_seeds", "test_row_verdicts")}),
     "test_vllm_conformance": "unit",
+    "test_vllm_decode_conformance": "unit",
     "test_vllm_engine": "differential",
     "test_vllm_loop": ("unit", {"engine": ("test_hit_rates_as_vllm_counts_them_hand_case",
                                            "test_no_prefix_caching_queries_nothing",
