@@ -2,6 +2,7 @@
 
     python -m conformance.compare_page [--scheduler reserve|vllm|both]   (default both)
     python -m conformance.compare_page --scheduler vllm --async   (vLLM's default loop)
+    python -m conformance.compare_page --scheduler vllm --decode  (the decode side's reads)
 
 ``--scheduler reserve`` is the page (token-model.md §2); ``vllm`` the reference's
 ``scheduler = "vllm"`` mode, compared on every one of the 400 cases (prefix caching off
@@ -63,7 +64,18 @@ def page_requests(case):
 STEP_KEYS = ("T", "d", "sched", "preempted", "admitted", "U", "Q", "n", "K", "evicted",
              "free", "cached", "referenced")
 ASYNC_STEP_KEYS = ("S",) + STEP_KEYS
+DECODE_STEP_KEYS = STEP_KEYS + ("loads", "promoted")   # a decode-side case (remote reads)
 REQUEST_KEYS = ("first_token_ms", "completion_ms", "preemptions", "hits")
+
+
+def remote_reads(case):
+    """A decode-side case's reads (conformance/vllm_driver.py): per request (latency ms,
+    ms per token read) or None (local); None when no request reads its prompt."""
+    reqs = case["requests"]
+    if not any("transfer_ms" in q for q in reqs):
+        return None
+    per = float(case["replica"]["transfer_ms_per_token"])
+    return [(float(q["transfer_ms"]), per) if "transfer_ms" in q else None for q in reqs]
 
 
 def case_workload(case):
@@ -71,7 +83,7 @@ def case_workload(case):
     return ref.Workload(t=[q["arrival_ms"] for q in reqs], prompt=[q["prompt_tokens"] for q in reqs],
                         output=[q["output_tokens"] for q in reqs],
                         key=[(k * KEY_STEP) % 1.0 for k in range(len(reqs))],
-                        blocks=[list(q["block_ids"]) for q in reqs])
+                        blocks=[list(q["block_ids"]) for q in reqs], remote=remote_reads(case))
 
 
 def vllm_params(case):
@@ -113,6 +125,8 @@ def vllm_differences(case, result, log):
         diffs.append(("steps", "count", len(mine), len(theirs)))
     # an asynchronous recording adds S, the time each batch was scheduled (§9)
     keys = ASYNC_STEP_KEYS if case["replica"].get("async_scheduling", False) else STEP_KEYS
+    if remote_reads(case) is not None:
+        keys = DECODE_STEP_KEYS
     for i, (a, v) in enumerate(zip(mine, theirs)):
         step_keys = keys
         if i == len(mine) - 1 and "free" not in a:
@@ -127,8 +141,8 @@ def vllm_differences(case, result, log):
     if len(log["requests"]) != len(result["requests"]):
         diffs.append(("requests", "count", len(log["requests"]), len(result["requests"])))
     for a, v in zip(log["requests"], result["requests"]):
-        for k in REQUEST_KEYS:
-            if a[k] != v[k]:
+        for k in REQUEST_KEYS + (("load",) if "load" in v or "load" in a else ()):
+            if a.get(k) != v.get(k):
                 diffs.append((f"request {v['id']}", k, a[k], v[k]))
     return diffs
 
@@ -155,7 +169,8 @@ def main_vllm(doc):
                + ("" if case["replica"]["prefix_caching"] else ", caching off"))
         total[key] += 1
         split[key] += not diffs
-    loop = " (async_scheduling)" if doc["header"]["command"].endswith("--async") else ""
+    loop = (" (async_scheduling)" if doc["header"]["command"].endswith("--async") else
+            " (decode side, remote reads)" if doc["header"]["command"].endswith("--decode") else "")
     print(f"scheduler = \"vllm\"{loop} vs vLLM {doc['header']['vllm_version']}: {n_same} of {n_cases} "
           f"cases identical on every step and request; {n_steps_same} of {n_steps} steps, "
           f"{n_req_same} of {n_req} requests")
@@ -171,7 +186,14 @@ def main(argv=None):
     ap.add_argument("--async", dest="asynchronous", action="store_true",
                     help="the vllm mode with async_scheduling against vLLM's default loop "
                          "(recorded/vllm-0.30.0-async.json.gz); needs --scheduler vllm")
+    ap.add_argument("--decode", action="store_true",
+                    help="the vllm mode's decode side against vLLM's scheduler with a KV connector "
+                         "(recorded/vllm-0.30.0-decode.json.gz); needs --scheduler vllm")
     a = ap.parse_args(argv)
+    if a.decode:
+        if a.scheduler != "vllm" or a.asynchronous:
+            ap.error("--decode needs --scheduler vllm, without --async (the page has no reads)")
+        return main_vllm(record.load(record.RECORDED_DECODE))
     if a.asynchronous:
         if a.scheduler != "vllm":
             ap.error("--async needs --scheduler vllm (the page has no asynchronous loop)")

@@ -18,7 +18,7 @@ side as the NIXL pull connector's decode side does
   (:class:`DecodeSideMetadata`), handed to the worker — here the driver, which plays
   the worker and reports each read's end through ``update_from_output``'s
   ``KVConnectorOutput.finished_recving``.
-- ``request_finished``: ``(False, None)`` (PS:226-227: a decode node not in
+- ``request_finished``: ``(False, None)`` (PS:234-235: a decode node not in
   bidirectional mode frees its blocks at once).
 
 Nothing here moves bytes: the worker-side methods are never called on the scheduler's

@@ -315,6 +315,10 @@ class Workload:
     # turn completes (its t is unused: inf)
     prev: list = None
     think: list = None
+    # vllm mode's decode side (issue 42 item 5, VLLM-MODE.md 36-41): request k's read of
+    # its prompt's KV from a prefill instance, (latency ms, ms per token read), or None
+    # (a local request); one replica, synchronous loop
+    remote: list = None
 
 
 def horizon_ms(params: dict) -> tuple[float, float]:
@@ -511,6 +515,12 @@ class Attempt:
         self.l_adm = 0              # num_tokens at its current admission (P + g)
         self.hits = []              # hit tokens of each admission
         self.preemptions = 0        # num_preemptions
+        self.v_prefilling = False   # in vLLM's _inflight_prefills (VLLM-MODE.md 38)
+        # the decode side (VLLM-MODE.md 36-41): its prompt still to be read (the
+        # request's do_remote_prefill), and its read: [admitted, local hit, tokens,
+        # end, reported, promoted] (ms, tokens)
+        self.v_remote = req.remote is not None
+        self.read = None
         # async_scheduling: vLLM's num_output_placeholders, num_in_flight_tokens and
         # num_stale_output_tokens (VLLM-MODE.md 27-29)
         self.placeholders = 0
@@ -575,6 +585,9 @@ class Replica:
         self.batches: list = []
         self.gpu_free = 0.0
         self.finished_since_schedule = False
+        # the decode side (VLLM-MODE.md 37): vLLM's skipped_waiting, the attempts in
+        # WAITING_FOR_REMOTE_KVS, in the order the waiting loop meets them
+        self.skipped: list = []
 
     def set_state(self, blk: Block, state: str):
         """Every change of a block's state goes through here (keeps the tally and the
@@ -624,6 +637,7 @@ class Request:
         self.in_fifo = False
         self.arrived = False
         self.gen_keys = []          # scheduler = "vllm": keys of its blocks past the prompt's ids
+        self.remote = None          # vllm mode's decode side: (latency ms, ms per token) of its read
         self.last_attempt = None
         self.next_turn = None       # a conversation's next turn (a Request), sent think ms after this completes
         self.prev_index = None      # ... and its previous turn's index
@@ -789,6 +803,20 @@ class _Sim:
         if self.vllm:
             for r in self.requests:         # the prompt blocks' keys (= ids when prefix-closed), in request order
                 r.ids = self.v_prompt_keys(r.ids)
+        # the decode side of vLLM's disaggregated serving (VLLM-MODE.md 36)
+        self.remote_reads = workload.remote is not None and any(x is not None for x in workload.remote)
+        if self.remote_reads:
+            if (not self.vllm or self.asynchronous or self.N != 1 or self.events
+                    or p["timeout_ms"] != INF or p["ttft_timeout_ms"] != INF):
+                raise ValueError("remote reads (Workload.remote) need scheduler = 'vllm', "
+                                 "async_scheduling = false, one replica, no events and no timeouts")
+            for r, x in zip(self.requests, workload.remote):
+                if x is not None:
+                    lat, per = float(x[0]), float(x[1])
+                    if not (lat > 0 and per >= 0 and math.isfinite(lat + per)):
+                        raise ValueError(f"request {r.index}: a read needs latency > 0 and "
+                                         f"ms per token >= 0, not {x!r}")
+                    r.remote = (lat, per)
         self.next_arrival = 0
         self.in_flight: list[Attempt] = []
         self.readiness_times: list[float] = []
@@ -1198,8 +1226,8 @@ class _Sim:
     # scheduler = "vllm" (issue 22): vLLM V1 0.30.0's scheduler and KV-cache manager,
     # read from conformance/VLLM-SCHEDULER.md (S = v1/core/sched/scheduler.py, M =
     # kv_cache_manager.py, T = single_type_kv_cache_manager.py, BP = block_pool.py);
-    # every choice where vLLM has no counterpart is numbered in conformance/VLLM-MODE.md (numbered 1-35;
-    # 25-35 for async_scheduling).
+    # every choice where vLLM has no counterpart is numbered in conformance/VLLM-MODE.md (numbered 1-41;
+    # 25-35 for async_scheduling, 36-41 for the decode side's reads).
     # =================================================================================
     def v_intern(self, parent, content):
         """The key of a block whose parent block has key ``parent`` and whose tokens are
@@ -1325,12 +1353,15 @@ class _Sim:
             out.append(next(iter(holders.values())))
         return out
 
-    def v_allocate(self, rep: Replica, s: Attempt, x: int, T: float, hit=(), admission=False) -> bool:
+    def v_allocate(self, rep: Replica, s: Attempt, x: int, T: float, hit=(), admission=False,
+                   external=0) -> bool:
         """KVCacheManager.allocate_slots (M:370-601) for x new tokens (and the hit blocks of
-        an admission): False (vLLM's None) when the free queue is too short."""
+        an admission): False (vLLM's None) when the free queue is too short.  The decode
+        side's read (VLLM-MODE.md 38): ``external`` tokens to be read into new blocks, no
+        block hashed until the read is done (delay_cache_blocks)."""
         b = self.b
         htok = len(hit) * b
-        total_computed = s.computed + htok
+        total_computed = s.computed + htok + external
         held = len(s.blocks)
         evictable = sum(1 for blk in hit if blk.ref == 0)
 
@@ -1351,6 +1382,8 @@ class _Sim:
         n_new = -(-need_slot // b) - len(s.blocks)
         if n_new > 0:
             s.blocks.extend(self.v_new_blocks(rep, n_new, T))
+        if external:
+            return True                        # delay_cache_blocks (M:585-588)
         # cache_blocks (M:595-599): every block full after this chunk gets its hash now,
         # when the chunk is scheduled (D4); a capped hit's block is recomputed into a new
         # block that gets the same hash (D5).  Tokens not yet known (async placeholders)
@@ -1391,6 +1424,7 @@ class _Sim:
         """Scheduler._preempt_request (S:1477-1518); the caller popped v from running."""
         self.v_free(rep, v)
         v.computed = 0
+        v.v_prefilling = False                 # S:1495
         # async: the output in flight becomes stale, the placeholders are zeroed (S:1500-1511)
         v.stale = v.inflight
         v.placeholders = 0
@@ -1411,10 +1445,16 @@ class _Sim:
         loop (v_engine)."""
         if self.asynchronous:
             return self.v_engine(rep, T)
+        self.v_report_reads(rep, T)            # the idle engine's empty steps (VLLM-MODE.md 39)
         while True:
             batch = self.v_schedule(rep, T)
             if batch["sched"]:
                 break
+            if not batch["preempted"] and rep.skipped:
+                # nothing to run until a read ends: idle (VLLM-MODE.md 39)
+                if batch["log"] is not None:
+                    batch["log"].update(self.v_counts(rep))
+                return
             if not batch["preempted"]:
                 raise RuntimeError(f"replica {rep.index} stalls at T={T}: nothing scheduled, "
                                    "nothing preempted")
@@ -1477,10 +1517,23 @@ class _Sim:
             sched.append((s, x, s.computed))
             budget -= x
             i += 1
-        # 2. waiting requests, only if no request was preempted (S:855)
+        # 2. waiting requests, only if no request was preempted (S:855); the attempts in
+        # WAITING_FOR_REMOTE_KVS (rep.skipped) first (S:2319, VLLM-MODE.md 37)
+        loads = []
+        promoted = []
         if not preempted:
-            while rep.waiting and budget > 0 and len(rep.running) < int(p["max_batch"]):
-                h = rep.waiting[0]
+            step_skipped = []
+            while (rep.waiting or rep.skipped) and budget > 0 and len(rep.running) < int(p["max_batch"]):
+                queue = rep.skipped if rep.skipped else rep.waiting
+                h = queue[0]
+                if h.where == "remote_kv":
+                    queue.pop(0)
+                    if h.read[4] is None:      # its read not reported yet (S:873-884)
+                        step_skipped.append(h)
+                        continue
+                    self.v_promote(rep, h, T, sched, promoted)
+                    budget -= 1
+                    continue
                 # S:886-894 skips a head whose stale output is still in flight; the loop
                 # never schedules one (VLLM-MODE.md 27): its batch returns before the next
                 # schedule()
@@ -1488,6 +1541,12 @@ class _Sim:
                 hit = self.v_computed_blocks(rep, h)
                 htok = len(hit) * b
                 L = h.P + h.g
+                if h.v_remote:                 # the decode side: read the prompt (VLLM-MODE.md 38)
+                    if not self.v_admit_read(rep, h, hit, T):
+                        break
+                    step_skipped.append(h)
+                    loads.append(h)
+                    continue
                 x = L - htok
                 if not chunked and x > budget:
                     break                      # S:1072-1078 (D10)
@@ -1499,6 +1558,7 @@ class _Sim:
                 h.where = "running"
                 h.computed = htok
                 h.l_adm = L
+                h.v_prefilling = htok + x < L  # S:1271-1273
                 h.hits.append(htok)
                 h.admit_order = rep.admissions
                 rep.admissions += 1
@@ -1508,11 +1568,14 @@ class _Sim:
                 admitted.append((h, htok))
                 budget -= x
                 self.trace.append((T, "admit", rep.index, h.req.index, len(hit), L - htok))
+            rep.skipped = step_skipped + rep.skipped   # S:1291-1292
         # 3. _update_after_schedule (S:1520-1568; AsyncScheduler's, AS:19-49: a request whose
         # chunk reaches its length, placeholders included, gets one more output placeholder)
         sampled = []
         for s, x, _c in sched:
             s.computed += x
+            if s.computed >= s.P + s.g + s.placeholders:
+                s.v_prefilling = False         # S:1544-1546
             if asyn:
                 s.inflight += x
                 if s.computed >= s.P + s.g + s.placeholders:     # not is_prefill_chunk
@@ -1534,14 +1597,72 @@ class _Sim:
                 n += 1
                 K += c + x
         entry = None
-        if self.step_log is not None:
+        if self.step_log is not None and (not self.remote_reads or sched or preempted or loads):
             entry = dict(T=T, d=0.0, sched=[[s.req.index, x] for s, x, _c in sched],
                          preempted=[v.req.index for v in preempted],
                          admitted=[[h.req.index, m] for h, m in admitted],
                          U=U, Q=Q, n=n, K=K, evicted=rep.evictions - evictions_before)
+            if self.remote_reads:          # VLLM-MODE.md 41
+                entry.update(loads=[[h.req.index, h.read[1], h.read[2]] for h in loads],
+                             promoted=[h.req.index for h in promoted])
             self.step_log.append(entry)
         return dict(sched=sched, sampled=sampled, preempted=preempted, terms=(U, Q, n, K, R),
                     log=entry)
+
+    # ------------------------------------------------ the decode side (issue 42 item 5)
+    # vLLM's scheduler with a KV connector in NIXL pull mode's decode-side behaviour
+    # (conformance/decode_connector.py, conformance/vllm_driver.py); VLLM-MODE.md 36-41.
+    def v_admit_read(self, rep: Replica, h: Attempt, hit: list, T: float) -> bool:
+        """A waiting attempt whose prompt is to be read (S:914-1228): the connector matches
+        P − the local hit; the whole prompt is allocated, nothing scheduled; the attempt
+        goes to WAITING_FOR_REMOTE_KVS with num_computed = P and its read starts with this
+        step (it ends latency + ms per token · tokens later).  False: it does not fit.
+        The in-flight prefills' reservation (S:1153-1157) is 0 in the synchronous loop
+        (VLLM-MODE.md 38); check=True asserts it."""
+        b = self.b
+        htok = len(hit) * b
+        ext = h.P + h.g - htok                 # >= 1: the hit is capped below P
+        if self.check:
+            assert sum(max(-(-(a.P + a.g) // b) - len(a.blocks), 0)
+                       for a in rep.running + rep.skipped if a.v_prefilling) == 0
+        if not self.v_allocate(rep, h, 0, T, hit, admission=True, external=ext):
+            return False
+        rep.waiting.pop(0)
+        h.v_remote = False                     # one read per request (NIXL: PS:187-190)
+        h.where = "remote_kv"
+        h.computed = htok + ext
+        h.v_prefilling = True                  # S:1228
+        if self.in_window_open(T):
+            self.v_record_hits(h, htok, h.P + h.g)
+        lat, per = h.req.remote
+        h.read = [T, htok, ext, T + (lat + per * ext), None, None]
+        self.trace.append((T, "read", rep.index, h.req.index, htok, ext))
+        return True
+
+    def v_promote(self, rep: Replica, h: Attempt, T: float, sched: list, promoted: list):
+        """An attempt whose read was reported (_update_waiting_for_remote_kv, S:2919-2960):
+        its blocks are hashed, num_computed = P − 1 (the last prompt token recomputed to
+        sample the first one), and it is scheduled as a waiting request: one token, no
+        lookup, its blocks already held (S:1007-1017, 1262-1273)."""
+        self.v_cache_blocks(rep, h, h.computed)
+        h.computed -= 1
+        assert self.v_allocate(rep, h, 1, T)
+        rep.running.append(h)
+        h.where = "running"
+        h.l_adm = h.P + h.g
+        h.admit_order = rep.admissions
+        rep.admissions += 1
+        h.read[5] = T
+        sched.append((h, 1, h.computed))
+        promoted.append(h)
+        self.trace.append((T, "promote", rep.index, h.req.index))
+
+    def v_report_reads(self, rep: Replica, T: float):
+        """The worker reports the reads ended by T (finished_recving), at a step's end or
+        when the idle engine polls (its empty steps)."""
+        for a in rep.skipped:
+            if a.read[4] is None and a.read[3] <= T:
+                a.read[4] = T
 
     def emit(self, rep: Replica, s: Attempt, T: float):
         """A token of attempt s reaches its client at T (first-token time kept across
@@ -1580,6 +1701,7 @@ class _Sim:
                 self.v_free(rep, s)
                 rep.running.remove(s)
                 self.complete(s, T)
+        self.v_report_reads(rep, T)            # finished_recving in this step's output
         if it["log"] is not None:
             it["log"].update(self.v_counts(rep))
 
@@ -1675,7 +1797,7 @@ class _Sim:
         """Phase 7: does the replica's scheduler (engine) have anything to do?"""
         if self.asynchronous:
             return bool(self.v_has_requests(rep) or rep.batches)
-        return bool(rep.running or rep.waiting)
+        return bool(rep.running or rep.waiting or rep.skipped)
 
     def v_cancel(self, rep: Replica, a: Attempt):
         if a.where == "waiting":
@@ -1722,7 +1844,7 @@ class _Sim:
             else:
                 assert not seen_hashed, "an unhashed block behind a hashed one in the free queue"
         holders = {}
-        for a in rep.running + rep.deferred:
+        for a in rep.running + rep.deferred + rep.skipped:
             for blk in a.blocks:
                 holders[blk.index] = holders.get(blk.index, 0) + 1
         for blk in rep.vblocks:
@@ -1747,6 +1869,9 @@ class _Sim:
                     assert a.ncached == min(a.computed, a.P + a.g) // b or a.ncached >= a.computed // b
         for a in rep.waiting:
             assert a.where == "waiting" and not a.blocks and a.computed == 0 and a.placeholders == 0
+        for a in rep.skipped:                  # WAITING_FOR_REMOTE_KVS: the whole prompt held
+            assert a.where == "remote_kv" and a.computed == a.P and len(a.blocks) == -(-a.P // b)
+            assert a.ncached == a.read[1] // b or not self.caching
         if self.asynchronous:
             in_flight = {}
             for q in rep.batches:
@@ -2557,6 +2682,8 @@ class _Sim:
         for rep in self.replicas:
             if rep.iteration is not None:
                 c.append(rep.iteration["end"])
+            elif self.remote_reads:            # an idle engine polls at a read's end
+                c.extend(a.read[3] for a in rep.skipped if a.read[4] is None)
         if self.next_event < len(self.events):
             c.append(float(self.events[self.next_event][0]))
         for a in self.in_flight:
@@ -2762,7 +2889,7 @@ class _Sim:
             for a in rep.transit:
                 assert a.where == "transit" and not a.blocks and a.join_at > T and not rep.down
         for a in self.in_flight:
-            assert a.where in ("waiting", "running", "ff", "receiving", "transit")
+            assert a.where in ("waiting", "running", "ff", "receiving", "remote_kv", "transit")
             assert a.req.current is a and a.req.outcome is None
         for r in self.requests:
             if not r.arrived:
@@ -2987,7 +3114,8 @@ def simulate(workload: Workload, params: dict, factors: list[float], events: lis
                  # token has one too: the driver records it, VLLM-MODE.md 18)
                  first_token_ms=r.last_attempt.first_token if r.last_attempt else r.first_token,
                  preemptions=r.last_attempt.preemptions if r.last_attempt else 0,
-                 hits=list(r.last_attempt.hits) if r.last_attempt else [])
+                 hits=list(r.last_attempt.hits) if r.last_attempt else [],
+                 **({"load": r.last_attempt.read} if r.remote is not None and r.last_attempt else {}))
             for r in sim.requests])
     if _return_sim:
         out["_sim"] = sim
