@@ -148,7 +148,7 @@ def test_reads_end_on_the_step_clock(recording):
 
 def test_the_cases_wait_for_blocks_and_preempt(recording):
     """The cases exercise what the brief asks: reads admitted later than the first step
-    after their arrival (no room beside the others), preemptions, and a preempted remote
+    after their arrival (no room yet: blocks, max_num_seqs), preemptions, and a preempted remote
     request recomputing its prompt locally (NIXL sets do_remote_prefill = False after the
     first allocation: its later admissions are ordinary, with a local hit list)."""
     waited = preempted_remote = 0
@@ -328,6 +328,16 @@ def test_live_vllm_agrees_with_the_reference_on_the_decode_side():
     the recording's) and hold the reference to them too."""
     from conformance import cases as case_gen
     fresh = [case_gen.make_decode_case(7, i) for i in range(16)]
+    # and the hand-worked runs above whose reads share one rate (vLLM's, not only the rules')
+    for name, rows, kv, per in (("hand-one", [(0.0, 40, 3, [1, 2], 2.0)], 8, 0.01),
+                                ("hand-preempt", [(0.0, 32, 20, [1, 2], 1.0), (0.0, 32, 20, [3, 4], 1.0)], 5, 0.0)):
+        fresh.append({"name": name, "replica": {
+            "block_size": 16, "num_blocks": kv, "max_num_seqs": 4, "max_num_batched_tokens": 64,
+            "chunked_prefill": True, "prefix_caching": True, "transfer_ms_per_token": per,
+            "step_ms": {"base": C0, "per_prefill_token": CPF, "per_prefill_token_pair": CAT,
+                        "per_decode_sequence": CDEC, "per_kv_token": CKV}},
+            "requests": [{"id": k, "arrival_ms": t, "prompt_tokens": P, "output_tokens": O,
+                          "block_ids": ids, "transfer_ms": lat} for k, (t, P, O, ids, lat) in enumerate(rows)]})
     results = record.run_driver(fresh)["results"]
     for case, res in zip(fresh, results):
         assert not compare_page.vllm_differences(case, res, compare_page.vllm_log(case)), case["name"]
