@@ -118,3 +118,22 @@ def test_the_startup_task_runs_the_one_run_sweep(tmp_path):
     result = json.loads(next(line for line in run.stdout.splitlines() if line.startswith(MARK))[len(MARK):])
     assert "the run (kernels loaded, simulated, Dataset made)" in result["phases"]
     assert (tmp_path / "one" / "one.nc").stat().st_size > 0
+
+
+def test_the_profile_names_numbas_symbols_and_shares_routesims_samples():
+    """benchmarks/cpu_profile.py reads ``perf report``: a routesim symbol is Numba's
+    Itanium-style mangled name (length-prefixed parts, then the ABI tag ``B…``), and a
+    function's share is of routesim's samples alone (here 3.0 + 1.0 + 1.0 % of which
+    run_one_nb's two entries make 4.0 / 5.0), the interpreter's and LLVM's left out."""
+    from benchmarks.cpu_profile import demangle, shares
+    assert demangle("_ZN8routesim8batching6engine10run_one_nbB3v42B56c8tJTIeFIjx") == "batching.engine.run_one_nb"
+    assert demangle("_ZN8routesim8batching6blocks10_delete_nbB4v121B5") == "batching.blocks._delete_nb"
+    assert demangle("_PyEval_EvalFrameDefault") is None
+    report = """# Overhead  Symbol
+    50.00%  [.] _PyEval_EvalFrameDefault
+     3.00%  [.] _ZN8routesim8batching6engine10run_one_nbB3v42B56c8tJTIeFIjx
+     1.00%  [.] _ZN8routesim8batching6engine10run_one_nbB3v43B56c8tJTIeFIjy
+     1.00%  [.] _ZN8routesim8batching6blocks10_delete_nbB4v121B5
+    45.00%  [.] llvm::DAGCombiner::Run
+"""
+    assert shares(report) == {"batching.engine.run_one_nb": 0.8, "batching.blocks._delete_nb": 0.2}
