@@ -64,7 +64,8 @@ How to read the tables:
 - **model**: which `[replica] kind` takes the key (`both`: the same key, default and
   meaning in each). A key both models take with different defaults has a row for each.
 - **default**: the value a run takes when the file sets none; `512; inf when scheduler =
-  "vllm"` is a default that depends on another key's value in the same run.
+  "vllm"` is a default that depends on another key's value in the same run; `` `kv_blocks`'s ``
+  is that key's value in the same run.
 - **used when**: the key is read only when another key has one of these values; otherwise
   it has no effect (a step-cost table the stage's `step_cost` never names is refused).
 - **allowed**: the bounds a number must respect, or the values a string may take; `inf`
@@ -73,6 +74,8 @@ How to read the tables:
 
 
 def _fmt_default(p) -> str:
+    if p.inherit:
+        return f"`{p.inherit}`'s"
     out = _fmt_value(p.default)
     if p.default_when:
         other, pairs = p.default_when

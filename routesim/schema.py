@@ -44,6 +44,8 @@ class Param:
     when: tuple = ()        # (another parameter's name, (its values…)): used only when it has one of them
     default_when: tuple = ()  # (another parameter's name, ((its value, this default), …)): a run's default
                               # when the other has that value and the file sets none (run_defaults)
+    inherit: str = ""       # another parameter whose value in the same run this one takes when the file
+                            # sets none (a pool's ``kv_blocks``: [replica]'s; run_defaults)
 
     def run_default(self, flat: dict):
         """This parameter's default for one run (``flat``: the run's values): the
@@ -59,11 +61,15 @@ class Param:
 def run_defaults(params, flat: dict, given) -> dict:
     """One run's values (``flat``) with the default of each parameter that has a
     ``default_when`` and that the file does not set (``given``: the names it sets,
-    selected ones included) taken from the other parameter's value in this run."""
+    selected ones included) taken from the other parameter's value in this run, and the
+    value of each parameter that ``inherit``s another and is not set: the other's in
+    this run (as resolved here: ``params`` lists the other first)."""
     out = dict(flat)
     for p in params:
         if p.default_when and p.name not in given:
             out[p.name] = p.run_default(flat)
+        elif p.inherit and p.name not in given:
+            out[p.name] = out[p.inherit]
     return out
 
 

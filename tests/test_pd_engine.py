@@ -16,9 +16,11 @@ in exactly one outcome"): crashes of a prefill and of a decode replica (before t
 prefill ends, mid-transfer, while decoding), first-token deadlines and timeouts on
 either side, the lease, retries as new pairs, the breaker, with each pair rule; and a
 hypothesis property test on random small disaggregated clusters (test_token_pipeline's,
-with pools, crashes and deadlines). Two hand-worked runs of one request, whose prefill
-or decode replica crashes mid-transfer, hold both implementations to values derived
-from the page. Fast failures, the front door and the closed loop are refused with pools
+with pools, crashes and deadlines); each pool its own replica settings (a small decode
+pool, a prefill pool of the roofline cost, different budgets, chunking, waiting caps and
+CPU times per pool, the overlap form and the KV score on unequal pools). Two hand-worked runs of one request, whose prefill
+or decode replica crashes mid-transfer, and one whose pools have different linear
+step costs and KV pools, hold both implementations to values derived from the page. Fast failures, the front door and the closed loop are refused with pools
 (pd_keys.check_stage, config/checks.py), so no case has them.
 """
 
@@ -79,6 +81,26 @@ FAIL_CASES = {
                                       (2900.0, "recover", 3, 0.0)]),
 }
 CASES.update(FAIL_CASES)
+# each pool its own replica settings (docs/model.md "Each pool's GPUs"): replicas 0-1 prefill, 2-4 decode
+POOL_CASES = {
+    # a decode pool of small KV (every request fits: prefix 1,536 + 2,000 + 400 tokens = 246 blocks) and
+    # batches, behind a slow link: allocations wait for blocks, sequences are preempted
+    "pd-small-decode-pool": (dict(PD, p_long=0.0, chat_prompt_max=2000, chat_output_max=400, decode_kv_blocks=300,
+                                  decode_max_batch=8, link_bandwidth_gb_s=0.1, decode_step_ms_per_kv_token=2e-4),
+                             6.0, FACTORS, []),
+    # a prefill pool of another form (the roofline, its own coefficients) beside a linear decode pool of its own
+    "pd-prefill-roofline": (dict(PD, prefill_step_cost="roofline", prefill_roofline_ms_base=2.0,
+                                 prefill_roofline_ms_per_token=0.01, prefill_roofline_ms_weights=3.0,
+                                 decode_step_ms_base=4.0, decode_step_ms_per_decode_sequence=0.3), 14.0, FACTORS, []),
+    # different token budgets, chunking, waiting caps and engine-loop CPU time per pool
+    "pd-budgets": (dict(PD, prefill_max_batched_tokens=192, prefill_step_cpu_ms=0.4, decode_max_batched_tokens=48,
+                        decode_chunked_prefill=False, decode_waiting_cap=3, decode_step_cpu_ms_per_seq=0.02,
+                        pair_route="selective", threshold_tokens=150), 14.0, FACTORS, []),
+    # the decode pool of the overlap form, the transfer-aware rule, the KV score on pools of unequal size
+    "pd-overlap-kv-score": (dict(PD, decode_step_cost="overlap", decode_kv_blocks=900, prefill_kv_blocks=3000,
+                                 pair_route="transfer_aware", score="kv"), 12.0, FACTORS, []),
+}
+CASES.update(POOL_CASES)
 PD_FLOATS = ("ttft_prefill_queue_p50", "ttft_prefill_queue_p99", "ttft_prefill_p50", "ttft_prefill_p99",
              "ttft_transfer_p50", "ttft_transfer_p99", "ttft_decode_queue_p50", "ttft_decode_queue_p99",
              "transfer_bytes", "disaggregated_share")
@@ -148,6 +170,33 @@ def test_the_pd_cases_exercise_what_they_claim():
     alone = 2.0 + 300 * 2000 / (0.05 * 1e6)  # latency + a median prompt's bytes / B
     assert tight["ttft_transfer_p99"] > alone
     assert tight["ttft_decode_queue_p99"] > 2 * tight["ttft_decode_queue_p50"]
+
+
+def test_the_pool_cases_exercise_what_they_claim():
+    """From the reference's own trace (least_tokens): in the small decode pool,
+    allocations wait for blocks (over 100 ms after their prefill ended) and decode
+    replicas preempt, while the prefill pool's replicas (the run's 16,384 blocks) never do; in the budget case a prefill replica
+    computes at most 192 tokens an iteration (chunked, at its budget) while a decode
+    replica, unchunked, computes a prompt served whole past its 48-token budget; in the roofline case the
+    prefill replicas' steps are the roofline's (never under its 2 + 3 ms floor) and the
+    decode replicas' linear ones start at 4 ms."""
+    out, sim = {}, {}
+    for case in POOL_CASES:
+        wl, values, factors, events = tv._case(case, 1, CASES)
+        res = ref.simulate(tv._reference_workload(wl), values, factors, events, "least_tokens", 1, _return_sim=True)
+        out[case], sim[case] = res, res["_sim"]
+        assert res["transfer_count"] > 0 and res["completed"] > 0, case
+    small = sim["pd-small-decode-pool"]
+    preempted = {x[2] for x in small.trace if x[1] == "preempt"}
+    assert preempted and preempted <= {2, 3, 4}
+    ended = {x[3]: x[0] for x in small.trace if x[1] == "prefilled"}
+    waits = [x[0] - ended[x[3]] for x in small.trace if x[1] == "allocate"]
+    assert max(waits) > 100.0  # an allocation waited many steps (~10 ms each) for blocks
+    steps = {case: [x for x in sim[case].trace if x[1] == "iteration"] for case in ("pd-budgets", "pd-prefill-roofline")}
+    assert max(x[5] for x in steps["pd-budgets"] if x[2] in (0, 1)) == 192
+    assert max(x[5] for x in steps["pd-budgets"] if x[2] >= 2) > 48  # unchunked: a prompt whole, past the budget
+    roof = steps["pd-prefill-roofline"]
+    assert min(x[3] - x[0] for x in roof if x[2] == 0) >= 5.0 and min(x[3] - x[0] for x in roof if x[2] >= 2) >= 4.0
 
 
 @pytest.mark.parametrize("case", FAIL_CASES)
@@ -281,6 +330,27 @@ def test_by_hand_a_retry_served_whole_starts_from_nothing():
                  dict(assigned=("assigned", [2, 2, 1]), replica_tokens=("tokens", [0, 6, 0])))
 
 
+def test_by_hand_pools_of_different_step_costs():
+    """Prefill replica 0 with step_ms base 2, 0.02 a prefill token; decode replica 1 with
+    base 0.5, 0.1 a prefill token, 0.25 a decoding sequence, and 128 KV blocks (0 keeps
+    HAND's 256). The request (P = 100, O = 3) arrives at 10: its prefill on 0 takes
+    2 + 0.02·100 = 4 ms (not HAND's 2), ends 14; 1 allocates its 7 blocks at once, the
+    transfer of 100,000 bytes takes 0.5 + 1 = 1.5 ms, 14 → 15.5; the one-token step on 1
+    takes 0.5 + 0.1·1 = 0.6: first token at 16.1, TTFT 6.1 = 0 (prefill queue) + 4
+    (prefill) + 1.5 (transfer) + 0.6 (decode queue: the one-token step); two decode steps
+    of 0.5 + 0.25·1 = 0.75: completion at 17.6 (e2e 7.6). Referenced block-ms: 0: 7·(15.5 −
+    10), 1: 7·(17.6 − 14); kv_occupancy, each replica's share of its own pool averaged:
+    (7·5.5/256 + 7·3.6/128) / 2 / 1000."""
+    got, rep, want = _by_hand(1, 1, [], prefill_step_ms_base=2.0, prefill_step_ms_per_prefill_token=0.02,
+                              decode_step_ms_base=0.5, decode_step_ms_per_prefill_token=0.1,
+                              decode_step_ms_per_decode_sequence=0.25, decode_kv_blocks=128)
+    _hand_checks(got, rep, want, dict(completed=1, ttft_p50=6.1, e2e_p50=7.6, ttft_prefill_queue_p50=0.0,
+                                      ttft_prefill_p50=4.0, ttft_transfer_p50=1.5, ttft_decode_queue_p50=0.6,
+                                      transfer_count=1, transfer_bytes=100000.0,
+                                      kv_occupancy=(7 * 5.5 / 256 + 7 * 3.6 / 128) / 2 / 1000),
+                 dict(assigned=("assigned", [1, 1]), link_utilization=("link_util", [5e-4, 5e-4])))
+
+
 @st.composite
 def small_pd_cluster(draw):
     """A random small disaggregated cluster (2 to 5 replicas, any split), any pair rule
@@ -321,6 +391,13 @@ def small_pd_cluster(draw):
         lease_ms=draw(st.sampled_from([3.0, 200.0, 30000.0])),
         breaker_consecutive=draw(st.sampled_from([0, 2])),
     )
+    for role in ("prefill", "decode"):  # each pool's own settings, sometimes
+        if draw(st.booleans()):
+            values.update({f"{role}_kv_blocks": draw(st.integers(fit, 2 * fit)), f"{role}_max_batch": draw(st.integers(1, 8)),
+                           f"{role}_max_batched_tokens": draw(st.integers(64, 4096)),
+                           f"{role}_chunked_prefill": draw(st.booleans()), f"{role}_waiting_cap": draw(st.integers(1, 6)),
+                           f"{role}_step_cost": draw(st.sampled_from(["linear", "roofline", "overlap", "mixed"])),
+                           f"{role}_step_cpu_ms": draw(st.sampled_from([0.0, 0.3]))})
     factors = draw(st.lists(st.sampled_from([0.5, 1.0, 1.5, 3.0]), min_size=n, max_size=n))
     events = []
     if draw(st.booleans()):

@@ -67,6 +67,45 @@ BAD = [
         pools("prefill = 1\ndecode = 2"), (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 1, fail_fast = true }")),
 ]
 
+TWO = "prefill = 1\ndecode = 2"
+"""A prefill pool of one replica and a decode pool of two (BASE's cluster of 3)."""
+BAD += [
+    # each pool's own replica settings ([pools.prefill_replica], [pools.decode_replica])
+    bad("pool-table-co-located", "pools.decode_replica.kv_blocks", "no prefill pool",
+        pools("prefill = 0\n\n[pools.decode_replica]\nkv_blocks = 500")),
+    bad("pool-key-in-a-co-located-stage", "stages[0].decode_max_batch", "no prefill pool",
+        ('name = "policies"', 'name = "policies"\ndecode_max_batch = 4')),
+    bad("pool-key-wrong-type", "pools.prefill_replica.chunked_prefill", "expected true or false",
+        pools(TWO + '\n\n[pools.prefill_replica]\nchunked_prefill = "no"')),
+    bad("pool-key-fraction", "pools.decode_replica.max_batch", "whole number",
+        pools(TWO + "\n\n[pools.decode_replica]\nmax_batch = 2.5")),
+    bad("pool-key-negative", "pools.prefill_replica.step_cpu_ms", "must be >= 0",
+        pools(TWO + "\n\n[pools.prefill_replica]\nstep_cpu_ms = -1")),
+    bad("pool-unknown-form", "pools.prefill_replica.step_cost", "unknown value 'flat'",
+        pools(TWO + '\n\n[pools.prefill_replica]\nstep_cost = "flat"')),
+    bad("pool-unknown-key", "pools.decode_replica.block_tokens", "unknown key",  # shared: [replica]'s only
+        pools(TWO + "\n\n[pools.decode_replica]\nblock_tokens = 32")),
+    bad("pool-unknown-table", "pools.decode_replicas", "unknown key",
+        pools(TWO + "\n\n[pools.decode_replicas]\nkv_blocks = 500")),
+    bad("pool-unknown-coefficient", "pools.prefill_replica.roofline_ms.kappa", "unknown key",
+        pools(TWO + '\n\n[pools.prefill_replica]\nstep_cost = "roofline"\nroofline_ms = { kappa = 1 }')),
+    bad("pool-coefficient-of-another-form", "pools.decode_replica.roofline_ms.base",
+        "the decode pool's step_cost is 'linear'",
+        pools(TWO + "\n\n[pools.decode_replica]\nroofline_ms = { base = 2 }")),
+    bad("pool-coefficient-of-the-replica-form", "pools.prefill_replica.step_ms.base",
+        "the prefill pool's step_cost is 'roofline'",
+        pools(TWO + '\n\n[pools.prefill_replica]\nstep_cost = "roofline"\nstep_ms = { base = 2 }')),
+    bad("pool-kv-too-small", "pools.decode_replica.kv_blocks", "could never fit in a KV pool of 4848 tokens",
+        pools(TWO + "\n\n[pools.decode_replica]\nkv_blocks = 303")),
+    # link.model: calibrate's model description instead of kv_bytes_per_token
+    bad("kv-model-and-bytes", "pools.link.model", "not both",
+        pools(TWO + '\nlink = { model = "m.toml", kv_bytes_per_token = 1000 }')),
+    bad("kv-model-missing", "pools.link.model", "nothing.toml: file: cannot read",
+        pools(TWO + '\nlink = { model = "nothing.toml" }')),
+    bad("kv-model-not-a-string", "pools.link.model", "expected a string", pools(TWO + "\nlink = { model = 8 }")),
+    bad("kv-model-co-located", "pools.link.model", "no prefill pool", pools('link = { model = "m.toml" }')),
+]
+
 WELL_FORMED = pools(
     'prefill = 1\ndecode = 2\nroute = "selective"\nthreshold_tokens = 512\nprefill_policy = "least_tokens"\n'
     'decode_policy = "least_kv"\nlease_ms = 1000\nlink = { latency_ms = 0.5, bandwidth_gb_s = 25, '
@@ -162,3 +201,81 @@ def test_roles_split_the_cluster_first_replicas_prefill():
 
     C, P, D = Role.COLOCATED, Role.PREFILL, Role.DECODE
     assert roles([0, 1, 3], 4).tolist() == [[C, C, C, C], [P, D, D, D], [P, P, P, D]]
+
+
+# --------------------------------------------------------- each pool's replica settings
+def test_a_bad_model_description_names_the_sweep_key_and_the_file_key(tmp_path, run_cli):
+    """A model description with a bad value: one line naming the sweep file and its key,
+    then the description's file and key (routesim.calibrate.hardware's reader)."""
+    (tmp_path / "m.toml").write_text("[model]\nlayers = -32\n")
+    path = tmp_path / "bad.toml"
+    path.write_text(edit(pools(TWO + '\nlink = { model = "m.toml" }')))
+    assert_refused(*run_cli(path)[:3], path, "pools.link.model",
+                   f"model description: {tmp_path / 'm.toml'}: [model] layers: expected a number > 0", tmp_path / "out")
+
+
+def _build(text):
+    from routesim.batching.grid import build
+    sweep = routesim.parse_sweep(text, "tests/ok.toml")
+    return sweep.stages[0], build(sweep, sweep.stages[0])
+
+
+def test_a_pool_key_left_out_is_the_runs_replica_value():
+    """A pool's replica key the file does not set takes the run's ``[replica]`` value
+    (swept there: each run its own), one it sets is the pool's in every run; the kernel
+    record holds both pools' settings, and each replica takes its own pool's."""
+    import numpy as np
+
+    from routesim.batching.runs import replica_records
+    text = edit(pools(TWO + "\n\n[pools.decode_replica]\nmax_batch = 4\nstep_ms = { base = 3.0 }\n"
+                      "step_cpu_ms = 0.5"), ("kv_blocks = 4096", "kv_blocks = [4096, 8192]"),
+                (STAGE_POLICY, 'policy = "round_robin"'), ("scenario = [\"steady\", \"slow\"]", 'scenario = ["steady"]'))
+    stage, grid = _build(text)
+    p = grid.params
+    assert p["kv_blocks"].tolist() == p["prefill_kv_blocks"].tolist() == p["decode_kv_blocks"].tolist()
+    assert sorted(set(p["kv_blocks"].tolist())) == [4096, 8192]
+    assert set(p["prefill_max_batch"].tolist()) == {16} and set(p["decode_max_batch"].tolist()) == {4}
+    assert set(p["prefill_cost"][:, 0].tolist()) == {6.5} and set(p["decode_cost"][:, 0].tolist()) == {3.0}
+    assert set(p["decode_step_cpu_ms"].tolist()) == {0.5} and set(p["prefill_step_cpu_ms"].tolist()) == {0.0}
+    rep = replica_records(p, grid.factors)
+    assert rep["max_batch"].tolist() == [[16, 4, 4]] * len(p)
+    assert (rep["kv_blocks"] == p["kv_blocks"][:, None]).all()
+    assert rep["cost"][:, :, 0].tolist() == [[6.5, 3.0, 3.0]] * len(p)
+    assert rep["step_cpu_ms"].tolist() == [[0.0, 0.5, 0.5]] * len(p)
+
+
+STAGE_POLICY = 'policy = ["round_robin", "least_tokens", "power_of_d"]'
+
+
+def test_a_pool_of_another_gpu_is_accepted_and_recorded():
+    """A prefill pool with the roofline cost (its coefficients partly its own, the rest
+    ``[replica]``'s roofline_ms table, which the linear [replica] does not use but the pool
+    does: accepted) and a decode pool with fewer blocks: the Dataset's attributes record
+    the keys the file sets, not those a pool takes from [replica]."""
+    stage = routesim.parse_sweep(edit(
+        pools(TWO + '\n\n[pools.prefill_replica]\nstep_cost = "roofline"\nroofline_ms = { base = 3.0 }\n'
+              "max_batched_tokens = 4096\n\n[pools.decode_replica]\nkv_blocks = 1024"),
+        ("step_ms = { base = 6.5, per_prefill_token = 0.0198 }",
+         "step_ms = { base = 6.5, per_prefill_token = 0.0198 }\nroofline_ms = { weights = 2.0 }")), "ok.toml").stages[0]
+    unused = unused_params(stage.values, stage.given)
+    assert "roofline_ms_weights" not in unused and "step_ms_base" not in unused
+    assert {"prefill_step_cost", "prefill_roofline_ms_base", "decode_kv_blocks"} <= stage.given
+    assert stage.values["decode_kv_blocks"] == (1024,) and stage.values["prefill_max_batched_tokens"] == (4096,)
+
+
+def test_link_bytes_from_the_model_description():
+    """``link.model`` names calibrate's description (relative to the sweep file): the
+    link's bytes per token are 2 (K and V) · layers · kv_heads · head_dim · bytes_per_kv
+    of that file, read here with tomllib (head_dim its default hidden_size / heads when
+    the file leaves it out), and ``kv_bytes_per_token`` is then not recorded."""
+    import tomllib
+    from pathlib import Path
+
+    model = tomllib.loads((Path(__file__).parents[1] / "examples" / "llama-3.1-8b-h100.toml").read_text())["model"]
+    head_dim = model.get("head_dim", model["hidden_size"] / model["heads"])
+    want = 2 * model["layers"] * model["kv_heads"] * head_dim * model.get("bytes_per_kv", 2)
+    text = edit(pools(TWO + '\nlink = { model = "../examples/llama-3.1-8b-h100.toml" }'),
+                (STAGE_POLICY, 'policy = "round_robin"'), ("scenario = [\"steady\", \"slow\"]", 'scenario = ["steady"]'))
+    stage, grid = _build(text)
+    assert set(grid.params["kv_bytes_per_token"].tolist()) == {want} == {131072}
+    assert "kv_bytes_per_token" in unused_params(stage.values, stage.given)

@@ -37,7 +37,11 @@ docs/model.md "Prefill/decode disaggregation", read as written there (``_Sim.pd_
 ``Links``), reserve mode only, crashes, deadlines and retries included.  With pools,
 ``simulate`` adds the TTFT parts, ``transfer_count``, ``transfer_bytes``,
 ``link_utilization`` and ``disaggregated_share``, and each record's way (``pd``); it
-refuses fast failures, the front door and the closed loop (ValueError).
+refuses fast failures, the front door and the closed loop (ValueError).  Each pool's
+replica settings (``pool_settings``): a replica of the prefill (decode) pool takes
+``prefill_<key>`` (``decode_<key>``) for each key of ``SETTING_KEYS`` the params hold,
+else the run's ``<key>``: its KV pool, batch limits, chunking, step cost and its
+coefficients, the step's CPU time; every reading of those below is the replica's own.
 
 Decisions (where token-model.md is silent; the lead copies them into docs/model.md)
 -----------------------------------------------------------------------------------
@@ -539,10 +543,24 @@ class Attempt:
         return self.c >= self.u
 
 
+SETTING_KEYS = ("waiting_cap", "max_batch", "kv_blocks", "max_batched_tokens", "chunked_prefill",
+                *step_cost_defaults(), "step_cpu_ms", "step_cpu_ms_per_seq")
+"""The replica settings a pool may set for itself (issue 42; docs/model.md "Prefill/decode
+disaggregation"): the step cost and its forms' coefficients among them."""
+
+
+def pool_settings(p: dict, role: str) -> dict:
+    """A replica's settings (SETTING_KEYS) in pool ``role`` ("colocated", "prefill",
+    "decode"): the pool's own ``<role>_<key>`` where the params hold it, else the run's."""
+    return {k: p.get(f"{role}_{k}", p[k]) if role != "colocated" else p[k] for k in SETTING_KEYS}
+
+
 class Replica:
-    def __init__(self, index, factor, kv_blocks):
+    def __init__(self, index, factor, settings):
         self.index = index
         self.factor = float(factor)
+        self.s = settings           # its pool's settings (pool_settings)
+        kv_blocks = self.kv_blocks = int(settings["kv_blocks"])
         self.slowdown = 1.0
         self.down = False
         self.fail_fast = False
@@ -728,7 +746,9 @@ class _Sim:
         self.rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(1)[0]))
         self.uniforms_drawn = 0
 
-        self.replicas = [Replica(i, f, self.kv_blocks) for i, f in enumerate(factors)]
+        n_p = int(p["prefill_replicas"])   # issue 42: each pool's settings
+        self.replicas = [Replica(i, f, pool_settings(p, "colocated" if n_p == 0 else "prefill" if i < n_p else "decode"))
+                         for i, f in enumerate(factors)]
         # issue 22: the replica's scheduler and prefix caching (VLLM-MODE.md 1-3)
         sched = p["scheduler"]
         if sched not in ("reserve", "vllm"):
@@ -1055,9 +1075,9 @@ class _Sim:
         n = len(decoding)
         K = sum(s.kv for s in decoding)
         # 2. Prefill budget
-        B = int(p["max_batched_tokens"]) - n
+        B = int(rep.s["max_batched_tokens"]) - n
         chunks = []   # (sequence, x, m_s, c_s before)
-        chunked = bool(p["chunked_prefill"])
+        chunked = bool(rep.s["chunked_prefill"])
         if chunked and B > 0:
             for s in list(rep.running):
                 if s.decoding():
@@ -1075,7 +1095,7 @@ class _Sim:
                     if not self.pd_allocate(rep, h, T):
                         break
                     continue
-                if len(rep.running) >= int(p["max_batch"]):
+                if len(rep.running) >= int(rep.s["max_batch"]):
                     break
                 if h.pd_stage == "transferred":   # issue 42: its one-token prefill
                     if not (B > 0 if chunked else 1 <= B or first):
@@ -1118,7 +1138,7 @@ class _Sim:
         Q = Q2 / 2
         R = sum(m + c + x for _s, x, m, c in chunks)   # KV the chunks attend to (roofline)
         members = n + len(chunks)
-        d = self.duration(rep, T, U, Q, n, K, R) + self.step_cpu(members)
+        d = self.duration(rep, T, U, Q, n, K, R) + self.step_cpu(rep, members)
         if self.in_window_open(T):
             self.batch_num += members * d
             self.batch_den += d
@@ -1135,11 +1155,11 @@ class _Sim:
         the same sides from the overlap_ms table, f*((base + max) + kappa*min).  Mixed
         (issue 41, D5d): the same sides from the mixed_ms table, f*((base + max) +
         per_mixed_kv_token*min(U, 1)*K)."""
-        p = self.p
         cold = 1.0
         if rep.t_up is not None:
-            cold = 1.0 + (p["cold_factor"] - 1.0) * math.exp(-(T - rep.t_up) / p["cold_tau_ms"])
+            cold = 1.0 + (self.p["cold_factor"] - 1.0) * math.exp(-(T - rep.t_up) / self.p["cold_tau_ms"])
         f = (rep.factor * rep.slowdown) * cold
+        p = rep.s   # its pool's step cost
         if p["step_cost"] == "roofline":
             memory = p["roofline_ms_weights"] + p["roofline_ms_per_kv_token"] * (K + R)
             compute = p["roofline_ms_per_token"] * (U + n) + p["roofline_ms_per_token_pair"] * (Q + K)
@@ -1157,10 +1177,11 @@ class _Sim:
                      + p["step_ms_per_decode_sequence"] * n)
                     + p["step_ms_per_kv_token"] * K)
 
-    def step_cpu(self, members: int) -> float:
-        """D31: the CPU time (ms) of a step of ``members`` scheduled sequences, besides its
-        step cost: step_cpu_ms + step_cpu_ms_per_seq*members, not scaled by f."""
-        return self.cpu[0] + self.cpu[1] * members
+    def step_cpu(self, rep: Replica, members: int) -> float:
+        """D31: the CPU time (ms) of a step of ``members`` scheduled sequences on ``rep``,
+        besides its step cost: step_cpu_ms + step_cpu_ms_per_seq*members (its pool's), not
+        scaled by f."""
+        return float(rep.s["step_cpu_ms"]) + float(rep.s["step_cpu_ms_per_seq"]) * members
 
     def end_iteration(self, rep: Replica, T: float):
         if self.vllm:
@@ -1462,7 +1483,7 @@ class _Sim:
             self.trace.append((T, "empty_step", rep.index))
             if batch["log"] is not None:
                 batch["log"].update(self.v_counts(rep))
-        d = self.duration(rep, T, *batch["terms"]) + self.step_cpu(len(batch["sched"]))
+        d = self.duration(rep, T, *batch["terms"]) + self.step_cpu(rep, len(batch["sched"]))
         self.v_run_batch(rep, batch, T, d)
         rep.iteration = dict(start=T, end=T + d, d=d, sched=batch["sched"], log=batch["log"])
 
@@ -2104,18 +2125,18 @@ class _Sim:
 
     # ---------------------------------------------------------------- §5 routing
     def eligible(self, router: Router, T: float) -> list[int]:
-        cap = self.p["waiting_cap"]
         return [i for i, rep in enumerate(self.replicas)
-                if not rep.down and len(rep.waiting) + len(rep.transit) < cap
+                if not rep.down and len(rep.waiting) + len(rep.transit) < rep.s["waiting_cap"]
                 and router.ejected_until[i] is None and T >= rep.ready_at]
 
-    def score(self, name: str, r: Request, v: dict) -> float:
+    def score(self, name: str, r: Request, v: dict, i: int) -> float:
+        """Replica i's score ``name`` for request r, seen as ``v``."""
         if name == "requests":
             return v["o"]
         if name == "tokens":
             return v["tau"] + r.P + self.own_allowance(r)
         if name == "kv":
-            return v["referenced"] / self.kv_blocks
+            return v["referenced"] / self.replicas[i].kv_blocks
         if name == "cost":
             hit = self.hit(r.ids, r.P, 0, v["ids"])
             return self.p["prefill_weight"] * (-(-r.P // self.b) - hit) + v["referenced"]
@@ -2172,7 +2193,7 @@ class _Sim:
         if pol in ("least_requests", "least_tokens", "least_kv", "least_cost"):
             name = {"least_requests": "requests", "least_tokens": "tokens",
                     "least_kv": "kv", "least_cost": "cost"}[pol]
-            scores = {i: self.slow_start(self.score(name, r, views[i]), i, T) for i in E}
+            scores = {i: self.slow_start(self.score(name, r, views[i], i), i, T) for i in E}
             return self.argmin_with_ties(r, E, scores, ms, p["tie_tolerance"])
         if pol == "power_of_d":
             d = int(p["choices"])
@@ -2183,7 +2204,7 @@ class _Sim:
                 k = min(j + math.floor(us[j] * (len(e) - j)), len(e) - 1)
                 e[j], e[k] = e[k], e[j]
             cands = e[:dd]
-            scores = {i: self.slow_start(self.score(p["score"], r, views[i]), i, T) for i in cands}
+            scores = {i: self.slow_start(self.score(p["score"], r, views[i], i), i, T) for i in cands}
             return self.argmin_with_ties(r, cands, scores, ms, p["tie_tolerance"])
         if pol == "prefix_affinity":
             o = {i: views[i]["o"] for i in E}
@@ -2264,8 +2285,8 @@ class _Sim:
         window = self.in_window_open(T)
         if window:
             self.assigned[i] += 1
-            self.occupancy_at_placement.append(rep.count(REFERENCED) / self.kv_blocks)
-            self.high_at_placement.append(rep.count(REFERENCED) / self.kv_blocks > 0.9)
+            self.occupancy_at_placement.append(rep.count(REFERENCED) / rep.kv_blocks)
+            self.high_at_placement.append(rep.count(REFERENCED) / rep.kv_blocks > 0.9)
         ingress = p["ingress_ms"] + p["ingress_ms_per_token"] * r.P   # D32
         if rep.fail_fast:
             a.ff_time = T + p["fail_fast_ms"]
@@ -2822,7 +2843,7 @@ class _Sim:
                 self.v_check(rep)
                 continue
             free, ref, cached = rep.scan_count(FREE), rep.scan_count(REFERENCED), rep.scan_count(CACHED)
-            assert free + ref + cached == self.kv_blocks
+            assert free + ref + cached == rep.kv_blocks
             assert (free, ref, cached) == (rep.count(FREE), rep.count(REFERENCED), rep.count(CACHED))
             assert sorted(rep.free_stack) == [blk.index for blk in rep.blocks if blk.state == FREE]
             holders = {}
@@ -2878,11 +2899,11 @@ class _Sim:
                 for j in range(len(a.ids)):
                     if a.m <= j * b and a.m + a.c >= (j + 1) * b:
                         assert a.blocks[j].computed, (a.req.index, j, a.blocks[j])
-            assert len(rep.running) <= p["max_batch"]
+            assert len(rep.running) <= rep.s["max_batch"]
             fresh_waiting = sum(1 for a in rep.waiting if a.g == 0 and a.admit_order < 0)
-            assert fresh_waiting + len(rep.transit) <= p["waiting_cap"]
+            assert fresh_waiting + len(rep.transit) <= rep.s["waiting_cap"]
             if rep.down:
-                assert not rep.running and not rep.waiting and not rep.pending_ff and free == self.kv_blocks
+                assert not rep.running and not rep.waiting and not rep.pending_ff and free == rep.kv_blocks
             for a in rep.pending_ff:
                 assert a.where == "ff" and not a.blocks
         for rep in self.replicas:
@@ -2958,11 +2979,12 @@ class _Sim:
         out["preempted_hit_rate"] = (self.preempted_hit_num / self.preempted_hit_den
                                      if self.preempted_hit_den else math.nan)
         span = H - W
-        out["kv_occupancy"] = (sum(area / span / self.kv_blocks for area in self.kv_area) / self.N
+        kv = [rep.kv_blocks for rep in self.replicas]   # each replica's share of its own pool
+        out["kv_occupancy"] = (sum(area / span / k for area, k in zip(self.kv_area, kv)) / self.N
                                if span > 0 else math.nan)
         q = self.q
-        out["kv_occupancy_first"] = sum(area / q / self.kv_blocks for area in self.kv_area_first) / self.N
-        out["kv_occupancy_last"] = sum(area / q / self.kv_blocks for area in self.kv_area_last) / self.N
+        out["kv_occupancy_first"] = sum(area / q / k for area, k in zip(self.kv_area_first, kv)) / self.N
+        out["kv_occupancy_last"] = sum(area / q / k for area, k in zip(self.kv_area_last, kv)) / self.N
         out["backlog_growth"] = self.in_system_at_H - self.in_system_at_W
         # attainment of the cohort arriving in the window's first and last quarter
         for name, lo, hi in (("attainment_first", W, W + q), ("attainment_last", H - q, H)):

@@ -108,6 +108,23 @@ class Fate(IntEnum):
     SHED = 4
 
 
+SETTINGS = (
+    ("waiting_cap", np.int64),        # requests (runs.UNBOUNDED: inf)
+    ("max_batch", np.int64),          # sequences
+    ("kv_blocks", np.int64),          # blocks per replica
+    ("max_batched_tokens", np.int64),
+    ("chunked_prefill", np.bool_),
+    ("step_cost", np.int64),          # step-cost code (routesim.step_cost: FORMS[code])
+    ("cost", np.float64, (COEFFICIENTS,)),  # its coefficients, in its PARAMS order (ms, or 1)
+    ("step_cpu_ms", np.float64),      # the engine loop: CPU time of a step, and per sequence
+    ("step_cpu_ms_per_seq", np.float64),
+)
+"""A replica's settings that a pool may set for itself (routesim/batching/pd_keys.py
+``POOL_KEYS``): PARAMS holds them for the run (``[replica]``'s) and for each pool
+(``prefill_<name>``, ``decode_<name>``), and each REPLICA record its own pool's
+(runs.replica_records), which is what the engine reads."""
+SETTING_NAMES = tuple(f[0] for f in SETTINGS)
+
 PARAMS = np.dtype(
     [
         ("policy", np.int32),             # policy code (routesim.batching.policies: POLICIES[code])
@@ -180,6 +197,9 @@ PARAMS = np.dtype(
         ("link_latency_ms", np.float64),
         ("link_bandwidth", np.float64),   # bytes/ms (GB/s × 10⁶) of each replica's link each way
         ("kv_bytes_per_token", np.int64),
+        ("most_batch", np.int64),         # the largest max_batch and kv_blocks of the run's replicas (scratch sizes)
+        ("most_kv_blocks", np.int64),
+        *((f"{role}_{f[0]}", *f[1:]) for role in ("prefill", "decode") for f in SETTINGS),  # each pool's settings
         ("event_start", np.int64),        # first row of this run's scenario in the event table
         ("event_count", np.int64),
         ("workload", np.int64),           # index of this run's workload and router stream
@@ -212,6 +232,7 @@ REPLICA = np.dtype(
     [
         ("factor", np.float64),     # time factor of the heterogeneity setting (1 = reference)
         ("role", np.int64),         # Role code: the pool it serves in (the stage's input, like factor)
+        *SETTINGS,                  # its pool's settings (the stage's input: runs.replica_records)
         ("slowdown", np.float64),   # scenario slowdown in force
         ("healthy", np.bool_),      # not down
         ("fail_fast", np.bool_),    # a black hole: eligible, fails every attempt
@@ -291,7 +312,7 @@ def empty_nb(r):
 @nb.njit(**JIT)
 def start_replica_nb(r):
     """Replica record r as at a run's start: up, warm, ready, empty, every counter and
-    area zero. Its ``factor`` and ``role`` (the stage's input) are kept; ``begin_ms`` is set by each
+    area zero. Its ``factor``, ``role`` and settings (the stage's input) are kept; ``begin_ms`` is set by each
     iteration before it is read, the TTFT percentiles at the run's end."""
     r.slowdown = 1.0
     r.healthy = True
@@ -446,7 +467,7 @@ timeouts and ttft_timeouts: those by the whole-attempt and by the first-token de
 
 VIEW = np.dtype(
     [("o", np.int64), ("tau", np.int64), ("ref", np.int64), ("res", np.int64), ("hit", np.int64),
-     ("ramp", np.float64), ("weight", np.float64)],
+     ("ramp", np.float64), ("weight", np.float64), ("blocks", np.int64)],  # blocks: its kv_blocks
     align=True,
 )
 """A router's view of one replica at a decision (routesim/batching/policies/)."""

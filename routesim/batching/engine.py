@@ -325,8 +325,9 @@ def _publish_nb(rep, tab, snap, loc, pub, pub_k, pub_mods, locc, p, t, next_pub,
 def _gap_rows_nb(p, nrep):
     """Rows of inter-token gaps one time can add at most: a replica delivers tokens of at
     most ``max_batch`` sequences at a time (one iteration end, or one batch output with
-    asynchronous scheduling), each token at most one row (most share one)."""
-    return nrep * p.max_batch
+    asynchronous scheduling), each token at most one row (most share one): at most the
+    largest replica's ``max_batch`` (``most_batch``) each."""
+    return nrep * p.most_batch
 
 
 @nb.njit(**JIT)
@@ -494,7 +495,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     # ones compacted away)
     tab = bk.table_nb(max(1024, nrep, sc.table_slots_nb(sched, p, nrep)))
     most = segments_most_nb(seg_off)  # admission's scratch, the routers' room (phase 6) per request
-    heap = np.zeros((nrep, min(p.kv_blocks, max(seg_off[n] - seg_off[0], 1)) + most + 16), CACHED)
+    heap = np.zeros((nrep, min(p.most_kv_blocks, max(seg_off[n] - seg_off[0], 1)) + most + 16), CACHED)
     heap_n = np.zeros(nrep, np.int64)
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
     # timers: deadlines, black-hole failures, retries due

@@ -25,6 +25,7 @@ from ..batch import MIN_CHUNKS, FlatOutcome
 from ..grid import FlatGrid, load_trace, resolve, run_index, trace_window
 from ..results import coord_attrs, provenance, selected_attrs, variable_attrs
 from ..arrivals import expected_arrivals, rate_events, router_stream
+from . import pd_keys
 from .dtypes import EVENT, METRICS, PARAMS, REPLICA, EventKind, VLLM_MODE
 from .metrics import (ACCUMULATORS, CLIENT_VARIABLES, PD_PER_REPLICA, PD_VARIABLES, PER_REPLICA,
                       SCALED_SLO_VARIABLES, VARIABLES, VLLM_VARIABLES)
@@ -193,7 +194,8 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
     given = stage.given | set(stage.inherit)
     ru_of = np.zeros(runs, np.int64)
     for r in range(runs):
-        flat = run_defaults(m.params, {p.name: value(p.name, r) for p in m.params}, given)
+        flat = pd_keys.link_bytes(run_defaults(m.params, {p.name: value(p.name, r) for p in m.params}, given),
+                                  sweep.path)
         scenario = value("scenario", r)
         changes = () if flat["source"] == "trace" else rate_events(sweep, scenario)
         wkey = (changes,) + tuple(value(n, r) for n in WORKLOAD_PARAMS)
@@ -284,9 +286,9 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     attrs = provenance(sweep, stage)
     attrs["replica_kind"] = "batching"
     attrs.update(selected_attrs(stage, selected))
-    unused = unused_params(stage.values)
+    unused = unused_params(stage.values, stage.given)
     for p in m.params:  # parameters that are not dimensions, with their value (if some run uses it)
-        if p.name not in grid.coords and p.name not in unused:
+        if p.name not in grid.coords and p.name not in unused and (p.name in stage.given or not p.inherit):
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
             if p.default_when and p.name not in stage.given and p.name not in stage.inherit:
                 v = _run_default_attr(p, resolve(stage, selected))

@@ -275,15 +275,17 @@ def finish_metrics_nb(p, rep, req, t_arr, sent, mt, gap_ms, gap_n):
     occ = 0.0
     high = 0
     placed = 0
+    k0 = rep[0].kv_blocks  # each replica's block-ms in units of replica 0's pool: its share of its own pool
     for i in range(rep.shape[0]):
-        area += rep[i].area
-        first += rep[i].area_first
-        last += rep[i].area_last
+        scale = k0 / rep[i].kv_blocks  # (1.0 when the pools are alike: the sums as they were)
+        area += rep[i].area * scale
+        first += rep[i].area_first * scale
+        last += rep[i].area_last * scale
         occ += rep[i].occ_sum
         high += rep[i].occ_high
         placed += rep[i].assigned
     mt.placement_occupancy = occ / placed if placed > 0 else np.nan
     mt.placement_occupancy_high = high / placed if placed > 0 else np.nan
-    mt.kv_occupancy = area / p.kv_blocks / rep.shape[0] / (p.horizon_ms - p.warmup_ms)
-    mt.kv_occupancy_first = first / p.kv_blocks / rep.shape[0] / p.quarter_ms
-    mt.kv_occupancy_last = last / p.kv_blocks / rep.shape[0] / p.quarter_ms
+    mt.kv_occupancy = area / k0 / rep.shape[0] / (p.horizon_ms - p.warmup_ms)
+    mt.kv_occupancy_first = first / k0 / rep.shape[0] / p.quarter_ms
+    mt.kv_occupancy_last = last / k0 / rep.shape[0] / p.quarter_ms

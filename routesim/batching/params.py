@@ -112,6 +112,7 @@ TOKEN_PARAMS = (
     # [pools] (docs/model.md "Prefill/decode disaggregation")
     *pd_keys.PARAMS,
 )
+TOKEN_PARAMS += pd_keys.pool_params({p.name: p for p in TOKEN_PARAMS})  # [pools.prefill_replica], …
 TOKEN_PARAM = {p.name: p for p in TOKEN_PARAMS}
 
 CLIENT_PARAMS = ("max_in_flight", "client_overhead_ms")
@@ -202,25 +203,28 @@ def check_stage(rd, stage, src, replicas):
                     f"class prompt) must be below context_limit ({limit}) in stage {stage.name!r}")
         largest = min(max(v["context_limit"]),
                       max(prefix + max(v[f"{c}_prompt_max"]) + max(v[f"{c}_output_max"]) for c in classes))
-        pool = min(k * b for k in v["kv_blocks"] for b in v["block_tokens"])
-        if largest > pool:
-            rd.fail(src("kv_blocks"), f"a request of {largest} tokens could never fit in a KV pool of "
-                    f"{pool} tokens (kv_blocks × block_tokens) in stage {stage.name!r}")
+        for name in ("kv_blocks", *(n for n in pd_keys.POOL_NAMES if n.endswith("_kv_blocks") and n in stage.given)):
+            pool = min(k * b for k in v[name] for b in v["block_tokens"])
+            if largest > pool:
+                rd.fail(src(name), f"a request of {largest} tokens could never fit in a KV pool of "
+                        f"{pool} tokens ({name} × block_tokens) in stage {stage.name!r}")
 
 
 STEP_COST_KEYS = step_cost.KEYS
 """Each step cost's parameters (``step_cost`` names which one a run uses)."""
 
 
-def unused_params(values) -> set:
-    """The parameters no run of a stage uses (``values``: the stage's parameter ->
-    tuple of values): the table of a step cost that ``step_cost`` never names,
-    ``step_cost`` itself when every run is linear, every ``[pools]`` key when no run
-    has a prefill pool, and ``async_scheduling`` when no run has ``scheduler = "vllm"``.
-    The Dataset leaves them out of its attributes, so a linear, co-located reserve
-    stage's Dataset is what it was before the roofline, the pools and asynchronous
-    scheduling existed."""
-    out = {n for cost, names in STEP_COST_KEYS.items() if cost not in values["step_cost"] for n in names}
+def unused_params(values, given=frozenset()) -> set:
+    """The parameters no run of a stage uses (``values``: the stage's parameter -> tuple
+    of values; ``given``: the names its file sets): the table of a step cost that neither
+    ``step_cost`` nor a pool's names, ``step_cost`` itself when every run is linear,
+    every ``[pools]`` key when no run has a prefill pool (a pool's replica key it does
+    not set is ``[replica]``'s, recorded there: grid.to_dataset), and
+    ``async_scheduling`` when no run has ``scheduler = "vllm"``. The Dataset leaves them
+    out of its attributes, so a linear, co-located reserve stage's Dataset is what it
+    was before the roofline, the pools and asynchronous scheduling existed."""
+    used = set(values["step_cost"]) | pd_keys.forms(values, given)
+    out = {n for cost, names in STEP_COST_KEYS.items() if cost not in used for n in names}
     out |= pd_keys.unused(values)
     if "vllm" not in values["scheduler"]:
         out.add("async_scheduling")  # the reserve scheduler's loop is its own
@@ -232,7 +236,7 @@ def _check_step_cost(rd, stage, src):
     silently ignored)."""
     v = stage.values
     for cost, names in STEP_COST_KEYS.items():
-        if cost in v["step_cost"]:
+        if cost in v["step_cost"] or cost in pd_keys.forms(v, stage.given):  # (a pool's coefficients default to these)
             continue
         given = [n for n in names if n in stage.given]
         if given:

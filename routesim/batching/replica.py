@@ -163,7 +163,7 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
     m = b * hit
     u = total - m
     x = 0
-    if (budget > 0) if p.chunked_prefill else (u <= budget or first):
+    if (budget > 0) if r.chunked_prefill else (u <= budget or first):
         # every resident block of its prompt is referenced, not taken: the leading ones, and
         # any resident beyond a hole that freed uncomputed blocks left (see blocks.py)
         resident = 0
@@ -178,13 +178,13 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
                 if e.ref == 0:
                     cached_res += blocks
         need = (total + b - 1) // b - resident
-        if need <= bk.free_nb(r, p.kv_blocks) + r.cached - cached_res:
+        if need <= bk.free_nb(r, r.kv_blocks) + r.cached - cached_res:
             # reference what is resident, then take the rest (evicting never touches the referenced)
             for k in range(seg_off[s], seg_off[s + 1]):
                 h = bk.find_nb(tab, i, seg_key[k])
                 if h >= 0:
                     bk.ref_nb(tab[h], r, t)
-            cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks)
+            cnt[0] -= bk.take_nb(tab, heap, heap_n, rep, i, need, r.kv_blocks)
             pos = np.int64(0)  # (typed: see engine.NONE)
             for k in range(seg_off[s], seg_off[s + 1]):
                 h = bk.find_nb(tab, i, seg_key[k])
@@ -202,7 +202,7 @@ def _admit_nb(tab, heap, heap_n, rep, i, s, req, t, p, seg_key, seg_len, seg_off
             q.m = m
             q.u = u
             q.c = 0
-            x = min(u, budget) if p.chunked_prefill else u
+            x = min(u, budget) if r.chunked_prefill else u
         else:
             x = 0
     hold((tab, heap, heap_n, rep, seg_key, seg_len, seg_off, cnt, found))
@@ -276,7 +276,7 @@ def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
     # 1. growth: the decoding sequences whose KV crosses a block boundary now (those of
     # residue j mod b) each take a block — all at once when the pool has them
     need = grow[i, j % b]
-    gone = bk.take_nb(tab, heap, heap_n, rep, i, need, p.kv_blocks)  # (need 0: nothing)
+    gone = bk.take_nb(tab, heap, heap_n, rep, i, need, r.kv_blocks)  # (need 0: nothing)
     if gone >= 0:
         cnt[0] -= gone
         r.anon += need
@@ -288,7 +288,7 @@ def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             if q.state == State.DECODE and q.res == j % b:
                 settled = False  # s has its block, or has itself been preempted
                 while not settled:
-                    gone = bk.take_nb(tab, heap, heap_n, rep, i, np.int64(1), p.kv_blocks)
+                    gone = bk.take_nb(tab, heap, heap_n, rep, i, np.int64(1), r.kv_blocks)
                     if gone >= 0:
                         cnt[0] -= gone
                         r.anon += 1
@@ -306,12 +306,12 @@ def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
     r.kv_dec += n_dec  # every decoding sequence writes one more token of KV
     kv_sum = r.kv_dec
     # 2. prefill budget: continuing prefills, then admission
-    budget = p.max_batched_tokens - n_dec
+    budget = r.max_batched_tokens - n_dec
     U = 0
     Q = 0.0
     R = 0  # KV tokens the chunks attend to: Σ (m + c + x) (the roofline's memory time)
     chunks = 0
-    if p.chunked_prefill:
+    if r.chunked_prefill:
         k = 0
         while k < r.n_pre and budget > 0:
             q = req[prefill[i, k]]
@@ -325,14 +325,14 @@ def _start_nb(tab, heap, heap_n, due, due_n, grow, rep, req, prefill, i, t, p, s
             k += 1
     first = np.bool_(True)  # (typed: a literal would compile _admit_nb twice)
     admitting = not preempted
-    while admitting and r.n_wait > 0 and (r.n_run < p.max_batch or req[r.w_head].pd == PdStage.HANDOFF):
+    while admitting and r.n_wait > 0 and (r.n_run < r.max_batch or req[r.w_head].pd == PdStage.HANDOFF):
         s = r.w_head
         if req[s].pd == PdStage.HANDOFF:  # disaggregation: a decode replica allocates for a transfer
             admitting = pd_allocate_nb(tab, heap, heap_n, rep, req, i, s, t, p, seg_key, seg_len, seg_off, cnt, found,
                                        mt, links)
             continue
         if req[s].pd == PdStage.TRANSFERRED:  # ... and, its KV received, computes its last prompt token
-            admitting = (budget > 0) if p.chunked_prefill else (1 <= budget or first)
+            admitting = (budget > 0) if r.chunked_prefill else (1 <= budget or first)
             if admitting:
                 _pd_admit_nb(rep, req, prefill, i, s, cnt)
                 U += 1
@@ -441,11 +441,12 @@ def _pd_prefilled_nb(rep, req, i, s, t, hand, n_hand):
 
 
 @nb.njit(**JIT)
-def step_cpu_nb(p, members):
-    """The CPU time (ms) of a step that schedules ``members`` sequences, besides its step
-    cost: ``step_cpu_ms + step_cpu_ms_per_seq · members`` (docs/model.md "The engine
-    loop's timing"; 0 by default, and ``x + 0.0`` is ``x``, so a duration is unchanged)."""
-    return p.step_cpu_ms + p.step_cpu_ms_per_seq * members
+def step_cpu_nb(r, members):
+    """The CPU time (ms) of a step of replica record r that schedules ``members``
+    sequences, besides its step cost: ``step_cpu_ms + step_cpu_ms_per_seq · members`` of
+    its pool (docs/model.md "The engine loop's timing"; 0 by default, and ``x + 0.0`` is
+    ``x``, so a duration is unchanged)."""
+    return r.step_cpu_ms + r.step_cpu_ms_per_seq * members
 
 
 @nb.njit(**JIT)
@@ -455,13 +456,14 @@ def step_ms_nb(r, p, mt, t, n_dec, kv_sum, U, Q, R, chunks):
     ``U`` prefill tokens computed, ``Q`` prefill attention pairs, ``R`` KV tokens the
     prefill chunks attend to (tokens), ``n_dec`` decoding sequences and ``kv_sum`` their
     KV (``K``, tokens), ``chunks`` prefill chunks. ``d = f · cost`` with ``cost`` the
-    run's step cost (routesim.step_cost; linear, §2 step 3: the sum left to right) and
+    replica's step cost (its pool's, REPLICA's settings; routesim.step_cost; linear, §2
+    step 3: the sum left to right) and
     ``f`` the time factor, the slowdown in force and the cold factor at t, plus the engine
     loop's CPU time of the step (:func:`step_cpu_nb`, not scaled by ``f``)."""
     f = r.factor * r.slowdown
     if r.cold:
         f = f * (1.0 + (p.cold_factor - 1.0) * ieee_math.exp(-(t - r.t_up) / p.cold_tau_ms))
-    d = f * step_cost.duration_nb(p.step_cost, p.cost, U, Q, n_dec, kv_sum, R) + step_cpu_nb(p, n_dec + chunks)
+    d = f * step_cost.duration_nb(r.step_cost, r.cost, U, Q, n_dec, kv_sum, R) + step_cpu_nb(r, n_dec + chunks)
     if in_window_nb(t, p):
         mt.busy_ms += d
         mt.batch_ms += (n_dec + chunks) * d
@@ -704,7 +706,8 @@ STATE = Reserve
 """(Bound to the module under its own name, ``Reserve``, so that pickle finds the class
 by reference: Numba's cache pickles a cached kernel's return type, and a class it cannot
 find by name is pickled by value, so that a ``state_nb`` loaded from the cache returns
-instances of a copy the scheduler registry does not know.) ``scheduler = "reserve"``'s own arrays: ``due`` (replicas, 2·max_batch + 16) DUE and
+instances of a copy the scheduler registry does not know.) ``scheduler = "reserve"``'s own arrays (``max_batch``: the
+largest of the run's replicas, ``PARAMS.most_batch``): ``due`` (replicas, 2·max_batch + 16) DUE and
 ``due_n`` (replicas,) the decode schedules (:mod:`.schedule`), ``grow`` (replicas,
 block_tokens) the decoding sequences of each residue, ``prefill`` (replicas, max_batch)
 the prefilling sequences, ``found`` (the most segments of a prompt,) admission's scratch."""
@@ -724,10 +727,10 @@ def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     """The scheduler's state for a run of ``p`` (PARAMS) on ``nrep`` replicas, and the
     prompt segments the run sees (the requests' own: seg_key/seg_len, request k's at
     ``seg_off[k]:seg_off[k + 1]``)."""
-    due = np.zeros((nrep, 2 * p.max_batch + 16), DUE)
+    due = np.zeros((nrep, 2 * p.most_batch + 16), DUE)
     due_n = np.zeros(nrep, np.int64)
     grow = np.zeros((nrep, p.block_tokens), np.int64)
-    prefill = np.empty((nrep, p.max_batch), np.int64)
+    prefill = np.empty((nrep, p.most_batch), np.int64)
     found = np.zeros(segments_most_nb(seg_off), np.bool_)
     return STATE(due, due_n, grow, prefill, found), seg_key, seg_len, seg_off
 
@@ -776,12 +779,12 @@ def start_nb(X, S, i, t, p, mt):
     nothing is done: the engine grows the table and calls again)."""
     r = S.rep[i]
     need = X.grow[i, r.started % p.block_tokens]
-    if decodes_on_nb(r, need, p.kv_blocks):
+    if decodes_on_nb(r, need, r.kv_blocks):
         integrate_nb(r, t, p)
         _decode_next_nb(r, p, mt, t, need)  # decoding only, new blocks free: no call into the pool
         return np.int64(0)
     # room in the table for every admission this start can make
-    room = S.cnt[0] + (r.n_wait if p.prefill_replicas > 0 else min(r.n_wait, p.max_batch - r.n_run)) * S.most
+    room = S.cnt[0] + (r.n_wait if p.prefill_replicas > 0 else min(r.n_wait, r.max_batch - r.n_run)) * S.most
     if 2 * room > S.tab.shape[0]:
         return room
     integrate_nb(r, t, p)
@@ -799,7 +802,7 @@ def decode_on_nb(X, S, i, t, p, mt):
     if not emits_only_nb(r, X.due_n[i], X.due[i, 0].j):
         return False
     need = X.grow[i, r.started % p.block_tokens]
-    if not decodes_on_nb(r, need, p.kv_blocks):
+    if not decodes_on_nb(r, need, r.kv_blocks):
         return False
     integrate_nb(r, t, p)
     emit_decoding_nb(r, p, mt, t, S.gap_ms, S.gap_n, S.n_gap)

@@ -40,7 +40,7 @@ def eligible_nb(rep, p, ejected_until, ro, t, s, req, failed, avoid, cand, pool)
     for c in range(pool.shape[0]):
         i = pool[c]
         r = rep[i]
-        if r.healthy and r.n_wait + r.n_tr < p.waiting_cap and math.isinf(ejected_until[ro, i]) and t >= r.ready_ms:
+        if r.healthy and r.n_wait + r.n_tr < r.waiting_cap and math.isinf(ejected_until[ro, i]) and t >= r.ready_ms:
             cand[ne] = i
             ne += 1
     if avoid and req[s].n_failed > 0:
@@ -115,13 +115,13 @@ def seen_hits_nb(tab, snap, loc, p, ro, cand, nc, nrep, s, seg_key, seg_len, seg
     if lazy:
         for c in range(nc):
             x = v[cand[c]]
-            if not score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp) > bound:
+            if not score_nb(kind, p, x.o, x.tau, x.ref, x.blocks, x.hit, prompt, allowance, x.ramp) > bound:
                 tied += 1
     for c in range(nc):
         i = cand[c]
         if lazy:
             x = v[i]
-            if tied < 2 or score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp) > bound:
+            if tied < 2 or score_nb(kind, p, x.o, x.tau, x.ref, x.blocks, x.hit, prompt, allowance, x.ramp) > bound:
                 continue
         lead = 0
         for k in range(seg_off[s], seg_off[s + 1]):
@@ -180,6 +180,7 @@ def _score_nb(tab, snap, loc, pub, locc, rep, p, s, t, nc, cand, wl_P, wl_key, s
         i = cand[c]
         x = v[i]
         x.o, x.tau, x.ref, x.res = view_nb(rep, p, ro, i, pub, locc)
+        x.blocks = rep[i].kv_blocks
         x.ramp = 0.0
         if ramped and t - rep[i].t_e < p.slow_start_ms:
             x.ramp = max(p.slow_start_min_weight,
@@ -270,8 +271,8 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
     window = in_window_nb(t, p)
     if window:
         r.assigned += 1
-        r.occ_sum += (r.anon + r.idref) / p.kv_blocks
-        if 10 * (r.anon + r.idref) > 9 * p.kv_blocks:    # occupancy > 0.9, in integers
+        r.occ_sum += (r.anon + r.idref) / r.kv_blocks
+        if 10 * (r.anon + r.idref) > 9 * r.kv_blocks:    # occupancy > 0.9, in integers
             r.occ_high += 1
     r.placed += 1
     if r.fail_fast:

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .dtypes import EVENT, METRICS, PARAMS, REPLICA, Admission, PairRoute, Scheduler, Score, Signals
+from .dtypes import EVENT, METRICS, PARAMS, REPLICA, SETTING_NAMES, Admission, PairRoute, Role, Scheduler, Score, Signals
 from .. import step_cost
 from . import pd_keys
 from .pools import roles
 from .engine import run_batch
-from .params import LOOP_PARAMS, MODEL
+from .params import LOOP_PARAMS, MODEL, TOKEN_PARAM
 from .policies import NAMES, PARAMS as POLICY_PARAMS, uniforms_per_decision
 from .workload import TokenWorkload
 
@@ -39,9 +39,7 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["policy"] = NAMES[policy]
     p["score"] = Score[str(v["score"]).upper()]
     p["n_replicas"] = n_replicas
-    p["waiting_cap"] = UNBOUNDED if math.isinf(v["waiting_cap"]) else v["waiting_cap"]
-    for name in ("max_batch", "kv_blocks", "block_tokens", "max_batched_tokens"):
-        p[name] = v[name]
+    p["block_tokens"] = v["block_tokens"]
     for prm in RECORDED:  # the policies' numbers, each in the field of its name
         p[prm.name] = v[prm.name]
     for name in ("cold_factor",
@@ -56,7 +54,6 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     if p["period_ms"] == 0:  # a periodic mode with period 0 is fresh
         p["signal_mode"] = Signals.FRESH
     p["admission_mode"] = Admission[str(v["admission_mode"]).upper()]
-    p["chunked_prefill"] = bool(v["chunked_prefill"])
     p["scheduler"] = Scheduler[str(v.get("scheduler", "reserve")).upper()]
     if p["scheduler"] == Scheduler.VLLM and v.get("async_scheduling", False):
         p["scheduler"] = Scheduler.VLLM_ASYNC  # vLLM's asynchronous loop (vllm_async_replica.py)
@@ -66,10 +63,12 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     for name in LOOP_PARAMS:  # the engine loop's timing (0: none)
         p[name] = v.get(name, 0.0)
     _pools_row(p, v, policy)
-    form = str(v["step_cost"])
-    p["step_cost"] = step_cost.BY_NAME[form].CODE
-    coef = step_cost.coefficients(form, v)
-    p["cost"][:len(coef)] = coef
+    own = {name: v.get(name, TOKEN_PARAM[name].default) for name in pd_keys.POOL_KEYS}
+    _settings_row(p, "", own)
+    for role in pd_keys.ROLES:  # each pool's: its own where set, else the run's
+        _settings_row(p, f"{role}_", {n: v.get(pd_keys.pool_name(role, n), x) for n, x in own.items()})
+    for name, most in (("max_batch", "most_batch"), ("kv_blocks", "most_kv_blocks")):  # the kernel's scratch
+        p[most] = max(p[f"{r}_{name}"] for r in pd_keys.ROLES) if p["prefill_replicas"] > 0 else p[name]
     p["warmup_ms"] = v["warmup_s"] * 1000.0
     p["horizon_ms"] = (v["warmup_s"] + v["measure_s"]) * 1000.0
     p["limit_ms"] = p["horizon_ms"] + v["drain_s"] * 1000.0
@@ -83,6 +82,21 @@ def params_row(values: dict, policy: str, *, n_replicas: int, event_start: int =
     p["event_count"] = event_count
     p["workload"] = workload
     return p
+
+
+def _settings_row(p, prefix: str, v: dict):
+    """The replica settings (dtypes.SETTINGS) of PARAMS record ``p`` whose names start
+    with ``prefix`` ("": the run's, "prefill_", "decode_": a pool's) from ``v``
+    (pd_keys.POOL_KEYS -> value): ``waiting_cap`` inf as UNBOUNDED, the step cost as its
+    code and coefficient vector."""
+    p[prefix + "waiting_cap"] = UNBOUNDED if math.isinf(v["waiting_cap"]) else v["waiting_cap"]
+    for name in ("max_batch", "kv_blocks", "max_batched_tokens", "step_cpu_ms", "step_cpu_ms_per_seq"):
+        p[prefix + name] = v[name]
+    p[prefix + "chunked_prefill"] = bool(v["chunked_prefill"])
+    form = str(v["step_cost"])
+    p[prefix + "step_cost"] = step_cost.BY_NAME[form].CODE
+    coef = step_cost.coefficients(form, v)
+    p[prefix + "cost"][:len(coef)] = coef
 
 
 def _pools_row(p, v: dict, policy: str):
@@ -169,11 +183,17 @@ def router_draws(policy: str, choices: int, requests: int, max_attempts: int = 1
 
 def replica_records(params: np.ndarray, factors: np.ndarray) -> np.ndarray:
     """The runs' replicas as the engine starts them: (runs, replicas) REPLICA with the
-    stage's inputs set, each replica's time factor (``factors`` (runs, replicas)) and
-    its role (``params`` (runs,) PARAMS: ``prefill_replicas``, routesim/batching/pools.py)."""
+    stage's inputs set, each replica's time factor (``factors`` (runs, replicas)), its
+    role (``params`` (runs,) PARAMS: ``prefill_replicas``, routesim/batching/pools.py)
+    and its pool's settings (dtypes.SETTINGS: a co-located replica the run's, a prefill
+    or decode replica its pool's ``prefill_<name>`` or ``decode_<name>``)."""
     rep = np.zeros(factors.shape, REPLICA)
     rep["factor"] = factors
     rep["role"] = roles(params["prefill_replicas"], factors.shape[1])
+    for role, prefix in ((Role.COLOCATED, ""), (Role.PREFILL, "prefill_"), (Role.DECODE, "decode_")):
+        at = rep["role"] == role
+        for name in SETTING_NAMES:
+            rep[name][at] = np.broadcast_to(params[prefix + name][:, None], rep[name].shape)[at]
     return rep
 
 

@@ -181,7 +181,7 @@ def run(sweep, stage, g, selected, interval_ms: float) -> xr.Dataset:
     k = max(1, int(round(THROUGHPUT_WINDOW_MS / interval_ms)))
     before = np.concatenate([np.zeros((runs, k), np.int64), tokens], axis=1)[:, :n_s]
     tput = (tokens - before) / (k * interval_ms / 1000.0)
-    kv_blocks = g.params["kv_blocks"].astype(np.float64)[:, None, None]
+    kv_blocks = replica_records(g.params, g.factors)["kv_blocks"].astype(np.float64)[:, None, :]  # its pool's
     rd = ["time", "replica"]
     data = {
         "waiting": var("waiting", per("waiting"), rd),

@@ -31,9 +31,9 @@ def tie_hash_nb(h, i):
 
 
 @nb.njit(**JIT)
-def score_nb(kind, p, o, tau, ref, hit, prompt, allowance, ramp):
+def score_nb(kind, p, o, tau, ref, blocks, hit, prompt, allowance, ramp):
     """The lower-is-better score ``kind`` (a Score code) of a replica seen with o_i,
-    τ_i, referenced blocks and the request's hit (``prompt`` P_r, ``allowance`` its A:
+    τ_i, referenced blocks (of its pool's ``blocks``: kv_blocks) and the request's hit (``prompt`` P_r, ``allowance`` its A:
     O_r when allowance_tokens = "exact"), through the slow-start ramp when
     ``ramp > 0``: (score + 1) / ramp. (Scalars: no array crosses the call.)"""
     if kind == Score.REQUESTS:
@@ -41,7 +41,7 @@ def score_nb(kind, p, o, tau, ref, hit, prompt, allowance, ramp):
     elif kind == Score.TOKENS:
         s = float(tau + prompt + allowance)
     elif kind == Score.KV:
-        s = ref / p.kv_blocks
+        s = ref / blocks
     else:  # cost: w·(ceil(P/b) − hit) + referenced
         s = p.prefill_weight * ((prompt + p.block_tokens - 1) // p.block_tokens - hit) + ref
     if ramp > 0.0:
@@ -56,7 +56,7 @@ def tie_bound_nb(kind, cand, nc, p, v, prompt, allowance):
     best = math.inf
     for k in range(nc):
         x = v[cand[k]]
-        s = score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp)
+        s = score_nb(kind, p, x.o, x.tau, x.ref, x.blocks, x.hit, prompt, allowance, x.ramp)
         if s < best:
             best = s
     hold((cand, v))
@@ -72,7 +72,7 @@ def argmin_tied_nb(kind, cand, nc, p, v, prompt, allowance, h):
     for k in range(nc):
         i = cand[k]
         x = v[i]
-        if score_nb(kind, p, x.o, x.tau, x.ref, x.hit, prompt, allowance, x.ramp) > bound:
+        if score_nb(kind, p, x.o, x.tau, x.ref, x.blocks, x.hit, prompt, allowance, x.ramp) > bound:
             continue
         if pick < 0 or x.hit > v[pick].hit or (
                 x.hit == v[pick].hit and tie_hash_nb(h, i) < tie_hash_nb(h, pick)):
