@@ -470,3 +470,39 @@ def test_the_example_sweep_prints_the_pd_columns(tmp_path, monkeypatch, capsys):
         assert (ds.transfer_count > 0).all() and (ds.ttft_transfer_p50 >= 1.0).all()
         assert (ds.disaggregated_share == 1.0).all()
         assert ds.link_utilization.dims[-1] == "replica"
+
+
+def test_the_pools_of_gpus_example(tmp_path, monkeypatch, capsys):
+    """sweeps/pools-of-gpus.toml (shrunk to a 2 s warm-up, 4 s window, one seed) through
+    the command line in process: the co-located stage's table has no disaggregation
+    column, the split stages' have them; the slow-decode stage's Dataset records the
+    decode pool's keys the file sets (its form, its blocks), the model description
+    instead of the KV bytes, and no prefill pool key (it sets none); and its decode pool,
+    at 1.6 times the linear cost's coefficients where the alike stage's decodes on the
+    H100 roofline (a decode step of a few sequences: 6.5·1.6 + … ms against 4 + 5.99 +
+    … ms), gives every request a slower time per output token at each load."""
+    import xarray as xr
+
+    from routesim.batching import pd_keys
+    from routesim.batching.summary import PD_HEADERS
+    from routesim.sweep import main
+
+    text = (Path(__file__).parents[1] / "sweeps" / "pools-of-gpus.toml").read_text()
+    for old, new in (("warmup_s = 30 ", "warmup_s = 2 "), ("measure_s = 60", "measure_s = 4"),
+                     ("count = 2", "count = 1"), ("../examples/", str(Path(__file__).parents[1] / "examples") + "/")):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "gpus.toml"
+    path.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main([str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    tables = capsys.readouterr().out.split("stage ")[1:]
+    assert [t.split(":")[0] for t in tables] == ["co-located", "1", "1"]  # "1:3-alike", "1:3-slow-decode"
+    assert not any(h in tables[0] for h in PD_HEADERS) and all(h in tables[2] for h in PD_HEADERS)
+    slow = xr.open_dataset(tmp_path / "out" / "1:3-slow-decode.nc")
+    alike = xr.open_dataset(tmp_path / "out" / "1:3-alike.nc")
+    assert (slow.attrs["decode_step_cost"], slow.attrs["decode_kv_blocks"]) == ("linear", 8192)
+    assert slow.attrs["kv_model"].endswith("llama-3.1-8b-h100.toml") and "kv_bytes_per_token" not in slow.attrs
+    assert not {pd_keys.pool_name("prefill", n) for n in pd_keys.POOL_KEYS} & set(slow.attrs)
+    assert slow.attrs["step_cost"] == "roofline" and "decode_step_cost" not in alike.attrs
+    assert (slow.tpot_p50 > alike.tpot_p50).all()

@@ -288,7 +288,7 @@ def to_dataset(sweep: Sweep, grid: Grid, outcome: Outcome, selected: dict) -> xr
     attrs.update(selected_attrs(stage, selected))
     unused = unused_params(stage.values, stage.given)
     for p in m.params:  # parameters that are not dimensions, with their value (if some run uses it)
-        if p.name not in grid.coords and p.name not in unused and (p.name in stage.given or not p.inherit):
+        if p.name not in grid.coords and p.name not in unused and (not p.inherit or p.name in stage.given or p.name in stage.inherit):
             v = stage.values[p.name][0] if p.name not in stage.inherit else selected[p.name]
             if p.default_when and p.name not in stage.given and p.name not in stage.inherit:
                 v = _run_default_attr(p, resolve(stage, selected))

@@ -145,10 +145,11 @@ too)."""
 def unused(values) -> set:
     """The keys no run of a stage uses (``values``: parameter -> tuple of values): all
     of them when no run has a prefill pool, so that a co-located stage's Dataset does
-    not record them; ``kv_bytes_per_token`` when the bytes come from ``link.model``."""
+    not record them; of the link's bytes, ``kv_bytes_per_token`` when they come from
+    ``link.model``, else ``link.model``."""
     if values["prefill_replicas"] == (0,):
         return set(NAMES)
-    return {"kv_bytes_per_token"} if values["kv_model"] != ("",) else set()
+    return {"kv_bytes_per_token"} if values["kv_model"] != ("",) else {"kv_model"}
 
 
 def forms(values, given) -> set:
