@@ -28,7 +28,7 @@ import routesim
 import token_reference as ref
 from routesim import traces
 from routesim.batching import runs as br
-from routesim.batching.dtypes import KEPT, METRICS, REPLICA, Fate
+from routesim.batching.dtypes import KEPT, METRICS, Fate
 from routesim.batching.engine import no_timeline, run_args, run_one_nb
 from routesim.batching.workload import from_replay, generate
 from test_token_config import BASE, assert_refused, bad, run_cli  # noqa: F401 (a fixture)
@@ -179,8 +179,7 @@ def _records(wl, values, factors, policy="least_tokens", seed=1):
     count = br.router_draws(policy, values["choices"], len(wl), values["max_attempts"])
     from routesim.arrivals import router_stream
     ru = router_stream(seed, count)
-    rep = np.zeros(len(factors), REPLICA)
-    rep["factor"] = factors
+    rep = br.replica_records(p.reshape(1), np.array([factors], float))[0]  # factors, roles, settings
     mt = np.zeros(1, METRICS)
     keep = np.zeros(len(wl), KEPT)
     run_one_nb(mt=mt[0:1][0], **dict(no_timeline(len(factors)), keep=keep),

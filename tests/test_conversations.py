@@ -143,14 +143,13 @@ def _conv(values, rate, seed, cp):
 def _records(wl, values, factors, policy="round_robin", seed=1, events=()):
     """The engine's run with its per-request records: (METRICS record, KEPT (requests,))."""
     from routesim.arrivals import router_stream
-    from routesim.batching.dtypes import KEPT, METRICS, REPLICA
+    from routesim.batching.dtypes import KEPT, METRICS
     from routesim.batching.engine import no_timeline, run_args, run_one_nb
     p = br.params_row(values, policy, n_replicas=len(factors), event_count=len(events))
     packed = br.Packed.of([wl])
     count = br.router_draws(policy, values["choices"], len(wl), values["max_attempts"])
     ru = router_stream(seed, count)
-    rep = np.zeros(len(factors), REPLICA)
-    rep["factor"] = factors
+    rep = br.replica_records(p.reshape(1), np.array([factors], float))[0]  # factors, roles, settings
     mt = np.zeros(1, METRICS)
     keep = np.zeros(len(wl), KEPT)
     run_one_nb(mt=mt[0:1][0], **dict(no_timeline(len(factors)), keep=keep),

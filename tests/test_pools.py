@@ -33,13 +33,32 @@ def test_the_routers_choose_within_the_pool():
     """Every replica is up, ready and has room: the eligible set is the pool, and a
     replica outside it is never a candidate."""
     rep = replicas([Role.PREFILL, Role.DECODE, Role.PREFILL, Role.DECODE])
+    rep["waiting_cap"] = 8  # each replica's own (its pool's, runs.replica_records)
     p = np.zeros(1, PARAMS)[0]
-    p["waiting_cap"] = 8
     req = np.zeros(1, REQUEST)
     ej_until = np.full((1, 4), np.inf)
     failed = np.full((1, 1), -1, np.int64)
     cand = np.full(4, -1, np.int64)
     for role, expected in ((Role.PREFILL, [0, 2]), (Role.DECODE, [1, 3])):
+        pool = members_nb(rep, np.int64(role))
+        ne = eligible_nb(rep, p, ej_until, np.int64(0), 0.0, np.int64(0), req, failed, False, cand, pool)
+        assert list(cand[:ne]) == expected
+
+
+def test_a_replica_is_gated_by_its_own_pools_waiting_cap():
+    """The waiting cap a router tests a replica against is the replica's own (its pool's
+    ``waiting_cap``), not the run's: a prefill replica whose cap its one waiting attempt
+    fills is not eligible, while the decode replicas, whose cap is larger, are."""
+    rep = replicas([Role.PREFILL, Role.DECODE, Role.DECODE])
+    rep["waiting_cap"] = [1, 4, 4]
+    rep["n_wait"] = 1
+    p = np.zeros(1, PARAMS)[0]
+    p["waiting_cap"] = 8  # the run's [replica] value: not the one read
+    req = np.zeros(1, REQUEST)
+    ej_until = np.full((1, 3), np.inf)
+    failed = np.full((1, 1), -1, np.int64)
+    cand = np.full(3, -1, np.int64)
+    for role, expected in ((Role.PREFILL, []), (Role.DECODE, [1, 2])):
         pool = members_nb(rep, np.int64(role))
         ne = eligible_nb(rep, p, ej_until, np.int64(0), 0.0, np.int64(0), req, failed, False, cand, pool)
         assert list(cand[:ne]) == expected

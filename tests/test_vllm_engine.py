@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
 
 from conformance import record  # noqa: E402
 from routesim.batching import runs as br  # noqa: E402
-from routesim.batching.dtypes import KEPT, METRICS, REPLICA, Fate  # noqa: E402
+from routesim.batching.dtypes import KEPT, METRICS, Fate  # noqa: E402
 from routesim.batching.engine import run_one_nb  # noqa: E402
 from routesim.batching import vllm_async_replica, vllm_replica  # noqa: E402
 from routesim.batching.workload import TokenWorkload, segments_from_ids  # noqa: E402
@@ -103,8 +103,7 @@ def run_engine(cases):
     packed = br.Packed.of(wls)
     params = np.concatenate([br.params_row(case_values(c), "round_robin", n_replicas=1).reshape(1)
                              for c in cases])
-    rep = np.zeros((len(cases), 1), REPLICA)
-    rep["factor"] = 1.0
+    rep = br.replica_records(params, np.ones((len(cases), 1)))  # factors, roles, settings
     metrics = np.zeros(len(cases), METRICS)
     keep = np.zeros(packed.off[-1], KEPT)
     asynchronous = {bool(c["replica"].get("async_scheduling", False)) for c in cases}
