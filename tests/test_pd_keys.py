@@ -54,17 +54,6 @@ BAD = [
         pools("prefill = 1\ndecode = 2"), ('name = "policies"', 'name = "policies"\ndecode_replicas = 1')),
     bad("vllm-mode", "pools.prefill", 'need scheduler = "reserve"', pools("prefill = 1\ndecode = 2"),
         ("chunked_prefill = true", 'chunked_prefill = true\nscheduler = "vllm"')),
-    # what the engine does not simulate with pools yet (pd_keys.LATER; fast-failure events: config/checks.py)
-    bad("pools-with-front-door", "router.admission.max_tokens", "not simulated yet",
-        pools("prefill = 1\ndecode = 2\n\n[router]\nadmission = { max_tokens = 9000 }")),
-    bad("pools-with-closed-loop", "workload.max_in_flight", "not simulated yet",
-        pools("prefill = 1\ndecode = 2"), ("p_long = 0.02", "p_long = 0.02\nmax_in_flight = 4")),
-    bad("pools-with-ingress", "replica.ingress_ms", "not simulated yet",
-        pools("prefill = 1\ndecode = 2"), ("chunked_prefill = true", "chunked_prefill = true\ningress_ms = 2")),
-    bad("pools-with-ingress-per-token", "replica.ingress_ms_per_token", "an ingress delay with prefill/decode pools",
-        pools("prefill = 1\ndecode = 2"), ("chunked_prefill = true", "chunked_prefill = true\ningress_ms_per_token = 0.01")),
-    bad("pools-with-fast-failure", "scenarios.slow.events[1]", "fast failures with prefill/decode pools are not",
-        pools("prefill = 1\ndecode = 2"), (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 1, fail_fast = true }")),
 ]
 
 TWO = "prefill = 1\ndecode = 2"
@@ -121,8 +110,8 @@ def test_bad_pools_keys(tmp_path, run_cli, text, key, fragment):
 
 
 def test_a_well_formed_pool_is_accepted():
-    """Every [pools] key given, with scheduler = "reserve" and nothing :data:`pd_keys.LATER`
-    names: the stage parses with its values (the engine simulates it: tests/test_pd_engine.py)."""
+    """Every [pools] key given, with scheduler = "reserve": the stage parses with its
+    values (the engine simulates it: tests/test_pd_engine.py)."""
     stage = routesim.parse_sweep(edit(WELL_FORMED), "ok.toml").stages[0]
     v = stage.values
     assert (v["prefill_replicas"], v["decode_replicas"], v["pair_route"]) == ((1,), (2,), ("selective",))
@@ -139,6 +128,25 @@ def test_crashes_and_deadlines_with_pools_are_accepted():
                              "{ at_s = 2.6, replica = 3, fail = true }"))
     stage = routesim.parse_sweep(text, "ok.toml").stages[0]
     assert (stage.values["timeout_ms"], stage.values["ttft_timeout_ms"]) == ((5000.0,), (300.0,))
+    assert stage.values["prefill_replicas"] == (1,)
+
+
+def test_the_client_the_front_door_the_ingress_and_black_holes_with_pools_are_accepted():
+    """``[workload] max_in_flight``, ``[router] admission``, ``[replica] ingress_ms`` and
+    ``ingress_ms_per_token``, and a ``fail_fast`` event with pools parse (the engine
+    simulates them with pairs: tests/test_pd_engine.py's closed-loop, front-door, ingress
+    and black-hole cases), where they were refused."""
+    text = edit(pools("prefill = 1\ndecode = 2"), ("p_long = 0.02", "p_long = 0.02\nmax_in_flight = 4"))
+    stage = routesim.parse_sweep(text, "ok.toml").stages[0]
+    assert stage.values["max_in_flight"] == (4,) and stage.values["prefill_replicas"] == (1,)
+    text = edit(pools('prefill = 1\ndecode = 2\n\n[router]\nadmission = { max_tokens = 9000, mode = "queue" }'))
+    stage = routesim.parse_sweep(text, "ok.toml").stages[0]
+    assert stage.values["admission_max_tokens"] == (9000.0,) and stage.values["admission_mode"] == ("queue",)
+    text = edit(pools("prefill = 1\ndecode = 2"),
+                ("chunked_prefill = true", "chunked_prefill = true\ningress_ms = 2\ningress_ms_per_token = 0.01"),
+                (SLOW_EVENT, SLOW_EVENT + ", { at_s = 2.5, replica = 1, fail_fast = true }"))
+    stage = routesim.parse_sweep(text, "ok.toml").stages[0]
+    assert (stage.values["ingress_ms"], stage.values["ingress_ms_per_token"]) == ((2.0,), (0.01,))
     assert stage.values["prefill_replicas"] == (1,)
 
 

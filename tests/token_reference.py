@@ -36,12 +36,14 @@ Prefill/decode disaggregation (issue 42): params ``prefill_replicas`` and
 docs/model.md "Prefill/decode disaggregation", read as written there (``_Sim.pd_*`` and
 ``Links``), reserve mode only, crashes, deadlines and retries included.  With pools,
 ``simulate`` adds the TTFT parts, ``transfer_count``, ``transfer_bytes``,
-``link_utilization`` and ``disaggregated_share``, and each record's way (``pd``); it
-refuses fast failures, the front door and the closed loop (ValueError).  Each pool's
+``link_utilization`` and ``disaggregated_share``, and each record's way (``pd``).  Each pool's
 replica settings (``pool_settings``): a replica of the prefill (decode) pool takes
 ``prefill_<key>`` (``decode_<key>``) for each key of ``SETTING_KEYS`` the params hold,
 else the run's ``<key>``: its KV pool, batch limits, chunking, step cost and its
-coefficients, the step's CPU time; every reading of those below is the replica's own.
+coefficients, the step's CPU time; every reading of those below is the replica's own.  The
+closed-loop client, the front door, the ingress and fast failures apply with pools as
+the page's "The closed-loop client with pools", "The front door with pools" and "The
+ingress and fast failures with pools" say.
 
 Decisions (where token-model.md is silent; the lead copies them into docs/model.md)
 -----------------------------------------------------------------------------------
@@ -2399,8 +2401,9 @@ class _Sim:
     # replica's dropped token and held blocks, the decode replica's allocation, the
     # transfer over the links (Links), the one-token prefill of the last prompt token.
     # Crashes of either side (mid-transfer too), deadlines, retries and the prefill side's
-    # lease follow the page's "Failures"; fast failures, the front door and the closed
-    # loop are a later increment: a run that asks for them with pools is refused.
+    # lease follow the page's "Failures"; the closed loop, the front door, the ingress
+    # (on the routed replica, and on the decode replica at the hand-off) and black holes
+    # (of the routed replica, or of the decode replica at the hand-off) its later paragraphs.
     # =================================================================================
     def pd_init(self):
         p = self.p
@@ -2414,12 +2417,6 @@ class _Sim:
             raise ValueError("pools need scheduler = 'reserve'")
         if p["pair_route"] not in ("independent", "selective", "transfer_aware"):
             raise ValueError(f"unknown pair_route {p['pair_route']!r}")
-        later = [k for k, v in (("fail_fast events", any(e[1] == "fail_fast" for e in self.events)),
-                                ("admission_max_tokens", p["admission_max_tokens"] < INF),
-                                ("max_in_flight", self.cap > 0),
-                                ("ingress_ms", p["ingress_ms"] + p["ingress_ms_per_token"] > 0)) if v]
-        if later:
-            raise ValueError(f"pools with {', '.join(later)}: a later increment of issue 42")
         self.role = ["prefill"] * n_p + ["decode"] * n_d
         self.links = Links(p["link_bandwidth_gb_s"] * 1e6, p["link_latency_ms"], window=(self.W, self.H))
         self.pd_held: list[Attempt] = []        # attempts whose prefill replica holds their blocks
@@ -2451,6 +2448,9 @@ class _Sim:
             r.left_at = T
             self.trace.append((T, "shed", r.index))
             return "shed"
+        limit = p["admission_max_tokens"]   # the front door: every eligible replica of both pools above it
+        if not is_retry and all(self.view(r.router, i)["tau"] > limit for i in E_p + E_d):
+            return "front_door"
         if self.in_window_open(T):
             self.pd_placements += 1
         if rule == "independent":
@@ -2527,7 +2527,18 @@ class _Sim:
         for i, attempts in front.items():
             self.replicas[i].waiting[0:0] = attempts
         for a in sorted(self.pd_handoffs, key=lambda a: a.req.index):
-            self.replicas[a.replica].waiting.append(a)
+            rep = self.replicas[a.replica]
+            ingress = self.p["ingress_ms"] + self.p["ingress_ms_per_token"] * a.P   # the decode side's API server
+            if rep.fail_fast:                       # a black-holed decode replica fails the hand-off
+                a.ff_time = T + self.p["fail_fast_ms"]
+                a.where = "ff"
+                rep.pending_ff.append(a)
+            elif ingress > 0:
+                a.join_at = T + ingress
+                a.where = "transit"
+                rep.transit.append(a)
+            else:
+                rep.waiting.append(a)
         self.pd_handoffs = []
 
     def pd_release_held(self, a: Attempt, T: float):
@@ -2553,6 +2564,10 @@ class _Sim:
         if a.pd_stage == "receiving":
             assert self.links.abort(a, T) == []
             rep.receiving.remove(a)
+        elif a.where == "transit":                  # handed off, on its way to the decode side's scheduler
+            rep.transit.remove(a)
+        elif a.where == "ff":                       # handed off to a black-holed decode replica
+            rep.pending_ff.remove(a)
         else:
             rep.waiting.remove(a)
         self.release_all(rep, a, T)
@@ -2583,7 +2598,7 @@ class _Sim:
         for a in rep.receiving:
             assert self.links.abort(a, T) == []
             victims.append(a)
-        for a in rep.waiting + rep.receiving:
+        for a in rep.waiting + rep.receiving + rep.transit + rep.pending_ff:
             self.pd_lose_decode_side(a, T)
         rep.receiving = []
         for a in victims:
@@ -2901,7 +2916,8 @@ class _Sim:
                         assert a.blocks[j].computed, (a.req.index, j, a.blocks[j])
             assert len(rep.running) <= rep.s["max_batch"]
             fresh_waiting = sum(1 for a in rep.waiting if a.g == 0 and a.admit_order < 0)
-            assert fresh_waiting + len(rep.transit) <= rep.s["waiting_cap"]
+            routed_transit = sum(1 for a in rep.transit if a.pd_stage != "handoff")   # (a hand-off: not routed)
+            assert fresh_waiting + routed_transit <= rep.s["waiting_cap"]
             if rep.down:
                 assert not rep.running and not rep.waiting and not rep.pending_ff and free == rep.kv_blocks
             for a in rep.pending_ff:

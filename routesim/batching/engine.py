@@ -214,7 +214,7 @@ def _timeouts_nb(sched, S, rep, req, timers, tn, t, p, cum, fail_req, fail_rep, 
         s = timers[tm.BLACK_HOLES, 0].req
         tm.pop_nb(timers, tn, tm.BLACK_HOLES)
         i = req[s].replica
-        sc.cancel_nb(sched, S, i, s, t, p)
+        _cancel_nb(sched, S, i, s, t, p)  # (with pools: a hand-off's prefill side leased)
         fail_req[n_fail] = s
         fail_rep[s] = i
         fail_crash[s] = False
@@ -247,8 +247,9 @@ def _timeouts_nb(sched, S, rep, req, timers, tn, t, p, cum, fail_req, fail_rep, 
 
 @nb.njit(**JIT)
 def _cancel_nb(sched, S, i, s, t, p):
-    """A deadline takes request s's attempt off replica i at t: the scheduler's cancel,
-    or with pools pd_engine.cancel_nb (wherever the attempt is on its way)."""
+    """A deadline or a black hole takes request s's attempt off replica i at t: the
+    scheduler's cancel, or with pools pd_engine.cancel_nb (wherever the attempt is on
+    its way)."""
     if p.prefill_replicas > 0:
         pe.cancel_nb(sched, S, i, s, t, p)
     else:
@@ -391,10 +392,11 @@ def _next_time_nb(p, rep, req, events, ev, wl_t, k, nf, closed, freed, rel_t, re
 
 
 @nb.njit(**JIT)
-def _pd_phase1_nb(S, pdx, t, p, marked, dirty, n_dirty):
+def _pd_phase1_nb(S, pdx, t, p, marked, dirty, n_dirty, timers, tn):
     """Phase 1's end with pools (pd_engine.phase1_nb): transfers that end at t, then
-    hand-offs; the replicas given work are marked for phase 7. Returns the marked count."""
-    m = pe.phase1_nb(S, pdx, t, p)
+    hand-offs (in transit on the ``TRANSIT`` heap with an ingress time); the replicas
+    given work are marked for phase 7. Returns the marked count."""
+    m = pe.phase1_nb(S, pdx, t, p, timers, tn)
     for k in range(m):
         n_dirty = _mark_nb(marked, dirty, n_dirty, pdx.touched[k])
     return n_dirty
@@ -436,7 +438,9 @@ def _route_any_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, sent, wl_
 def _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off):
     """Request s placed on its prefill replica at t is paired with decode replica i_d
     (pd_engine.paired_nb); with periodic_local its router counts it there too. Returns
-    the view entries added."""
+    the view entries added (none when i_d is -1: not paired)."""
+    if i_d < 0:
+        return np.int64(0)
     pe.paired_nb(rep, req, p, s, i_d, t)
     if p.signal_mode == Signals.PERIODIC_LOCAL:
         return add_local_nb(snap, loc, locc, req, p, s, i_d, nrep, seg_key, seg_len, seg_off)
@@ -693,7 +697,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                     _completed_nb(done_log, done_ro, done_t, req, rw, brk, ain, rin, i, t, before, n_done, p, timers, tn,
                                   wl_next, wl_think)
             if paired:  # transfers that end, then hand-offs
-                n_dirty = _pd_phase1_nb(S, pdx, t, p, marked, dirty, n_dirty)
+                n_dirty = _pd_phase1_nb(S, pdx, t, p, marked, dirty, n_dirty, timers, tn)
             # (2) scenario events at t, in order
             if ev < n_ev and events[ev].t_ms == t:
                 ev, n_fail, recovered = _events_nb(sched, S, rep, cnt, due_req, events, ev, t, p, fail_req, fail_rep,
@@ -737,9 +741,9 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         best = ro
                 if best >= 0:
                     s = f_head[best]
-                    i, ru_pos = route_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, sent, wl_P, wl_key,
-                                         seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand,
-                                         views, pool)
+                    i, i_d, ru_pos = _route_any_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, sent, wl_P,
+                                                   wl_key, seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until,
+                                                   failed, cand, views, pool, paired, pdx)
                     if i == -2:
                         blocked |= 1 << best
                     else:
@@ -750,6 +754,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, sent, timers, tn, cursor, ain,
                                  cum, mt)
                         n_dirty = _mark_nb(marked, dirty, n_dirty, i)
+                        loc_n += _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off)
                         if local and i >= 0:  # room made before this time
                             loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             # ... then retries and arrivals due at t, in request order
@@ -812,8 +817,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                         rin[req[s].router] -= 1
                     place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, sent, timers, tn, cursor, ain, cum, mt)
                     n_dirty = _mark_nb(marked, dirty, n_dirty, i)
-                    if i_d >= 0:
-                        loc_n += _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off)
+                    loc_n += _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off)
                     if local and i >= 0:  # room made before this time
                         loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
             if tn[tm.TRANSIT] > 0:  # phase 7, first: the attempts in transit that join now (ingress)

@@ -29,10 +29,14 @@ Failures (docs/model.md "Failures: every request in exactly one outcome"):
   cancellation) keeps the blocks ``lease_ms`` more (:func:`phase1_nb` releases them
   first, at that time).
 
+The closed-loop client is the loop's, unchanged (a pair serves one request: one slot);
+the front door looks at both pools (:func:`_front_door_nb`, from :func:`route_pair_nb`);
+the ingress and a black hole apply at the routing (router.place_nb) and again at the
+hand-off (:func:`phase1_nb`): docs/model.md "The closed-loop client with pools" and
+after.
+
 The state of one run is a :data:`PDX` (:func:`state_nb`). A co-located run (no prefill
-pool) builds an empty one and never calls these functions. Not simulated yet (refused
-by pd_keys.check_stage and config/checks.py): fast failures, the front door and the
-closed loop with pools.
+pool) builds an empty one and never calls these functions.
 """
 
 import math
@@ -47,11 +51,12 @@ from ..ranks import of_selected_nb
 from . import pd
 from . import scheduler as sc
 from .dtypes import Fate, PairRoute, PdStage, State
+from .ingress import send_nb
 from .lists import push_back_nb, push_front_nb
 from .policies.scores import tie_hash_nb
 from .replica import in_window_nb, integrate_nb, mark_computed_nb, pd_allocate_nb, release_nb, tau_of_nb
 from .timers import in_flight_nb
-from .router import EVERY_HIT, decide_nb, eligible_nb, seen_hits_nb, view_nb
+from .router import EVERY_HIT, black_hole_nb, decide_nb, eligible_nb, front_door_nb, seen_hits_nb, view_nb
 
 PDX = namedtuple("PDX", ["links", "hand", "n_hand", "ended", "ended_t", "pool_p", "pool_d", "cand_d", "one",
                          "found", "count", "touched", "ls_t", "ls_rep", "ls_req", "n_ls", "wake"])
@@ -154,7 +159,9 @@ def _route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl
     P = wl_P[s]
     i_p = np.int64(-1)
     i_d = np.int64(-1)
-    if ne_p == 0 or ne_d == 0:  # shed
+    if ne_p > 0 and ne_d > 0 and not retry and _front_door_nb(rep, p, ro, cand, ne_p, cand_d, ne_d, pub, locc):
+        i_p = np.int64(-2)  # stopped at the front door: no decision, no uniform drawn
+    elif ne_p == 0 or ne_d == 0:  # shed
         first, second = (pol_p, pol_d) if p.pair_route == PairRoute.INDEPENDENT else (pol_d, pol_p)
         _, ru_pos = decide_nb(tab, snap, loc, pub, locc, rep, p, s, t, np.int64(0), cand, wl_P, wl_key, seg_key, seg_len,
                               seg_off, ru, ru_pos, cursor[ro], rw, ro, v, A, first)
@@ -188,6 +195,17 @@ def _route_pair_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, retry, wl_P, wl
     hold((tab, snap, loc, pub, locc, rep, req, wl_P, wl_key, seg_key, seg_len, seg_off, ru, cursor, rw, ej_until,
           failed, cand, v, pool_p, pool_d, cand_d, one, count))
     return i_p, i_d, ru_pos
+
+
+@nb.njit(**JIT)
+def _front_door_nb(rep, p, ro, cand, ne_p, cand_d, ne_d, pub, locc):
+    """The front door with pools (docs/model.md "The front door with pools"): True
+    when every eligible replica of both pools, cand[:ne_p] and cand_d[:ne_d], has its
+    τ_i (as seen) above ``admission_max_tokens``, as the gateway's saturation test
+    looks at every pod of the pool, prefill and decode alike."""
+    stopped = front_door_nb(rep, p, ro, cand, ne_p, pub, locc) and front_door_nb(rep, p, ro, cand_d, ne_d, pub, locc)
+    hold((rep, cand, cand_d, pub, locc))
+    return stopped
 
 
 @nb.njit(**JIT)
@@ -381,22 +399,26 @@ def _crash_nb(X, S, req, links, i, t, p, fail_req, fail_rep, fail_crash, n_fail,
 
 
 @nb.njit(**JIT)
-def phase1_nb(S, pdx, t, p):
+def phase1_nb(S, pdx, t, p, timers, tn):
     """Phase 1 after the iteration ends at t: the leases that run out at t (their
     replicas woken); the links advanced to t; the transfers
     that end at t (in end order, then start order) each to the front of its decode
     replica's waiting queue (those of one replica in that order), the prefill replica
     releasing what it held and the received blocks computed; then the hand-offs, in
-    request order, to the back of their decode replicas' waiting queues. The replicas
+    request order, to the back of their decode replicas' waiting queues, or with an
+    ingress time in transit to them (ingress.send_nb on ``timers``' TRANSIT heap: the
+    decode side's API server, as vLLM's proxy sends the request there), or to a
+    black-holed decode replica into its black hole (router.black_hole_nb). The replicas
     concerned go into ``pdx.touched`` (they may start an iteration in phase 7); returns
     their count."""
     if pdx.n_ls[0] > 0:
         _leases_end_nb(S, t, p, pdx.ls_t, pdx.ls_rep, pdx.ls_req, pdx.n_ls, pdx.wake)
-    return _phase1_nb(S, S.rep, S.req, pdx.links, pdx.ended, pdx.ended_t, pdx.hand, pdx.n_hand, pdx.touched, t, p)
+    return _phase1_nb(S, S.rep, S.req, pdx.links, pdx.ended, pdx.ended_t, pdx.hand, pdx.n_hand, pdx.touched, t, p,
+                      timers, tn)
 
 
 @nb.njit(**JIT)
-def _phase1_nb(S, rep, req, links, ended, ended_t, hand, n_hand, touched, t, p):
+def _phase1_nb(S, rep, req, links, ended, ended_t, hand, n_hand, touched, t, p, timers, tn):
     """:func:`phase1_nb` with the arrays it uses as arguments (borrowed: no reference
     counts, routesim/nrt.py)."""
     m = pd.advance_nb(links, t, ended, ended_t)
@@ -432,13 +454,16 @@ def _phase1_nb(S, rep, req, links, ended, ended_t, hand, n_hand, touched, t, p):
         s = hand[k]
         q = req[s]
         d = q.pd_d
-        push_back_nb(rep, req, d, s)
         q.replica = d
-        rep[d].tau += tau_of_nb(q)
-        touched[nt] = d
-        nt += 1
+        if rep[d].fail_fast:  # a black-holed decode replica: the hand-off fails fail_fast_ms later
+            black_hole_nb(rep[d], q, s, t, p, timers, tn)
+        elif not send_nb(rep, req, p, s, d, t, timers, tn):  # no ingress time: in the waiting queue now
+            push_back_nb(rep, req, d, s)
+            rep[d].tau += tau_of_nb(q)
+            touched[nt] = d
+            nt += 1
     n_hand[0] = 0
-    hold((rep, req, touched, ended, hand, n_hand))
+    hold((rep, req, touched, ended, hand, n_hand, timers, tn))
     return nt
 
 

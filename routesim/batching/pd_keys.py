@@ -14,13 +14,11 @@ the prefill pool, the others in the decode pool. ``prefill = 0`` (the default) i
 co-located cluster, and then no other key of the table may be given (it would be
 ignored) and no Dataset records them (:func:`unused`), so a co-located stage is what it
 was before the table existed. The compiled engine simulates a pair's way with
-``scheduler = "reserve"`` (routesim/batching/pd_engine.py); what it does not simulate
-with pools yet (:data:`LATER`; fast-failure events: config/checks.py) is refused by
-:func:`check_stage` with one line saying so.
+``scheduler = "reserve"`` (routesim/batching/pd_engine.py); ``scheduler = "vllm"`` with
+pools is refused by :func:`check_stage` with one line saying so.
 """
 
 import dataclasses
-import math
 
 
 from .. import step_cost
@@ -134,14 +132,6 @@ def model_kv_bytes(path) -> int:
     return int(round(hardware.derive(hardware.read(path))["kv_bytes_per_token"]))
 
 
-LATER = (("admission_max_tokens", "the front door"), ("max_in_flight", "a closed-loop client"),
-         ("ingress_ms", "an ingress delay"), ("ingress_ms_per_token", "an ingress delay"))
-"""Keys whose non-default value the engine does not simulate with pools yet (with what
-it would need): the front door, the closed loop, the engine loop's ingress
-(docs/model.md "Left for later increments"; the reference refuses them with pools
-too)."""
-
-
 def unused(values) -> set:
     """The keys no run of a stage uses (``values``: parameter -> tuple of values): all
     of them when no run has a prefill pool, so that a co-located stage's Dataset does
@@ -163,7 +153,7 @@ def forms(values, given) -> set:
 
 def check_stage(rd, stage, src, replicas):
     """The stage's pools against its cluster of ``replicas`` replicas, then the refusal
-    of what the engine does not simulate with pools yet."""
+    of what the engine does not simulate with pools yet (the vllm mode)."""
     v, given = stage.values, stage.given
     pooled = [n for n in v["prefill_replicas"] if n > 0]
     if not pooled:
@@ -188,10 +178,6 @@ def check_stage(rd, stage, src, replicas):
     if "vllm" in v["scheduler"]:
         rd.fail(src("prefill_replicas"), 'pools need scheduler = "reserve" (the vllm mode\'s '
                                          f'WAITING_FOR_REMOTE_KVS is a later increment) in stage {stage.name!r}')
-    for name, what in LATER:
-        if any(x != 0 and not math.isinf(x) for x in v[name]):
-            rd.fail(src(name), f"{what} with prefill/decode pools are not simulated yet (a later increment of "
-                               f"issue 42): leave this key out, or set [pools] prefill = 0, in stage {stage.name!r}")
 
 
 def _check_pool_costs(rd, stage, src):

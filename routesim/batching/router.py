@@ -276,16 +276,26 @@ def place_nb(tab, heap, heap_n, rep, req, p, s, i, t, retry, wl_t, timers, tn, c
             r.occ_high += 1
     r.placed += 1
     if r.fail_fast:
-        q.state = State.BLACKHOLE
-        q.bh_ms = t + p.fail_fast_ms
-        tm.push_nb(timers, tn, tm.BLACK_HOLES, q.bh_ms, s, q.tries)
-        r.n_bh += 1
-        r.tau_bh += q.P + q.A
+        black_hole_nb(r, q, s, t, p, timers, tn)
     elif not send_nb(rep, req, p, s, i, t, timers, tn):  # in transit, or in the waiting queue now
         push_back_nb(rep, req, i, s)
         r.tau += q.P + q.A
     if window:
         r.max_out = max(r.max_out, r.n_wait + r.n_run + r.n_bh + r.n_tr)
+
+
+@nb.njit(**JIT)
+def black_hole_nb(r, q, s, t, p, timers, tn):
+    """Request s's attempt (record ``q``) reaches black-holed replica record ``r`` at t
+    (routed there, or with pools handed off there): it fails ``fail_fast_ms`` later (the
+    ``BLACK_HOLES`` heap), counted in the replica's o_i and τ_i meanwhile (``n_bh``,
+    ``tau_bh``: P + A), holding no block."""
+    q.state = State.BLACKHOLE
+    q.bh_ms = t + p.fail_fast_ms
+    tm.push_nb(timers, tn, tm.BLACK_HOLES, q.bh_ms, s, q.tries)
+    r.n_bh += 1
+    r.tau_bh += q.P + q.A
+    hold((timers, tn))
 
 
 @nb.njit(**JIT)

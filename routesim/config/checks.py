@@ -29,7 +29,6 @@ def check_stage(rd, stage, het, scenarios, where, m):
                 + ", ".join(f"{h} has {len(het[h])}" for h in v["heterogeneity"]))
     n_rep = counts.pop()
     # the batching model's runs go on past the horizon for up to drain_s (token-model.md §7)
-    later = {m.event_kinds[k] for k in ("fail_fast",) if k in m.event_kinds}  # not with pools yet
     horizon_s = min(v["warmup_s"]) + min(v["measure_s"]) + min(v.get("drain_s", (0.0,)))
     for s in v["scenario"]:
         for ev in scenarios[s]:
@@ -37,9 +36,6 @@ def check_stage(rd, stage, het, scenarios, where, m):
                 what = "the horizon plus the drain" if "drain_s" in v else "the horizon"
                 rd.fail(_join(ev.key, "at_s"), f"an event at {ev.at_s:g} s is outside {what} of stage "
                               f"{stage.name!r} ({horizon_s:g} s)")
-            if ev.kind in later and max(v.get("prefill_replicas", (0,))) > 0:
-                rd.fail(ev.key, f"fast failures with prefill/decode pools are not simulated yet (a "
-                                f"later increment of issue 42) in stage {stage.name!r}")
             if ev.replica >= n_rep:
                 rd.fail(_join(ev.key, "replica"), f"replica {ev.replica + 1} does not exist in stage {stage.name!r} "
                               f"(replicas are 1..{n_rep})")
