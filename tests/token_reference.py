@@ -2268,6 +2268,24 @@ class _Sim:
         self.place(r, i, T)
         return "placed"
 
+    def reach(self, rep, a: Attempt, P: int, T: float):
+        """Attempt a (of a P-token prompt) reaches replica rep at T, routed there or handed
+        off to it: a black-holed replica fails it fail_fast_ms later; else, after the
+        ingress (D32: ingress_ms + ingress_ms_per_token · P, none at 0), it joins the
+        back of the waiting queue."""
+        ingress = self.p["ingress_ms"] + self.p["ingress_ms_per_token"] * P
+        if rep.fail_fast:
+            a.ff_time = T + self.p["fail_fast_ms"]
+            a.where = "ff"
+            rep.pending_ff.append(a)
+        elif ingress > 0:
+            a.join_at = T + ingress
+            a.where = "transit"
+            rep.transit.append(a)
+        else:
+            a.where = "waiting"
+            rep.waiting.append(a)
+
     def place(self, r: Request, i: int, T: float):
         p = self.p
         router = self.routers[r.router]
@@ -2289,18 +2307,7 @@ class _Sim:
             self.assigned[i] += 1
             self.occupancy_at_placement.append(rep.count(REFERENCED) / rep.kv_blocks)
             self.high_at_placement.append(rep.count(REFERENCED) / rep.kv_blocks > 0.9)
-        ingress = p["ingress_ms"] + p["ingress_ms_per_token"] * r.P   # D32
-        if rep.fail_fast:
-            a.ff_time = T + p["fail_fast_ms"]
-            a.where = "ff"
-            rep.pending_ff.append(a)
-        elif ingress > 0:
-            a.join_at = T + ingress
-            a.where = "transit"
-            rep.transit.append(a)
-        else:
-            a.where = "waiting"
-            rep.waiting.append(a)
+        self.reach(rep, a, r.P, T)
         if window:
             self.max_outstanding[i] = max(self.max_outstanding[i], len(rep.waiting) + len(rep.running)
                                           + len(rep.pending_ff) + len(rep.transit))
@@ -2527,18 +2534,7 @@ class _Sim:
         for i, attempts in front.items():
             self.replicas[i].waiting[0:0] = attempts
         for a in sorted(self.pd_handoffs, key=lambda a: a.req.index):
-            rep = self.replicas[a.replica]
-            ingress = self.p["ingress_ms"] + self.p["ingress_ms_per_token"] * a.P   # the decode side's API server
-            if rep.fail_fast:                       # a black-holed decode replica fails the hand-off
-                a.ff_time = T + self.p["fail_fast_ms"]
-                a.where = "ff"
-                rep.pending_ff.append(a)
-            elif ingress > 0:
-                a.join_at = T + ingress
-                a.where = "transit"
-                rep.transit.append(a)
-            else:
-                rep.waiting.append(a)
+            self.reach(self.replicas[a.replica], a, a.P, T)   # the decode side's API server, or its black hole
         self.pd_handoffs = []
 
     def pd_release_held(self, a: Attempt, T: float):
