@@ -415,6 +415,21 @@ need about 18,000x real time per core on two cores.
    scheduler a sweep uses (no vllm_replica.py function compiles for a "reserve" run). No
    single part is large enough to bring the example's first run from 94 s to 40 s; and
    its warm run alone takes 35-40 s (the engine's speed, the target above).
+14. **Why the vllm mode is not within 2x of reserve** (`python -m benchmarks.cpu_profile`,
+   not part of this command: it needs Linux perf). `--scale`, the 60 s runs at 10-40 req/s,
+   seeds 1-2, one thread, alternated, best of 3, on 2 idle cores: CPU per iteration =
+   a + b · mean batch with reserve a = 76 ns, b = 4.3 ns per running sequence; vllm
+   a = 300, b = 55; vllm async a = 743, b = 55. At 40 req/s (batch 22) the per-sequence
+   term is most of it. The perf profile of the vllm runs at 40 req/s (samples in
+   routesim's compiled code, a perf map of every compiled function): `hash_block_nb`
+   25.5 %, `blocks._delete_nb` 12.0 %, `vllm_blocks._evict_nb` 11.2 %, `_allocate_nb`
+   9.9 % (the KV blocks' hash map, one block at a time: a block hashed when filled, a cached
+   one evicted and its key deleted for each allocation, with cache misses on a table of
+   262,144 slots of 112 bytes), against 10.5 % for the scheduling loop that visits every
+   running sequence and 3.8 % for the step's end. The 2x target needs the map's entries
+   per run of blocks (as reserve's segments) before it needs implicit decode counters.
+   The asynchronous loop's extra fixed cost (a = 743 against 300 ns) is its own step
+   functions (`decode_on_nb`, `start_nb`, `_output_nb`, `_engine_nb`: 27 % together).
 """
 
 
