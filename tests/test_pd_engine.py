@@ -710,6 +710,23 @@ def test_random_small_pd_clusters_keep_the_books_and_match_the_reference(case):
     assert not bad, f"{policy} seed {seed} rate {rate} factors {factors} events {events} {values}:\n" + "\n".join(bad)
 
 
+def _run_shrunk(sweep, changes, tmp_path, monkeypatch, capsys):
+    """Run sweeps/``sweep`` shrunk to a 2 s warm-up and a 4 s window, with ``changes``
+    ((old, new) texts, each present) too, through the command line in process into
+    tmp_path/out: its printed tables, one text per stage."""
+    from routesim.sweep import main
+
+    text = (Path(__file__).parents[1] / "sweeps" / sweep).read_text()
+    for old, new in (("warmup_s = 30 ", "warmup_s = 2 "), ("measure_s = 60", "measure_s = 4"), *changes):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / sweep
+    path.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main([str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    return capsys.readouterr().out.split("stage ")[1:]
+
+
 def test_the_example_sweep_prints_the_pd_columns(tmp_path, monkeypatch, capsys):
     """sweeps/disaggregation.toml (shrunk to a 2 s warm-up, 4 s window and one seed)
     through the command line in process: its co-located stage's table and Dataset are
@@ -721,19 +738,8 @@ def test_the_example_sweep_prints_the_pd_columns(tmp_path, monkeypatch, capsys):
 
     from routesim.batching.metrics import PD_PER_REPLICA, PD_VARIABLES
     from routesim.batching.summary import PD_HEADERS
-    from routesim.sweep import main
 
-    text = (Path(__file__).parents[1] / "sweeps" / "disaggregation.toml").read_text()
-    for old, new in (("warmup_s = 30 ", "warmup_s = 2 "), ("measure_s = 60", "measure_s = 4"),
-                     ("count = 4", "count = 1")):
-        assert old in text
-        text = text.replace(old, new)
-    path = tmp_path / "pd.toml"
-    path.write_text(text)
-    monkeypatch.chdir(tmp_path)
-    assert main([str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    out = capsys.readouterr().out
-    tables = out.split("stage ")[1:]
+    tables = _run_shrunk("disaggregation.toml", (("count = 4", "count = 1"),), tmp_path, monkeypatch, capsys)
     assert [t.split(":")[0] for t in tables] == ["co-located", "1", "2", "3"]  # "1:3", "2:2", "3:1"
     assert not any(h in tables[0] for h in PD_HEADERS)
     for table in tables[1:]:
@@ -762,18 +768,10 @@ def test_the_pools_of_gpus_example(tmp_path, monkeypatch, capsys):
 
     from routesim.batching import pd_keys
     from routesim.batching.summary import PD_HEADERS
-    from routesim.sweep import main
 
-    text = (Path(__file__).parents[1] / "sweeps" / "pools-of-gpus.toml").read_text()
-    for old, new in (("warmup_s = 30 ", "warmup_s = 2 "), ("measure_s = 60", "measure_s = 4"),
-                     ("count = 2", "count = 1"), ("../examples/", str(Path(__file__).parents[1] / "examples") + "/")):
-        assert old in text
-        text = text.replace(old, new)
-    path = tmp_path / "gpus.toml"
-    path.write_text(text)
-    monkeypatch.chdir(tmp_path)
-    assert main([str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
-    tables = capsys.readouterr().out.split("stage ")[1:]
+    tables = _run_shrunk("pools-of-gpus.toml", (("count = 2", "count = 1"),
+                                                ("../examples/", str(Path(__file__).parents[1] / "examples") + "/")),
+                         tmp_path, monkeypatch, capsys)
     assert [t.split(":")[0] for t in tables] == ["co-located", "1", "1"]  # "1:3-alike", "1:3-slow-decode"
     assert not any(h in tables[0] for h in PD_HEADERS) and all(h in tables[2] for h in PD_HEADERS)
     slow = xr.open_dataset(tmp_path / "out" / "1:3-slow-decode.nc")
