@@ -400,8 +400,13 @@ need about 18,000x real time per core on two cores.
    which no routesim kernel uses), the run (0.18 s: importing the batching model's modules,
    which define some 160 kernels, the three kernels loaded from the cache, 0.05 s, the
    simulation and the Dataset), the sweep and its trace (0.05 s), the netCDF file
-   (0.06 s); measured under that load. Numba's import and CPU target and xarray's import
-   alone are about 0.65 s: the target needs one of them out of a one-run process.
+   (0.06 s); measured under that load. Since then routesim/conf.py sets Numba's CPU target
+   up with scipy.linalg hidden from its BLAS probe (the probe's answer only chooses how
+   np.correlate and np.convolve take an inner product, which no routesim kernel calls;
+   tests/test_startup.py): CPU of the whole process, alternated with the commit before,
+   5 each, load average 5 on the 2 cores: 1.01-1.03 -> 0.89-0.91 s (wall 1.53-1.56 ->
+   1.36-1.44 s). Numba's import and xarray's import are still about 0.45 s, and the
+   target needs one of them out of a one-run process.
 13. **Compilation** (a cold run of the one-run sweep with Numba's compile events and
    passes timed by CPU, under a load average of 14-16): 289 compiles of 181 functions,
    50-57 s of CPU; LLVM (optimising and generating the machine code of each function's

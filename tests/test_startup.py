@@ -9,6 +9,7 @@ so it holds whatever this test process has imported."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +33,20 @@ REPORT = ("import atexit, json, sys\n"
 unimportable, ``None`` in ``sys.modules``, is not held) as the last line of stderr."""
 
 
-def imports(code, cwd=ROOT, env=None):
-    """(the top-level packages a fresh ``python -c CODE`` holds at its exit, its
+def held(code, cwd=ROOT, env=None):
+    """(the modules a fresh ``python -c CODE`` holds at its exit, by full name, its
     completed process)."""
     proc = subprocess.run([sys.executable, "-c", REPORT + code], cwd=cwd, capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.stderr.strip(), "the process printed nothing on stderr"
-    names = {name.split(".")[0] for name in json.loads(proc.stderr.strip().splitlines()[-1])}
-    return names, proc
+    return set(json.loads(proc.stderr.strip().splitlines()[-1])), proc
+
+
+def imports(code, cwd=ROOT, env=None):
+    """(the top-level packages a fresh ``python -c CODE`` holds at its exit, its
+    completed process)."""
+    modules, proc = held(code, cwd, env)
+    return {name.split(".")[0] for name in modules}, proc
 
 
 def command(module, *args):
@@ -124,3 +131,40 @@ def test_without_dask_in_a_fresh_process():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == "no dask\n"
+
+
+def test_a_sweep_sets_numba_up_without_importing_scipy_linalg(tmp_path):
+    """Numba's BLAS probe imports scipy.linalg (0.15-0.2 s) when its CPU target is set
+    up; routesim/conf.py hides it then, so a sweep's process never imports it, and the
+    Dataset is the one a process with scipy.linalg imported (this one) makes."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    modules, proc = held(command("routesim.sweep", path, "--out", tmp_path / "out", "-q"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {"numba.np.arraymath", "scipy"} <= modules            # the probe ran, and found no scipy.linalg
+    assert not {m for m in modules if m.startswith("scipy.linalg")}
+    import scipy.linalg  # noqa: F401  (here Numba finds its BLAS)
+    want = routesim.run(routesim.load_sweep(path))["tiny"]
+    with xr.open_dataset(tmp_path / "out" / "tiny.nc", engine="netcdf4") as got:
+        xr.testing.assert_identical(got.load(), want)
+
+
+def test_a_process_that_imported_scipy_linalg_keeps_it_and_numba_its_blas():
+    code = ("import sys, scipy.linalg as L\n"
+            "import routesim.conf\n"
+            "from numba.np import arraymath\n"
+            "print(sys.modules['scipy.linalg'] is L, arraymath._HAVE_BLAS)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "True True\n"
+
+
+def test_no_routesim_code_calls_what_numbas_blas_probe_decides():
+    """``arraymath._HAVE_BLAS`` (False in a routesim process, above) only chooses how
+    np.correlate and np.convolve take an inner product: no routesim module may call them,
+    or its kernels would depend on what the process imported first."""
+    calls = re.compile(r"\b(?:np|numpy)\.(?:correlate|convolve)\s*\(")
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "routesim").rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if calls.search(line)]
+    assert found == []
+    assert calls.search("y = np.convolve(a, b)")                # the pattern finds a call
