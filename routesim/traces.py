@@ -27,6 +27,7 @@ import datetime
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,8 +136,11 @@ def load_trace(path, format):
     return _load_cached(str(resolved), format, st.st_mtime_ns, st.st_size)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=None)
 def _load_cached(path, format, mtime_ns, size):
+    """The parsed trace; every file a process reads stays cached (a stage's files are read
+    by its checks, its memory estimate and its build, in three passes over all of them:
+    a bounded cache smaller than a grid's files would miss every time)."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             if format == "azure":
@@ -208,6 +212,23 @@ def _header(reader, path, expected, optional=0):
     raise TraceError(path, None, "the file is empty (no header line)")
 
 
+_PADDED = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", re.ASCII)
+"""An Azure TIMESTAMP's whole seconds as the traces write them (zero-padded)."""
+
+
+def _azure_time(whole):
+    """The datetime of an Azure TIMESTAMP's whole seconds, ``YYYY-MM-DD HH:MM:SS``, or None.
+    A zero-padded stamp is read by ``datetime.fromisoformat`` (the same datetime as
+    ``strptime``'s, 20 times faster); anything else by ``strptime``, which also takes
+    unpadded fields."""
+    try:
+        if _PADDED.fullmatch(whole):
+            return datetime.datetime.fromisoformat(whole)
+        return datetime.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+
+
 def _parse_azure(f, path):
     reader = csv.reader(f)
     _header(reader, path, _AZURE_HEADER)
@@ -222,10 +243,7 @@ def _parse_azure(f, path):
             raise TraceError(path, line, f"expected 3 fields, found {len(fields)}")
         stamp = fields[0].strip()
         whole, dot, frac = stamp.partition(".")
-        try:
-            when = datetime.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
-        except ValueError:
-            when = None
+        when = _azure_time(whole)
         if when is None or (dot and not (frac.isascii() and frac.isdecimal())):
             raise TraceError(path, line, f"bad TIMESTAMP {fields[0]!r} "
                                          "(expected YYYY-MM-DD HH:MM:SS.fffffff)")

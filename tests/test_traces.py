@@ -15,7 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from routesim.traces import TraceError, check_fits, lengths_table, load_trace, replay
+from hypothesis import given, settings, strategies as st
+
+from routesim import grid
+from routesim.config import load_sweep
+from routesim.traces import TraceError, _azure_time, _load_cached, check_fits, lengths_table, load_trace, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
@@ -364,3 +368,60 @@ def test_check_fits_names_the_row(tmp_path):
     assert e.value.line == 3
     with pytest.raises(TraceError, match="row 2"):
         check_fits(P, O, 128)
+
+
+# ------------------------------------------------------------------ reading speed, same result
+
+_STAMP_CHARS = "0123456789-: T."
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.datetimes(min_value=datetime.datetime(1000, 1, 1)).map(lambda d: d.strftime("%Y-%m-%d %H:%M:%S")),
+    st.text(alphabet=_STAMP_CHARS, max_size=22),
+    st.from_regex(r"\A\d{1,4}-\d{1,2}-\d{1,2} \d{1,2}:\d{1,2}:\d{1,2}\Z", fullmatch=True)))
+def test_azure_whole_seconds_read_as_strptime_reads_them(whole):
+    """The fast path (zero-padded stamps through datetime.fromisoformat) gives strptime's
+    datetime, or strptime's refusal, for every string."""
+    try:
+        want = datetime.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        want = None
+    assert _azure_time(whole) == want
+
+
+def test_a_stage_over_many_trace_files_reads_each_once(tmp_path):
+    """A stage's files are read by its checks and its memory estimate (and its build), in
+    passes over all of them: each is parsed once however many there are (a cache of 16
+    files parsed each of 20 files twice here)."""
+    names = []
+    for k in range(20):
+        names.append(f"t{k:02d}.csv")
+        write(tmp_path, names[-1], "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              f"2023-11-16 18:15:{k:02d}.5,{10 + k},2\n2023-11-16 18:15:59.25,20,3\n")
+    files = ", ".join(f'"{n}"' for n in names)
+    sweep = write(tmp_path, "files.toml", f"""name = "files"
+[replica]
+kind = "batching"
+[simulation]
+warmup_s = 1
+measure_s = 60
+[workload]
+source = "trace"
+trace = {{ path = "t00.csv", format = "azure" }}
+[cluster.heterogeneity]
+uniform = [1]
+[grid]
+heterogeneity = ["uniform"]
+scenario = ["steady"]
+[[stages]]
+name = "s"
+policy = "round_robin"
+seeds = {{ first = 1, count = 1 }}
+workload = {{ trace = {{ path = [{files}] }} }}
+""")
+    before = _load_cached.cache_info().misses
+    sw = load_sweep(sweep)                                   # the checks read every file
+    assert _load_cached.cache_info().misses - before == 20
+    grid.estimate_bytes(sw, sw.stages[0], 4096)              # the memory estimate reads them again
+    assert _load_cached.cache_info().misses - before == 20
