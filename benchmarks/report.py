@@ -107,6 +107,7 @@ TARGETS = [
     ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 40.0, "s", 1),
     ("batching.study_s", "least-outstanding study, whole command warm", "<=", 600.0, "s", 1),  # issue 23
     ("startup.one_run_s", "one run (1 replica, 1,000 trace requests), whole command warm", "<=", 0.5, "s", 1),
+    ("startup.trace_grid_overhead_ratio", "trace grid: each file's overhead vs a run's cost", "<", 1, "x", 1),
 ]
 
 

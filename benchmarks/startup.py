@@ -20,7 +20,9 @@ T_START = time.perf_counter()
 C_START = time.process_time()
 
 import json  # noqa: E402
+import math  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from routesim.replay import replay_sweep  # noqa: E402
 
@@ -101,6 +103,48 @@ def phases(path, out):
               wall_s=time.perf_counter() - T_START))
 
 
+GRID_FILES = 32
+"""Trace files in the trace-grid measurement (the issue's grid over 32 trace files)."""
+
+
+def trace_grid_sweeps(folder):
+    """Write into ``folder`` :data:`GRID_FILES` traces of 1,000 Azure rows (windows of the
+    shipped conversation trace, 30 rows apart) and two sweeps of the same runs' size: one
+    run per file (``files.toml``), and the first file with one run per seed
+    (``seeds.toml``, power_of_d so that each seed is its own run). Their paths."""
+    rows = TRACE.read_text().splitlines()
+    for k in range(GRID_FILES):
+        (folder / f"t{k:02d}.csv").write_text("\n".join([rows[0], *rows[1 + 30 * k:1001 + 30 * k]]) + "\n")
+    files = ", ".join(f'"t{k:02d}.csv"' for k in range(GRID_FILES))
+    head = ('[replica]\nkind = "batching"\n[simulation]\nwarmup_s = 5\nmeasure_s = 120\n'
+            '[workload]\nsource = "trace"\ntrace = { path = "t00.csv", format = "azure", time_scale = 1.728 }\n'
+            '[cluster.heterogeneity]\nuniform = [1]\n[grid]\nheterogeneity = ["uniform"]\nscenario = ["steady"]\n'
+            '[[stages]]\nname = "s"\npolicy = "power_of_d"\n')
+    paths = folder / "files.toml", folder / "seeds.toml"
+    paths[0].write_text(f'name = "files"\n{head}seeds = {{ first = 1, count = 1 }}\n'
+                        f'workload = {{ trace = {{ path = [{files}] }} }}\n')
+    paths[1].write_text(f'name = "seeds"\n{head}seeds = {{ first = 1, count = {GRID_FILES} }}\n')
+    return paths
+
+
+def trace_grid(folder):
+    """A task: the CPU of reading and running each sweep of :func:`trace_grid_sweeps`
+    (``load_sweep`` + ``routesim.run``, kernels warm, the trace cache emptied before each,
+    alternated, best of 3): {"files_s", "seeds_s"}."""
+    import routesim
+    from routesim import traces
+    files, seeds = trace_grid_sweeps(Path(folder))
+    routesim.run(routesim.load_sweep(seeds), show_progress=False)   # the kernels loaded
+    best = {"files_s": math.inf, "seeds_s": math.inf}
+    for _ in range(3):
+        for key, path in (("files_s", files), ("seeds_s", seeds)):
+            traces._load_cached.cache_clear()
+            c0 = time.process_time()
+            routesim.run(routesim.load_sweep(path), show_progress=False)
+            best[key] = min(best[key], time.process_time() - c0)
+    emit(best)
+
+
 # =====================================================================================
 # The section (in the suite's process)
 # =====================================================================================
@@ -150,8 +194,30 @@ def section(suite):
         report.md_table(rows),
         "",
         f"Kernels loaded from the cache (CPU): {loads}.",
+        "",
+        _trace_grid_text(suite, env),
     ])
     suite.note_load()
+
+
+def _trace_grid_text(suite, env):
+    """The trace grid's figures into suite.fig; its paragraph."""
+    from . import report
+    folder = suite.tmp / "trace-grid"
+    folder.mkdir()
+    log("startup: a grid over trace files against the same runs on one file")
+    g = run_measured([sys.executable, "-m", "benchmarks.startup", "trace_grid", json.dumps({"folder": str(folder)})],
+                     env=env).result
+    per_file = (g["files_s"] - g["seeds_s"]) / GRID_FILES
+    per_run = g["seeds_s"] / GRID_FILES
+    suite.fig.update({"startup.trace_grid_file_ms": 1e3 * per_file, "startup.trace_grid_run_ms": 1e3 * per_run,
+                      "startup.trace_grid_overhead_ratio": per_file / per_run})
+    return (f"**A grid over trace files** (`benchmarks.startup.trace_grid`, one warm process, CPU, best of 3 "
+            f"alternated): {GRID_FILES} files of 1,000 Azure rows, one run each "
+            f"({report.fmt(g['files_s'])} s with reading and checking the sweep), against one of those files with "
+            f"{GRID_FILES} seeds ({report.fmt(g['seeds_s'])} s): each file adds {report.fmt(1e3 * per_file)} ms "
+            f"(parsing it, checking it against the pool, its own workload) to a run's {report.fmt(1e3 * per_run)} "
+            f"ms, {report.fmt(per_file / per_run)}x (target: below 1x).")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,24 @@ def test_the_startup_task_runs_the_one_run_sweep(tmp_path):
     assert (tmp_path / "one" / "one.nc").stat().st_size > 0
 
 
+def test_the_trace_grids_two_sweeps_hold_the_same_runs_but_for_their_files(tmp_path):
+    """The trace-grid figure compares a run per file with a run per seed of one file: the
+    two sweeps must differ in that alone (as many runs, the same replica and window), and
+    the files must be distinct windows of the trace."""
+    from benchmarks.startup import GRID_FILES, trace_grid_sweeps
+    from routesim import load_sweep
+    from routesim.traces import load_trace
+
+    files, seeds = (load_sweep(p) for p in trace_grid_sweeps(tmp_path))
+    (f,), (s,) = files.stages, seeds.stages
+    assert len(f.values["trace_path"]) == GRID_FILES and len(f.values["seed"]) == 1
+    assert len(s.values["trace_path"]) == 1 and len(s.values["seed"]) == GRID_FILES
+    assert {k: v for k, v in f.values.items() if k not in ("trace_path", "seed")} == \
+        {k: v for k, v in s.values.items() if k not in ("trace_path", "seed")}
+    firsts = {float(load_trace(tmp_path / f"t{k:02d}.csv", "azure").prompt[:5].sum()) for k in range(GRID_FILES)}
+    assert len(firsts) > GRID_FILES // 2                 # windows of the trace, not one file copied
+
+
 def test_the_profile_names_numbas_symbols_and_shares_routesims_samples():
     """benchmarks/cpu_profile.py reads ``perf report``: a routesim symbol is Numba's
     Itanium-style mangled name (length-prefixed parts, then the ABI tag ``B…``), and a
