@@ -556,6 +556,7 @@ def test_a_thin_log_is_refused(tmp_path, capsys):
     assert "calibrate from a longer log" in err and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # 3 s
 def test_warnings_exit_3_with_the_fit_written(tmp_path, capsys):
     """A fit the data do not support but the command does not refuse: printed and
     written, one ``warning:`` line a problem, exit status 3. (a) per_kv_token whose
@@ -648,6 +649,7 @@ def test_the_test_engines_hidden_ingress_is_recovered(tmp_path):
     assert res0["ingress"]["ingress_ms"] == pytest.approx(g["ingress_ms"] + OUT_MS, abs=1e-3)
 
 
+@pytest.mark.slow  # 5 s: fits the shipped harness log
 def test_the_shipped_harness_log_gives_back_its_hidden_ingress():
     """examples/serving-log.csv: vLLM's scheduler with conformance/serving_log.py's front end
     (12 ms from send to scheduler, 6 ms back, jitter below 0.2 ms): --return-ms 6 gives back

@@ -89,7 +89,8 @@ def test_the_mixed_term_is_in_the_logs(tmp_path):
     assert m.sum() > 30 and extra.mean() > 0.05
 
 
-@pytest.mark.parametrize("name", sorted(HIDDEN))
+@pytest.mark.parametrize("name", [n if n == "overlap" else pytest.param(n, marks=pytest.mark.slow)   # 3-5 s each
+                                  for n in sorted(HIDDEN)])
 def test_cross_validation_prefers_the_true_form(tmp_path, name):
     """Logs made under each form with 2 % step noise: the held-out error ranks the true form
     first (the roofline's nested forms tie with it on its own logs, and the simpler is kept)."""
@@ -109,6 +110,7 @@ def test_one_run_cannot_be_cross_validated(tmp_path):
         forms.cross_validate(st)
 
 
+@pytest.mark.slow  # 5 s: fits every form to a log
 def test_compare_forms_prints_the_table(tmp_path, capsys):
     _, paths = runs_under(tmp_path, "mixed", count=3, noise=0.02)
     out = tmp_path / "o"
@@ -122,6 +124,7 @@ def test_compare_forms_prints_the_table(tmp_path, capsys):
     assert not out.exists()                      # a comparison writes nothing
 
 
+@pytest.mark.slow  # 5 s: fits every form to a log
 def test_the_shipped_mixed_runs_prefer_the_mixed_form():
     """examples/forms/: three vLLM-harness runs under a hidden roofline with a mixed-step
     penalty (3 × the decoders' KV read in a step with prefill; 3 % noise). Cross-validation
