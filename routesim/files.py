@@ -43,6 +43,30 @@ def write_text(path, text: str) -> Path:
     return replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def write_texts(texts) -> list:
+    """Write several files (``texts``: {path: text}, UTF-8) so that each is whole and
+    none is renamed into place until every one is written: each to a temporary beside
+    it, then all renamed; on a failure before the renames every temporary is removed and
+    no file changed. Returns the paths."""
+    paths = [Path(p) for p in texts]
+    tmps = []
+    try:
+        for path, text in zip(paths, texts.values()):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.close(fd)
+            tmps.append(Path(tmp))
+            os.chmod(tmp, 0o666 & ~_umask())
+            Path(tmp).write_text(text, encoding="utf-8")
+    except BaseException:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in zip(tmps, paths):
+        os.replace(tmp, path)
+    return paths
+
+
 def write_bytes(path, write) -> Path:
     """Call ``write(f)`` on a binary file object of a temporary beside ``path``, then
     rename it to ``path``; return ``path``."""

@@ -7,7 +7,8 @@ the selection table, the per-policy and per-scenario validation tables, the figu
 Every number comes from the Datasets, or from timelines the report traces itself
 from the sweep text the Datasets carry; regenerating it gives the same bytes.
 Given ``results/token-routing/``, it writes the least-outstanding-routing study's
-document instead (docs/least-outstanding-routing.md, :mod:`routesim.least_outstanding`).
+document instead (docs/least-outstanding-routing.md and its appendix beside it,
+docs/least-outstanding-routing-appendix.md: :mod:`routesim.least_outstanding`).
 Any other folder is refused before anything is written (one line, exit status 2); a
 ``results/load-curve/`` beside RESULTS is read only when it holds that sweep's stage.
 
@@ -34,11 +35,9 @@ def main(argv=None) -> int:
     if not ok:
         return 2
     if least_outstanding.is_study(args.results):
-        args.out = args.out or least_outstanding.OUT
-        text = least_outstanding.document(args.results)
-        path = write_text(args.out, text)
-        if not args.quiet:
-            print(f"wrote {path}")
+        for path in least_outstanding.write(args.results, args.out or least_outstanding.OUT):
+            if not args.quiet:
+                print(f"wrote {path}")
         return 0
     args.out = args.out or serving.DEFAULT_OUT
     try:

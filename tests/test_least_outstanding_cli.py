@@ -40,7 +40,7 @@ def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch,
         assert "## Claim 1: counts lie when costs vary" in doc and "| 1. Counts lie" in doc
         assert "## Claim 2" not in doc          # only what was run is reported
         # claim 1's row gives its mechanism's and its added clauses' verdicts, and every
-        # figure the document links was drawn (PNG and SVG), and nothing else
+        # figure the document and its appendix link was drawn (PNG and SVG), and nothing else
         data = counts.load(root / "results")
         row = counts.row(data)
         assert row[3] in VERDICTS and row[3] == counts.verdict(data)
@@ -50,7 +50,14 @@ def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch,
         assert f"| {' | '.join(row[:3])} | {mech} | {added} |" in doc.splitlines()
         # the practitioner's summary comes first, before the verdicts and the claims
         assert doc.index("## What to deploy") < doc.index("## The verdicts") < doc.index("## Claim 1")
-        links = re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)]+)\.png\)", doc)
+        # the appendix beside the document, every pointer of the document resolving there
+        appendix = (root / "doc-appendix.md").read_text()
+        heads = {"".join(ch for ch in h.strip().lower() if ch.isalnum() or ch in "_- ").replace(" ", "-")
+                 for h in re.findall(r"^#+ (.*)$", appendix, re.M)}
+        targets = re.findall(r"\]\(doc-appendix\.md#([^)]+)\)", doc)
+        assert targets and set(targets) <= heads, (targets, heads)
+        assert "## Claim 1: counts lie when costs vary" in appendix and "](doc.md)" in appendix
+        links = re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)]+)\.png\)", doc + appendix)
         assert sorted(links) == ["lor-claim1-cdf", "lor-claim1-counts"]
         assert sorted(p.name for p in (root / "figures").iterdir()) == sorted(
             f"{stem}.{ext}" for stem in links for ext in ("png", "svg"))
@@ -66,6 +73,7 @@ def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "bad.toml" in err[0] and "p_long" in err[0], err
     assert not (tmp_path / "results").exists() and not (tmp_path / "doc.md").exists()
+    assert not (tmp_path / "doc-appendix.md").exists()
 
 
 def test_a_results_file_is_read_once_while_it_stays_the_same(tmp_path):

@@ -104,22 +104,6 @@ def test_the_rule_version_is_restored():
     assert math.isclose(compare(np.full(4, 2.0), np.full(4, 1.0))[0], 100.0)
 
 
-def test_long_tables_move_to_the_appendix():
-    from routesim.studies.least_outstanding import summary
-    long = "| a | b |\n|---|---|\n" + "\n".join(f"| {i} | {i} |" for i in range(summary.LONG - 1))
-    short = "| c |\n|---|\n| 1 |"
-    sections = [f"## Claim X\n\n{long}\n\ntext\n\n{short}\n", f"## Claim Y\n\n{short}\n"]
-    out, appendix = summary.to_appendix(sections, ["Claim X", "Claim Y"].__getitem__)
-    # the 9-line table moves (numbered A1, its claim named), the 3-line ones stay
-    assert long not in out[0] and short in out[0] and out[1] == sections[1]
-    assert f"*Table A1 ([appendix]({summary.ANCHOR})): a, b; {summary.LONG - 1} rows.*" in out[0]
-    assert appendix[0] == f"## {summary.APPENDIX}" and "**Table A1** (Claim X)." in appendix
-    assert "\n".join(appendix).count(long) == 1
-    # a table of LONG lines stays: nothing to append
-    at_bound = "| a |\n|---|\n" + "\n".join(f"| {i} |" for i in range(summary.LONG - 2))
-    assert summary.to_appendix([at_bound], str) == ([at_bound], [])
-
-
 def test_the_calibration_note_prices_a_decode_step_both_ways():
     # the study's linear cost by hand (sweeps' step_ms defaults, token-model.md):
     # 6.5 + 0.1 per sequence + 5.4e-5 per KV token, 100 sequences of 1,100 tokens

@@ -81,6 +81,7 @@ MODULES = {
     "test_least_outstanding_cli": ("engine", {"subprocess": ("test_a_script_run_by_its_path_computes_in_its_own_process",)}),
     "test_least_outstanding_cold": "engine",
     "test_least_outstanding_counts": "engine",
+    "test_least_outstanding_document": "unit",
     "test_least_outstanding_labels": "unit",
     "test_least_outstanding_example": "engine",
     "test_least_outstanding_learning": "engine",

@@ -1,8 +1,9 @@
 """python -m routesim.least_outstanding [--resume] [--quiet] [--results-root DIR]
 [--figures DIR] [--out FILE] [--chunk-size N] [--scheduler ADDRESS | --workers N]: run
 the capacity search, then every sweep of the least-outstanding-routing study (chunked, resumable and runnable on a
-Dask cluster like any sweep), then draw its figures and write its document (by default
-results/<sweep name>/, figures/ and docs/least-outstanding-routing.md)."""
+Dask cluster like any sweep), then draw its figures and write its document and the
+document's appendix (by default results/<sweep name>/, figures/,
+docs/least-outstanding-routing.md and docs/least-outstanding-routing-appendix.md)."""
 
 import argparse
 import sys
@@ -10,8 +11,7 @@ from pathlib import Path
 
 from ... import sweep as sweep_cli
 from ...config import ConfigError, load_sweep
-from ...files import write_text
-from . import CLAIMS, OUT, RESULTS, SWEEPS, document, figures
+from . import CLAIMS, OUT, RESULTS, SWEEPS, appendix_path, figures, write
 
 
 def main(argv=None) -> int:
@@ -23,7 +23,7 @@ def main(argv=None) -> int:
                     help="folder of every sweep's results folder (default results/)")
     ap.add_argument("--figures", type=Path, default=Path("figures"), metavar="DIR",
                     help="folder for the figures (default figures/)")
-    ap.add_argument("--out", type=Path, default=OUT, metavar="FILE", help=f"the document (default {OUT})")
+    ap.add_argument("--out", type=Path, default=OUT, metavar="FILE", help=f"the document (default {OUT}; its appendix beside it, {appendix_path(OUT).name})")
     ap.add_argument("--chunk-size", metavar="N", help="runs per chunk, as for python -m routesim.sweep")
     cluster = ap.add_mutually_exclusive_group()
     cluster.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler (tcp://HOST:PORT)")
@@ -49,9 +49,9 @@ def main(argv=None) -> int:
     for p in figures(results, args.figures):
         if not args.quiet:
             print(f"wrote {p}")
-    write_text(args.out, document(results))
-    if not args.quiet:
-        print(f"wrote {args.out}")
+    for path in write(results, args.out):
+        if not args.quiet:
+            print(f"wrote {path}")
     return 0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, SEEDS, capacity, compare, read, results_root, save, show, squeeze,
+from .common import (ADDED, FIGURES, MECHANISM, SEEDS, capacity, compare, departures, details, exceptions, read, results_root, save, show, squeeze,
                      steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
@@ -392,9 +392,7 @@ def section(data):
         "latency-versus-batch curve. So: beyond capacity, least_tokens' goodput falls without "
         "admission control, and a door (reject or queue) at the curve's threshold raises it; under "
         "a burst that ends, too.", "",
-        f"**Design.** `sweeps/token-routing-admission.toml`; the default workload, "
-        f"{float(held.attrs['warmup_s']):g} s warm-up, {float(held.attrs['measure_s']):g} s window, drained "
-        f"cohorts, {SEEDS} seeds paired across arms. (a) One default replica offered "
+        f"**Design.** `sweeps/token-routing-admission.toml`{departures(held)}. (a) One default replica offered "
         f"{float(held.rate_rps):g} req/s behind a front door that rejects while its outstanding tokens τ "
         f"exceed a cap (token-model.md §6), caps {_k(caps[0])}–{_k(caps[-1])}: each cap holds τ and gives one "
         "point (mean batch, TTFT p99, TPOT p99) of the latency-versus-batch curve. The threshold is the "
@@ -404,12 +402,19 @@ def section(data):
         f"{POLICY}, offered {', '.join(f'{r:g}' for r in rates_all)} req/s "
         f"({', '.join(f'{r / cap:.2f}' for r in rates_all)} × {POLICY}' capacity at the SLO, {cap_txt}): "
         "no door; reject at the threshold; queue at the threshold (an unbounded FIFO at the router, its head "
-        "placed as soon as a replica's τ is at or below the cap). The module checks that the sweep ran the "
-        "curve's value and refuses to write this section otherwise. (c) A burst that ends: "
+        "placed as soon as a replica's τ is at or below the cap). (c) A burst that ends: "
         f"{burst_rate:g} req/s ({burst_rate / cap:.2f} ×) through the warm-up, then {peak:g} × that "
         f"({peak * burst_rate / cap:.2f} × capacity) from {t0:g} s to {t1:g} s, the window's first "
         f"{t1 - t0:g} s, then back: the same three arms. Goodput counts cohort requests within both SLOs per "
-        "second of the window; attainment is over all arrivals.", "",
+        "second of the window; attainment is over all arrivals. The claim's tests (every goodput comparison "
+        f"a difference in req/s, material from {material(data):.1f} req/s, 5 % of no door's goodput at capacity: "
+        "beyond it no door's goodput falls to 0, where a ratio is undefined):", "",
+        *tests, "",
+        "![Claim 9](../figures/lor-claim9-admission.png)", "",
+        f"**Reading.** {exceptions([(k, r, p) for k, r, p, _ in clauses(data)])}. Refusing at the door holds "
+        "beyond capacity and under the burst; queueing without a deadline moves the wait to the router.", "",
+        *details(
+        "The curve, steady state, offered load, where every request went, the tests in words",
         "The one-replica curve (medians over seeds):", "", *curve_rows, "",
         "Steady state per load (no door; median over seeds: beyond capacity there is none, the backlog "
         "grows):", "", steady_table(a["no door"], ("rate_rps",)), "",
@@ -417,13 +422,7 @@ def section(data):
         *load_rows, "",
         f"Where every request went (medians over seeds; each run's outcomes add up to its arrivals — checked "
         f"on {n_ok} of {n_runs} runs):", "", *out_rows, "",
-        f"The claim's tests (verdict rule at the top; {SEEDS} seeds, paired; every goodput comparison — a "
-        f"door against no door, no door beyond capacity against no door at it — is a difference in req/s, material from {material(data):.1f} req/s — 5 % of no door's goodput "
-        "at capacity — since beyond capacity no door's goodput falls to 0, where a ratio is undefined):", "",
-        *tests, "",
-        *_sensitivity_text(data, x, top),
-        "![Claim 9](../figures/lor-claim9-admission.png)", "",
-        f"**Reading.** Routing cannot create capacity: without a door {POLICY}' goodput at {top:g} req/s "
+        f"Routing cannot create capacity: without a door {POLICY}' goodput at {top:g} req/s "
         f"changes by {show(c['falls'][0], 1, 'req/s')} against its goodput at {at:g} req/s. Rejecting at the "
         f"curve's threshold gives at {top:g} req/s a goodput {show(held_gap['reject'], 1, 'req/s')} against no "
         f"door's at {at:g} req/s (at least {NEAR * 100:g} % of it on "
@@ -451,7 +450,7 @@ def section(data):
         + ("" if pl is None else
            f" Without a door one replica meets the SLO's medians up to {pl[0]:g} req/s (mean batch "
            f"{pl[1]:.0f}; the next rate {pl[2]:.0f}).")
-        + f" Verdict: {v}.", ""])
+        + f" Verdict: {v}.", ""), *_sensitivity_text(data, x, top)])
 
 
 def _sensitivity_text(data, x, top):
@@ -470,10 +469,12 @@ def _sensitivity_text(data, x, top):
                         "(medians) | — | no: there is no threshold to reject at |")
             continue
         rows.append(f"| {VARIANTS[v]} | {xv:,.0f} | {show(c, 1)} | {'yes' if ok else 'no'} |")
-    return [f"**Sensitivity to the step cost.** The threshold is read from a curve the step-cost model sets, "
-            "so this verdict rests on it: `sweeps/token-routing-admission-cost.toml` reads each variant's "
-            f"threshold from its own one-replica curve and rejects at it, {SEEDS} seeds, against no door at the "
-            "top load (beyond capacity under every variant):", "", *rows, ""]
+    return details(
+        "Sensitivity to the step cost",
+        "**Sensitivity to the step cost.** The threshold is read from a curve the step-cost model sets, "
+        "so this verdict rests on it: `sweeps/token-routing-admission-cost.toml` reads each variant's "
+        f"threshold from its own one-replica curve and rejects at it, {SEEDS} seeds, against no door at the "
+        "top load (beyond capacity under every variant):", "", *rows) + [""]
 
 
 def row(data):

@@ -14,7 +14,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, open_stage, save,
+from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, departures, details,
+                     exceptions, open_stage, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
@@ -247,7 +248,6 @@ def figure(data, figures_dir=FIGURES):
 def section(data):
     tie = data["tie"]
     v = verdict(data)
-    seeds = tie.sizes["seed"]
     hi_rate = high(data)
     rows = ["| arm | hit rate % | TTFT p50 ms | TTFT p99 ms | largest share % | backlog gap |",
             "|---|---|---|---|---|---|"]
@@ -311,50 +311,55 @@ def section(data):
            "verdict holds there), and power of two, degrading less than the global minimum "
            "(claim 3), has a lower TTFT p99 than least_tokens under periodic, while "
            "periodic_local gives least_tokens back much of its loss." if signals(data) else ""), "",
-        "**Design.** `sweeps/token-routing-affinity.toml`, 8 replicas. power_of_d as in the "
+        f"**Design.** `sweeps/token-routing-affinity.toml`{departures(tie)}. power_of_d as in the "
         "seed's `choose()` (d = 2, outstanding tokens + the request's), ties broken by the "
         "cached prefix with `tie_tolerance` "
         + ", ".join(f"{t:g}" for t in tie.tie_tolerance.values)
-        + " (a candidate within that fraction of the better score is tied; 0 = exact ties); "
+        + " (a candidate within that fraction of the better score is tied); "
         "against least_tokens, least_cost and prefix_affinity (SGLang's rule) with "
         "`balance_abs` " + " and ".join(f"{b:g}" for b in data["affinity"].balance_abs.values)
         + f". Zipf prefix groups: {int(a['prefix_groups'])} groups of {int(a['prefix_tokens']):,} "
         f"tokens, {float(a['prefix_probability']) * 100:.0f} % of prompts prefixed, Zipf "
-        f"{float(a['prefix_zipf']):g} (the default workload's prefixes fit every replica's "
-        "cache, so no routing changes its hit rate). Loads "
-        + " and ".join(f"{r:g}" for r in rates(data))
-        + f" req/s, 0.5 and 0.9 × this workload's capacity for least_tokens (about "
-        f"{CAPACITY:g} req/s, from exploratory runs written in the sweep file; on the "
-        f"default workload {hi_rate:g} req/s would be {against(hi_rate, data['caps'])}); "
-        f"{seeds} seeds, {a['warmup_s']:,.0f} s of warm-up, a {a['measure_s']:g} s window, "
-        "drained. "
-        + (f"The realistic-signal arm (issue 23): power_of_d at tie_tolerance 0 and {TOLERANCE:g} "
-           "and least_tokens at both loads with a 50 ms periodic scrape (`[signals] mode = "
-           "\"periodic\"`: every replica publishes its load every 50 ms and the router reads "
-           "only that) and with `periodic_local` (the router adds its own placements since the "
-           "last publication; one router), the same warm-up, window and seeds; the verdict "
-           "is recomputed from them by the same rule. " if signals(data) else
+        f"{float(a['prefix_zipf']):g}. Loads " + " and ".join(f"{r:g}" for r in rates(data))
+        + f" req/s, 0.5 and 0.9 × this workload's capacity for least_tokens (about {CAPACITY:g} req/s). "
+        + (f"The realistic-signal arm: tie_tolerance 0 and {TOLERANCE:g} and least_tokens under a 50 ms "
+           "`periodic` and `periodic_local` scrape. " if signals(data) else
            "The realistic-signal arm (a 50 ms scrape) has not been run. ")
-        + "prefix_affinity at the high load is not steady (its TTFT p99 runs to tens of "
-        "seconds: the overload the issue warns of). The former design's Mooncake excerpt is left out: no policy meets "
-        "the SLO on it (docs/scheduler-modes.md), so it has no steady state. The verdict "
-        f"reads tie_tolerance {TOLERANCE:g} (a near-tie) against 0 at both loads; 0.5 is "
-        "shown beside it. The hot replica: the largest replica's share of the window's "
-        "attempts, and the *backlog gap*, how much the most loaded replica's outstanding "
-        f"requests grew over the window beyond the median replica's. Medians over seeds at "
-        f"{hi_rate:g} req/s:", "",
-        *rows, "",
-        "Steady state (median over seeds):", "",
-        *steady,
-        f"The tie-break against none, paired by seed (mean [{LEVEL:.0%} interval]; bold: a lead):", "",
+        + f"The verdict reads tie_tolerance {TOLERANCE:g} against 0 at both loads (paired, bold: a lead):", "",
         *eff, "",
-        *([f"power_of_d (tie_tolerance {TOLERANCE:g}) against least_tokens, TTFT p99, paired by "
-           "seed (negative: power_of_d lower; bold: a lead):", "", *rank, ""] if rank else []),
         "![Claim 4](../figures/lor-claim4-affinity.png)", "",
-        f"**Reading.** Fresh signals: verdict {v}. " + sig_text
-        + f"Too much affinity: prefix_affinity with balance_abs 64 against least_tokens at "
-        f"{hi_rate:g} req/s, TTFT p99 {cell(p99)}, the hot replica's backlog gap "
-        f"{cell(gap, 1, 'requests')}.", "", *_sensitivity_part(data, v)])
+        f"**Reading.** {exceptions([(k, c, p) for k, c, p, _ in clauses(data)])}. "
+        + (f"Under a 50 ms scrape the verdict is " + "; ".join(f"*{sig_v[m]}* under {m}" for m in SIGNAL_MODES)
+           + ". " if signals(data) else "")
+        + f"Too much affinity: prefix_affinity (balance_abs 64) against least_tokens at {hi_rate:g} req/s, "
+        f"TTFT p99 {cell(p99)}.", "",
+        *details(
+            "The design in full, medians, steady state, the scrape's ranking",
+            "The default workload's prefixes fit every replica's cache, so no routing changes its hit rate: hence "
+            f"the Zipf groups. The capacity of about {CAPACITY:g} req/s is from exploratory runs written in the sweep "
+            f"file; on the default workload {hi_rate:g} req/s would be {against(hi_rate, data['caps'])}. "
+            + ("The realistic-signal arm: power_of_d at tie_tolerance 0 and "
+               f"{TOLERANCE:g} and least_tokens at both loads with a 50 ms periodic scrape (`[signals] mode = "
+               "\"periodic\"`: every replica publishes its load every 50 ms and the router reads "
+               "only that) and with `periodic_local` (the router adds its own placements since the "
+               "last publication; one router), the same warm-up, window and seeds; the verdict "
+               "is recomputed from them by the same rule. " if signals(data) else "")
+            + "prefix_affinity at the high load is not steady (its TTFT p99 runs to tens of "
+            "seconds: the overload the issue warns of). The former design's Mooncake excerpt is left out: no "
+            "policy meets the SLO on it (docs/scheduler-modes.md), so it has no steady state. 0.5 is "
+            "shown beside the verdict's tie_tolerance. The hot replica: the largest replica's share of the window's "
+            "attempts, and the *backlog gap*, how much the most loaded replica's outstanding "
+            f"requests grew over the window beyond the median replica's. Medians over seeds at "
+            f"{hi_rate:g} req/s:", "",
+            *rows, "",
+            "Steady state (median over seeds):", "",
+            *steady,
+            *([f"power_of_d (tie_tolerance {TOLERANCE:g}) against least_tokens, TTFT p99, paired by "
+               "seed (negative: power_of_d lower; bold: a lead):", "", *rank, ""] if rank else []),
+            f"Fresh signals: verdict {v}. " + sig_text
+            + f"Too much affinity: prefix_affinity with balance_abs 64 against least_tokens at "
+            f"{hi_rate:g} req/s, TTFT p99 {cell(p99)}, the hot replica's backlog gap "
+            f"{cell(gap, 1, 'requests')}."), "", *_sensitivity_part(data, v)])
 
 
 def _sensitivity_part(data, v):
@@ -398,7 +403,7 @@ def _sensitivity_part(data, v):
         ds = data.get(stage)
         if ds is not None:
             parts += [f"*{words}*", "", steady_table(ds, _by(ds) + ("tie_tolerance",)), ""]
-    return parts
+    return details("Sensitivity to the step cost", *parts)
 
 
 def _by(ds):

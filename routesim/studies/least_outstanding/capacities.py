@@ -23,7 +23,7 @@ import xarray as xr
 
 from ... import capacity as capacity_mod
 from ... import steady
-from .common import CAPACITY_RESULTS, FIGURES, read, save, squeeze
+from .common import CAPACITY_RESULTS, FIGURES, departures, details, read, save, squeeze
 
 SWEEP = "sweeps/token-routing-capacity.toml"
 SWEEPS = (SWEEP,)
@@ -277,34 +277,22 @@ def section(data):
         text += [
             f"**How it was measured.** `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}` "
             f"(stage `default`): for each policy, the largest evaluated rate at which "
-            f"{rule.text(f'TTFT p99 ≤ {bound:,.0f} ms')} ({seeds} seeds; a window is not steady by "
-            f"`routesim.steady`'s per-run check: {steady.rule()}) there and at every lower "
-            f"evaluated rate; the seeds' range is the same rule on each seed's own runs, the interval "
-            f"a percentile bootstrap over seeds "
-            f"({int(d.attrs.get('capacity_resamples', capacity_mod.BOOTSTRAP_RESAMPLES))} resamples). The "
-            f"study's baseline: 8 default replicas, the default workload with the long class "
-            f"(p_long {float(d.attrs.get('p_long', 0.02)):g}), {float(d.attrs['warmup_s']):,.0f} s "
-            f"warm-up, a {float(d.attrs['measure_s']):g} s window, drained "
-            f"({float(d.attrs['drain_s']):g} s). Rates on multiples of "
-            f"{float(d.attrs['capacity_resolution']):g} req/s (so a capacity is exact to "
-            f"{float(d.attrs['capacity_resolution']):g} req/s: the true value lies below the next "
-            f"even rate), {int(d.attrs['capacity_points'])} a round inside each policy's bracket, "
-            f"from {float(d.attrs['capacity_low']):g} to {float(d.attrs['capacity_high']):g} req/s; "
-            f"evaluated: {', '.join(f'{r:g}' for r in evaluated(d))} req/s "
-            f"({int(d.arrivals.notnull().sum())} runs).", "",
-            "**Default workload.**", "", table(d), "",
-            "**The warm-up check.** The steady-state figures are those of the runs at each "
-            "policy's capacity (medians over seeds): backlog growth (requests in the system at "
-            "the window's end minus at its start) and the KV occupancy of the window's first and "
-            "last quarter; the runs there that `routesim.steady`'s per-run check flags, and whether "
-            "the cell is steady (" + steady.rule() + "). "
-            + ("Every row is steady: "
+            f"{rule.text(f'TTFT p99 ≤ {bound:,.0f} ms')} (a window steady by the rule at the top) there "
+            f"and at every lower evaluated rate, over {seeds} seeds{departures(d)}; the interval is a percentile "
+            f"bootstrap over seeds ({int(d.attrs.get('capacity_resamples', capacity_mod.BOOTSTRAP_RESAMPLES))} "
+            f"resamples), the seeds' range the same rule on each seed's own runs. Rates on multiples of "
+            f"{float(d.attrs['capacity_resolution']):g} req/s (a capacity is exact to that step), from "
+            f"{float(d.attrs['capacity_low']):g} to {float(d.attrs['capacity_high']):g} req/s "
+            f"({int(d.arrivals.notnull().sum())} runs). "
+            + ("Every row is steady at capacity (the steady-state figures of its runs there beside it): "
                f"{float(d.attrs['warmup_s']):,.0f} s of warm-up is enough at these loads."
                if not unsteady else
                "Not steady at capacity: " + ", ".join(unsteady) + "; their capacity is an upper bound."),
-            ""]
+            "", table(d), ""]
     if m is not None:
-        text += [
+        text += [_mooncake_short(m), ""]
+        text += details(
+            "The Mooncake excerpt",
             "**The Mooncake excerpt.** Replayed as in claim 4 (`traces/mooncake-conv.jsonl`, 8 "
             "default replicas, 512-token hash blocks, so a conversation's later turns find their "
             "earlier turns' prefix cached on the replica that served them), stages `mooncake-*` of "
@@ -316,7 +304,7 @@ def section(data):
             f"every seed). Capacity by the same rule "
             f"({rule_of(m).text(objective_text(m))}):",
             "",
-            mooncake_table(m), "", _mooncake_reading(m), ""]
+            mooncake_table(m), "", _mooncake_reading(m))
     return "\n".join(text)
 
 
@@ -339,6 +327,14 @@ def _span_prompts():
     tr = traces.load_trace(Path(__file__).resolve().parents[3] / "traces" / "mooncake-conv.jsonl", "mooncake")
     keep = (tr.t_ms >= SPAN_S[0] * 1000) & (tr.t_ms < SPAN_S[1] * 1000)
     return tr.prompt[keep]
+
+
+def _mooncake_short(m):
+    """The Mooncake excerpt's capacities in one sentence, for the document (its table and
+    reading are in the appendix)."""
+    caps = ", ".join(f"{p} {cap_text(m, float(m.capacity_rps.sel(policy=p)))}" for p in m.policy.values)
+    return (f"**The Mooncake excerpt** (`traces/mooncake-conv.jsonl`, 8 replicas; by {rule_of(m).text(objective_text(m))}), "
+            f"capacity req/s: {caps}.")
 
 
 def _mooncake_reading(m):

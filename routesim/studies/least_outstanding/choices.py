@@ -13,7 +13,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare, open_stage,
+from .common import (FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare, departures, details,
+                     in_short, open_stage,
                      save, sensitivity_rows, show, stage_rate, steady_table, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-scale-8.toml", "sweeps/token-routing-scale-32.toml")
@@ -234,7 +235,6 @@ def _ranking_words(leads):
 def section(data):
     n8, n32 = data["8"], data["32"]
     rate8 = stage_rate(n8["pod"])
-    seeds = n8["pod"].sizes["seed"]
     v = verdict(data)
     arms = _arms(data)
     rows = ["| arm | TTFT p99 d=1 | d=2 | d=3 | d=4 | global | d=2 vs d=1 | d=3 vs d=2 |",
@@ -276,48 +276,54 @@ def section(data):
         "## Claim 2: two random choices instead of a global minimum", "",
         "**Prediction (the seed).** Sampling two replicas and taking the less loaded beats "
         "sampling one by a lot; sampling more than two buys little.", "",
-        f"**Design.** `sweeps/token-routing-scale-8.toml` and `-32.toml`: N = 8 default "
-        f"replicas at {rate8:g} req/s and N = 32 at the same load per replica"
+        f"**Design.** `sweeps/token-routing-scale-8.toml` and `-32.toml`: N = 8 at {rate8:g} req/s"
+        f"{departures(n8['pod'])} and N = 32 at the same load per replica"
         + (f" ({stage_rate(n32):g} req/s)" if n32 is not None else "")
         + f"; power_of_d on outstanding tokens with d = 1 (one random choice), 2, 3 (and 4 "
-        f"at N = 8) against the global least_tokens; {seeds} seeds, "
-        f"{n8['pod'].attrs['warmup_s']:g} s of warm-up, a {n8['pod'].attrs['measure_s']:g} s "
-        f"window, drained. The load, {rate8:g} req/s on 8 replicas, is "
-        f"{against(rate8, caps)}: below every compared policy's capacity, one random choice "
-        "(random routing) included, so that every arm is in a steady state (above random's "
-        "capacity its queue would grow without bound and the gap would measure the warm-up's "
-        "length). N = 128 and 256 at 1,200 s warm-ups would cost 16 and 32 times an "
-        "8-replica run each, beyond the study's budget; the per-replica dynamics that need "
-        "the warm-up (the long class filling each replica's KV cache) do not shorten with "
-        "N, so a larger N with a shorter warm-up would not be steady. The realistic-signal "
-        "arm is claim 3's: every router decision reads a signal published every 50 ms "
-        "(`[signals] mode = \"periodic\"`, `period_ms = 50`), or that signal plus the "
-        "router's own placements since (`\"periodic_local\"`); stage `signals` runs d = 1, 2, "
-        "3 under both (predicted before its runs: the first step survives a scrape, d = 1 "
-        "reading no signal at all, and d = 3 buys no more than with fresh signals, less if "
-        "anything, each extra choice being another stale reading to herd on). "
+        f"at N = 8) against the global least_tokens. The load is {against(rate8, caps)}: below "
+        "every compared policy's capacity, random routing included, so every arm is steady. "
+        "The realistic-signal arm is claim 3's runs: d = 1, 2, 3 under a 50 ms `periodic` and "
+        "`periodic_local` scrape (predicted before its runs: the first step survives a scrape, "
+        "and d = 3 buys no more than with fresh signals). "
         f"A lead of d = 2 over d = 1 must be a TTFT p99 at most 1 / {1 + FIRST_STEP / 100:g} of d = 1's "
-        f"({FIRST_FALL:.1f} %, \"by a lot\"); d = 3 "
-        "\"buys little\" when it has no lead on d = 2 (the study's 5 % bound). Medians over "
-        "seeds (ms) and paired comparisons, mean [95 % interval] of the per-seed change "
-        "(bold: a lead):", "",
+        f"({FIRST_FALL:.1f} %, \"by a lot\"); d = 3 \"buys little\" when it has no lead on d = 2. Medians "
+        "over seeds (ms) and paired comparisons (bold: a lead):", "",
         *rows, "",
+        "![Claim 2](../figures/lor-claim2-choices.png)", "",
+        f"**Reading.** {_short_reading(data)}. least_tokens against d = 2, TTFT p99: " + _ranking_words(lt_lead if sig else {"fresh signals": fresh_rank[3]})
+        + ".", ""]
+    parts += details(
+        "Why no larger N, the steady state, the comparisons in words",
+        "N = 128 and 256 at 1,200 s warm-ups would cost 16 and 32 times an 8-replica run each, beyond the "
+        "study's budget; the per-replica dynamics that need the warm-up (the long class filling each replica's "
+        "KV cache) do not shorten with N, so a larger N with a shorter warm-up would not be steady. "
         "Steady state (median over seeds: backlog growth over the window, requests; KV "
         "occupancy over its first and last quarter):", "",
         *steady,
-        "![Claim 2](../figures/lor-claim2-choices.png)", "",
-        f"**Reading.** Fresh signals: verdict {v}. "
+        f"Fresh signals: verdict {v}. "
         + " ".join(_step_words(n, pod) for n, pod in zip(NS, fresh_pods(data))) + scrape_text
-        + " " + rank_text + ".", ""]
+        + " " + rank_text + ".")
     if sens:
-        parts += ["**Sensitivity to the step cost** (the same comparisons; each variant's load "
-                  "placed about as far below one random choice's capacity under that step cost "
-                  "as the main design's, from exploratory runs written in the sweep file):", "",
-                  *sensitivity_rows(v, sens), "", "Their steady state (median over seeds):", ""]
+        block = ["**Sensitivity to the step cost** (the same comparisons; each variant's load "
+                 "placed about as far below one random choice's capacity under that step cost "
+                 "as the main design's, from exploratory runs written in the sweep file):", "",
+                 *sensitivity_rows(v, sens), "", "Their steady state (median over seeds):", ""]
         for stage, words in SENSITIVITY:
             if n8[stage] is not None:
-                parts += [f"*{words}*", "", steady_table(n8[stage], ("choices",)), ""]
-    return "\n".join(parts)
+                block += [f"*{words}*", "", steady_table(n8[stage], ("choices",)), ""]
+        parts += details("Sensitivity to the step cost", *block)
+    return "\n".join(parts + [""])
+
+
+def _short_reading(data) -> str:
+    """The main table's outcomes in a few words (:func:`.common.in_short`): the first step
+    and the second, per arm, the usual outcome and the exceptions."""
+    arms = [(f"N = {n}", pod) for n, pod in zip(NS, fresh_pods(data))] + [(label, pod) for label, pod, _ in signal_pods(data)]
+    pairs = [(where, steps(pod)) for where, pod in arms]
+    share = [abs(b[0] / a[0]) * 100 for _, (a, b) in pairs if a[0]]
+    return (in_short({"d = 2 vs d = 1": [(w, a[3], -1) for w, (a, _) in pairs],
+                      "d = 3 vs d = 2 (predicted: no lead)": [(w, b[3], 0) for w, (_, b) in pairs]})
+            + (f" (d = 3's change is {min(share):.0f}–{max(share):.0f} % of the first step's)" if share else ""))
 
 
 def row(data):

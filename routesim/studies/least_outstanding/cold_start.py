@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import (FIGURES, MECHANISM, capacity, compare, load_stages, results_root, save, show, steady_table,
+from .common import (FIGURES, MECHANISM, capacity, compare, details, load_stages, results_root, save, show, steady_table,
                      verdict_of)
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
@@ -376,7 +376,6 @@ def section(data):
     cfs_all = cold_factors(ds, warm=True)
     cf_hi = max(cold_factors(ds))
     n = ds.sizes["replica"]
-    n_seed = ds.sizes["seed"]
     rate = rate_rps(ds)
     cap, lo, hi, measured = capacity(root, POLICY)
     cap_txt = (f"{cap:g} req/s" + (f", seeds {lo:g}–{hi:g}" if measured and np.isfinite(lo) else
@@ -408,7 +407,6 @@ def section(data):
     fs_ready = first_second(data, ready[1], 0.0) * 100
     fs_plain = first_second(data, 0.0, 0.0) * 100
     unf, arr = int(ds.unfinished.sum()), int(ds.arrivals.sum())
-    v = verdict(data)
     return "\n".join([
         "## Claim 6: cold replicas get flooded", "",
         "**Prediction (the seed).** A replica that has just started has cold caches and serves "
@@ -429,18 +427,9 @@ def section(data):
         f"not biased low; left unfinished: {unf} of the {arr:,} cohort requests of all runs). The flood "
         f"is measured by two more stages whose window is the first second after replica {c_rep} becomes "
         f"eligible (at the recovery, or at the end of the readiness delay), at cold_factor "
-        f"{flood_factor(data):g}. {n_seed} seeds, paired (every arm and cold factor sees the same workload "
-        "per seed). The state before the recovery (stage `before`: the window "
-        f"[{float(before.attrs['warmup_s']):g} s, {float(before.attrs['warmup_s']) + float(before.attrs['measure_s']):g} s) "
-        f"on the {n - 1} replicas; median over seeds; the occupancy is the mean over all {n} replicas, the "
-        f"down one at 0):", "",
-        _steady(before), "",
-        "Medians over seeds per arm; the change against plain is the paired mean [95 % interval]:", "",
-        *rows, "",
-        f"The claim's tests at cold_factor {cf_hi:g} (verdict rule at the top):", "",
+        f"{flood_factor(data):g}. The claim's tests at cold_factor {cf_hi:g}:", "",
         *tests, "",
         "![Claim 6](../figures/lor-claim6-cold.png)", "",
-        "![Claim 6, timeline](../figures/lor-claim6-timeline.png)", "",
         f"**Reading.** The flood is real: in the first second after it recovers, plain {POLICY} sends "
         f"replica {c_rep} a median {float(fs_plain.median()):.0f} % of the attempts (fair share "
         f"{fair(ds) * 100:.1f} %; {show(c['flood'][0], 1, 'pp')} above it), since a count cannot see a cold "
@@ -455,12 +444,21 @@ def section(data):
         f"(first-second share once eligible {float(fs_ready.median()):.0f} %), it lets the replica warm first, "
         "so the flood meets a faster replica. In this model warmth returns with time since the recovery, not "
         "with work served, so a readiness delay warms the replica for free; a replica that warms only by "
-        "serving would gain less from waiting. "
-        f"Verdict: {v}.", "",
-        "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The flood is a property of the "
-        "router's counts (a replica with nothing outstanding draws the traffic), and the harm is the cold "
-        "factor's multiple of whatever the step costs, so the verdict does not rest on one step-cost "
-        "formula.", ""])
+        "serving would gain less from waiting.", "",
+        *details(
+            "Medians per arm, the state before the recovery, the timeline, why the step cost was not varied",
+            "Medians over seeds per arm; the change against plain is the paired mean [95 % interval]:", "",
+            *rows, "",
+            "The state before the recovery (stage `before`: the window "
+            f"[{float(before.attrs['warmup_s']):g} s, {float(before.attrs['warmup_s']) + float(before.attrs['measure_s']):g} s) "
+            f"on the {n - 1} replicas; median over seeds; the occupancy is the mean over all {n} replicas, the "
+            f"down one at 0):", "",
+            _steady(before), "",
+            "![Claim 6, timeline](../figures/lor-claim6-timeline.png)", "",
+            "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The flood is a property of the "
+            "router's counts (a replica with nothing outstanding draws the traffic), and the harm is the cold "
+            "factor's multiple of whatever the step costs, so the verdict does not rest on one step-cost "
+            "formula."), ""])
 
 
 def _steady(before):

@@ -148,6 +148,35 @@ def tally(named):
     return "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items() if v)
 
 
+def exceptions(named, start=True) -> str:
+    """Words for [(name, comparison, predicted sign)] that name only the comparisons not
+    as predicted (:func:`_outcome`): 'Every comparison as predicted', or 'As predicted
+    but: a (without a lead), b (the other way)' (lower case when not ``start``)."""
+    odd = [(name, _outcome(c[3], pred)) for name, c, pred in named if _outcome(c[3], pred) != "as predicted"]
+    words = ("every comparison as predicted" if not odd else
+             "as predicted but: " + ", ".join(f"{name} ({o})" for name, o in odd))
+    return words[0].upper() + words[1:] if start else words
+
+
+def in_short(groups) -> str:
+    """Words for {label: [(where, lead, predicted sign)]}: each label's usual outcome
+    (:func:`_outcome`) and only its exceptions, e.g. 'TPOT p99 vs round_robin: without a
+    lead (the other way at 23)' (a reading that does not repeat its table)."""
+    parts = []
+    for label, cases in groups.items():
+        outs = [(_outcome(lead, pred), where) for where, lead, pred in cases]
+        kinds = [o for o, _ in outs]
+        usual = max(dict.fromkeys(kinds), key=kinds.count)
+        rest = {}
+        for o, where in outs:
+            if o != usual:
+                rest.setdefault(o, []).append(where)
+        words = ", ".join(f"{o} at {', '.join(w)}" for o, w in rest.items())
+        parts.append(f"{label}: {usual}" + (" everywhere" if not rest and len(outs) > 1 else "")
+                     + (f" ({words})" if words else ""))
+    return "; ".join(parts)
+
+
 def _outcome(lead, pred):
     """"as predicted", "the other way" or "without a lead" for a lead (−1, 0, +1) and
     its predicted sign (0: no lead predicted, so any lead is the other way)."""
@@ -355,6 +384,55 @@ def verdict_cells(v, added_words):
         return mech, "none added"
     bad = v["against"][ADDED]
     return mech, f"{v['added']}: {added_words}" + (f" (against: {', '.join(bad)})" if bad else "")
+
+
+COMMON = {"replicas": 8, "warmup_s": 1200.0, "measure_s": 60.0, "drain_s": 600.0, "seeds": SEEDS}
+"""The design every claim shares unless its section says otherwise (:func:`shared_design`,
+:func:`departures`): replicas, warm-up (s), window (s), drain (s), seeds."""
+
+
+def shared_design() -> str:
+    """The paragraph stating once, near the document's top, what every claim's design
+    shares (:data:`COMMON`) and when a window is steady (:func:`routesim.steady.rule`)."""
+    from ... import steady
+    c = COMMON
+    return (f"**The design every claim shares** (a claim's design names only what differs). "
+            f"{c['replicas']} default replicas (the page's reserve scheduler and linear 8B step cost), the "
+            "default workload with its long class (2 % of requests: prompts of median 12,000 tokens, outputs "
+            f"of median 2,000), a {c['warmup_s']:,.0f} s warm-up, a {c['measure_s']:g} s window whose arrivals "
+            f"are followed to the end (drained, up to {c['drain_s']:g} s), {c['seeds']} seeds; every arm sees "
+            "the same workload per seed (common random numbers), so comparisons are paired by seed. A run is "
+            f"*steady* by `routesim.steady`'s check: {steady.rule()}; each design's steady-state figures "
+            "(medians over seeds of backlog growth and of the KV occupancy of the window's first and last "
+            "quarter) are in the appendix.")
+
+
+def departures(ds, replicas=None) -> str:
+    """What a stage's design changes of :data:`COMMON`, in words ('; 300 s warm-up, 4
+    seeds'), "" when nothing: read from the Dataset ``ds``'s attrs and seed axis
+    (``replicas`` given by the caller when it differs)."""
+    out = []
+    if replicas is not None and replicas != COMMON["replicas"]:
+        out.append(f"{replicas} replicas")
+    for key, words in (("warmup_s", "s warm-up"), ("measure_s", "s window"), ("drain_s", "s drain")):
+        v = float(ds.attrs.get(key, COMMON[key]))
+        if v != COMMON[key]:
+            out.append(f"{v:,.0f} {words}")
+    n = ds.sizes.get("seed", COMMON["seeds"])
+    if n != COMMON["seeds"]:
+        out.append(f"{n} seeds")
+    return "; " + ", ".join(out) if out else ""
+
+
+DETAILS_OPEN, DETAILS_CLOSE, DETAILS_END = "<!-- details:", "-->", "<!-- /details -->"
+"""The markers around a section's details (:func:`details`)."""
+
+
+def details(label, *lines) -> list:
+    """``lines`` (markdown) marked as a section's details: the document keeps a pointer
+    to them and its appendix document gets them, under the heading ``label``
+    (:func:`.summary.to_appendix`)."""
+    return [f"{DETAILS_OPEN} {label} {DETAILS_CLOSE}", *lines, DETAILS_END]
 
 
 STEADY = ("backlog_growth", "kv_occupancy_first", "kv_occupancy_last")

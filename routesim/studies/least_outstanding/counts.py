@@ -16,7 +16,8 @@ from matplotlib.figure import Figure
 
 from ... import step_cost
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, open_stage, save, show,
+from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, departures, details, in_short,
+                     open_stage, save, show,
                      steady_table, rate_text, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing.toml", "sweeps/token-routing-mooncake.toml")
@@ -572,7 +573,6 @@ def section(data):
     counts = data["counts"]
     root = data["root"]
     rates = [float(r) for r in counts.rate_rps.values]
-    n_seeds = counts.sizes["seed"]
     caps = {p: capacity(root, p) for p in POLICIES}
     measured = all(c[3] for c in caps.values())
     cap_words = ", ".join(f"{p} {rate_text(c[0])}" for p, c in caps.items())
@@ -585,7 +585,6 @@ def section(data):
         bad += [f"{x} at {r:g}" for x in b]
     mech, conds = mechanism_rows(data), condition_rows(data)
     ex = worked_example()
-    warm, window, drain = (float(counts.attrs[k]) for k in ("warmup_s", "measure_s", "drain_s"))
     text = [
         "## Claim 1: counts lie when costs vary",
         "",
@@ -594,37 +593,33 @@ def section(data):
         "and counting arrivals (`round_robin`): lower TPOT p99 and TTFT p99, higher "
         "attainment.",
         "",
-        f"**Design.** `sweeps/token-routing.toml`, the study's baseline: 8 default replicas, the "
-        f"default workload with the long class (2 % of requests: prompts of median 12,000 tokens, "
-        f"outputs of median 2,000), {warm:,.0f} s warm-up, a {window:g} s window, drained "
-        f"({drain:g} s), {n_seeds} seeds. Loads {', '.join(f'{r:g}' for r in rates)} req/s; "
-        f"capacities at the SLO ({'measured, see the capacity table' if measured else 'provisional: the capacity stage has not run'}): "
-        f"{cap_words} req/s, so each load is shown as a multiple of round_robin's / least_requests' / "
-        f"least_tokens' capacity. Differences are least_tokens against each baseline, paired by seed "
-        f"(the rule at the top: mean [95 % interval]; a lead needs 5 % for a tail, 1 point for "
-        f"attainment). ITL p99 (every gap between two tokens, a long prefill chunk's stall included) "
-        f"stands beside TPOT p99. The clairvoyant arm (stage `exact`: least_tokens told every "
-        f"request's true output length, `allowance_tokens = \"exact\"`) bounds what predicting "
-        f"output lengths could be worth.",
+        f"**Design.** `sweeps/token-routing.toml`, the shared design{departures(counts, counts.sizes.get('replica'))}. "
+        f"Loads {', '.join(f'{r:g}' for r in rates)} req/s, each shown as a multiple of round_robin's / "
+        f"least_requests' / least_tokens' capacity ({cap_words} req/s, "
+        f"{'measured' if measured else 'provisional: the capacity stage has not run'}); least_tokens against each "
+        "baseline. ITL p99 (every gap between two tokens, a prefill chunk's stall included) stands beside TPOT p99.",
         "",
         main_table(data),
+        "",
+        "![Claim 1](../figures/lor-claim1-counts.png)",
+        "",
+        f"**Reading.** {_short_reading(comps)}. Why the gain is in TTFT, not TPOT: the seed's worked example "
+        "by this model's step cost (in the appendix).",
+        "",
+    ]
+    text += details(
+        "Medians per arm and steady state",
+        "Medians over seeds; the clairvoyant arm (stage `exact`: least_tokens told every request's true output "
+        "length, `allowance_tokens = \"exact\"`) bounds what predicting output lengths could be worth:",
         "",
         medians_table(data),
         "",
         "Steady state (median over seeds):",
         "",
-        steady_table(counts, ("rate_rps", "policy")),
-        "",
-        "![Claim 1](../figures/lor-claim1-counts.png)",
-        "",
-        "**Reading.** "
-        + (f"As predicted: {'; '.join(good)}. " if good else "No comparison leads as predicted. ")
-        + (f"Against the prediction: {'; '.join(bad)}. " if bad else "None leads against it. ")
-        + f"By the rule the claim **{v}** on the main design.",
-        "",
-    ]
+        steady_table(counts, ("rate_rps", "policy")))
     if len(mech) > 1:
-        text += [
+        text += details(
+            "The mechanisms, separated",
             f"**The mechanisms, separated** (issue 23 item 3). At {LOAD} req/s the long class (the "
             "same 2 % of requests, the same draws) keeps its long prompts only, its long outputs "
             "only, both (the main design) or neither (stages `prompt-only`, `output-only`, "
@@ -633,11 +628,9 @@ def section(data):
             "",
             mechanism_table(mech),
             "",
-            _mechanism_reading(mech),
-            "",
-        ]
+            _mechanism_reading(mech))
     if len(conds) > 1:
-        text += [
+        block = [
             f"**Signals, real lengths and the step cost** (issue 23 items 5 and 6). The verdict "
             f"recomputed at {LOAD} req/s under each condition, from the same six comparisons (TTFT "
             "p99, TPOT p99 and attainment against both baselines): a 50 ms periodic scrape "
@@ -667,18 +660,19 @@ def section(data):
         ]
         steady = steady_rows(data)
         if steady is not None:
-            text += [f"Steady state of the stages at {LOAD} req/s (median over seeds):", "",
-                     steady_table(steady, ("condition", "policy")), ""]
-        text += ["![Claim 1, effects](../figures/lor-claim1-effects.png)", ""]
+            block += [f"Steady state of the stages at {LOAD} req/s (median over seeds):", "",
+                      steady_table(steady, ("condition", "policy")), ""]
+        text += details("Signals, real lengths and the step cost", *block,
+                        "![Claim 1, effects](../figures/lor-claim1-effects.png)")
     if CDF_RATE in counts.rate_rps.values:
-        text += [
+        text += details(
+            "The whole distributions",
             f"The whole distributions at {CDF_RATE} req/s (completed cohort requests of seeds "
             f"{CDF_SEEDS[0]}–{CDF_SEEDS[-1]}, traced from the same sweep): {_tails(cohort_latencies(counts))}",
             "",
-            "![Claim 1, distributions](../figures/lor-claim1-cdf.png)",
-            "",
-        ]
-    text += [
+            "![Claim 1, distributions](../figures/lor-claim1-cdf.png)")
+    text += details(
+        "Without a vllm arm, the old verdict, the seed's worked example",
         "A `scheduler = \"vllm\"` arm was not run for this claim: the mode is about 14 times as costly "
         "per run (README), beyond this claim's budget, and docs/scheduler-modes.md found that the only "
         "material orderings of two policies that reverse under it involve prefix_affinity, which this "
@@ -704,10 +698,15 @@ def section(data):
         f"{ex['busy_ms_a'] / 1000:.2f} s), at a small per-iteration price, and above all "
         f"its prefill: a 12,000-token prompt takes about {ex['long_prefill_ms']:.0f} ms of "
         "compute that every co-resident sequence waits through, and its KV, held for its whole "
-        "long generation. That is why the sweep finds the gain in TTFT, not in TPOT.",
-        "",
-    ]
-    return "\n".join(text)
+        "long generation. That is why the sweep finds the gain in TTFT, not in TPOT.")
+    return "\n".join(text + [""])
+
+
+def _short_reading(comps) -> str:
+    """The main table's outcomes in a few words (:func:`.common.in_short`): per metric and
+    baseline, the usual outcome over the loads and the exceptions."""
+    return in_short({f"{name} vs {b}": [(f"{r:g}", c[(var, b)][3], sign) for r, c in comps.items()]
+                     for var, name, _, sign in METRICS for b in BASES})
 
 
 def _mechanism_reading(mech):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import FIGURES, open_stage, save
+from .common import FIGURES, details, open_stage, save
 from .counts import worked_example
 
 SWEEPS = ("sweeps/token-routing-example.toml",)
@@ -78,7 +78,7 @@ def section(ds):
     a, b = short & (r["replica"] == 1), short & (r["replica"] == 2)
     long_ = ~short
     same = placements_equal(ds)
-    return "\n".join([
+    return "\n".join(details("", *[   # all of it to the appendix, after claim 1's worked example
         "### The worked example, run in the engine", "",
         "`sweeps/token-routing-example.toml` replays the example as a trace "
         "(`traces/worked-example.csv`): twenty requests with 1,000-token prompts arrive "
@@ -97,4 +97,4 @@ def section(ds):
         f"The long request keeps B busy until {r['done'][long_].max() / 1000:.1f} s, at "
         f"{np.median(r['tpot'][long_]):.2f} ms per token once alone. Under continuous "
         "batching the nine short requests beside it pay almost nothing.", "",
-        "![Claim 1, the worked example](../figures/lor-claim1-example.png)", ""])
+        "![Claim 1, the worked example](../figures/lor-claim1-example.png)"]) + [""])

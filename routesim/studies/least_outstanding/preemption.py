@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, open_stage, save,
+from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, departures, details,
+                     exceptions, open_stage, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, tally, verdict_of,
                      verdicts)
 
@@ -309,57 +310,63 @@ def section(data):
            "least_requests, herding on a stale count, preempts more than with fresh signals; "
            "under periodic_local, which gives least_requests its own placements back, the gap "
            "narrows." if _present(data, "signals") else ""), "",
-        f"**Design.** `sweeps/token-routing-preemption.toml`: 8 default replicas whose KV "
-        f"pool is cut to {int(ds.attrs['kv_blocks']):,} blocks of 16 tokens (the default is "
-        f"16,384, with which no policy preempts below capacity), at {rate:g} req/s "
-        f"({against(rate, data['caps'])}, capacities with the default pool: the smaller pool "
-        f"lowers them), least_kv, least_cost, least_requests and least_tokens (claim 1's "
-        f"best, for reference), {ds.sizes['seed']} seeds, {ds.attrs['warmup_s']:,.0f} s of "
-        f"warm-up, a {ds.attrs['measure_s']:g} s window, drained. Occupancy at placement: "
-        "`placement_occupancy` (mean over the window's placements of the chosen replica's "
-        "referenced blocks over its pool, just before the placement) and its tail, "
-        "`placement_occupancy_high` (the share of those placements above 0.9). Preemptions "
-        f"are compared as a difference of counts per window (a lead needs at least "
-        f"{PREEMPT_MATERIAL:g} on average: a ratio fails where the base preempts 0 times); "
-        "the occupancies in percentage points; TPOT p99 as a ratio. The step-cost "
-        "sensitivity and a `scheduler = \"vllm\"` arm compare least_kv with least_requests"
-        + ("; the realistic-signal arm reruns the fresh design's three compared policies "
-           "(least_kv, least_cost, least_requests) with a 50 ms periodic scrape (`[signals] "
-           "mode = \"periodic\"`: every replica publishes every 50 ms, the router reads only "
-           "that) and with `periodic_local` (the router adds its own placements since the last "
-           "publication; one router), the same pool, load, warm-up, window and seeds, and "
-           "recomputes the verdict by the same rule" if _present(data, "signals") else
-           "; the realistic-signal arm has not been run")
-        + ". Medians over seeds (fresh signals):", "",
-        *_table(ds, POLICIES), "",
-        *[x for m in (SIGNAL_MODES if _present(data, "signals") else ())
-          for x in (f"*Under a 50 ms {m} signal:*", "", *_table(scrape(data, m), KV_AWARE + (BASE,)), "")],
-        "Steady state (median over seeds):", "",
-        *steady,
-        f"KV-aware policy against least_requests, paired by seed (mean [{LEVEL:.0%} interval]; "
-        "bold: a lead):", "",
+        f"**Design.** `sweeps/token-routing-preemption.toml`{departures(ds)}: the KV "
+        f"pool cut to {int(ds.attrs['kv_blocks']):,} blocks of 16 tokens (with the default 16,384 no policy "
+        f"preempts below capacity), at {rate:g} req/s; least_kv, least_cost, least_requests and least_tokens "
+        "(for reference). Occupancy at placement: its mean over the window's placements "
+        "(`placement_occupancy`) and its tail, the share of placements above 0.9 (`placement_occupancy_high`). "
+        f"Preemptions are compared as a difference of counts per window (material from {PREEMPT_MATERIAL:g}); "
+        "the occupancies in points; TPOT p99 as a ratio. "
+        + ("The realistic-signal arm reruns least_kv, least_cost and least_requests under a 50 ms `periodic` "
+           "and `periodic_local` scrape. " if _present(data, "signals") else "The realistic-signal arm has not been run. ")
+        + "KV-aware policy against least_requests, paired by seed (bold: a lead):", "",
         *eff, "",
         "![Claim 5](../figures/lor-claim5-preemption.png)", "",
-        "**Reading.** Fresh signals, against least_requests, "
-        + ". ".join(f"{p}: " + tally([(var, c, -1) for var, c in effects(ds, p).items()]) for p in KV_AWARE)
-        + f". Verdict: {v} (least_kv alone: {fresh_kv}). Within a seed, "
-        f"across every pair of the four policies, the one that placed less often above 90 % "
-        f"also preempted less in {agree} of {n} comparisons (pairs where both differ): the "
-        "tail of occupancy at placement is the measure the seed's mechanism is about, which "
-        "the mean over placements cannot show. The TPOT p99 rises instead of falling, on "
-        "every arm: a placement by occupancy does not look at how many sequences a replica "
-        "is decoding, and why that costs the TPOT tail (larger batches, more prefill beside "
-        "decoding) is not isolated here. " + " ".join(extra[:1]), ""]
-    parts += extra[1:]
+        "**Reading.** Fresh signals, against least_requests: "
+        + "; ".join(f"{p} {exceptions([(var, c, -1) for var, c in effects(ds, p).items()], start=False)}"
+                    for p in KV_AWARE)
+        + f". Within a seed, the policy that placed less often above 90 % also preempted less in {agree} of {n} "
+        "pairs: the tail of occupancy at placement, not its mean, is the seed's mechanism. TPOT p99 rises "
+        "instead of falling on every arm.", "",
+        *details(
+            "The design in full, medians, steady state, the comparisons in words",
+            f"Capacities with the default pool (the smaller pool lowers them): {against(rate, data['caps'])}. "
+            "`placement_occupancy` is the mean over the window's placements of the chosen replica's "
+            "referenced blocks over its pool, just before the placement; a ratio of preemptions fails where "
+            "the base preempts 0 times. The step-cost sensitivity and a `scheduler = \"vllm\"` arm compare "
+            "least_kv with least_requests"
+            + ("; the realistic-signal arm reruns the fresh design's three compared policies "
+               "(least_kv, least_cost, least_requests) with a 50 ms periodic scrape (`[signals] "
+               "mode = \"periodic\"`: every replica publishes every 50 ms, the router reads only "
+               "that) and with `periodic_local` (the router adds its own placements since the last "
+               "publication; one router), the same pool, load, warm-up, window and seeds, and "
+               "recomputes the verdict by the same rule" if _present(data, "signals") else "")
+            + ". Medians over seeds (fresh signals):", "",
+            *_table(ds, POLICIES), "",
+            *[x for m in (SIGNAL_MODES if _present(data, "signals") else ())
+              for x in (f"*Under a 50 ms {m} signal:*", "", *_table(scrape(data, m), KV_AWARE + (BASE,)), "")],
+            "Steady state (median over seeds):", "",
+            *steady,
+            "Fresh signals, against least_requests, "
+            + ". ".join(f"{p}: " + tally([(var, c, -1) for var, c in effects(ds, p).items()]) for p in KV_AWARE)
+            + f". Verdict: {v} (least_kv alone: {fresh_kv}). Within a seed, "
+            f"across every pair of the four policies, the one that placed less often above 90 % "
+            f"also preempted less in {agree} of {n} comparisons (pairs where both differ): the "
+            "tail of occupancy at placement is the measure the seed's mechanism is about, which "
+            "the mean over placements cannot show. The TPOT p99 rises instead of falling, on "
+            "every arm: a placement by occupancy does not look at how many sequences a replica "
+            "is decoding, and why that costs the TPOT tail (larger batches, more prefill beside "
+            "decoding) is not isolated here. " + " ".join(extra[:1]), "", *extra[1:])]
     if sens:
-        parts += ["", "**Sensitivity to the step cost** (least_kv against least_requests; "
-                  "each variant's load and pool in the sweep file):", "",
-                  *sensitivity_rows(fresh_kv, sens), "",
-                  "Their steady state (median over seeds):", ""]
+        block = ["**Sensitivity to the step cost** (least_kv against least_requests; "
+                 "each variant's load and pool in the sweep file):", "",
+                 *sensitivity_rows(fresh_kv, sens), "",
+                 "Their steady state (median over seeds):", ""]
         for stage, words in ARMS:
             if _present(data, stage):
-                parts += [f"*{words}*", "", steady_table(data[stage], ("policy",)), ""]
-    return "\n".join(parts)
+                block += [f"*{words}*", "", steady_table(data[stage], ("policy",)), ""]
+        parts += details("Sensitivity to the step cost", *block)
+    return "\n".join(parts + [""])
 
 
 def row(data):

@@ -13,7 +13,8 @@ cohort is drained, so ``attempts`` counts every attempt of every cohort request:
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, SEEDS, capacity, compare, load_stages, replicas_at,
+from .common import (ADDED, FIGURES, MECHANISM, capacity, compare, departures, details, exceptions, load_stages,
+                     replicas_at,
                      results_root, save, scenario_events, show, steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-retry.toml",)
@@ -255,10 +256,9 @@ def section(data):
         "**Prediction (the seed).** Retries add load to a degraded system; a retry budget and a "
         "per-replica breaker at the router contain it. Issue 13 asks, too, whether the system "
         "recovers after the incident ends or stays degraded (metastable).", "",
-        f"**Design.** `sweeps/token-routing-retry.toml`: {POLICY}, {n} default replicas at {rate:g} req/s "
-        f"({rate / cap:.2f} × {POLICY}' capacity at the SLO, {cap_txt}); the default workload, a "
-        f"{w0:g} s warm-up, a {m:g} s window [{w0:g} s, {w0 + m:g} s), drained cohorts (every retry of a "
-        f"cohort request counted), {a.sizes['seed']} seeds paired across arms. Clients with a first-token "
+        f"**Design.** `sweeps/token-routing-retry.toml`{departures(a)}: {POLICY} at {rate:g} req/s "
+        f"({rate / cap:.2f} × {POLICY}' capacity at the SLO, {cap_txt}); the window [{w0:g} s, {w0 + m:g} s), "
+        "every retry of a cohort request counted. Clients with a first-token "
         f"timeout and a whole-attempt timeout, up to {int(a.attrs['max_attempts'])} attempts: client a "
         f"{client(a)}, client b {client(b)} (a 30 s attempt covers the chat class's outputs at the decode "
         "rate; the former design's 5 s whole-attempt timeout failed every output longer than about 300 "
@@ -271,17 +271,21 @@ def section(data):
         "failures) and retry_avoid_previous off and on. After: client a's crash arms measured in the next "
         f"window, [{wa:g} s, {wa + m:g} s), {wa - t_up:g} s after the crash ended. Runs: "
         f"{sum(int(d.arrivals.size) for d in data.values())}.", "",
-        "Steady state before the incident (the no-incident control, client a; median over seeds):", "",
-        steady_table(a.sel(scenario="none"), ("retry_budget",)), "",
         f"**The control is {'calm' if both_calm else 'not calm'}** (calm: median attempts per request at "
         f"most {CALM[0]:g} and attainment at least {CALM[1] * 100:g} %): {calm_txt}, without the budget. "
-        "Medians per arm:", "",
-        *_table(data), "",
-        f"The claim's tests (verdict rule at the top: {SEEDS} seeds, paired, 95 % bootstrap intervals, "
-        "5 % relative or 1 pp material):", "",
+        "The claim's tests:", "",
         *_tests(data), "",
         "![Claim 7](../figures/lor-claim7-retry.png)", "",
-        f"**Reading.** With clients that give an attempt time to finish, the system is calm without an "
+        f"**Reading.** {exceptions([(k, r, p) for k, r, p, _ in clauses(data)])}"
+        + (": the degradation does not outlast its trigger, so there is no metastable trap here."
+           if c["lingers"][0][3] != -1 else ": the degradation outlasts its trigger."), "",
+        *details(
+        "Medians per arm, steady state, the tests in words, why the step cost was not varied",
+        "Medians per arm:", "",
+        *_table(data), "",
+        "Steady state before the incident (the no-incident control, client a; median over seeds):", "",
+        steady_table(a.sel(scenario="none"), ("retry_budget",)), "",
+        f"With clients that give an attempt time to finish, the system is calm without an "
         f"incident ({calm_txt}) — the former design's retry storm was its 5 s whole-attempt timeout. "
         f"Client a's {float(a.attrs['timeout_ms']) / 1000:g} s attempt is still shorter than many of the long "
         "class's generations (median 2,000 output tokens), which time out and are retried from nothing: its "
@@ -310,15 +314,12 @@ def section(data):
         + f" (medians {_median(hole_rows[(False, 0)], 1, 100)} % with neither, "
         f"{_median(hole_rows[(True, breaker(data))], 1, 100)} % with both). "
         f"{wa - t_up:g} s after the crash ends, attainment without the budget against no incident: "
-        f"{said('lingers', 'pp')}"
-        + (": the degradation does not outlast its trigger, so there is no metastable trap here."
-           if c["lingers"][0][3] != -1 else ": the degradation outlasts its trigger.")
-        + f" Verdict: {v}.", "",
+        f"{said('lingers', 'pp')}. Verdict: {v}.", "",
         "**Sensitivity to the step cost** (issue 23 item 6): not rerun. The black hole's containment does "
         "not depend on it (a fast failure takes milliseconds whatever a step costs); the crash's leads "
         "depend on it only through the survivors' capacity against the load, which a costlier prefill at "
         "the same load would change, so such a rerun would test a different overload, not this verdict "
-        "(placing it needs the capacity per step-cost model, which the capacity stage does not measure).", ""])
+        "(placing it needs the capacity per step-cost model, which the capacity stage does not measure)."), ""])
 
 
 def row(data):

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare,
-                     open_stage, save, sensitivity_rows, show, stage_rate, steady_table, steady_words,
+                     departures, details, exceptions, open_stage, save, sensitivity_rows, show, stage_rate, steady_table, steady_words,
                      verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-staleness.toml",)
@@ -262,31 +262,33 @@ def section(data):
         "the whole batch in a few milliseconds\") and power of two less than it there; with "
         f"{ROUTERS} routers periodic_local's TTFT p99 is above one router's but still below "
         "periodic's.", "",
-        f"**Design.** `sweeps/token-routing-staleness.toml`: {fresh.sizes['replica']} default "
-        f"replicas at {rate:g} req/s ({against(rate, data['caps'])}), least_tokens and "
+        f"**Design.** `sweeps/token-routing-staleness.toml`{departures(fresh, fresh.sizes['replica'])}: "
+        f"{rate:g} req/s ({against(rate, data['caps'])}), least_tokens and "
         f"power_of_d (d = 2, tokens), fresh signals and a periodic publication every "
         f"{', '.join(f'{p:g}' for p in ps[1:])} ms, periodic_local at {LOCAL_MS} ms with one "
         f"router and with {ROUTERS} (`routers = {ROUTERS}`: request r goes through router "
         f"floor(h_r · {ROUTERS}), and each router adds only its own placements to the last "
-        f"publication), {fresh.sizes['seed']} seeds, {fresh.attrs['warmup_s']:,.0f} s of "
-        f"warm-up (every stage, the fresh reference too, so the comparisons are paired on the "
-        f"same window), a {fresh.attrs['measure_s']:g} s window, drained. The load is "
-        "claim 2's, so these runs are also its realistic-signal arm. Under `periodic` every "
-        "router reads the same publications, so the number of routers matters only with "
-        "`periodic_local`. Median TTFT p99 (ms):", "",
+        "publication); every stage has the same warm-up, so the comparisons are paired on the same window. "
+        "The load is claim 2's, so these runs are also its realistic-signal arm. Median TTFT p99 (ms):", "",
         *rows, "",
-        "Steady state (median over seeds):", "",
-        steady_table(fresh, ("policy",)), "",
-        steady_table(data["periodic"], ("policy", "period_ms")), "",
-        f"*periodic_local {LOCAL_MS} ms, one router; then {ROUTERS} routers*", "",
-        steady_table(data["local"], ("policy",)), "",
-        steady_table(data["routers"], ("policy",)), "",
-        f"The prediction's comparisons, paired by seed (mean [{LEVEL:.0%} interval] of the "
-        "per-seed change; bold: a lead):", "",
+        "The prediction's comparisons, paired by seed (bold: a lead):", "",
         *comp_rows, "",
-        "The ranking of the two policies at each signal age:", "",
-        *rank_rows, "",
         "![Claim 3](../figures/lor-claim3-staleness.png)", "",
+        f"**Reading.** {exceptions([(name, c, pred) for name, (c, pred) in comparisons(data).items()])}. "
+        + (("The ranking reverses at " + ", ".join(f"{p} ms" for p in flips)
+            + ": with a scrape that old power of two has the lower TTFT p99 (a lead)") if flips and fresh_rank == 1
+           else ("Power of two leads at " + ", ".join(f"{p} ms" for p in flips)) if flips else
+           "At no period does power of two lead") + ".", "",
+        *details(
+            "The steady state, the ranking, the comparisons in words",
+            "Steady state (median over seeds):", "",
+            steady_table(fresh, ("policy",)), "",
+            steady_table(data["periodic"], ("policy", "period_ms")), "",
+            f"*periodic_local {LOCAL_MS} ms, one router; then {ROUTERS} routers*", "",
+            steady_table(data["local"], ("policy",)), "",
+            steady_table(data["routers"], ("policy",)), "",
+            "The ranking of the two policies at each signal age:", "",
+            *rank_rows, "",
         "**Reading.** least_tokens' TTFT p99 changes by "
         + ", ".join(f"{show(g[p], 0, '%')} at {p} ms" for p in ps[1:])
         + " against fresh signals; power of two's by "
@@ -307,7 +309,7 @@ def section(data):
             f"{g[p][0]:+.0f} % at {p} ms" for p in sorted(PUBLISHED) if p in g) + ". "
         f"At {rate:g} req/s about {rate * 0.1:.1f} requests arrive in 100 ms across the "
         f"cluster ({rate * 0.1 / fresh.sizes['replica']:.2f} per replica), so one stale period "
-        f"misplaces a handful of requests. Verdict: {v}.", "", *_sensitivity_part(data)])
+        f"misplaces a handful of requests. Verdict: {v}."), "", *_sensitivity_part(data)])
 
 
 def _sensitivity_part(data):
@@ -357,7 +359,7 @@ def _sensitivity_part(data):
             parts += [f"*{words}*", "", steady_table(v["whole"], ("signal_mode", "policy")), "",
                       steady_table(v["routers"], ("policy",)).replace("| policy |", "| 4 routers, periodic_local |", 1),
                       ""]
-    return parts
+    return details("Sensitivity to the step cost", *parts)
 
 
 def _routers_words(data):

@@ -9,23 +9,21 @@ import re
 import numpy as np
 
 from . import admission, capacities, cold_start, counts, retries, staleness
-from .common import show
+from .common import DETAILS_CLOSE, DETAILS_END, DETAILS_OPEN, show
 
-LONG = 8
-"""A table of more than this many lines (header and rule included) goes to the appendix."""
-APPENDIX = "Appendix: the long tables"
-ANCHOR = "#" + re.sub(r"[^a-z0-9 -]", "", APPENDIX.lower()).replace(" ", "-")
-"""The appendix heading's anchor as GitHub renders it."""
+APPENDIX = "the appendix"
+"""What the document calls its companion document (docs/least-outstanding-routing-appendix.md)."""
 
 
-def summary(loaded) -> list:
-    """Markdown lines of the summary from [(claim module, its data)]."""
+def summary(loaded, appendix_name) -> list:
+    """Markdown lines of the summary from [(claim module, its data)]; ``appendix_name``
+    the appendix document's file name (a link beside the document)."""
     data = {claim.__name__.rsplit(".", 1)[1]: d for claim, d in loaded}
     lines = ["## What to deploy (the practitioner's summary)", ""]
     for part in (_deploy(data), _lead(data), _reversals(data), _operations(data)):
         lines += part
-    return lines + [f"The evidence follows: the verdict table, each claim's section, and the long tables in "
-                    f"the [appendix]({ANCHOR}).", ""]
+    return lines + [f"The evidence follows: the verdict table, each claim's section; the long tables, the steady "
+                    f"state and the sensitivity runs in [{APPENDIX}]({appendix_name}).", ""]
 
 
 def _deploy(data) -> list:
@@ -127,31 +125,79 @@ def _operations(data) -> list:
     return [f"**Operations.** {text[0].upper()}{text[1:]}.", ""]
 
 
-def to_appendix(sections, title_of) -> tuple:
-    """(sections with their long tables replaced by a pointer, the appendix's lines):
-    ``sections`` the claims' markdown texts, ``title_of(i)`` the i-th's name. A table of
-    more than :data:`LONG` lines moves, numbered A1, A2, … in the order met."""
-    appendix, out, n = [f"## {APPENDIX}", ""], [], 0
-    for i, text in enumerate(sections):
-        kept, block = [], []
+def to_appendix(sections, appendix_name) -> tuple:
+    """(the sections with their details replaced by a pointer, the appendix document's
+    lines): ``sections`` the markdown texts of the document's sections, each starting
+    with its heading; a block between :func:`common.details`' markers moves to the
+    appendix, under the section's heading, as a subsection headed by its label (none
+    for an empty label). The section keeps, where its first block was, one line naming
+    the blocks and linking the section's heading in ``appendix_name`` (the appendix
+    file, beside the document). A section that is all one block (its heading inside)
+    moves whole, without a pointer."""
+    appendix, out, seen = [], [], {}
 
-        def flush():
-            nonlocal n
-            if len(block) > LONG:
-                n += 1
-                head = block[0].strip("| ").split(" | ")
-                kept.append(f"*Table A{n} ([appendix]({ANCHOR})): {', '.join(head[:4])}"
-                            f"{', …' if len(head) > 4 else ''}; {len(block) - 2} rows.*")
-                appendix.extend([f"**Table A{n}** ({title_of(i)}).", "", *block, ""])
-            else:
-                kept.extend(block)
-            block.clear()
-        for line in text.split("\n"):
-            if line.startswith("|"):
-                block.append(line)
-                continue
-            flush()
+    def add(lines):   # appendix lines; returns the anchor of their first heading
+        anchors = [_anchor(line.lstrip("#"), seen) for line in lines if line.startswith("#")]
+        appendix.extend([*lines, ""])
+        return anchors[0] if anchors else None
+
+    for text in sections:
+        kept, blocks = _split(text)
+        main = [line for line in kept if line != POINTER]
+        if not blocks:
+            out.append(text)
+        elif not any(line.strip() for line in main):
+            for _, lines in blocks:
+                add(_trim(lines))
+        else:
+            level = main[0].split(" ", 1)[0]
+            anchor = add([main[0]])
+            for label, lines in blocks:
+                add(([f"{level}# {label}", ""] if label else []) + _trim(lines))
+            labels = "; ".join(label for label, _ in blocks if label)
+            link = f"*In [{APPENDIX}]({appendix_name}#{anchor}): {labels}.*"
+            out.append("\n".join(link if line == POINTER else line for line in kept + [""] * (kept[-1] == POINTER)))
+    return out, appendix
+
+
+def _split(text) -> tuple:
+    """(a section's lines outside its details blocks, :data:`POINTER` where the first
+    block was; [(label, the block's lines)])."""
+    kept, blocks, block = [], [], None
+    for line in text.split("\n"):
+        if block is None and line.startswith(DETAILS_OPEN):
+            if not blocks:
+                kept.append(POINTER)
+            block = (line[len(DETAILS_OPEN):-len(DETAILS_CLOSE)].strip(), [])
+        elif block is not None and line == DETAILS_END:
+            blocks.append(block)
+            block = None
+        elif block is not None:
+            block[1].append(line)
+        else:
             kept.append(line)
-        flush()
-        out.append("\n".join(kept))
-    return out, (appendix if n else [])
+    if block is not None:
+        raise ValueError(f"a details block without its end ({DETAILS_END!r}): {block[0]!r}")
+    return kept, blocks
+
+
+POINTER = "\0pointer"
+"""A section's stand-in line for its pointer to the appendix while :func:`to_appendix` reads it."""
+
+
+def _trim(lines) -> list:
+    """``lines`` without leading and trailing blank lines."""
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return list(lines)
+
+
+def _anchor(heading, seen) -> str:
+    """The anchor GitHub gives a heading's text: lower case, punctuation dropped, spaces
+    as hyphens, a repeat numbered -1, -2, … (``seen``: the anchors so far, updated)."""
+    base = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+    n = seen.get(base, 0)
+    seen[base] = n + 1
+    return base if n == 0 else f"{base}-{n}"
