@@ -100,3 +100,20 @@ def test_the_two_files_are_written_all_or_none(tmp_path):
         write_texts({doc: "new one\n", twin: "bad \ud800\n"})
     assert doc.read_text() == "one\n" and twin.read_text() == "two\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["doc-appendix.md", "doc.md"]
+
+
+def test_a_short_reading_names_only_the_exceptions():
+    from routesim.studies.least_outstanding.common import exceptions, in_short
+    lead = lambda x: (0.0, 0.0, 0.0, x)   # noqa: E731
+    assert exceptions([("a", lead(-1), -1), ("b", lead(1), 1)]) == "Every comparison as predicted"
+    # a lead where none was predicted is the other way
+    assert exceptions([("a", lead(-1), -1), ("b", lead(-1), -1), ("c", lead(1), 0)]) == \
+        "As predicted but: c (the other way)"
+    assert exceptions([("a", lead(1), -1), ("b", lead(1), -1)], start=False) == "every comparison the other way"
+    # most not as predicted: every group named
+    assert exceptions([("a", lead(-1), -1), ("b", lead(0), -1), ("c", lead(1), -1)]) == \
+        "As predicted: a; the other way: c; without a lead: b"
+    # per label, the usual outcome over the loads and only the loads that differ
+    assert in_short({"TTFT": [("23", -1, -1), ("35", -1, -1)],
+                     "TPOT": [("23", 1, -1), ("35", 0, -1), ("41", 0, -1)]}) == \
+        "TTFT: as predicted everywhere; TPOT: without a lead (the other way at 23)"

@@ -42,5 +42,11 @@ def test_short_requests_beside_the_long_one_are_not_slowed(ds):
 
 
 def test_section_and_figure_render(out, tmp_path):
-    # a section after claim 1's, without a row of its own
-    assert_renders(example, write_results(tmp_path / "results", out), tmp_path / "figures", heading="### ")
+    # a section after claim 1's, without a row of its own, all of it details: it moves whole
+    # to the appendix document, after claim 1's details, and leaves nothing in the document
+    from routesim.studies.least_outstanding import summary
+    from routesim.studies.least_outstanding.common import details
+    text = assert_renders(example, write_results(tmp_path / "results", out), tmp_path / "figures",
+                          heading=details("")[0] + "\n### ")
+    kept, appendix = summary.to_appendix([text], "twin.md")
+    assert kept == [] and appendix[0] == "### The worked example, run in the engine"

@@ -3,12 +3,13 @@
 Each claim of the seed is a module with the same five functions: ``load(root)`` (its
 Datasets under the results folder ``root``, or None if not run), ``verdict(data)``,
 ``row(data)`` (its line of the verdict table), ``figure(data, figures_dir)`` (the paths
-written) and ``section(data)`` (its part of docs/least-outstanding-routing.md). Every
+written) and ``section(data)`` (its part of docs/least-outstanding-routing.md, its details
+marked by :func:`common.details` for the appendix document beside it). Every
 policy sees the same workload per seed (common random numbers), so comparisons are
 paired by seed; a difference is a *lead* under :data:`common.RULE` (a paired bootstrap
 interval that excludes 0 and a material effect; issue 23).
 
-    python -m routesim.least_outstanding              # every sweep, then figures and document
+    python -m routesim.least_outstanding              # every sweep, then figures and the documents
     python -m routesim.figures results/token-routing/ # figures/lor-*.png and .svg only
     python -m routesim.report results/token-routing/  # docs/least-outstanding-routing.md and its appendix only
 """

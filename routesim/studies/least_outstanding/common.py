@@ -150,11 +150,21 @@ def tally(named):
 
 def exceptions(named, start=True) -> str:
     """Words for [(name, comparison, predicted sign)] that name only the comparisons not
-    as predicted (:func:`_outcome`): 'Every comparison as predicted', or 'As predicted
-    but: a (without a lead), b (the other way)' (lower case when not ``start``)."""
-    odd = [(name, _outcome(c[3], pred)) for name, c, pred in named if _outcome(c[3], pred) != "as predicted"]
-    words = ("every comparison as predicted" if not odd else
-             "as predicted but: " + ", ".join(f"{name} ({o})" for name, o in odd))
+    as predicted (:func:`_outcome`) when they are the fewer: 'Every comparison as
+    predicted', 'As predicted but: a (without a lead), b (the other way)', 'Every
+    comparison the other way'; otherwise every group (:func:`tally`). Lower case when not
+    ``start``."""
+    outs = [(name, _outcome(c[3], pred)) for name, c, pred in named]
+    odd = [(name, o) for name, o in outs if o != "as predicted"]
+    kinds = {o for _, o in odd}
+    if not odd:
+        words = "every comparison as predicted"
+    elif len(odd) == len(outs) and len(kinds) == 1:
+        words = f"every comparison {odd[0][1]}"
+    elif 2 * len(odd) <= len(outs):
+        words = "as predicted but: " + ", ".join(f"{name} ({o})" for name, o in odd)
+    else:
+        words = tally(named)
     return words[0].upper() + words[1:] if start else words
 
 
@@ -466,8 +476,8 @@ def steady_table(ds, by, dims=("seed",)):
 def steady_words(ds, by=("policy",)):
     """Whether each cell of the axes ``by`` of ``ds`` was steady by
     :func:`routesim.steady.cell_steady` (its medians, and each of its runs: the count of
-    runs flagged is given), in words (the rule itself is stated once, under the capacity
-    table)."""
+    runs flagged is given), in words (the rule itself is stated once, at the document's
+    top: :func:`shared_design`)."""
     import itertools
 
     from ... import steady

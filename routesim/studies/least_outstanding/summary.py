@@ -1,8 +1,8 @@
 """The practitioner's summary at the top of docs/least-outstanding-routing.md (issue 44
 item 5): what to deploy, by how much it beats the alternatives at the SLO, where the
-advice reverses, and the long tables moved to an appendix. Every number is read from the
-claims' loaded results by the claims' own functions; a claim that did not run leaves its
-sentence out."""
+advice reverses; and :func:`to_appendix`, which moves the sections' details to the
+appendix document beside it. Every number is read from the claims' loaded results by
+the claims' own functions; a claim that did not run leaves its sentence out."""
 
 import re
 
