@@ -28,7 +28,8 @@ from .studies.serving import report as serving
 def main(argv=None) -> int:
     ap = results_parser("python -m routesim.report", __doc__.split("\n\n")[1])
     ap.add_argument("--out", type=Path, default=None,
-                    help=f"output file (default {serving.DEFAULT_OUT}; {least_outstanding.OUT} for results/token-routing/)")
+                    help=f"output file (default {serving.DEFAULT_OUT}; {least_outstanding.OUT} for results/token-routing/, "
+                         "its appendix beside it: OUT's name with -appendix before the suffix)")
     ap.add_argument("--figures", type=Path, default=Path("figures"),
                     help="folder of the figures the document links to (default figures/)")
     args, ok, lc = parse_results(ap, argv, "no progress and no messages", "leaving out the hockey stick")
