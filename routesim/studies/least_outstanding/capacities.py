@@ -288,7 +288,14 @@ def section(data):
                f"{float(d.attrs['warmup_s']):,.0f} s of warm-up is enough at these loads."
                if not unsteady else
                "Not steady at capacity: " + ", ".join(unsteady) + "; their capacity is an upper bound."),
-            "", table(d), ""]
+            "", table(d), "",
+            *details("How the search ran",
+                     f"Rates on multiples of {float(d.attrs['capacity_resolution']):g} req/s, so the true capacity "
+                     "lies below the next rate on the grid; "
+                     f"{int(d.attrs['capacity_points'])} a round inside each policy's bracket; evaluated: "
+                     f"{', '.join(f'{r:g}' for r in evaluated(d))} req/s. The steady-state figures beside each "
+                     "capacity are those of its runs there (medians over seeds), with the runs `routesim.steady` "
+                     "flags and whether the cell is steady."), ""]
     if m is not None:
         text += [_mooncake_short(m), ""]
         text += details(

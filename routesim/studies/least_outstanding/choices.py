@@ -293,10 +293,14 @@ def section(data):
         f"**Reading.** {_short_reading(data)}. least_tokens against d = 2, TTFT p99: " + _ranking_words(lt_lead if sig else {"fresh signals": fresh_rank[3]})
         + ".", ""]
     parts += details(
-        "Why no larger N, the steady state, the comparisons in words",
+        "The design in full, the steady state, the comparisons in words",
         "N = 128 and 256 at 1,200 s warm-ups would cost 16 and 32 times an 8-replica run each, beyond the "
         "study's budget; the per-replica dynamics that need the warm-up (the long class filling each replica's "
-        "KV cache) do not shorten with N, so a larger N with a shorter warm-up would not be steady. "
+        "KV cache) do not shorten with N, so a larger N with a shorter warm-up would not be steady. The load "
+        "stays below random routing's capacity: above it one random choice's queue would grow without bound "
+        "and the gap would measure the warm-up's length. Under the realistic-signal arm every router decision "
+        "reads a signal published every 50 ms (`[signals] mode = \"periodic\"`, `period_ms = 50`), or that "
+        "signal plus the router's own placements since (`\"periodic_local\"`); d = 1 reads no signal at all. "
         "Steady state (median over seeds: backlog growth over the window, requests; KV "
         "occupancy over its first and last quarter):", "",
         *steady,

@@ -281,7 +281,8 @@ def section(data):
            "At no period does power of two lead") + ".", "",
         *details(
             "The steady state, the ranking, the comparisons in words",
-            "Steady state (median over seeds):", "",
+            "Under `periodic` every router reads the same publications, so the number of routers matters only "
+            "with `periodic_local`. Steady state (median over seeds):", "",
             steady_table(fresh, ("policy",)), "",
             steady_table(data["periodic"], ("policy", "period_ms")), "",
             f"*periodic_local {LOCAL_MS} ms, one router; then {ROUTERS} routers*", "",
