@@ -49,6 +49,14 @@ def imports(code, cwd=ROOT, env=None):
     return {name.split(".")[0] for name in modules}, proc
 
 
+def fresh(code, env=None):
+    """A fresh ``python -c CODE`` in the checkout that exits 0: its completed process."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
 def command(module, *args):
     """``python -m MODULE ARGS`` as code for :func:`imports`: the module run as the
     process's program, exactly as ``python -m`` runs it."""
@@ -90,9 +98,7 @@ def test_kernels_cache_where_compile_cache_says_without_import_routesim_doing_it
             "from routesim import compile_cache, nrt\n"
             "print(config.CACHE_DIR == str(compile_cache.folder()), nrt.PATCHED)\n"
             "print(engine.run_one_nb._cache._cache_path)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = fresh(code, env)
     from routesim import compile_cache, nrt
     first, path = proc.stdout.splitlines()
     assert first == f"True {nrt.PATCHED}"           # the folder, and Numba patched as before
@@ -128,9 +134,7 @@ def test_without_dask_in_a_fresh_process():
             "    import dask\n"
             "except ImportError:\n"
             "    print('no dask')\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == "no dask\n"
+    assert fresh(code).stdout == "no dask\n"
 
 
 def test_a_sweep_sets_numba_up_without_importing_scipy_linalg(tmp_path):
@@ -154,9 +158,7 @@ def test_a_process_that_imported_scipy_linalg_keeps_it_and_numba_its_blas():
             "import routesim.conf\n"
             "from numba.np import arraymath\n"
             "print(sys.modules['scipy.linalg'] is L, arraymath._HAVE_BLAS)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == "True True\n"
+    assert fresh(code).stdout == "True True\n"
 
 
 def test_no_routesim_code_calls_what_numbas_blas_probe_decides():
