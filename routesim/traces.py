@@ -182,6 +182,14 @@ def _int_field(value, path, line, name):
     return v
 
 
+def _count(value, path, line, name):
+    """:func:`_int_field`'s value, read at once when ``value`` is plain ASCII digits short
+    enough to be below its limit (14 digits: < 10^14 < 2^48), as trace rows write them."""
+    if len(value) < 15 and value.isascii() and value.isdecimal():
+        return int(value)
+    return _int_field(value, path, line, name)
+
+
 def _tokens(p, o, path, line, names):
     for v, name in ((p, names[0]), (o, names[1])):
         if v < 0:
@@ -247,9 +255,10 @@ def _parse_azure(f, path):
         if when is None or (dot and not (frac.isascii() and frac.isdecimal())):
             raise TraceError(path, line, f"bad TIMESTAMP {fields[0]!r} "
                                          "(expected YYYY-MM-DD HH:MM:SS.fffffff)")
-        p = _int_field(fields[1], path, line, "ContextTokens")
-        o = _int_field(fields[2], path, line, "GeneratedTokens")
-        _tokens(p, o, path, line, ("ContextTokens", "GeneratedTokens"))
+        p = _count(fields[1], path, line, "ContextTokens")
+        o = _count(fields[2], path, line, "GeneratedTokens")
+        if p <= 0 or o <= 0:
+            _tokens(p, o, path, line, ("ContextTokens", "GeneratedTokens"))
         if t0 is None:
             t0 = when
         delta = when - t0

@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 
 from routesim import grid
 from routesim.config import load_sweep
-from routesim.traces import TraceError, _azure_time, _load_cached, check_fits, lengths_table, load_trace, replay
+from routesim.traces import TraceError, _azure_time, _count, _int_field, _load_cached, check_fits, lengths_table, load_trace, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
@@ -425,3 +425,16 @@ workload = {{ trace = {{ path = [{files}] }} }}
     assert _load_cached.cache_info().misses - before == 20
     grid.estimate_bytes(sw, sw.stages[0], 4096)              # the memory estimate reads them again
     assert _load_cached.cache_info().misses - before == 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(0, 10**16).map(str), st.text(alphabet="0123456789+- ٣x", max_size=17),
+                 st.from_regex(r"\A0*\d{13,16}\Z", fullmatch=True)))
+def test_a_token_count_read_at_once_is_the_checked_reading(value):
+    """_count's shortcut gives _int_field's value, or its refusal with the same words."""
+    def reading(read):
+        try:
+            return read(value, "t.csv", 7, "ContextTokens")
+        except TraceError as e:
+            return str(e)
+    assert reading(_count) == reading(_int_field)
