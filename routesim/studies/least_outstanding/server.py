@@ -1,0 +1,209 @@
+"""The least-outstanding study on the server it speaks of (issue 44 item 2): its capacity
+table and claim 1's headline comparisons rerun on vLLM's default loop (``scheduler =
+"vllm"``, asynchronous scheduling) with the roofline step cost of Llama-3.1-8B on an H100
+(the form's default constants, routesim/step_cost/roofline.py), the page's replica
+(reserve scheduler, linear 8B cost) kept as the sensitivity arm everywhere else.
+sweeps/token-routing-server.toml (results/token-routing-server/): stage ``capacity`` by
+``python -m routesim.capacity`` (capacity-capacity.nc), stage ``counts`` by ``python -m
+routesim.sweep`` (counts.nc: claim 1's three policies at loads placed against this
+server's capacities). Not a claim of its own (no ``clauses``): its verdicts are a column
+of the verdict table (:func:`column`)."""
+
+from pathlib import Path
+
+import numpy as np
+
+from ... import capacity as capacity_mod
+from . import capacities, counts
+from .common import open_stage, read, show, squeeze, steady_words, verdict_cells, verdicts
+
+SWEEP = "sweeps/token-routing-server.toml"
+SWEEPS = (SWEEP,)
+"""Run by :func:`run` (the study command hands this file to it, not to the sweep loop)."""
+RESULTS = "token-routing-server"
+SEARCH = ("--stage", "capacity", "--low", "24", "--high", "48", "--points", "3", "--resolution", "4")
+"""The capacity stage's search: rates on multiples of 4 req/s, 3 a round, from 24 to 48
+req/s (a vllm run costs about 11 reserve runs: the budget's resolution)."""
+RUN = ("counts",)
+"""The stages :func:`run` hands to ``python -m routesim.sweep`` after the search."""
+COLUMN = "on vLLM async + roofline"
+"""The verdict table's column of this arm."""
+NOT_RUN = "not run: cost"
+
+PREDICTION = (
+    "**Prediction** (written in this module before the comparisons ran, after a cost probe of "
+    "two least_tokens runs at 41 req/s). (1) The seed's mechanism holds on the server as on the "
+    "page's replica: least_tokens' TTFT p99 below least_requests' and round_robin's. Its cause "
+    "is prefill queued behind the long class's 12,000-token prompts, and the roofline prices "
+    "prefill higher than the page's formula (0.0271 ms per computed token, the FLOPs at 60 % of "
+    "the H100's peak, against 0.0198 plus the pair term: a 12,000-token prompt about 390 ms "
+    "against 300 ms), so a count's misjudgement costs as much or more. (2) Capacities at the "
+    "TTFT SLO do not rise: the TTFT tail is prefill, which the cheaper decode step (100 "
+    "sequences of 1,100 tokens: about 15 ms against 22.6 ms) does not shorten, and the "
+    "asynchronous loop starts a request that arrives during a busy batch one batch later; the "
+    "order stays round_robin last, the work-aware scores first. (3) TPOT falls for every "
+    "policy (cheaper decode), but least_tokens' TPOT p99 stays above least_requests' (the "
+    "added clause still fails): it places short requests beside the long prompts' prefill "
+    "chunks, the steps that set a decoder's tail, and the roofline makes such a step "
+    "costlier. (4) vLLM admits without reserving a prompt's whole KV and preempts by "
+    "recomputation; with the default pool at these loads it rarely needs to.")
+"""The server arm's prediction, fixed before its runs (issue 44 item 2)."""
+
+
+def run(results_root, quiet=False, resume=False) -> int:
+    """The capacity search, then the stages of :data:`RUN`, into
+    ``results_root``/token-routing-server/; under ``resume`` the search is kept when its
+    file exists (and the sweep keeps its chunks). Returns an exit status."""
+    from ... import sweep as sweep_cli
+    out = Path(results_root) / RESULTS
+    if not (resume and (out / "capacity-capacity.nc").exists()):
+        rc = capacity_mod.main([SWEEP, *SEARCH, "--out", str(out)] + ["--quiet"] * quiet)
+        if rc:
+            return rc
+    stages = [x for s in RUN for x in ("--stage", s)]
+    return sweep_cli.main([SWEEP, *stages, "--out", str(out)] + ["--quiet", "--no-tables"] * quiet
+                          + ["--resume"] * resume)
+
+
+def load(root):
+    """{"capacity": the search's Dataset (policy × rate_rps × seed), "counts": claim 1's
+    stage in :func:`.counts.load`'s shape (policy × rate_rps × seed), "root"}, or None
+    unless both ran."""
+    folder = Path(root) / RESULTS
+    cap, cts = folder / "capacity-capacity.nc", folder / "counts.nc"
+    if not (cap.exists() and cts.exists()):
+        return None
+    ds = open_stage(cts)
+    if "rate_rps" not in ds.dims:
+        ds = ds.expand_dims(rate_rps=[float(ds.attrs["rate_rps"])])
+    return {"capacity": squeeze(read(cap)), "counts": ds, "root": Path(root)}
+
+
+def claim1(data):
+    """Claim 1's data on the server in :mod:`.counts`' shape ({"root", "counts"})."""
+    return {"root": data["root"], "counts": data["counts"]}
+
+
+def verdicts_of(data):
+    """Claim 1's verdicts on the server (:func:`.common.verdicts` of :func:`.counts.clauses`)."""
+    return verdicts(counts.clauses(claim1(data)))
+
+
+def verdict(data):
+    return verdicts_of(data)["whole"]
+
+
+def row(data):
+    return None
+
+
+def figure(data, figures_dir=None):
+    return []
+
+
+def column(claim, server, page_cells):
+    """The verdict table's :data:`COLUMN` cell of ``claim`` (a claim module): its verdicts
+    on the server and whether they change from the page's ``page_cells`` (mechanism cell,
+    added cell, :func:`.common.verdict_cells`), or :data:`NOT_RUN` when the server arm did
+    not run that claim (``server`` None: the arm did not run at all)."""
+    if server is None or claim is not counts:
+        return NOT_RUN
+    mech, added = verdict_cells(verdicts_of(server), counts.ADDED_WORDS)
+    changed = [name for name, a, b in (("mechanism", mech, page_cells[0]), ("added", added, page_cells[1]))
+               if _word(a) != _word(b)]
+    change = f"**changes** ({', '.join(changed)})" if changed else "no change"
+    return f"mechanism: {mech}; added: {_word(added)} — {change}"
+
+
+def _word(cell):
+    """A verdict cell's verdict alone (its words before ':' or ' (')."""
+    return cell.split(":")[0].split(" (")[0]
+
+
+def page_capacities(root):
+    """{policy: capacity req/s} of the page's replica (the capacity stage), or {} if not run."""
+    path = Path(root) / capacities.CAPACITY_RESULTS / "default-capacity.nc"
+    if not path.exists():
+        return {}
+    ds = squeeze(read(path))
+    return {str(p): float(ds.capacity_rps.sel(policy=p)) for p in ds.policy.values}
+
+
+def capacity_rows(data):
+    """[(policy, page's capacity, server's capacity text, its interval, runs not steady at
+    it / runs)] of every searched policy."""
+    ds = data["capacity"]
+    page = page_capacities(data["root"])
+    out = []
+    for p in ds.policy.values:
+        c, *_, bad = capacities.at_capacity(ds, p)
+        out.append((str(p), page.get(str(p), np.nan), capacities.cap_text(ds, c), capacities.interval_text(ds, p),
+                    f"{bad[0]} of {bad[1]}" if bad is not None else "—"))
+    return out
+
+
+def best_capacity(ds):
+    """The largest capacity of any policy (req/s; NaN if none)."""
+    c = ds.capacity_rps.values.astype(float)
+    return float(np.nanmax(c)) if np.isfinite(c).any() else np.nan
+
+
+def comparison_rows(data):
+    """[(load, baseline, TTFT p99, TPOT p99, attainment comparisons)] of least_tokens
+    against each baseline at every load of the server's claim 1 stage."""
+    return [(r, b, c[("ttft_p99", b)], c[("tpot_p99", b)], c[("attainment", b)])
+            for r, c in counts.main_comparisons(claim1(data)).items() for b in counts.BASES]
+
+
+def table(data):
+    """The section's one table: per policy the two replicas' capacities, then claim 1's
+    comparisons on the server."""
+    lines = ["| policy | capacity, page's replica req/s | capacity, server req/s [95 % interval] | "
+             "runs not steady at it |", "|---|---|---|---|"]
+    for p, page, c, iv, bad in capacity_rows(data):
+        lines.append(f"| {p} | {page:g} | {c} [{iv}] | {bad} |" if np.isfinite(page) else
+                     f"| {p} | — | {c} [{iv}] | {bad} |")
+    return "\n".join(lines)
+
+
+def comparison_table(data):
+    lines = ["| load req/s | least_tokens vs | ΔTTFT p99 % | ΔTPOT p99 % | Δattainment pp |", "|---|---|---|---|---|"]
+    best = best_capacity(data["capacity"])
+    for r, b, ttft, tpot, att in comparison_rows(data):
+        lines.append(f"| {r:g} ({r / best:.2f} × {best:g}) | {b} | {show(ttft)} | {show(tpot)} | {show(att, 2)} |")
+    return "\n".join(lines)
+
+
+def section(data):
+    cap, cts = data["capacity"], data["counts"]
+    v = verdicts_of(data)
+    page = page_capacities(data["root"])
+    rates = ", ".join(f"{float(r):g}" for r in cts.rate_rps.values)
+    return "\n".join([
+        "## On the server it speaks of", "",
+        "**Design** (`" + SWEEP + "`). The same 8 replicas, workload, warm-up, window and drain as the "
+        "study's baseline, on vLLM's default loop (`scheduler = \"vllm\"`, asynchronous scheduling) with "
+        "the roofline step cost of Llama-3.1-8B on one H100 SXM (the form's defaults: weights and KV read "
+        "at 80 % of 3,350 GB/s, FLOPs at 60 % of 989 TFLOP/s, 4 ms overhead; calibrate those fractions "
+        "and the overhead to your server's steps, `python -m routesim.calibrate --cost roofline`). "
+        f"Capacities by the study's rule ({cap.sizes['seed']} seeds, `python -m routesim.capacity "
+        f"{SWEEP} {' '.join(SEARCH)}`); claim 1's three policies at {rates} req/s, "
+        f"{cts.sizes['seed']} seeds, paired by seed under the rule at the top. A vllm run costs about "
+        "eleven reserve runs, so the other claims keep the page's replica only.", "",
+        PREDICTION, "",
+        table(data), "",
+        comparison_table(data), "",
+        f"Steady state: capacity search at capacity as the table's last column; claim 1's stage "
+        f"{steady_words(cts, ('rate_rps', 'policy'))}. **Verdict on the server.** The seed's mechanism: "
+        f"*{v['mechanism']}*; the clauses the prediction added: *{v['added']}*."
+        + (_capacity_words(cap, page) if page else ""), ""])
+
+
+def _capacity_words(cap, page):
+    """How the server's capacities move against the page's, in words."""
+    moved = []
+    for p in cap.policy.values:
+        s, a = float(cap.capacity_rps.sel(policy=p)), page.get(str(p), np.nan)
+        if np.isfinite(s) and np.isfinite(a):
+            moved.append(f"{p} {(s / a - 1) * 100:+.0f} %")
+    return f" Capacity, server against the page's replica: {', '.join(moved)}." if moved else ""
