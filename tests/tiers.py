@@ -86,6 +86,7 @@ MODULES = {
     "test_least_outstanding_example": "engine",
     "test_least_outstanding_learning": "engine",
     "test_least_outstanding_preemption": "engine",
+    "test_least_outstanding_server": ("engine", {"unit": ("test_the_column_says_which_verdicts_change",)}),
     "test_least_outstanding_retries": "engine",
     "test_least_outstanding_staleness": "engine",
     "test_least_outstanding_verdicts": "unit",

@@ -18,13 +18,15 @@ import importlib
 from pathlib import Path
 
 from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
-               retries, staleness, summary)
+               retries, server, staleness, summary)
 from ...files import write_texts
 from .common import RULE, details, in_workers, read, rule_version, shared_design, verdict_cells, verdicts
 
-CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
-"""The claims' modules in the document's order (``capacities`` is the capacity table and
-``example`` claim 1's worked example: sections without a row of their own)."""
+CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission,
+          server)
+"""The claims' modules in the document's order (``capacities`` is the capacity table,
+``example`` claim 1's worked example and ``server`` the study on vLLM's loop with a
+roofline cost, a column of the verdict table: sections without a row of their own)."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
 RESULTS = Path("results/token-routing")
@@ -42,8 +44,9 @@ LEAVES_OUT = (
     "router, no speculative decoding, no multi-GPU parallelism and no autoscaling. A cold "
     "replica warms with time since its recovery, not with the work it serves; the front "
     "door has no deadline of its own (the clients' first-token and whole-attempt timeouts "
-    "stand for one). Only claim 5 has a scheduler = \"vllm\" arm (a vllm run costs about "
-    "6 to 14 reserve runs). Claims 1 to 5 are measured under a 50 ms scrape too (claim 3 "
+    "stand for one). Only the capacity table and claim 1 are rerun on vLLM's asynchronous loop "
+    "with a roofline cost (the server arm), and claim 5 has a scheduler = \"vllm\" arm (asynchronous) on the page's "
+    "linear cost (a vllm run costs about 6 to 14 reserve runs). Claims 1 to 5 are measured under a 50 ms scrape too (claim 3 "
     "also at 10 and 100 ms and with four routers), at the study's 1,200 s warm-up; no other "
     "period or number of routers is run, and claim 2's 32-replica design is not run under a scrape.")
 
@@ -101,9 +104,11 @@ def document(results_dir=RESULTS, out=OUT) -> tuple:
              "## How the claims are measured", "", shared_design(), "", RULE, "",
              "## The verdicts", "",
              "| claim | prediction | measured (mean [95 % interval]) | the seed's mechanism | "
-             "clauses the prediction added |",
-             "|---|---|---|---|---|"]
-    parts += [f"| {' | '.join(row[:3])} | {mech} | {added} |" for row, (mech, added) in verdict_rows(loaded)]
+             f"clauses the prediction added | {server.COLUMN} |",
+             "|---|---|---|---|---|---|"]
+    on_server = dict(loaded).get(server)
+    parts += [f"| {' | '.join(row[:3])} | {mech} | {added} | {server.column(claim, on_server, (mech, added))} |"
+              for claim, row, (mech, added) in verdict_rows(loaded)]
     parts.append("")
     sections = ["\n".join([claim.section(data), *_verdict_line(claim, data)]) for claim, data in loaded]
     window = _window_note(results_dir)
@@ -142,15 +147,17 @@ def calibration_note(n_seqs=100, tokens=1100) -> str:
     linear = counts.decode_ms(n_seqs, n_seqs * tokens)
     pri = hardware.derive(hardware.read(ROOFLINE))["priors"]
     roof = pri["base"] + pri["per_decode_sequence"] * n_seqs + pri["per_kv_token"] * n_seqs * tokens
-    return (f"**What to calibrate.** Every run here but claim 5's vllm arm uses the reserve scheduler and the "
+    return (f"**What to calibrate.** Every run here but claim 5's vllm arm and the server arm uses the reserve "
+            f"scheduler and the "
             f"page's linear 8B step cost. It prices a decode step of {n_seqs} sequences of {tokens:,} tokens at {linear:.1f} ms; the "
             f"roofline of Llama-3.1-8B on one H100 SXM (`{ROOFLINE}`: its weights and KV read at the datasheet's "
             f"full bandwidth) at {roof:.1f} ms, a floor a real kernel does not reach. Every capacity in this "
             "document inherits the formula's decode price, so before planning with one, fit the step cost to your "
             "server's measured steps (`python -m routesim.calibrate`, docs/calibration.md: the per-sequence and "
             "per-KV-token decode terms set the decode price, the per-prefill-token terms the TTFT tail) and rerun "
-            "the capacity search. The study's main arm on vLLM's default loop with a calibrated cost (issue 44 "
-            "item 2) is not run yet.")
+            "the capacity search. The section \"On the server it speaks of\" reruns the capacity table and claim 1 "
+            "on vLLM's default loop with the roofline at its default fractions of the datasheet (80 % of the "
+            "bandwidth, 60 % of the FLOPs); those fractions are what to calibrate first.")
 
 
 def _title(section) -> str:
@@ -186,13 +193,14 @@ def _verdict_line(claim, data) -> list:
 
 
 def verdict_rows(loaded):
-    """[(row, (mechanism cell, added cell))] of the verdict table: each claim's row
-    (claim, prediction, measured, …) and its two verdicts (:func:`common.verdict_cells`)."""
+    """[(claim module, row, (mechanism cell, added cell))] of the verdict table: each
+    claim's row (claim, prediction, measured, …) and its two verdicts
+    (:func:`common.verdict_cells`)."""
     out = []
     for claim, data in _judged(loaded):
         row = claim.row(data)
         if row is not None:
-            out.append((row, verdict_cells(verdicts(claim.clauses(data)), claim.ADDED_WORDS)))
+            out.append((claim, row, verdict_cells(verdicts(claim.clauses(data)), claim.ADDED_WORDS)))
     return out
 
 

@@ -672,11 +672,10 @@ def section(data):
             "",
             "![Claim 1, distributions](../figures/lor-claim1-cdf.png)")
     text += details(
-        "Without a vllm arm, the old verdict, the seed's worked example",
-        "A `scheduler = \"vllm\"` arm was not run for this claim: the mode is about 14 times as costly "
-        "per run (README), beyond this claim's budget, and docs/scheduler-modes.md found that the only "
-        "material orderings of two policies that reverse under it involve prefix_affinity, which this "
-        "claim does not compare.",
+        "On vLLM's loop, the old verdict, the seed's worked example",
+        "The main design rerun on vLLM's asynchronous loop with a roofline H100 cost: the section \"On the "
+        "server it speaks of\" (the other conditions above keep the page's replica: a vllm run costs 11 to 14 "
+        "reserve runs).",
         "",
         f"**Old verdict beside new.** The former document: *{OLD_VERDICT}* ({OLD_DESIGN}). Now: "
         f"*{v}*, on drained steady-state windows at loads placed against each policy's capacity, "

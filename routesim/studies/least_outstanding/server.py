@@ -15,14 +15,14 @@ import numpy as np
 
 from ... import capacity as capacity_mod
 from . import capacities, counts
-from .common import open_stage, read, show, squeeze, steady_words, verdict_cells, verdicts
+from .common import FIGURES, open_stage, read, save, show, squeeze, steady_words, verdict_cells, verdicts
 
 SWEEP = "sweeps/token-routing-server.toml"
 SWEEPS = (SWEEP,)
 """Run by :func:`run` (the study command hands this file to it, not to the sweep loop)."""
 RESULTS = "token-routing-server"
-SEARCH = ("--stage", "capacity", "--low", "24", "--high", "48", "--points", "3", "--resolution", "4")
-"""The capacity stage's search: rates on multiples of 4 req/s, 3 a round, from 24 to 48
+SEARCH = ("--stage", "capacity", "--low", "24", "--high", "56", "--points", "3", "--resolution", "4")
+"""The capacity stage's search: rates on multiples of 4 req/s, 3 a round, from 24 to 56
 req/s (a vllm run costs about 11 reserve runs: the budget's resolution)."""
 RUN = ("counts",)
 """The stages :func:`run` hands to ``python -m routesim.sweep`` after the search."""
@@ -90,15 +90,48 @@ def verdicts_of(data):
 
 
 def verdict(data):
-    return verdicts_of(data)["whole"]
+    """None: the server arm's verdicts are the verdict table's column (:func:`column`)."""
+    return None
 
 
 def row(data):
     return None
 
 
-def figure(data, figures_dir=None):
-    return []
+def figure(data, figures_dir=FIGURES):
+    """Each policy's capacity at the SLO on the page's replica and on the server, each with
+    its bootstrap interval over seeds (lor-server.png and .svg)."""
+    from matplotlib.figure import Figure
+    ds = data["capacity"]
+    pols = [str(p) for p in ds.policy.values]
+    fig = Figure(figsize=(6.0, 4.0))
+    ax = fig.subplots()
+    y = np.arange(len(pols))
+    arms = ((_page_file(data["root"]), +0.14, "o", "#444444", "page's replica (reserve, linear 8B cost)"),
+            (ds, -0.14, "s", "#d62728", "server (vLLM async, roofline H100)"))
+    for arm, dy, marker, color, label in arms:
+        if arm is None:
+            continue
+        at = arm.sel(policy=[p for p in pols if p in arm.policy.values])
+        yy = np.array([pols.index(str(p)) for p in at.policy.values]) + dy
+        ax.plot(at.capacity_rps.values.astype(float), yy, marker, color=color, mfc="none" if marker == "o" else color,
+                label=f"{label}, {arm.sizes['seed']} seeds")
+        if "capacity_rps_low" in at:
+            ax.hlines(yy, at.capacity_rps_low.values.astype(float), at.capacity_rps_high.values.astype(float),
+                      color=color, lw=1.2)
+    ax.set_yticks(y, pols)
+    ax.invert_yaxis()
+    ax.set_xlabel("capacity at TTFT p99 ≤ 1 s (req/s; bar: 95 % interval over seeds)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
+    ax.set_title("Capacity of 8 replicas: the page's replica against the server", fontsize=10)
+    fig.tight_layout()
+    return save(fig, "lor-server", figures_dir)
+
+
+def _page_file(root):
+    """The page's replica's capacity search (the study's capacity stage), or None."""
+    path = Path(root) / capacities.CAPACITY_RESULTS / "default-capacity.nc"
+    return squeeze(read(path)) if path.exists() else None
 
 
 def column(claim, server, page_cells):
@@ -122,11 +155,8 @@ def _word(cell):
 
 def page_capacities(root):
     """{policy: capacity req/s} of the page's replica (the capacity stage), or {} if not run."""
-    path = Path(root) / capacities.CAPACITY_RESULTS / "default-capacity.nc"
-    if not path.exists():
-        return {}
-    ds = squeeze(read(path))
-    return {str(p): float(ds.capacity_rps.sel(policy=p)) for p in ds.policy.values}
+    ds = _page_file(root)
+    return {} if ds is None else {str(p): float(ds.capacity_rps.sel(policy=p)) for p in ds.policy.values}
 
 
 def capacity_rows(data):
@@ -192,18 +222,73 @@ def section(data):
         "eleven reserve runs, so the other claims keep the page's replica only.", "",
         PREDICTION, "",
         table(data), "",
+        "![Capacities on the server](../figures/lor-server.png)", "",
         comparison_table(data), "",
-        f"Steady state: capacity search at capacity as the table's last column; claim 1's stage "
-        f"{steady_words(cts, ('rate_rps', 'policy'))}. **Verdict on the server.** The seed's mechanism: "
-        f"*{v['mechanism']}*; the clauses the prediction added: *{v['added']}*."
-        + (_capacity_words(cap, page) if page else ""), ""])
+        f"Steady state: the capacity table's last column (the runs at each capacity); claim 1's stage: "
+        f"{steady_words(cts, ('rate_rps', 'policy'))}. " + _reading(data, page), "",
+        f"**Verdict on the server** (claim 1). The seed's mechanism: *{v['mechanism']}*; the clauses the "
+        f"prediction added: *{v['added']}*.", ""])
 
 
-def _capacity_words(cap, page):
-    """How the server's capacities move against the page's, in words."""
-    moved = []
-    for p in cap.policy.values:
-        s, a = float(cap.capacity_rps.sel(policy=p)), page.get(str(p), np.nan)
-        if np.isfinite(s) and np.isfinite(a):
-            moved.append(f"{p} {(s / a - 1) * 100:+.0f} %")
-    return f" Capacity, server against the page's replica: {', '.join(moved)}." if moved else ""
+def _reading(data, page) -> str:
+    """The prediction's points against the runs, in words: the capacities' moves against
+    the page's replica, least_tokens' TPOT p99 against least_requests', the preemptions."""
+    cap, cts = data["capacity"], data["counts"]
+    moves = {p: (float(cap.capacity_rps.sel(policy=p)), page.get(str(p), np.nan)) for p in cap.policy.values}
+    rose = [f"{p} {(s / a - 1) * 100:+.0f} %" for p, (s, a) in moves.items() if np.isfinite(s) and s > a]
+    fell = [f"{p} {(s / a - 1) * 100:+.0f} %" for p, (s, a) in moves.items() if np.isfinite(s) and s < a]
+    r, b, _, tpot, _ = next(x for x in comparison_rows(data) if x[1] == "least_requests")
+    pre = ", ".join(f"{p} {float(np.nanmedian(cts.preemptions.sel(policy=p, rate_rps=r))):g}"
+                    for p in cts.policy.values)
+    return ("**Reading.** Capacity against the page's replica: "
+            + (f"higher for {', '.join(rose)}" if rose else "higher for none")
+            + (f"; lower for {', '.join(fell)}" if fell else "")
+            + f". least_tokens' TPOT p99 against least_requests' at {r:g} req/s: {show(tpot)} %"
+            + {1: " (a lead: above it)", -1: " (a lead: below it)", 0: " (no lead)"}[tpot[3]]
+            + f". Preemptions in the window there (median over seeds): {pre}.")
+
+
+def _ranked(ds):
+    """[(policy, capacity)] by capacity, highest first (NaN last)."""
+    by = [(str(p), float(ds.capacity_rps.sel(policy=p))) for p in ds.policy.values]
+    return sorted(by, key=lambda x: -x[1] if np.isfinite(x[1]) else np.inf)
+
+
+def reversed_below(cap, page, base="round_robin"):
+    """The policies whose capacity is above ``base``'s on the page's replica (``page``:
+    {policy: req/s}) and below it on the server (``cap``: the search's Dataset)."""
+    if base not in page or base not in cap.policy.values:
+        return []
+    srv = {p: c for p, c in _ranked(cap)}
+    return [p for p, c in srv.items() if p != base and p in page and page[p] > page[base]
+            and np.isfinite(c) and c < srv[base]]
+
+
+def summary_lines(data) -> list:
+    """The practitioner's summary's paragraph on the server arm: the capacities against the
+    page's replica, the policies whose capacity moves by more than the search's step, and
+    claim 1's headline on the server with its verdict."""
+    cap = data["capacity"]
+    page = page_capacities(data["root"])
+    step = float(cap.attrs.get("capacity_resolution", np.nan))
+    words = ", ".join(f"{p} {capacities.cap_text(cap, c)}" + (f" ({page[p]:g})" if p in page else "")
+                      for p, c in _ranked(cap))
+    moved = [f"{p} {'up' if c > page[p] else 'down'}" for p, c in _ranked(cap)
+             if p in page and np.isfinite(c) and abs(c - page[p]) > step]
+    below = reversed_below(cap, page)
+    rows = comparison_rows(data)
+    r = max(x[0] for x in rows)
+    lr = next(x for x in rows if x[0] == r and x[1] == "least_requests")
+    rr = next(x for x in rows if x[0] == r and x[1] == "round_robin")
+    v = verdicts_of(data)
+    return [f"**On vLLM's asynchronous loop with a roofline H100 cost** (section \"On the server it speaks of\", "
+            f"{cap.sizes['seed']} seeds for the capacities): capacity at the SLO, req/s (the page's replica in "
+            f"brackets): {words}"
+            + (f"; beyond the search's {step:g} req/s step: {', '.join(moved)}" if moved else "")
+            + (f". **{' and '.join(below)} {'falls' if len(below) == 1 else 'fall'} below round_robin there** "
+               f"(above it on the page's replica; {cap.sizes['seed']} seeds, intervals in the section)"
+               if below else "")
+            + f". At {r:g} req/s least_tokens' TTFT p99 is {show(lr[2])} % against least_requests and "
+            f"{show(rr[2])} % against round_robin, its TPOT p99 {show(lr[3])} % against least_requests "
+            f"({data['counts'].sizes['seed']} seeds): claim 1's mechanism *{v['mechanism']}* there, its added "
+            f"clauses *{v['added']}*.", ""]

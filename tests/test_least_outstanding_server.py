@@ -1,0 +1,94 @@
+"""The least-outstanding study on the server it speaks of (issue 44 item 2;
+routesim/studies/least_outstanding/server.py): the verdict table's column on hand-built
+Datasets whose answer follows from the rule, and the arm recomputed from a reduced run of
+its own design (sweeps/token-routing-server.toml: the capacity search and claim 1's stage
+on vLLM's asynchronous loop with the roofline cost, short windows, few seeds), the
+verdict flipped by exchanging two policies' runs, and the section, figure and verdict
+table rendered from it."""
+
+import numpy as np
+import pytest
+
+from conftest import SWEEPS, assert_renders, run_reduced, swap_labels, write_results
+from routesim.studies import least_outstanding as study
+from routesim.studies.least_outstanding import counts, server
+from routesim.studies.least_outstanding.common import verdict_cells, verdicts
+from test_least_outstanding_counts import hand_built
+
+
+def cells_of(d):
+    """The page's verdict cells for claim 1's data ``d`` (mechanism, added)."""
+    return verdict_cells(verdicts(counts.clauses(d)), counts.ADDED_WORDS)
+
+
+def test_the_column_says_which_verdicts_change(tmp_path):
+    # the page's replica: least_tokens 20 % lower TTFT p99 everywhere, TPOT 10 % higher at
+    # 23 req/s: the mechanism holds, the added clauses do not
+    page = {"root": tmp_path, "counts": hand_built(ttft={r: 0.8 for r in (23.0, 35.0, 41.0)}, tpot={23.0: 1.1})}
+    mech, added = cells_of(page)
+    assert (mech, added.split(":")[0]) == ("holds", "does not hold")
+    # the server with the same effects: no change
+    same = {"root": tmp_path, "counts": page["counts"]}
+    assert server.column(counts, same, (mech, added)) == f"mechanism: holds; added: does not hold — no change"
+    # the server where least_tokens' and least_requests' runs are exchanged: least_tokens'
+    # TTFT 25 % above least_requests' (1 / 0.8), the mechanism fails; its TPOT now 9 %
+    # below least_requests' at 23 req/s (1 / 1.1) and nothing against: the added clauses
+    # hold with qualification. Both verdicts change
+    flipped = {"root": tmp_path, "counts": swap_labels(page["counts"], "policy", "least_tokens", "least_requests")}
+    cell = server.column(counts, flipped, (mech, added))
+    assert cell.startswith("mechanism: does not hold (against: TTFT p99 vs least_requests at 23")
+    assert "; added: holds with qualification — **changes** (mechanism, added)" in cell, cell
+    # a claim the arm did not run, or the arm not run at all
+    from routesim.studies.least_outstanding import preemption
+    assert server.column(preemption, same, (mech, added)) == server.NOT_RUN
+    assert server.column(counts, None, (mech, added)) == server.NOT_RUN
+
+
+@pytest.fixture(scope="module")
+def reduced(tmp_path_factory):
+    """The server arm reduced: its capacity search on round_robin and least_tokens at 2
+    seeds between 24 and 48 req/s (one round of 3 rates, then one inside each bracket),
+    and claim 1's stage at its loads, 4 seeds; both at 60 s of warm-up and a 20 s window.
+    Returns the results root."""
+    from routesim import capacity
+    root = tmp_path_factory.mktemp("server") / "results"
+    text = (SWEEPS / "token-routing-server.toml").read_text()
+    for old, new in (("warmup_s = 1200", "warmup_s = 60"), ("measure_s = 60", "measure_s = 20"),
+                     ('policy = ["round_robin", "least_requests", "least_tokens", "power_of_d", "least_kv", '
+                      '"least_cost"]\nseeds = { first = 1, count = 4 }',
+                      'policy = ["round_robin", "least_tokens"]\nseeds = { first = 1, count = 2 }')):
+        assert old in text, old
+        text = text.replace(old, new)
+    sweep = tmp_path_factory.mktemp("server-sweep") / "token-routing-server.toml"
+    sweep.write_text(text)
+    args = list(server.SEARCH)
+    assert capacity.main([str(sweep), *args, "--out", str(root / server.RESULTS), "--quiet"]) == 0
+    ran = run_reduced(sweep.parent, sweep, {"count = 16 }": "count = 4 }"}, stages=list(server.RUN))
+    write_results(root, ran)
+    return root
+
+
+def test_the_reduced_arm_recomputes_claim_1_and_its_column(reduced, tmp_path):
+    d = server.load(reduced)
+    assert d["counts"].attrs["scheduler"] == "vllm" and d["counts"].attrs["step_cost"] == "roofline"
+    assert d["counts"].attrs["async_scheduling"] == 1
+    # the seed's mechanism on the server: least_tokens' TTFT p99 materially below
+    # least_requests' at the study's loads (as on the page's replica)
+    v = server.verdicts_of(d)
+    assert v["mechanism"] != "does not hold", v
+    # exchanged runs: the lead goes the other way, and the column says the verdict changes
+    page = cells_of(d)
+    d["counts"] = swap_labels(d["counts"], "policy", "least_tokens", "least_requests")
+    assert server.verdicts_of(d)["mechanism"] == "does not hold"
+    assert "**changes** (mechanism" in server.column(counts, d, page)
+
+
+def test_the_reduced_arm_renders(reduced, tmp_path):
+    text = assert_renders(server, reduced, tmp_path / "figures", heading="## On the server it speaks of")
+    assert server.PREDICTION in text
+    # the capacity search ran round_robin and least_tokens: each has its row
+    for p in ("round_robin", "least_tokens"):
+        assert f"| {p} |" in text
+    # in the document: the verdict table's column, "not run: cost" for the claims it did not run
+    doc = study.document(reduced / "token-routing")
+    assert f"| {server.COLUMN} |" in doc and "## On the server it speaks of" in doc
