@@ -44,6 +44,19 @@ def test_the_column_says_which_verdicts_change(tmp_path):
     assert server.column(counts, None, (mech, added)) == server.NOT_RUN
 
 
+def test_a_policy_that_falls_below_round_robin_is_named():
+    import xarray as xr
+    pols = ["round_robin", "least_requests", "least_kv", "least_cost"]
+    cap = xr.Dataset({"capacity_rps": ("policy", [36.0, 44.0, 32.0, np.nan])}, coords={"policy": pols})
+    page = {"round_robin": 34.0, "least_requests": 42.0, "least_kv": 42.0, "least_cost": 40.0}
+    # least_kv: above round_robin on the page's replica (42 > 34), below it on the server
+    # (32 < 36); least_requests stays above; least_cost has no capacity in the searched range
+    assert server.reversed_below(cap, page) == ["least_kv"]
+    # already below round_robin on the page's replica: not a reversal
+    assert server.reversed_below(cap, {**page, "least_kv": 30.0}) == []
+    assert server.reversed_below(cap, {}) == []
+
+
 @pytest.fixture(scope="module")
 def reduced(tmp_path_factory):
     """The server arm reduced: its capacity search on round_robin and least_tokens at 2

@@ -23,7 +23,7 @@ SWEEPS = (SWEEP,)
 RESULTS = "token-routing-server"
 SEARCH = ("--stage", "capacity", "--low", "24", "--high", "56", "--points", "3", "--resolution", "4")
 """The capacity stage's search: rates on multiples of 4 req/s, 3 a round, from 24 to 56
-req/s (a vllm run costs about 11 reserve runs: the budget's resolution)."""
+req/s (a vllm run costs 11 to 14 reserve runs: the budget's resolution)."""
 RUN = ("counts",)
 """The stages :func:`run` hands to ``python -m routesim.sweep`` after the search."""
 COLUMN = "on vLLM async + roofline"
@@ -121,7 +121,8 @@ def figure(data, figures_dir=FIGURES):
                       color=color, lw=1.2)
     ax.set_yticks(y, pols)
     ax.invert_yaxis()
-    ax.set_xlabel("capacity at TTFT p99 ≤ 1 s (req/s; bar: 95 % interval over seeds)")
+    ax.set_xlabel(f"capacity at TTFT p99 ≤ {float(ds.attrs['capacity_bound']):,.0f} ms "
+                  "(req/s; bar: 95 % interval over seeds)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
     ax.set_title("Capacity of 8 replicas: the page's replica against the server", fontsize=10)
     fig.tight_layout()
@@ -218,8 +219,8 @@ def section(data):
         "and the overhead to your server's steps, `python -m routesim.calibrate --cost roofline`). "
         f"Capacities by the study's rule ({cap.sizes['seed']} seeds, `python -m routesim.capacity "
         f"{SWEEP} {' '.join(SEARCH)}`); claim 1's three policies at {rates} req/s, "
-        f"{cts.sizes['seed']} seeds, paired by seed under the rule at the top. A vllm run costs about "
-        "eleven reserve runs, so the other claims keep the page's replica only.", "",
+        f"{cts.sizes['seed']} seeds, paired by seed under the rule at the top. A vllm run costs 11 to 14 "
+        "reserve runs, so the other claims keep the page's replica only.", "",
         PREDICTION, "",
         table(data), "",
         "![Capacities on the server](../figures/lor-server.png)", "",
@@ -290,5 +291,5 @@ def summary_lines(data) -> list:
                if below else "")
             + f". At {r:g} req/s least_tokens' TTFT p99 is {show(lr[2])} % against least_requests and "
             f"{show(rr[2])} % against round_robin, its TPOT p99 {show(lr[3])} % against least_requests "
-            f"({data['counts'].sizes['seed']} seeds): claim 1's mechanism *{v['mechanism']}* there, its added "
-            f"clauses *{v['added']}*.", ""]
+            f"({data['counts'].sizes['seed']} seeds). Claim 1 there: the seed's mechanism *{v['mechanism']}*; the "
+            f"added clauses: *{v['added']}*.", ""]
