@@ -103,5 +103,7 @@ def test_the_reduced_arm_renders(reduced, tmp_path):
     for p in ("round_robin", "least_tokens"):
         assert f"| {p} |" in text
     # in the document: the verdict table's column, "not run: cost" for the claims it did not run
-    doc = study.document(reduced / "token-routing")
+    doc, appendix = study.document(reduced / "token-routing")
     assert f"| {server.COLUMN} |" in doc and "## On the server it speaks of" in doc
+    # the prediction (fixed before the runs) moves to the appendix, a pointer stays
+    assert server.PREDICTION not in doc and server.PREDICTION in appendix

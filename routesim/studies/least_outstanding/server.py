@@ -15,7 +15,8 @@ import numpy as np
 
 from ... import capacity as capacity_mod
 from . import capacities, counts
-from .common import FIGURES, open_stage, read, save, show, squeeze, steady_words, verdict_cells, verdicts
+from .common import (FIGURES, details, open_stage, read, save, show, squeeze, steady_words, verdict_cells,
+                     verdicts)
 
 SWEEP = "sweeps/token-routing-server.toml"
 SWEEPS = (SWEEP,)
@@ -206,29 +207,37 @@ def comparison_table(data):
 
 
 def section(data):
+    """The document's section: the design, the capacity table and figure, claim 1's
+    verdicts on the server; the prediction, claim 1's comparisons and the steady state as
+    details (:func:`.common.details`, the appendix)."""
     cap, cts = data["capacity"], data["counts"]
     v = verdicts_of(data)
     page = page_capacities(data["root"])
     rates = ", ".join(f"{float(r):g}" for r in cts.rate_rps.values)
+    r, _, ttft_lr, tpot_lr, _ = next(x for x in comparison_rows(data) if x[1] == "least_requests")
+    ttft_rr = next(x for x in comparison_rows(data) if x[1] == "round_robin")[2]
     return "\n".join([
         "## On the server it speaks of", "",
-        "**Design** (`" + SWEEP + "`). The same 8 replicas, workload, warm-up, window and drain as the "
-        "study's baseline, on vLLM's default loop (`scheduler = \"vllm\"`, asynchronous scheduling) with "
-        "the roofline step cost of Llama-3.1-8B on one H100 SXM (the form's defaults: weights and KV read "
-        "at 80 % of 3,350 GB/s, FLOPs at 60 % of 989 TFLOP/s, 4 ms overhead; calibrate those fractions "
-        "and the overhead to your server's steps, `python -m routesim.calibrate --cost roofline`). "
-        f"Capacities by the study's rule ({cap.sizes['seed']} seeds, `python -m routesim.capacity "
-        f"{SWEEP} {' '.join(SEARCH)}`); claim 1's three policies at {rates} req/s, "
-        f"{cts.sizes['seed']} seeds, paired by seed under the rule at the top. A vllm run costs 11 to 14 "
-        "reserve runs, so the other claims keep the page's replica only.", "",
-        PREDICTION, "",
+        "**Design** (`" + SWEEP + "`). The study's baseline on vLLM's default loop (`scheduler = \"vllm\"`, "
+        "asynchronous scheduling) with the roofline step cost of Llama-3.1-8B on one H100 SXM (the form's "
+        "defaults: weights and KV read at 80 % of 3,350 GB/s, FLOPs at 60 % of 989 TFLOP/s, 4 ms overhead; "
+        "calibrate those fractions and the overhead to your server, `python -m routesim.calibrate --cost "
+        f"roofline`): capacities by the study's rule over {cap.sizes['seed']} seeds, claim 1's three policies "
+        f"at {rates} req/s over {cts.sizes['seed']}. A vllm run costs 11 to 14 reserve runs, so the other "
+        "claims keep the page's replica only. The prediction was written in `server.py` before the "
+        "comparisons ran (in the appendix).", "",
         table(data), "",
         "![Capacities on the server](../figures/lor-server.png)", "",
-        comparison_table(data), "",
-        f"Steady state: the capacity table's last column (the runs at each capacity); claim 1's stage: "
-        f"{steady_words(cts, ('rate_rps', 'policy'))}. " + _reading(data, page), "",
-        f"**Verdict on the server** (claim 1). The seed's mechanism: *{v['mechanism']}*; the clauses the "
-        f"prediction added: *{v['added']}*.", ""])
+        f"**Verdict on the server** (claim 1, {r:g} req/s: least_tokens' TTFT p99 {show(ttft_lr)} % against "
+        f"least_requests, {show(ttft_rr)} % against round_robin; TPOT p99 {show(tpot_lr)} % against "
+        f"least_requests). The seed's mechanism: *{v['mechanism']}*; the clauses the prediction added: "
+        f"*{v['added']}*.", "",
+        *details("The prediction, claim 1's comparisons, the steady state",
+                 PREDICTION, "",
+                 f"The capacity search: `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}`.", "",
+                 comparison_table(data), "",
+                 f"Steady state: the capacity table's last column (the runs at each capacity); claim 1's stage: "
+                 f"{steady_words(cts, ('rate_rps', 'policy'))}. " + _reading(data, page)), ""])
 
 
 def _reading(data, page) -> str:
