@@ -19,18 +19,27 @@ def _umask() -> int:
     return umask
 
 
-def replace_atomically(path, write) -> Path:
-    """Call ``write(tmp)`` with the path of a new temporary file beside ``path`` (its
-    folder created if needed), then rename it to ``path``; return ``path``. The file
-    gets the usual permissions (``0o666`` less the umask), not mkstemp's private ones.
-    """
-    path = Path(path)
+def _temporary(path: Path) -> Path:
+    """A new empty temporary file beside ``path`` (its folder created if needed), with the
+    usual permissions (``0o666`` less the umask), not mkstemp's private ones."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         os.chmod(tmp, 0o666 & ~_umask())
-        write(Path(tmp))
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def replace_atomically(path, write) -> Path:
+    """Call ``write(tmp)`` with the path of a new temporary file beside ``path``
+    (:func:`_temporary`), then rename it to ``path``; return ``path``."""
+    path = Path(path)
+    tmp = _temporary(path)
+    try:
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -52,12 +61,8 @@ def write_texts(texts) -> list:
     tmps = []
     try:
         for path, text in zip(paths, texts.values()):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            os.close(fd)
-            tmps.append(Path(tmp))
-            os.chmod(tmp, 0o666 & ~_umask())
-            Path(tmp).write_text(text, encoding="utf-8")
+            tmps.append(_temporary(path))
+            tmps[-1].write_text(text, encoding="utf-8")
     except BaseException:
         for tmp in tmps:
             tmp.unlink(missing_ok=True)
