@@ -160,11 +160,6 @@ def calibration_note(n_seqs=100, tokens=1100) -> str:
             "bandwidth, 60 % of the FLOPs); those fractions are what to calibrate first.")
 
 
-def _title(section) -> str:
-    """A section's heading without its '## '."""
-    return section.split("\n", 1)[0].lstrip("# ").strip()
-
-
 OLD_VERDICTS = {"counts": "does not hold", "choices": "holds with qualification", "staleness": "holds",
                 "affinity": "does not hold", "preemption": "does not hold", "cold_start": "holds",
                 "retries": "holds with qualification", "learning": "does not hold", "admission": "does not hold"}
