@@ -25,10 +25,11 @@ when there is one, and a one-line message.
 import csv
 import datetime
 import functools
+import io
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,9 @@ class Trace:
     hash_offsets: np.ndarray
     hash_block_tokens: int | None
     line: np.ndarray
+    replays: dict = field(default_factory=dict, repr=False)
+    """The windows :func:`replay` has cut from this trace, by their arguments (a grid's
+    checks, memory estimate and build each ask for every window: cut once)."""
 
     def __len__(self):
         return len(self.t_ms)
@@ -237,7 +241,67 @@ def _azure_time(whole):
         return None
 
 
+_AZURE_ROWS = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d+))?,(\d{1,14}),(\d{1,14})\r?$",
+                         re.ASCII | re.MULTILINE)
+"""An Azure row as the traces write it, one per line: a zero-padded TIMESTAMP, two plain
+token counts (14 digits at most, as :func:`_count` reads at once), no spaces, no quotes."""
+
+
 def _parse_azure(f, path):
+    """An Azure file's columns: read at once by :func:`_azure_at_once` when every row is
+    written as the traces write them, else row by row with every check
+    (:func:`_parse_azure_checked`, which names the first bad line)."""
+    text = f.read()
+    cols = _azure_at_once(text)
+    return cols if cols is not None else _parse_azure_checked(io.StringIO(text, newline=""), path)
+
+
+def _azure_at_once(text):
+    """:func:`_parse_azure_checked`'s columns of ``text`` computed over whole columns, or
+    None unless that reading would accept the file and give the same values: line 1 is
+    the header, every other line is empty or an :data:`_AZURE_ROWS` row, every stamp a
+    real time, counts above 0, times in order."""
+    head, _, body = text.partition("\n")
+    if head.rstrip("\r") != ",".join(_AZURE_HEADER):
+        return None
+    rows = _AZURE_ROWS.findall(body)
+    lines = [k + 2 for k, line in enumerate(body.split("\n")) if line not in ("", "\r")]
+    if not rows or len(rows) != len(lines):        # a line that is not a row: the checked reading
+        return None
+    stamp, frac, p, o = zip(*rows)
+    ds = _azure_seconds(stamp)
+    if ds is None:
+        return None
+    fr = np.array([float("0." + f) if f else 0.0 for f in frac])
+    prompt, output = list(map(int, p)), list(map(int, o))
+    step = np.diff(ds)
+    if min(prompt) == 0 or min(output) == 0 or (step < 0).any() or ((step == 0) & (np.diff(fr) < 0)).any():
+        return None
+    t_ms = (1000 * ds).astype(np.float64) + 1000.0 * (fr - fr[0])
+    return t_ms, prompt, output, [], [0] * len(prompt), lines, None
+
+
+def _azure_seconds(stamps):
+    """Whole seconds (int64, shape (n,)) of each ``YYYY-MM-DD HH:MM:SS`` in ``stamps``
+    after the first, as ``datetime`` subtracts them, or None if one is not a real time
+    (``datetime.fromisoformat`` would refuse it)."""
+    d = np.frombuffer("".join(stamps).encode("ascii"), np.uint8).reshape(-1, 19).astype(np.int64) - 48
+
+    def number(a, b):
+        return d[:, a:b] @ 10 ** np.arange(b - a - 1, -1, -1)
+    hour, minute, second = number(11, 13), number(14, 16), number(17, 19)
+    if (hour > 23).any() or (minute > 59).any() or (second > 59).any():
+        return None
+    dates, which = np.unique(number(0, 4) * 10_000 + number(5, 7) * 100 + number(8, 10), return_inverse=True)
+    try:
+        day = np.array([datetime.date(int(x) // 10_000, int(x) // 100 % 100, int(x) % 100).toordinal() for x in dates])
+    except ValueError:                              # year 0, month 13, 30 February, ...
+        return None
+    s = day[which] * 86_400 + hour * 3600 + minute * 60 + second
+    return s - s[0]
+
+
+def _parse_azure_checked(f, path):
     reader = csv.reader(f)
     _header(reader, path, _AZURE_HEADER)
     seconds, fracs, prompt, output, lines = [], [], [], [], []
@@ -384,7 +448,8 @@ def replay(trace, *, block_tokens, start_s=0.0, duration_s=math.inf, time_scale=
     or ``2^40 + r·2^16 + q`` without ids or past the row's last id.
     ``hash_block_tokens`` overrides the trace's H (None: the trace's own, and for a
     trace without one, H = b). Raises :class:`TraceError` if H is not a multiple of
-    ``block_tokens`` or no request is left.
+    ``block_tokens`` or no request is left. The same arguments give the same Replay, its
+    arrays read-only: it is cut once per trace and kept with it.
     """
     b = int(block_tokens)
     if b < 1:
@@ -401,7 +466,15 @@ def replay(trace, *, block_tokens, start_s=0.0, duration_s=math.inf, time_scale=
         raise TraceError(trace.path, None, f"duration_s must be > 0, got {duration_s!r}")
     if not math.isfinite(start_s):
         raise TraceError(trace.path, None, f"start_s must be finite, got {start_s!r}")
+    args = (b, H, float(start_s), float(duration_s), float(time_scale), float(horizon_ms))
+    if args not in trace.replays:
+        trace.replays[args] = _cut(trace, *args)
+    return trace.replays[args]
 
+
+def _cut(trace, b, H, start_s, duration_s, time_scale, horizon_ms):
+    """:func:`replay`'s window of ``trace``, its arguments checked; its arrays read-only
+    (the window is shared by every caller that asks for it)."""
     lo = 1000.0 * start_s
     hi = 1000.0 * (start_s + duration_s)
     t = trace.t_ms
@@ -441,9 +514,9 @@ def replay(trace, *, block_tokens, start_s=0.0, duration_s=math.inf, time_scale=
     if trace.hash_ids.size:
         src = (h_start[r] + k)[has]
         ids[has] = trace.hash_ids[src] * per + q[has] % per
-    return Replay(path=trace.path, a_ms=a, prompt=prompt, output=output, key=key,
-                  block_ids=ids, block_offsets=offsets, row=rows.astype(np.int64),
-                  line=trace.line[rows].copy())
+    return Replay(path=trace.path, a_ms=_readonly(a), prompt=_readonly(prompt), output=_readonly(output),
+                  key=_readonly(key), block_ids=_readonly(ids), block_offsets=_readonly(offsets),
+                  row=_readonly(rows.astype(np.int64)), line=_readonly(trace.line[rows].copy()))
 
 
 def lengths_table(trace):

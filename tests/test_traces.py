@@ -6,6 +6,7 @@ use) or from the design page worked by hand.
 """
 
 import datetime
+import io
 import math
 import os
 import re
@@ -17,7 +18,7 @@ import pytest
 
 from hypothesis import given, settings, strategies as st
 
-from routesim import grid
+from routesim import grid, traces
 from routesim.config import load_sweep
 from routesim.traces import TraceError, _azure_time, _count, _int_field, _load_cached, check_fits, lengths_table, load_trace, replay
 
@@ -438,3 +439,57 @@ def test_a_token_count_read_at_once_is_the_checked_reading(value):
         except TraceError as e:
             return str(e)
     assert reading(_count) == reading(_int_field)
+
+
+_AZURE_LINE = st.one_of(
+    st.tuples(st.datetimes(min_value=datetime.datetime(2023, 11, 16), max_value=datetime.datetime(2023, 11, 18)),
+              st.integers(0, 4), st.integers(0, 3000), st.integers(0, 3000)).map(
+        lambda r: f"{r[0]:%Y-%m-%d %H:%M:%S}" + (f".{r[0].microsecond:06d}"[:r[1] + 1] if r[1] else "")
+        + f",{r[2]},{r[3]}"),
+    st.sampled_from(["", "\r", " ", "0000-01-01 00:00:00.5,1,1", "2023-11-16 24:00:00,1,1",
+                     "2023-11-16 23:59:60,1,1", "2023-02-29 00:00:00,1,1", "2024-02-29 00:00:00,1,1",
+                     "2023-11-16 18:15:46.,1,1", "2023-11-16 18:15:46,01,1", " 2023-11-16 18:15:46,1,1",
+                     "2023-11-16 18:15:46,1, 1", "2023-11-16 18:15:46,-1,1", "2023-11-16 18:15:46,1,1,",
+                     '"2023-11-16 18:15:46",1,1', "2023-11-16 18:15:46,1\r,1", "2023-11-16 18:15:46,1,1\x0c",
+                     "2023-11-16 18:15:46,١,1", "2023-11-16 18:15:46,99999999999999,1",
+                     "2023-11-16 18:15:46,999999999999999,1"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["TIMESTAMP,ContextTokens,GeneratedTokens", " TIMESTAMP, ContextTokens,GeneratedTokens",
+                        "TIMESTAMP,ContextTokens", ""]),
+       st.lists(_AZURE_LINE, max_size=8), st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_an_azure_file_read_at_once_is_the_checked_reading(header, rows, end, last):
+    """Whenever _azure_at_once reads a file, the row-by-row reading accepts it and gives the
+    same columns (values, types and line numbers); stamps out of order, blank lines, CRLF,
+    and the rows either reading refuses are drawn among the rest."""
+    text = end.join([header, *rows]) + end * last
+    fast = traces._azure_at_once(text)
+    if fast is None:
+        return
+    checked = traces._parse_azure_checked(io.StringIO(text, newline=""), "t.csv")
+    assert np.array_equal(fast[0], checked[0]) and fast[0].dtype == checked[0].dtype
+    assert fast[1:] == checked[1:]
+
+
+def test_the_shipped_azure_trace_is_read_at_once():
+    """The shipped Azure trace takes the reading at once (what makes a grid of its windows
+    cheap), and that reading is the checked one."""
+    text = (Path(__file__).resolve().parents[1] / "traces" / "azure-conv.csv").read_text(encoding="utf-8-sig")
+    fast = traces._azure_at_once(text)
+    assert fast is not None
+    checked = traces._parse_azure_checked(io.StringIO(text, newline=""), "t.csv")
+    assert np.array_equal(fast[0], checked[0]) and fast[1:] == checked[1:]
+
+
+def test_a_replay_window_is_cut_once_and_shared_read_only(tmp_path):
+    """replay() with the same arguments returns the window it cut before, its arrays
+    read-only (a caller cannot change what the next one gets); other arguments cut anew."""
+    tr = load_trace(write(tmp_path, "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                          "2023-11-16 18:15:46.5,40,2\n2023-11-16 18:15:47.25,20,3\n"), "azure")
+    a = replay(tr, block_tokens=16)
+    assert replay(tr, block_tokens=16, start_s=0.0) is a
+    assert replay(tr, block_tokens=8) is not a and len(replay(tr, block_tokens=8).block_ids) == 7
+    with pytest.raises(ValueError):
+        a.prompt[0] = 1
+    assert list(a.prompt) == [40, 20] and list(a.a_ms) == [0.0, 750.0]
