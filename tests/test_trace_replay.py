@@ -7,6 +7,7 @@ every request's block ids spelled out. Other expectations come from the raw exce
 (read here with str.split and json, not with routesim's loaders) or from the pages.
 """
 
+import itertools
 import json
 import math
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import routesim
 import token_reference as ref
@@ -138,6 +140,47 @@ def test_segments_by_hand():
     assert key.tolist() == [5, 6, 7, 8, 6, 7, 100, 7, 8, 9, 5, 6, 5, 6]
     assert length.tolist() == [1] * 6 + [3] + [1] * 7
     assert seg_off.tolist() == [0, 4, 6, 6, 7, 10, 14]
+
+
+def _segments_by_the_rule(ids, off):
+    """segments_from_ids' docstring, literally: each prompt's runs of consecutive ids at
+    consecutive positions, split again at every id where any prompt's run starts or just
+    past where one ends."""
+    runs = []
+    for k in range(len(off) - 1):
+        run = []
+        for x in ids[off[k]:off[k + 1]]:
+            if run and x != run[-1] + 1:
+                runs.append((k, run))
+                run = []
+            run.append(x)
+        if run:
+            runs.append((k, run))
+    bounds = {r[0] for _, r in runs} | {r[-1] + 1 for _, r in runs}
+    key, length, per = [], [], [0] * (len(off) - 1)
+    for k, run in runs:
+        for j, x in enumerate(run):
+            if j == 0 or x in bounds:
+                key.append(x)
+                length.append(0)
+                per[k] += 1
+            length[-1] += 1
+    return key, length, [0] + list(itertools.accumulate(per))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 6)), max_size=3), min_size=1, max_size=6),
+       st.booleans())
+def test_segments_follow_the_rule(prompts, apart):
+    """segments_from_ids gives what its rule gives, with runs shared, overlapping, touching
+    or (``apart``: each prompt's ids far from the others') disjoint."""
+    ids, off = [], [0]
+    for k, runs in enumerate(prompts):
+        for start, n in runs:
+            ids += range(start + 1000 * k * apart, start + 1000 * k * apart + n)
+        off.append(len(ids))
+    key, length, seg_off = segments_from_ids(np.array(ids, np.int64), np.array(off, np.int64))
+    assert (key.tolist(), length.tolist(), seg_off.tolist()) == _segments_by_the_rule(ids, off)
 
 
 # ------------------------------------------------------------------ differential

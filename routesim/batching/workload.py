@@ -179,18 +179,41 @@ def segments_from_ids(ids, offsets):
     n = offsets.size - 1
     if ids.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(n + 1, np.int64)
-    first_of_prompt = np.zeros(ids.size, bool)
-    first_of_prompt[offsets[:-1][offsets[:-1] < offsets[1:]]] = True
-    run_start = first_of_prompt.copy()
+    run_start = _run_starts(ids, offsets)
+    starts = np.flatnonzero(run_start)
+    first = ids[starts]
+    order = np.argsort(first, kind="stable")
+    last = first + np.diff(np.append(starts, ids.size)) - 1
+    if (first[order[1:]] <= last[order[:-1]]).any():   # runs overlap (shared ids): split them
+        starts = np.flatnonzero(run_start | _on_bounds(ids, run_start))
+    # else no run has another's start or end inside it: every run is one segment
+    return _segments_at(ids, offsets, starts)
+
+
+def _run_starts(ids, offsets):
+    """(bool, shape ids.shape): where a run of consecutive ids at consecutive positions
+    of one prompt starts."""
+    run_start = np.zeros(ids.size, bool)
+    run_start[offsets[:-1][offsets[:-1] < offsets[1:]]] = True
     run_start[1:] |= ids[1:] != ids[:-1] + 1
+    return run_start
+
+
+def _on_bounds(ids, run_start):
+    """(bool, shape ids.shape): the ids at which some run starts or just past some run's
+    end: :func:`segments_from_ids`' second split."""
     run_end = np.zeros(ids.size, bool)             # the last block of a run
     run_end[:-1] = run_start[1:]
     run_end[-1] = True
-    # every id at which some run starts, and every id just past some run's end
     bounds = np.unique(np.concatenate((ids[run_start], ids[run_end] + 1)))
     at = np.searchsorted(bounds, ids)
-    on_bound = bounds[np.minimum(at, bounds.size - 1)] == ids
-    starts = np.flatnonzero(run_start | on_bound)
+    return bounds[np.minimum(at, bounds.size - 1)] == ids
+
+
+def _segments_at(ids, offsets, starts):
+    """(seg_key, seg_len, seg_off) of segments starting at positions ``starts`` of ``ids``
+    (ascending; every prompt's first block among them)."""
+    n = offsets.size - 1
     seg_key = ids[starts]
     ends = np.append(starts[1:], ids.size)
     # a segment never crosses a prompt's end: every prompt's first block starts one
