@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, swap_labels, write_results
 from routesim.studies import least_outstanding as study
-from routesim.studies.least_outstanding import counts, server
+from routesim.studies.least_outstanding import counts, factorial, server
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 from test_least_outstanding_counts import hand_built
 
@@ -57,6 +57,51 @@ def test_a_policy_that_falls_below_round_robin_is_named():
     assert server.reversed_below(cap, {}) == []
 
 
+def factorial_data(effect):
+    """A hand-built stage ``factorial``: 8 seeds, round_robin's TTFT p99 and p50 drawn
+    (lognormal, sigma 0.3), each KV-aware policy's the same times 1.1 (p99) and 1.5 (p50)
+    times ``effect[(scheduler, step_cost)]`` with a per-seed wobble of ±2 %."""
+    import xarray as xr
+    rng = np.random.default_rng(5)
+    pols = [factorial.BASE, *factorial.POLICIES]
+    scheds, costs = [s for s, _ in factorial.SCHEDULERS], [c for c, _ in factorial.COSTS]
+    shape = (len(pols), len(scheds), len(costs), 8)
+    base = rng.lognormal(np.log(600), 0.3, size=(1, len(scheds), len(costs), 8))
+    wobble = 1 + 0.02 * rng.uniform(-1, 1, size=shape)
+    gain = np.array([[effect[(s, c)] for c in costs] for s in scheds])[None, :, :, None]
+    aware = (np.arange(len(pols)) > 0)[:, None, None, None]      # every policy but round_robin
+    p99, p50 = np.where(aware, 1.1 * gain, 1.0), np.where(aware, 1.5 * gain, 1.0)
+    dims = ("policy", "scheduler", "step_cost", "seed")
+    ds = xr.Dataset({"ttft_p99": (dims, base * p99 * wobble), "ttft_p50": (dims, base / 10 * p50 * wobble),
+                     "replica_max_outstanding": (dims + ("replica",), np.full(shape + (8,), 30.0))},
+                    coords={"policy": pols, "scheduler": scheds, "step_cost": costs, "seed": np.arange(101, 109)})
+    ds.attrs["rate_rps"] = 36.0
+    return ds
+
+
+def test_the_factorial_names_the_part_that_moves_the_kv_aware_policies():
+    # the roofline multiplies the KV-aware policies' TTFT against round_robin's by 1.3
+    # under either scheduler, the scheduler by nothing: the prediction holds
+    cost = factorial_data({("reserve", "linear"): 1.0, ("reserve", "roofline"): 1.3,
+                           ("vllm", "linear"): 1.0, ("vllm", "roofline"): 1.3})
+    cmp = factorial.comparisons(cost)
+    for p in factorial.POLICIES:
+        assert factorial.verdict(cmp, p) == "holds"
+        m = cmp[(p, "cost", "vllm")][0]
+        assert 27 < m < 33, m                       # +30 % within the ±2 % wobble
+    text = factorial.sentence(cost)
+    assert "Not the scheduler" in text and "above it in every cell" in text
+    # the scheduler carries it instead (vLLM × 1.3 under either cost): a lead where none
+    # was predicted, and none where one was: does not hold, and the text says the scheduler
+    sched = factorial_data({("reserve", "linear"): 1.0, ("reserve", "roofline"): 1.0,
+                            ("vllm", "linear"): 1.3, ("vllm", "roofline"): 1.3})
+    cmp = factorial.comparisons(sched)
+    assert all(factorial.verdict(cmp, p) == "does not hold" for p in factorial.POLICIES)
+    assert "The scheduler, as the last stop guessed, moves them" in factorial.sentence(sched)
+    # the table has a row per cell and per part
+    assert factorial.table(sched).count("\n") == 2 + 4 + 2 + 2 - 1
+
+
 @pytest.fixture(scope="module")
 def reduced(tmp_path_factory):
     """The server arm reduced: its capacity search on round_robin and least_tokens at 2
@@ -76,7 +121,8 @@ def reduced(tmp_path_factory):
     sweep.write_text(text)
     args = list(server.SEARCH)
     assert capacity.main([str(sweep), *args, "--out", str(root / server.RESULTS), "--quiet"]) == 0
-    ran = run_reduced(sweep.parent, sweep, {"count = 16 }": "count = 4 }"}, stages=list(server.RUN))
+    ran = run_reduced(sweep.parent, sweep, {"count = 16 }": "count = 4 }", "first = 101, count = 8 }": "first = 101, count = 3 }"},
+                      stages=list(server.RUN))
     write_results(root, ran)
     return root
 
@@ -107,3 +153,6 @@ def test_the_reduced_arm_renders(reduced, tmp_path):
     assert f"| {server.COLUMN} |" in doc and "## On the server it speaks of" in doc
     # the prediction (fixed before the runs) moves to the appendix, a pointer stays
     assert server.PREDICTION not in doc and server.PREDICTION in appendix
+    # the factorial's paragraph in the section, its prediction and table in the appendix
+    assert "**Which part of the server moves least_kv and least_cost**" in doc
+    assert factorial.PREDICTION in appendix and "| vllm against reserve | roofline |" in appendix

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import capacity as capacity_mod
-from . import capacities, counts
+from . import capacities, counts, factorial
 from .common import (FIGURES, details, open_stage, read, save, show, squeeze, steady_words, verdict_cells,
                      verdicts)
 
@@ -25,7 +25,7 @@ RESULTS = "token-routing-server"
 SEARCH = ("--stage", "capacity", "--low", "24", "--high", "56", "--points", "3", "--resolution", "4")
 """The capacity stage's search: rates on multiples of 4 req/s, 3 a round, from 24 to 56
 req/s (a vllm run costs 11 to 14 reserve runs: the budget's resolution)."""
-RUN = ("counts",)
+RUN = ("counts", "factorial")
 """The stages :func:`run` hands to ``python -m routesim.sweep`` after the search."""
 COLUMN = "on vLLM async + roofline"
 """The verdict table's column of this arm."""
@@ -68,8 +68,8 @@ def run(results_root, quiet=False, resume=False) -> int:
 
 def load(root):
     """{"capacity": the search's Dataset (policy × rate_rps × seed), "counts": claim 1's
-    stage in :func:`.counts.load`'s shape (policy × rate_rps × seed), "root"}, or None
-    unless both ran."""
+    stage in :func:`.counts.load`'s shape (policy × rate_rps × seed), "root", "factorial":
+    :func:`.factorial.load`'s Dataset or None}, or None unless the first two ran."""
     folder = Path(root) / RESULTS
     cap, cts = folder / "capacity-capacity.nc", folder / "counts.nc"
     if not (cap.exists() and cts.exists()):
@@ -77,7 +77,7 @@ def load(root):
     ds = open_stage(cts)
     if "rate_rps" not in ds.dims:
         ds = ds.expand_dims(rate_rps=[float(ds.attrs["rate_rps"])])
-    return {"capacity": squeeze(read(cap)), "counts": ds, "root": Path(root)}
+    return {"capacity": squeeze(read(cap)), "counts": ds, "root": Path(root), "factorial": factorial.load(folder)}
 
 
 def claim1(data):
@@ -232,6 +232,7 @@ def section(data):
         f"least_requests, {show(ttft_rr)} % against round_robin; TPOT p99 {show(tpot_lr)} % against "
         f"least_requests). The seed's mechanism: *{v['mechanism']}*; the clauses the prediction added: "
         f"*{v['added']}*.", "",
+        *(factorial.lines(data["factorial"]) if data.get("factorial") is not None else []),
         *details("The prediction, claim 1's comparisons, the steady state",
                  PREDICTION, "",
                  f"The capacity search: `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}`.", "",
