@@ -11,6 +11,7 @@ user is left alone (then keeping it fresh is the user's business).
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -21,16 +22,24 @@ REGISTRIES = ("batching/policies", "step_cost")
 read (a policy's traits, a form's code): every module of them counts, compiled or not."""
 
 
+NUMBA = re.compile(rb"^[ \t]*(?:import numba\b|from numba\b)", re.MULTILINE)
+"""A module that imports Numba: every module with a kernel, an intrinsic or an overload
+does (a word such as "overload" in a study's prose does not make a module compiled)."""
+
+
+def counted(path: Path) -> bool:
+    """Whether the digest covers the module at ``path``: it imports Numba, is conf.py (the
+    compile flags) or belongs to one of :data:`REGISTRIES`."""
+    registered = path.parent.relative_to(PACKAGE).as_posix() in REGISTRIES
+    return registered or path.name == "conf.py" or NUMBA.search(path.read_bytes()) is not None
+
+
 def digest() -> str:
-    """A hash of every routesim module that holds compiled code or belongs to a registry
-    (and of conf.py's flags)."""
+    """A hash of every routesim module :func:`counted` covers."""
     h = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*.py")):
-        text = path.read_bytes()
-        registered = path.parent.relative_to(PACKAGE).as_posix() in REGISTRIES
-        if (b"njit" in text or b"intrinsic" in text or b"overload" in text or path.name == "conf.py"
-                or registered):
-            h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + text + b"\0")
+        if counted(path):
+            h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -170,3 +170,30 @@ def test_no_routesim_code_calls_what_numbas_blas_probe_decides():
              for n, line in enumerate(p.read_text().splitlines(), 1) if calls.search(line)]
     assert found == []
     assert calls.search("y = np.convolve(a, b)")                # the pattern finds a call
+
+
+def test_the_kernel_cache_is_named_by_compiled_code_not_by_prose():
+    """compile_cache.digest covers every module that defines a Numba dispatcher (found by
+    importing each routesim module and looking at what it defines), and no module that
+    merely says "overload" or "njit" in its prose (an edit to a study's text must not
+    throw the compiled kernels away)."""
+    import importlib
+    import pkgutil
+
+    from numba.core.dispatcher import Dispatcher
+
+    from routesim import compile_cache
+    defining = set()
+    for info in pkgutil.walk_packages(routesim.__path__, "routesim."):
+        if info.name.endswith("__main__"):
+            continue
+        mod = importlib.import_module(info.name)
+        if any(isinstance(v, Dispatcher) and getattr(v.py_func, "__module__", None) == mod.__name__
+               for v in vars(mod).values()):
+            defining.add(Path(mod.__file__).resolve())
+    assert len(defining) > 20                       # the engine's, the queue model's, the policies' ...
+    assert all(compile_cache.counted(p) for p in defining), [p for p in defining if not compile_cache.counted(p)]
+    prose = [p for p in compile_cache.PACKAGE.rglob("*.py")
+             if b"overload" in p.read_bytes() and not compile_cache.NUMBA.search(p.read_bytes())]
+    assert prose, "a module with the word in its prose (a study's text) to check"
+    assert not any(compile_cache.counted(p) for p in prose if "studies" in p.parts)
