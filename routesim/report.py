@@ -36,7 +36,14 @@ def main(argv=None) -> int:
     if not ok:
         return 2
     if least_outstanding.is_study(args.results):
-        for path in least_outstanding.write(args.results, args.out or least_outstanding.OUT):
+        try:
+            paths = least_outstanding.write(args.results, args.out or least_outstanding.OUT)
+        except ValueError as exc:   # a sweep or trace its Datasets name, read relative to the folder they ran from
+            print(f"error: {exc} (a Dataset's sweep file and the traces it names are read relative to the "
+                  "folder the sweep ran from: run this command there, the repository's root for the shipped "
+                  "studies)", file=sys.stderr)
+            return 2
+        for path in paths:
             if not args.quiet:
                 print(f"wrote {path}")
         return 0

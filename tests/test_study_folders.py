@@ -125,3 +125,23 @@ def test_incidents_beside_the_study_that_are_not_the_incidents_sweep_are_skipped
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: --incidents {inc}: not the results"), err
     assert not (tmp_path / "f2").exists()
+
+
+def test_the_study_report_names_a_sweep_it_cannot_read_in_one_line(other, tmp_path, monkeypatch, capsys):
+    """The least-outstanding study's Datasets name their sweep file (and it its traces)
+    relative to the folder the sweep ran from; run from elsewhere, the report cannot
+    read them: one line naming the file and the key, how to run it, exit 2, nothing
+    written (it was a traceback)."""
+    from routesim.config.reader import ConfigError
+    from routesim.studies import least_outstanding
+
+    def unreadable(results, out):
+        raise ConfigError("sweeps/token-routing.toml", "stages[8].workload.lengths.trace",
+                          "sweeps/../traces/azure-conv.csv: cannot read trace file: No such file or directory")
+    monkeypatch.setattr(least_outstanding, "is_study", lambda folder: True)
+    monkeypatch.setattr(least_outstanding, "write", unreadable)
+    assert report.main([str(other), "--out", str(tmp_path / "out" / "doc.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: sweeps/token-routing.toml: stages[8].workload.lengths.trace: ")
+    assert "run this command there" in err
+    assert not (tmp_path / "out").exists()
