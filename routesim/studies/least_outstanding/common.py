@@ -396,6 +396,24 @@ def verdict_cells(v, added_words):
     return mech, f"{v['added']}: {added_words}" + (f" (against: {', '.join(bad)})" if bad else "")
 
 
+def arm_cell(v, added_words, page_cells, against=True) -> str:
+    """A verdict-table cell of an arm that reruns a claim (the server, real workloads):
+    the arm's verdicts (:func:`verdicts`' dict ``v``; the mechanism's with what went the
+    other way unless not ``against``) and whether either changes from the page's
+    ``page_cells`` (mechanism cell, added cell, :func:`verdict_cells`)."""
+    mech, added = verdict_cells(v, added_words)
+    mech = mech if against else verdict_word(mech)
+    changed = [name for name, a, b in (("mechanism", mech, page_cells[0]), ("added", added, page_cells[1]))
+               if verdict_word(a) != verdict_word(b)]
+    change = f"**changes** ({', '.join(changed)})" if changed else "no change"
+    return f"mechanism: {mech}; added: {verdict_word(added)} — {change}"
+
+
+def verdict_word(cell):
+    """A verdict cell's verdict alone (its words before ':' or ' (')."""
+    return cell.split(":")[0].split(" (")[0]
+
+
 COMMON = {"replicas": 8, "warmup_s": 1200.0, "measure_s": 60.0, "drain_s": 600.0, "seeds": SEEDS}
 """The design every claim shares unless its section says otherwise (:func:`shared_design`,
 :func:`departures`): replicas, warm-up (s), window (s), drain (s), seeds."""

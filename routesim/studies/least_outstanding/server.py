@@ -15,8 +15,7 @@ import numpy as np
 
 from ... import capacity as capacity_mod
 from . import capacities, counts, factorial
-from .common import (FIGURES, details, open_stage, read, save, show, squeeze, steady_words, verdict_cells,
-                     verdicts)
+from .common import FIGURES, arm_cell, details, open_stage, read, save, show, squeeze, steady_words, verdicts
 
 SWEEP = "sweeps/token-routing-server.toml"
 SWEEPS = (SWEEP,)
@@ -143,16 +142,7 @@ def column(claim, server, page_cells):
     not run that claim (``server`` None: the arm did not run at all)."""
     if server is None or claim is not counts:
         return NOT_RUN
-    mech, added = verdict_cells(verdicts_of(server), counts.ADDED_WORDS)
-    changed = [name for name, a, b in (("mechanism", mech, page_cells[0]), ("added", added, page_cells[1]))
-               if _word(a) != _word(b)]
-    change = f"**changes** ({', '.join(changed)})" if changed else "no change"
-    return f"mechanism: {mech}; added: {_word(added)} — {change}"
-
-
-def _word(cell):
-    """A verdict cell's verdict alone (its words before ':' or ' (')."""
-    return cell.split(":")[0].split(" (")[0]
+    return arm_cell(verdicts_of(server), counts.ADDED_WORDS, page_cells)
 
 
 def page_capacities(root):
