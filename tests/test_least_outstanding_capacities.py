@@ -124,7 +124,7 @@ def test_run_keeps_existing_files_under_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_cli, "main", lambda argv: calls.append(("sweep", argv)) or 0)
     out = tmp_path / CAPACITY_RESULTS
     out.mkdir()
-    for stem in ("default", "mooncake"):
+    for stem in ("default", "azure", "mooncake"):
         (out / f"{stem}-capacity.nc").write_bytes(b"")
     assert capacities.run(tmp_path, quiet=True, resume=True) == 0
     assert calls == []
@@ -133,7 +133,8 @@ def test_run_keeps_existing_files_under_resume(tmp_path, monkeypatch):
     monkeypatch.setattr("routesim.results.write_atomic", lambda ds, path: None)
     assert capacities.run(tmp_path, quiet=True, resume=False) == 0
     assert calls[0] == ("capacity", [capacities.SWEEP, *capacities.SEARCH, "--out", str(out), "--quiet"])
-    assert calls[1][0] == "sweep" and calls[1][1].count("--stage") == 6
+    assert calls[1] == ("capacity", [capacities.SWEEP, *capacities.AZURE_SEARCH, "--out", str(out), "--quiet"])
+    assert calls[2][0] == "sweep" and calls[2][1].count("--stage") == 6
 
 
 def test_the_study_command_runs_it_before_the_sweeps(tmp_path, monkeypatch):

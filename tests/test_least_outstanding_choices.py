@@ -118,7 +118,7 @@ def scrape(tmp_path_factory):
     on d = 1 is within the noise (seeds 1-4: -1 [-13, +17] %)."""
     return run_reduced(tmp_path_factory.mktemp("choices-scrape"), SWEEPS / "token-routing-scale-8.toml",
                        {"count = 16 }": "count = 4 }", "choices = [1, 2, 3, 4]": "choices = [1, 2, 3]"},
-                       stages=["pod", "global", "signals"])
+                       stages=["pod", "global", "signals"], cut_before="# The Azure-length arm")
 
 
 def test_claim2_two_stale_choices_beat_one_by_a_lot(scrape, tmp_path):
@@ -147,7 +147,8 @@ def sens(tmp_path_factory):
     60 s window (a 20 s window's TTFT p99 is a handful of requests)."""
     return run_reduced(tmp_path_factory.mktemp("choices-sens"), SWEEPS / "token-routing-scale-8.toml",
                        {"warmup_s = 1200": "warmup_s = 100", "count = 16 }": "count = 4 }"},
-                       stages=["pod", "global"] + [s for s, _ in choices.SENSITIVITY])
+                       stages=["pod", "global"] + [s for s, _ in choices.SENSITIVITY],
+                       cut_before="# The Azure-length arm")
 
 
 def test_claim2_the_step_cost_variants(sens, tmp_path):

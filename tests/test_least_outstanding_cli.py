@@ -9,7 +9,7 @@ import xarray as xr
 
 from conftest import ROOT, SWEEPS, VERDICTS
 from routesim.studies.least_outstanding import __main__ as cli
-from routesim.studies.least_outstanding import counts, server
+from routesim.studies.least_outstanding import counts, server, workloads
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 
 
@@ -47,8 +47,9 @@ def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch,
         v = verdicts(counts.clauses(data))
         assert v["mechanism"] in VERDICTS and v["added"] in VERDICTS
         mech, added = verdict_cells(v, counts.ADDED_WORDS)
-        # and the server arm's column: not run here
-        assert f"| {' | '.join(row[:3])} | {mech} | {added} | {server.NOT_RUN} |" in doc.splitlines()
+        # and the server arm's and the real workloads' columns: not run here
+        assert (f"| {' | '.join(row[:3])} | {mech} | {added} | {server.NOT_RUN} | {workloads.NOT_RUN}: "
+                f"{workloads.why_not(counts)} |") in doc.splitlines()
         # the practitioner's summary comes first, before the verdicts and the claims
         assert doc.index("## What to deploy") < doc.index("## The verdicts") < doc.index("## Claim 1")
         # the appendix beside the document, every pointer of the document resolving there

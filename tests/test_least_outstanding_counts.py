@@ -174,7 +174,8 @@ def conditions(tmp_path_factory):
                       stages=stages)
     # the Mooncake condition (its own sweep file), its span as in the study
     moon = run_reduced(tmp_path_factory.mktemp("claim1-mooncake"), SWEEPS / "token-routing-mooncake.toml",
-                       {'"../traces/mooncake-conv.jsonl"': f'"{SWEEPS.parent / "traces" / "mooncake-conv.jsonl"}"'})
+                       {'"../traces/mooncake-conv.jsonl"': f'"{SWEEPS.parent / "traces" / "mooncake-conv.jsonl"}"'},
+                       stages=["mooncake"])
     return {**out, "mooncake": moon["mooncake"]}
 
 

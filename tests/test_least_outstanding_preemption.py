@@ -158,7 +158,8 @@ def sens(tmp_path_factory):
     (4 seeds, 300 s of warm-up; each variant's load and pool as the sweep file sets them)."""
     return run_reduced(tmp_path_factory.mktemp("preemption-sens"), SWEEPS / "token-routing-preemption.toml",
                        {"warmup_s = 1200": "warmup_s = 300", "count = 16 }": "count = 4 }"},
-                       stages=["preemption"] + [s for s, _ in preemption.ARMS] + ["vllm"])
+                       stages=["preemption"] + [s for s, _ in preemption.ARMS] + ["vllm"],
+                       cut_before="# The Azure-length arm")
 
 
 def test_claim5_the_step_cost_variants_and_vllm(sens, tmp_path):

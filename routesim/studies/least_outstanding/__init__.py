@@ -18,15 +18,16 @@ import importlib
 from pathlib import Path
 
 from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
-               retries, server, staleness, summary)
+               retries, server, staleness, summary, workloads)
 from ...files import write_texts
 from .common import RULE, details, in_workers, read, rule_version, shared_design, verdict_cells, verdicts
 
 CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission,
-          server)
+          server, workloads)
 """The claims' modules in the document's order (``capacities`` is the capacity table,
-``example`` claim 1's worked example and ``server`` the study on vLLM's loop with a
-roofline cost, a column of the verdict table: sections without a row of their own)."""
+``example`` claim 1's worked example, ``server`` the study on vLLM's loop with a roofline
+cost and ``workloads`` every claim on real workloads, each a column of the verdict table:
+sections without a row of their own)."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
 RESULTS = Path("results/token-routing")
@@ -34,8 +35,8 @@ RESULTS = Path("results/token-routing")
 OUT = Path("docs/least-outstanding-routing.md")
 
 LEAVES_OUT = (
-    "Output lengths are drawn from two log-normal classes (claim 1 also replays the Azure "
-    "trace's lengths), not from a real tokenizer and model; the step cost is one 8B-class "
+    "Output lengths are drawn from two log-normal classes (every claim is rerun on the Azure "
+    "trace's lengths, claims 1, 2 and 4 on the Mooncake excerpt), not from a real tokenizer and model; the step cost is one 8B-class "
     "formula for every replica (claims 1 to 5 and 9 rerun with prefill twice and four "
     "times as costly and a 2,048-token chunk budget, claim 3 at its 50 ms period only); the "
     "router knows prompt lengths "
@@ -104,10 +105,11 @@ def document(results_dir=RESULTS, out=OUT) -> tuple:
              "## How the claims are measured", "", shared_design(), "", RULE, "",
              "## The verdicts", "",
              "| claim | prediction | measured (mean [95 % interval]) | the seed's mechanism | "
-             f"clauses the prediction added | {server.COLUMN} |",
-             "|---|---|---|---|---|---|"]
-    on_server = dict(loaded).get(server)
-    parts += [f"| {' | '.join(row[:3])} | {mech} | {added} | {server.column(claim, on_server, (mech, added))} |"
+             f"clauses the prediction added | {server.COLUMN} | {workloads.COLUMN} |",
+             "|---|---|---|---|---|---|---|"]
+    on_server, of = dict(loaded).get(server), dict(loaded)
+    parts += [f"| {' | '.join(row[:3])} | {mech} | {added} | {server.column(claim, on_server, (mech, added))} | "
+              f"{workloads.column(claim, of[claim], (mech, added))} |"
               for claim, row, (mech, added) in verdict_rows(loaded)]
     parts.append("")
     sections = ["\n".join([claim.section(data), *_verdict_line(claim, data)]) for claim, data in loaded]
@@ -178,13 +180,17 @@ def _judged(loaded):
 
 
 def _verdict_line(claim, data) -> list:
-    """The closing line of a claim's section: its two verdicts, or [] for a section
-    without a verdict of its own."""
+    """The closing line of a claim's section: its two verdicts and, where its Azure-length
+    arm ran, the two there (:mod:`.workloads`); [] for a section without a verdict of its
+    own."""
     if not hasattr(claim, "clauses"):
         return []
     v = verdicts(claim.clauses(data))
     mech, added = verdict_cells(v, claim.ADDED_WORDS)
-    return [f"**Verdict.** The seed's mechanism: *{mech}*. Clauses the prediction added: *{added}*.", ""]
+    az = workloads.verdicts_of(claim, data)
+    on_azure = "" if az is None else f" On Azure lengths: mechanism *{az['mechanism']}*" + (
+        f"; added: *{az['added']}*." if az["added"] is not None else ".")
+    return [f"**Verdict.** The seed's mechanism: *{mech}*. Clauses the prediction added: *{added}*.{on_azure}", ""]
 
 
 def verdict_rows(loaded):

@@ -28,6 +28,8 @@ VARIANTS = {"prefill-x2": "prefill × 2", "prefill-x4": "prefill × 4", "chunk-2
 """The step-cost variants of the sensitivity sweep (its stages held-, open- and reject-<variant>)."""
 POLICY = "least_tokens"
 STAGES = ("held", "rates", "open", "reject", "queue", "burst-open", "burst-reject", "burst-queue")
+AZURE = "azure-"
+"""The Azure-length arm's stages are the main ones' names (but ``rates``) with this prefix."""
 ARMS = ("no door", "reject", "queue")
 NEAR = 0.9
 """Goodput "held near capacity": at the top load, the door's goodput at least this
@@ -60,12 +62,27 @@ def load(root):
         data.update(prepare({k: read(p) for k, p in files.items() if p.exists()}))
     for ds in data.values():
         ds.attrs["results_root"] = str(root)       # for capacity(root, policy) at document time
+    az = {k: d / f"{AZURE}{k}.nc" for k in STAGES if k != "rates"}
+    data["azure"] = None
+    if all(p.exists() for p in az.values()):
+        data["azure"] = prepare({k: read(p) for k, p in az.items()})
+        for ds in data["azure"].values():
+            ds.attrs["results_root"] = str(root)
     return data
 
 
+def azure(data):
+    """The Azure-length arm (stages ``azure-<stage>`` but ``rates``) in the design's shape,
+    its loads placed against least_tokens' capacity on Azure lengths (``capacity_stage``
+    "azure": :func:`capacity_of`), for :func:`clauses`; None if it did not run."""
+    az = data.get("azure")
+    return None if az is None else dict(az, capacity_stage="azure")
+
+
 def capacity_of(data):
-    """(least_tokens' capacity req/s, seeds' low, high, measured) for this results root."""
-    return capacity(results_root(data["open"]), POLICY)
+    """(least_tokens' capacity req/s, seeds' low, high, measured) for this results root, on
+    the workload of the capacity search ``data["capacity_stage"]`` (default "default")."""
+    return capacity(results_root(data["open"]), POLICY, data.get("capacity_stage", "default"))
 
 
 # -- the one-replica curve and its threshold ------------------------------------------
@@ -188,6 +205,9 @@ ADDED_WORDS = "queueing at the door without a deadline"
 door", at the threshold of the latency-versus-batch curve, its queue the deadline-aware
 admission of another seed. Refusing is its mechanism; the model's door queues without a
 deadline, a clause the prediction added."""
+AZURE_BASIS = "least_tokens"
+"""The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
+MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s, so the loads have no rate"
 
 
 def clauses(data):

@@ -11,11 +11,12 @@ rate_rps × tie_tolerance 0 and 0.1 × seed, fresh signals)."""
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, departures, details,
-                     exceptions, open_stage, save,
+                     exceptions, on_trace, open_stage, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
@@ -24,7 +25,11 @@ SENSITIVITY = (("tie-prefill2", "prefill ×2 as costly"), ("tie-prefill4", "pref
 """The step-cost variants (issue 23 item 6): stage name, words. Each reruns the
 verdict's two arms (power_of_d, tie_tolerance 0 and :data:`TOLERANCE`) at two loads,
 the main loads scaled by the factor claim 2 found for that variant."""
-STAGES = ("tie", "baselines", "affinity", "tie-signals", "baselines-signals") + tuple(s for s, _ in SENSITIVITY)
+STAGES = ("tie", "baselines", "affinity", "tie-signals", "baselines-signals", "azure-tie") + tuple(
+    s for s, _ in SENSITIVITY)
+MOONCAKE = ("token-routing-mooncake", ("affinity", "affinity-0.5"))
+"""The Mooncake arm: its results folder and stages (power_of_d × tie_tolerance 0 and
+:data:`TOLERANCE` × seed at the trace's own arrivals and at half of them)."""
 TOLERANCE = 0.1
 """The near-tie the verdict reads: a candidate within 10 % of the better score is tied
 (the seed's "similar load"); 0.5 is shown beside it."""
@@ -42,6 +47,9 @@ def load(root):
     if any(out[s] is None for s in ("tie", "baselines", "affinity")):
         return None
     out["caps"] = capacities(root, ("least_tokens", "power_of_d"))
+    mc = [open_stage(Path(root) / MOONCAKE[0] / f"{s}.nc") for s in MOONCAKE[1]]
+    out["mooncake"] = None if any(ds is None for ds in mc) else xr.concat(
+        [on_trace(ds) for ds in mc], "rate_rps").sortby("rate_rps")
     return out
 
 
@@ -121,6 +129,10 @@ ADDED_WORDS = "TTFT p99 (the tail)"
 """The seed: "a slightly busier replica with a warm prefix can finish sooner than an idle
 one without it": the hit rate and the typical request's TTFT (p50). The prediction
 added the tail (TTFT p99)."""
+AZURE_BASIS = "least_tokens"
+"""The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
+AZURE_NOTE = ("Claim 4's prefix applies only to a prompt longer than it: on Azure lengths about 9 % of requests "
+              "share one (90 % on its own workload).")
 
 
 def clauses(data):
@@ -129,6 +141,18 @@ def clauses(data):
     return [(f"{k} at {r:g}", c, PREDICTED[k], ADDED if k == "TTFT p99" else MECHANISM)
             for r in rates(data)
             for k, c in tie_effects(pod(data, TOLERANCE, r), pod(data, 0.0, r)).items()]
+
+
+def azure(data):
+    """The Azure-length arm (stage ``azure-tie``, at two loads) in the design's shape, for
+    :func:`clauses`; None if it did not run."""
+    return None if data.get("azure-tie") is None else {"tie": data["azure-tie"]}
+
+
+def mooncake(data):
+    """The Mooncake arm (:data:`MOONCAKE`, its two loads the arrivals each measured) in
+    the design's shape, for :func:`clauses`; None if it did not run."""
+    return None if data.get("mooncake") is None else {"tie": data["mooncake"]}
 
 
 def verdict(data, mode=None):

@@ -8,6 +8,7 @@ loads against these figures (:func:`.common.capacity`).
 ``run(results_root, quiet, resume)`` computes it (the study command calls it before the
 sweeps): stage ``default`` of sweeps/token-routing-capacity.toml by ``python -m
 routesim.capacity`` (results/token-routing-capacity/default-capacity.nc), and the
+stage ``azure`` (the same search on Azure lengths: azure-capacity.nc), and the
 ``mooncake-*`` stages by ``python -m routesim.sweep``; a trace brings its own arrivals,
 so its load is set by ``time_scale``, not searched on ``rate_rps``: the capacity rule
 (:func:`routesim.capacity.capacities`) is applied over the three time scales, each
@@ -32,6 +33,10 @@ SEARCH = ("--stage", "default", "--points", "3", "--resolution", "2")
 """The default stage's search: rates on multiples of 2 req/s, 3 a round, inside the
 stage's rate_rps bracket (28 to 48 req/s: below every policy's capacity, round_robin's 34
 included)."""
+AZURE_SEARCH = ("--stage", "azure", "--points", "3", "--resolution", "4")
+"""The search on Azure lengths (issue 44 item 4; results/token-routing-capacity/
+azure-capacity.nc), on multiples of 4 req/s inside the stage's bracket (88 to 112 req/s):
+every claim's Azure-length arm is placed against its capacities (:mod:`.workloads`)."""
 POLICIES = ("round_robin", "least_requests", "least_tokens", "power_of_d", "least_kv", "least_cost")
 SCALES = ("0.5", "1", "1.5")
 """The Mooncake stages' time scales (stages mooncake-<scale> and mooncake-<scale>-pod)."""
@@ -48,6 +53,10 @@ def run(results_root, quiet=False, resume=False) -> int:
     out = Path(results_root) / CAPACITY_RESULTS
     if not (resume and (out / "default-capacity.nc").exists()):
         rc = capacity_mod.main([SWEEP, *SEARCH, "--out", str(out)] + ["--quiet"] * quiet)
+        if rc:
+            return rc
+    if not (resume and (out / "azure-capacity.nc").exists()):
+        rc = capacity_mod.main([SWEEP, *AZURE_SEARCH, "--out", str(out)] + ["--quiet"] * quiet)
         if rc:
             return rc
     if not (resume and (out / "mooncake-capacity.nc").exists()):

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare, departures, details,
-                     in_short, open_stage,
+                     in_short, on_trace, open_stage,
                      save, sensitivity_rows, show, stage_rate, steady_table, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-scale-8.toml", "sweeps/token-routing-scale-32.toml")
@@ -24,7 +24,10 @@ SENSITIVITY = (("prefill2", "prefill ×2 as costly"), ("prefill4", "prefill ×4 
 """The step-cost variants (issue 23 item 6): stage name, words."""
 SIGNALS = (("periodic", "50 ms periodic"), ("periodic_local", "50 ms periodic_local"))
 """The realistic-signal arms of stage ``signals`` (issue 23 item 5): signal_mode, label."""
-STAGES_8 = ("pod", "global", "signals") + tuple(s for s, _ in SENSITIVITY)
+STAGES_8 = ("pod", "global", "signals", "azure") + tuple(s for s, _ in SENSITIVITY)
+MOONCAKE = "token-routing-mooncake/choices.nc"
+"""The Mooncake arm's stage (sweeps/token-routing-mooncake.toml: power_of_d × choices 1,
+2, 3 × seed at time scale 0.4, 0.8 × power_of_d's capacity there)."""
 TAIL = "ttft_p99"
 FIRST_STEP = 20.0
 """Claim 2's bound for "beats one choice by a lot", in % as :func:`.common.compare` takes
@@ -49,7 +52,8 @@ def load(root):
     st = Path(root) / "token-routing-staleness"
     signals = {s: open_stage(st / f"{s}.nc") for s in ("fresh", "periodic", "local")}
     return {"8": n8, "32": n32, "caps": capacities(root, ("random", "power_of_d", "least_tokens")),
-            "signals": None if any(v is None for v in signals.values()) else signals}
+            "signals": None if any(v is None for v in signals.values()) else signals,
+            "mooncake": open_stage(Path(root) / MOONCAKE)}
 
 
 def steps(pod):
@@ -77,6 +81,8 @@ def fresh_pods(data):
 ADDED_WORDS = ""
 """Both steps are the seed's ("sampling two and comparing beats sampling one, and sampling
 more than two buys little"): the prediction adds nothing."""
+AZURE_BASIS = "power_of_d"
+"""The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
 
 
 def clauses(data):
@@ -85,6 +91,20 @@ def clauses(data):
     return [(f"{name} at N = {n}", c, p, MECHANISM)
             for n, pod in zip((8, 32), fresh_pods(data))
             for name, c, p in zip(("d2 vs d1", "d3 vs d2"), steps(pod), PREDICTED)]
+
+
+def azure(data):
+    """The Azure-length arm (stage ``azure``: power_of_d d = 1, 2, 3 at N = 8) in the
+    design's shape, for :func:`clauses`; None if it did not run."""
+    pod = data["8"].get("azure")
+    return None if pod is None else {"8": {"pod": pod}, "32": None}
+
+
+def mooncake(data):
+    """The Mooncake arm (:data:`MOONCAKE`: d = 1, 2, 3 at N = 8) in the design's shape, for
+    :func:`clauses`; None if it did not run."""
+    pod = data.get("mooncake")
+    return None if pod is None else {"8": {"pod": on_trace(pod).squeeze("rate_rps")}, "32": None}
 
 
 def verdict(data):

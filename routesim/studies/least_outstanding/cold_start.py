@@ -28,9 +28,25 @@ COLOURS = {"cold": "#c0392b", "warm": "#4f7cac", "waiting": "#e8a09a", "warmth":
 TIMELINE_INTERVAL_MS = 50.0
 
 
+AZURE = {"cold": "azure-cold", "flood": "azure-flood", "flood-ready": "azure-flood-ready"}
+"""The Azure-length arm's stages, by the main design's stage each stands for."""
+
+
 def load(root):
-    """{stage name: Dataset} of the four stages, or None if any is missing."""
-    return load_stages(root, "token-routing-cold", STAGES)
+    """{stage name: Dataset} of the four stages, and "azure": the Azure-length arm's
+    stages by the stage each stands for (:data:`AZURE`; None if any is missing); None if
+    a main stage is missing."""
+    data = load_stages(root, "token-routing-cold", STAGES)
+    if data is not None:
+        data["azure"] = load_stages(root, "token-routing-cold", AZURE.values())
+    return data
+
+
+def azure(data):
+    """The Azure-length arm in the design's shape, for :func:`clauses`; None if it did not
+    run."""
+    az = data.get("azure")
+    return None if az is None else {k: az[s] for k, s in AZURE.items()}
 
 
 # -- what the sweep says -------------------------------------------------------------
@@ -142,6 +158,9 @@ def comparisons(data):
 ADDED_WORDS = ""
 """The flood, its harm and both remedies (ramp gradually, exclude until ready) are the
 seed's: the prediction adds nothing."""
+AZURE_BASIS = "least_requests"
+"""The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
+MOONCAKE_WHY = "the policy its load is placed against has a capacity there below the smallest rate replayed, 1.53 req/s"
 
 
 def clauses(data):

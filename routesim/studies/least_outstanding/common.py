@@ -531,6 +531,15 @@ def open_stage(path):
     return squeeze(ds).squeeze(drop=True)
 
 
+def on_trace(ds):
+    """A trace stage's Dataset (rate_rps 0: a trace brings its own arrivals) with its
+    rate_rps the arrivals it measured per second of its window (median over its runs,
+    req/s, to 0.1), so that a claim's labels name its load."""
+    ds = ds.squeeze("rate_rps", drop=True) if "rate_rps" in ds.dims else ds
+    rate = round(float(ds.arrivals.median()) / float(ds.attrs["measure_s"]), 1)
+    return ds.expand_dims(rate_rps=[rate])
+
+
 def load_stages(root, folder, stages):
     """{stage: Dataset} (:func:`common.open_stage`) of ``stages`` under ``root/folder``, or
     None if any is missing; each Dataset's attrs keep ``results_root`` for

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from ... import step_cost
 from ..intervals import LEVEL
 from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, departures, details, in_short,
-                     open_stage, save, show,
+                     on_trace, open_stage, save, show,
                      steady_table, rate_text, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing.toml", "sweeps/token-routing-mooncake.toml")
@@ -152,6 +152,8 @@ MECHANISM_METRICS = ("ttft_p99",)
 behind it grows unseen: least_tokens' lower TTFT tail (the wait to be served). The
 prediction added TPOT p99 and attainment (:data:`ADDED_WORDS`)."""
 ADDED_WORDS = "TPOT p99 and attainment"
+AZURE_BASIS = "least_tokens"
+"""The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
 
 
 def clauses(data):
@@ -165,6 +167,27 @@ def clauses(data):
 def verdict(data):
     """The rule's verdict on every main-design comparison (:func:`clauses`, all together)."""
     return verdicts(clauses(data))["whole"]
+
+
+def azure(data):
+    """The Azure-length arm in the main design's shape ({"root", "counts"}: stage
+    ``azure``, policy × rate_rps × seed, at 41 and 90 req/s), for :func:`clauses`; None
+    if it did not run."""
+    ds = data.get("azure")
+    if ds is None:
+        return None
+    if "rate_rps" not in ds.dims:
+        ds = ds.expand_dims(rate_rps=[float(ds.attrs["rate_rps"])])
+    return {"root": data["root"], "counts": ds}
+
+
+def mooncake(data):
+    """The Mooncake condition in the main design's shape (its rate the trace's measured
+    one: :func:`.common.on_trace`), or None if it did not run."""
+    ds = data.get("mooncake")
+    if ds is None:
+        return None
+    return {"root": data["root"], "counts": on_trace(ds)}
 
 
 def _unit(how):

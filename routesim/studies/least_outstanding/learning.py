@@ -7,7 +7,7 @@ rate_rps × seed × replica). Comparisons are paired by seed (:func:`common.comp
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (FIGURES, MECHANISM, capacity, compare, departures, details, exceptions, load_stages, rate_text, results_root, save, show,
+from .common import (FIGURES, MECHANISM, capacity, compare, departures, details, exceptions, load_stages, open_stage, rate_text, results_root, save, show,
                      steady_table, times_text, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-hetero.toml",)
@@ -18,6 +18,15 @@ def load(root):
     """The hetero stage's Dataset (its results root kept: :func:`common.load_stages`), or None."""
     data = load_stages(root, "token-routing-hetero", ("hetero",))
     return data and data["hetero"]
+
+
+def azure(ds):
+    """The Azure-length arm (stage ``azure`` beside the design's, in its shape: policy ×
+    rate_rps × seed × replica), for :func:`clauses`; None if it did not run."""
+    az = open_stage(results_root(ds) / "token-routing-hetero" / "azure.nc")
+    if az is not None and "rate_rps" not in az.dims:
+        az = az.expand_dims(rate_rps=[float(az.attrs["rate_rps"])])
+    return az
 
 
 def rates(ds):
@@ -62,6 +71,9 @@ def comparisons(ds):
 ADDED_WORDS = ""
 """Both comparisons are the seed's (count-based learning over-learns; scoring by work in
 flight avoids the feedback): the prediction adds nothing."""
+AZURE_BASIS = "least_tokens"
+"""The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
+MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s, so the loads have no rate"
 
 
 def clauses(ds):

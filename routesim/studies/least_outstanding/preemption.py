@@ -44,7 +44,7 @@ lower: (variable, how, material, digits, unit)."""
 def load(root):
     """{stage: Dataset, "caps": capacities} or None when the fresh stage is missing."""
     d = Path(root) / "token-routing-preemption"
-    out = {s: open_stage(d / f"{s}.nc") for s in ("preemption", "signals", "vllm") + tuple(s for s, _ in ARMS)}
+    out = {s: open_stage(d / f"{s}.nc") for s in ("preemption", "signals", "vllm", "azure") + tuple(s for s, _ in ARMS)}
     if out["preemption"] is None:
         return None
     out["caps"] = capacities(root, POLICIES)
@@ -73,6 +73,9 @@ ADDED_WORDS = "least_cost, the mean occupancy at placement, TPOT p99 falls"
 scoring by cache occupancy (least_kv) avoids it: fewer placements above 90 % and fewer
 preemptions. The prediction added least_cost, the mean occupancy at placement and a
 falling TPOT p99."""
+AZURE_BASIS = "least_kv"
+"""The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
+MOONCAKE_WHY = "the policy its load is placed against has a capacity there below the smallest rate replayed, 1.53 req/s"
 
 
 def clauses(data):
@@ -82,6 +85,26 @@ def clauses(data):
     ds = data["preemption"]
     return [(f"{p} {var}", c, -1, MECHANISM if p == "least_kv" and var in MECHANISM_VARS else ADDED)
             for p in KV_AWARE if p in ds.policy.values for var, c in effects(ds, p).items()]
+
+
+def azure(data):
+    """The Azure-length arm (stage ``azure``: the four policies) in the design's shape, for
+    :func:`clauses`; None if it did not run."""
+    return None if data.get("azure") is None else {"preemption": data["azure"]}
+
+
+def azure_note(data) -> str:
+    """A sentence for the real-workloads section when the Azure-length arm's cache never
+    comes under pressure (no placement above 90 %, no preemption in any run): the claim's
+    mechanism has nothing to act on there; "" otherwise."""
+    a = azure(data)
+    if a is None:
+        return ""
+    ds = a["preemption"]
+    if float(ds.preemptions.sum()) > 0 or float(ds.placement_occupancy_high.max()) > 0:
+        return ""
+    return (f"Claim 5's caches on Azure lengths stay near {float(ds.kv_occupancy.median()) * 100:.0f} % full "
+            "(no placement above 90 %, no preemption in any run): its mechanism has nothing to act on there.")
 
 
 def verdict(data, mode=None):

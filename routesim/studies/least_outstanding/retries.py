@@ -31,9 +31,33 @@ CALM = (1.10, 0.90)
 incident adds."""
 
 
+AZURE = "azure-"
+"""The Azure-length arm's stages are the main ones' names with this prefix, their
+scenarios the main ones' with the suffix "-azure" (the incidents moved with the warm-up)."""
+
+
 def load(root):
-    """{stage: Dataset} of :data:`STAGES`, or None if any is missing."""
-    return load_stages(root, NAME, STAGES)
+    """{stage: Dataset} of :data:`STAGES`, and "azure": the Azure-length arm's (None if
+    any is missing); None if a main stage is missing."""
+    data = load_stages(root, NAME, STAGES)
+    if data is not None:
+        data["azure"] = load_stages(root, NAME, [AZURE + s for s in STAGES])
+    return data
+
+
+def azure(data):
+    """The Azure-length arm in the design's shape (its stages and scenarios under the main
+    design's names), for :func:`clauses`; None if it did not run."""
+    az = data.get("azure")
+    if az is None:
+        return None
+    out = {}
+    for s in STAGES:
+        ds = az[AZURE + s]
+        if "scenario" in ds.dims:
+            ds = ds.assign_coords(scenario=[str(x).removesuffix("-azure") for x in ds.scenario.values])
+        out[s] = ds
+    return out
 
 
 def per_request(ds):
@@ -102,6 +126,9 @@ ADDED_WORDS = "the harm outlasts the crash"
 """The seed: a retry adds load to a degraded system; budgets, a breaker and a retry that
 avoids the same path contain it. The prediction added that the degradation lingers after
 the crash ("lingers")."""
+AZURE_BASIS = "least_requests"
+"""The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
+MOONCAKE_WHY = "the policy its load is placed against has a capacity there below the smallest rate replayed, 1.53 req/s"
 
 
 def clauses(data):
@@ -270,7 +297,7 @@ def section(data):
         f"{t_hole_up:g} s ({POLICY} sees it nearly empty), client a, breaker ({breaker(data)} consecutive "
         "failures) and retry_avoid_previous off and on. After: client a's crash arms measured in the next "
         f"window, [{wa:g} s, {wa + m:g} s), {wa - t_up:g} s after the crash ended. Runs: "
-        f"{sum(int(d.arrivals.size) for d in data.values())}.", "",
+        f"{sum(int(d.arrivals.size) for d in (data[s] for s in STAGES))}.", "",
         f"**The control is {'calm' if both_calm else 'not calm'}** (calm: median attempts per request at "
         f"most {CALM[0]:g} and attainment at least {CALM[1] * 100:g} %): {calm_txt}, without the budget. "
         "The claim's tests:", "",

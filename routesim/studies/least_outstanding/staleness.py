@@ -53,6 +53,8 @@ def load(root):
         if ds is not None and routers is not None:
             sens[stage] = variant(ds, routers)
     out["sensitivity"] = sens
+    az, routers = open_stage(d / "azure.nc"), open_stage(d / "azure-routers.nc")
+    out["azure"] = variant(az, routers) if az is not None and routers is not None else None
     return out
 
 
@@ -121,6 +123,9 @@ ADDED_WORDS = "periodic_local's recovery and what 4 routers lose of it"
 avoids the need for a fresh view (its mechanism: least_tokens degrades, power of two
 less). The prediction added periodic_local (the router's own placements between scrapes)
 and the four routers."""
+AZURE_BASIS = "least_tokens"
+"""The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
+MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s, so the loads have no rate"
 
 
 def clauses(data):
@@ -129,6 +134,12 @@ def clauses(data):
     and the routers' added."""
     return [(name, c, p, MECHANISM if ("vs fresh" in name or "degradation" in name) else ADDED)
             for name, (c, p) in comparisons(data).items()]
+
+
+def azure(data):
+    """The Azure-length arm (stages ``azure`` and ``azure-routers``, at the 50 ms period as
+    a step-cost variant: :func:`variant`), for :func:`clauses`; None if it did not run."""
+    return data.get("azure")
 
 
 def verdict(data):

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from . import admission, capacities, cold_start, counts, retries, server, staleness
+from . import admission, capacities, cold_start, counts, retries, server, staleness, workloads
 from .common import DETAILS_CLOSE, DETAILS_END, DETAILS_OPEN, show
 
 APPENDIX = "the appendix"
@@ -21,7 +21,8 @@ def summary(loaded, appendix_name) -> list:
     data = {claim.__name__.rsplit(".", 1)[1]: d for claim, d in loaded}
     lines = ["## What to deploy (the practitioner's summary)", ""]
     on_server = server.summary_lines(data["server"]) if data.get("server") is not None else []
-    for part in (_deploy(data), _lead(data), on_server, _reversals(data), _operations(data)):
+    real = workloads.summary_lines(data["workloads"]) if data.get("workloads") is not None else []
+    for part in (_deploy(data), _lead(data), on_server, _reversals(data), real, _operations(data)):
         lines += part
     return lines + [f"The evidence follows: the verdict table, each claim's section; the long tables, the steady "
                     f"state and the sensitivity runs in [{APPENDIX}]({appendix_name}).", ""]
