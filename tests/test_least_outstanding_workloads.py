@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from conftest import SWEEPS, run_reduced, swap_labels, write_results
-from routesim.studies import least_outstanding as study
 from routesim.studies.least_outstanding import (admission, cold_start, counts, learning, retries, staleness,
                                                 workloads)
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
@@ -36,19 +35,13 @@ def test_the_column_says_when_azure_lengths_change_a_verdict(tmp_path):
     assert workloads.column(counts, data, (mech, added)) == "not run: the stages have not run"
     # an Azure arm with the same effects: no change
     same = dict(data, azure=page)
-    assert workloads.column(counts, same, (mech, added)) == "mechanism: holds; added: does not hold — no change"
+    assert workloads.column(counts, same, (mech, added)) == "holds; does not hold — no change"
     # an Azure arm where least_tokens' and round_robin's runs are exchanged: least_tokens'
     # TTFT p99 25 % above round_robin's (1 / 0.8), against the prediction: the mechanism
     # does not hold, and the column says it changed
     flipped = dict(data, azure=swap_labels(page, "policy", "least_tokens", "round_robin"))
     cell = workloads.column(counts, flipped, (mech, added))
-    assert cell.startswith("mechanism: does not hold; added: holds with qualification"), cell
-    assert "**changes** (mechanism" in cell, cell
-    # the claim's section closes with both arms' verdicts
-    line = study._verdict_line(counts, flipped)[0]
-    assert line.startswith("**Verdict.** The seed's mechanism: *holds*."), line
-    assert line.endswith("On Azure lengths: mechanism *does not hold*; added: *holds with qualification*."), line
-    assert "On Azure lengths" not in study._verdict_line(counts, data)[0]
+    assert cell.startswith("does not hold; holds with qualification — **changes** (mechanism, added)"), cell
 
 
 def test_a_claim_that_cannot_run_says_why(tmp_path):

@@ -35,8 +35,8 @@ RESULTS = Path("results/token-routing")
 OUT = Path("docs/least-outstanding-routing.md")
 
 LEAVES_OUT = (
-    "Output lengths are drawn from two log-normal classes (every claim is rerun on the Azure "
-    "trace's lengths, claims 1, 2 and 4 on the Mooncake excerpt), not from a real tokenizer and model; the step cost is one 8B-class "
+    "Output lengths are drawn from two log-normal classes (every claim also replays Azure's lengths: "
+    "\"On real workloads\"), not from a real tokenizer and model; the step cost is one 8B-class "
     "formula for every replica (claims 1 to 5 and 9 rerun with prefill twice and four "
     "times as costly and a 2,048-token chunk budget, claim 3 at its 50 ms period only); the "
     "router knows prompt lengths "
@@ -180,17 +180,13 @@ def _judged(loaded):
 
 
 def _verdict_line(claim, data) -> list:
-    """The closing line of a claim's section: its two verdicts and, where its Azure-length
-    arm ran, the two there (:mod:`.workloads`); [] for a section without a verdict of its
-    own."""
+    """The closing line of a claim's section: its two verdicts, or [] for a section
+    without a verdict of its own."""
     if not hasattr(claim, "clauses"):
         return []
     v = verdicts(claim.clauses(data))
     mech, added = verdict_cells(v, claim.ADDED_WORDS)
-    az = workloads.verdicts_of(claim, data)
-    on_azure = "" if az is None else f" On Azure lengths: mechanism *{az['mechanism']}*" + (
-        f"; added: *{az['added']}*." if az["added"] is not None else ".")
-    return [f"**Verdict.** The seed's mechanism: *{mech}*. Clauses the prediction added: *{added}*.{on_azure}", ""]
+    return [f"**Verdict.** The seed's mechanism: *{mech}*. Clauses the prediction added: *{added}*.", ""]
 
 
 def verdict_rows(loaded):

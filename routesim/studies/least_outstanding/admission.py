@@ -207,7 +207,7 @@ admission of another seed. Refusing is its mechanism; the model's door queues wi
 deadline, a clause the prediction added."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s, so the loads have no rate"
+MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s"
 
 
 def clauses(data):

@@ -160,7 +160,7 @@ ADDED_WORDS = ""
 seed's: the prediction adds nothing."""
 AZURE_BASIS = "least_requests"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "the policy its load is placed against has a capacity there below the smallest rate replayed, 1.53 req/s"
+MOONCAKE_WHY = "its load's policy has a capacity there below the smallest rate replayed, 1.53 req/s"
 
 
 def clauses(data):

@@ -396,16 +396,18 @@ def verdict_cells(v, added_words):
     return mech, f"{v['added']}: {added_words}" + (f" (against: {', '.join(bad)})" if bad else "")
 
 
-def arm_cell(v, added_words, page_cells, against=True) -> str:
+def arm_cell(v, added_words, page_cells, brief=False) -> str:
     """A verdict-table cell of an arm that reruns a claim (the server, real workloads):
-    the arm's verdicts (:func:`verdicts`' dict ``v``; the mechanism's with what went the
-    other way unless not ``against``) and whether either changes from the page's
-    ``page_cells`` (mechanism cell, added cell, :func:`verdict_cells`)."""
+    the arm's verdicts (:func:`verdicts`' dict ``v``) and whether either changes from the
+    page's ``page_cells`` (mechanism cell, added cell, :func:`verdict_cells`): 'mechanism:
+    m (against: …); added: a — no change', or with ``brief`` 'm; a — no change' (the
+    verdicts alone, in the order of the table's two columns before)."""
     mech, added = verdict_cells(v, added_words)
-    mech = mech if against else verdict_word(mech)
     changed = [name for name, a, b in (("mechanism", mech, page_cells[0]), ("added", added, page_cells[1]))
                if verdict_word(a) != verdict_word(b)]
     change = f"**changes** ({', '.join(changed)})" if changed else "no change"
+    if brief:
+        return f"{verdict_word(mech)}; {verdict_word(added)} — {change}"
     return f"mechanism: {mech}; added: {verdict_word(added)} — {change}"
 
 

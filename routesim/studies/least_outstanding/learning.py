@@ -73,7 +73,7 @@ ADDED_WORDS = ""
 flight avoids the feedback): the prediction adds nothing."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s, so the loads have no rate"
+MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s"
 
 
 def clauses(ds):

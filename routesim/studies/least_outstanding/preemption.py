@@ -75,7 +75,7 @@ preemptions. The prediction added least_cost, the mean occupancy at placement an
 falling TPOT p99."""
 AZURE_BASIS = "least_kv"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "the policy its load is placed against has a capacity there below the smallest rate replayed, 1.53 req/s"
+MOONCAKE_WHY = "its load's policy has a capacity there below the smallest rate replayed, 1.53 req/s"
 
 
 def clauses(data):

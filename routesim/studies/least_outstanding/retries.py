@@ -128,7 +128,7 @@ avoids the same path contain it. The prediction added that the degradation linge
 the crash ("lingers")."""
 AZURE_BASIS = "least_requests"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "the policy its load is placed against has a capacity there below the smallest rate replayed, 1.53 req/s"
+MOONCAKE_WHY = "its load's policy has a capacity there below the smallest rate replayed, 1.53 req/s"
 
 
 def clauses(data):

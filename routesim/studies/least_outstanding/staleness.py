@@ -125,7 +125,7 @@ less). The prediction added periodic_local (the router's own placements between 
 and the four routers."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s, so the loads have no rate"
+MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s"
 
 
 def clauses(data):

@@ -27,7 +27,7 @@ SWEEPS = ()
 """Its stages are in the claims' sweep files, its capacity search in
 sweeps/token-routing-capacity.toml (run by :func:`.capacities.run`)."""
 CLAIMS = (counts, choices, staleness, affinity, preemption, cold_start, retries, learning, admission)
-COLUMN = "on Azure lengths"
+COLUMN = "on Azure lengths (mechanism; added)"
 """The verdict table's column of the Azure-length arm."""
 NOT_RUN = "not run"
 
@@ -72,13 +72,13 @@ def why_not(claim, which="azure") -> str:
 
 def column(claim, data, page_cells):
     """The verdict table's :data:`COLUMN` cell of ``claim`` (its data ``data``): its
-    verdicts on Azure lengths (what went the other way is in the appendix's tables) and
-    whether they change from the page's ``page_cells`` (mechanism cell, added cell,
-    :func:`.common.verdict_cells`), or "not run: why"."""
+    verdicts on Azure lengths (:func:`.common.arm_cell`, brief: what went the other way is
+    in the appendix's tables) and whether they change from the page's ``page_cells``
+    (mechanism cell, added cell, :func:`.common.verdict_cells`), or "not run: why"."""
     v = verdicts_of(claim, data)
     if v is None:
         return f"{NOT_RUN}: {why_not(claim)}"
-    return arm_cell(v, claim.ADDED_WORDS, page_cells, against=False)
+    return arm_cell(v, claim.ADDED_WORDS, page_cells, brief=True)
 
 
 def verdict(data):
@@ -163,17 +163,17 @@ def section(data):
     """The document's section: the Azure capacities and how every claim's load was placed
     against them, the Mooncake excerpt claim by claim; each claim's comparisons on both
     as details (:func:`.common.details`, the appendix)."""
-    caps = capacities(data)
     cap = data["capacity"]
     from .capacities import cap_text, interval_text
-    words = ", ".join(f"{p} {cap_text(cap, c)} [{interval_text(cap, p)}]" for p, c in caps.items())
+    words = grouped(capacities(data), lambda p, c: f"{cap_text(cap, c)} [{interval_text(cap, p)}]")
     moon, why_not_run = [], {}
     for claim, title, cells, why in arm_lines(data, "mooncake"):
         n = title.split(".")[0]
         if cells is None:
             why_not_run.setdefault(why, []).append(n)
         else:
-            moon.append(f"claim {n}: mechanism *{verdict_word(cells[0])}*, added *{verdict_word(cells[1])}*")
+            moon.append(f"claim {n} *{verdict_word(cells[0])}*" + (
+                f" (added: *{verdict_word(cells[1])}*)" if cells[1] != "none added" else ""))
     moon += [f"{'claim' if len(ns) == 1 else 'claims'} {_and(ns)} not run: {why}" for why, ns in why_not_run.items()]
     tables = []
     for which, name in (("azure", "Azure lengths"), ("mooncake", "the Mooncake excerpt")):
@@ -188,8 +188,7 @@ def section(data):
         "## On real workloads", "",
         f"**Azure lengths.** Every claim's design rerun with each request's lengths from a row of "
         f"`traces/azure-conv.csv` (no long class), at the same multiple of the same policy's capacity, "
-        f"measured on these lengths (req/s, 16 seeds): {words}; the verdict table's column "
-        f"\"{COLUMN}\". "
+        f"measured on these lengths (req/s, {cap.sizes['seed']} seeds): {words}. "
         + " ".join(notes(data)), "",
         f"**The Mooncake excerpt** (its own arrivals, or a slower replay where a claim's load asks; TTFT objective "
         f"1 s + 0.1 ms per prompt token): "
@@ -217,24 +216,28 @@ def _and(items) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def grouped(caps, text=lambda p, c: f"{c:g}") -> str:
+    """Capacities in words, highest first, the policies of one value together:
+    'round_robin 104; least_requests, least_tokens and least_kv 100' (``text`` writes a
+    policy's value)."""
+    groups = {}
+    for p in sorted(caps, key=lambda p: -caps[p]):
+        groups.setdefault(text(p, caps[p]), []).append(p)
+    return "; ".join(f"{_and(ps)} {v}" for v, ps in groups.items())
+
+
 def summary_lines(data) -> list:
-    """The practitioner's summary's sentence on Azure lengths: the capacities ranked,
-    whether a work-aware score beats round_robin there, and the claims whose mechanism's
-    verdict changes there."""
+    """The practitioner's summary's sentence on Azure lengths: the capacities, whether a
+    work-aware score beats round_robin there, and the claims whose mechanism's verdict
+    changes there."""
     caps = capacities(data)
-    ranked = sorted(caps, key=lambda p: -caps[p])
     changed = []
     for claim, title, cells, _ in arm_lines(data, "azure"):
         d = dict(data["claims"]).get(claim)
-        if cells is None or d is None:
-            continue
-        page, mech = verdicts(claim.clauses(d))["mechanism"], cells[0].split(" (")[0]
-        if mech != page:
-            changed.append(f"{title.split('.')[0]} ({page} → {mech})")
+        if cells is not None and d is not None and verdict_word(cells[0]) != verdicts(claim.clauses(d))["mechanism"]:
+            changed.append(title.split(".")[0])
     rr = caps.get("round_robin")
     beat = [p for p in caps if p != "round_robin" and rr is not None and caps[p] > rr]
-    return [f"**On Azure's chat lengths** (no long class; section \"On real workloads\") capacity at the SLO, "
-            f"req/s: {', '.join(f'{p} {caps[p]:g}' for p in ranked)}"
-            + (f": no score beats round_robin there" if rr is not None and not beat else "")
-            + (f". The seed's mechanism changes verdict there for claims {', '.join(changed)}" if changed else "")
-            + ".", ""]
+    return [f"**On Azure's chat lengths** (section \"On real workloads\") capacity at the SLO, req/s: {grouped(caps)}"
+            + (": no score beats round_robin there" if rr is not None and not beat else "")
+            + (f"; the seed's mechanism changes verdict for claims {_and(changed)}" if changed else "") + ".", ""]
