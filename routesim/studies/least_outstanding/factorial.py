@@ -133,4 +133,4 @@ def lines(ds) -> list:
     state) for the appendix."""
     return [sentence(ds), "",
             *details("Which part of the server moves the KV-aware policies", PREDICTION, "", table(ds), "",
-                     "Steady state: " + steady_words(ds, ("scheduler", "step_cost", "policy")) + "."), ""]
+                     "Steady state: " + steady_words(ds, ("scheduler", "step_cost", "policy")) + ".")]
