@@ -91,6 +91,8 @@ def test_the_factorial_names_the_part_that_moves_the_kv_aware_policies():
         assert 27 < m < 33, m                       # +30 % within the ±2 % wobble
     text = factorial.sentence(cost)
     assert "Not the scheduler" in text and "above it in every cell" in text
+    assert factorial.brief(cost).startswith("vLLM's scheduler does not move them; the roofline cost raises their "
+                                            "TTFT p99 against round_robin's in 4 of 4")
     # the scheduler carries it instead (vLLM × 1.3 under either cost): a lead where none
     # was predicted, and none where one was: does not hold, and the text says the scheduler
     sched = factorial_data({("reserve", "linear"): 1.0, ("reserve", "roofline"): 1.0,
@@ -98,6 +100,8 @@ def test_the_factorial_names_the_part_that_moves_the_kv_aware_policies():
     cmp = factorial.comparisons(sched)
     assert all(factorial.verdict(cmp, p) == "does not hold" for p in factorial.POLICIES)
     assert "The scheduler, as the last stop guessed, moves them" in factorial.sentence(sched)
+    assert factorial.brief(sched).startswith("vLLM's scheduler moves them in 4 of 4 comparisons; the roofline cost "
+                                             "raises their TTFT p99 against round_robin's in 0 of 4")
     # the table has a row per cell and per part
     assert factorial.table(sched).count("\n") == 2 + 4 + 2 + 2 - 1
 

@@ -128,6 +128,18 @@ def sentence(ds) -> str:
             "cost does is not established here.")
 
 
+def brief(ds) -> str:
+    """A clause for the practitioner's summary: whether the scheduler moves the KV-aware
+    policies against round_robin, and in how many of the comparisons the cost does."""
+    cmp = comparisons(ds)
+    sched = sum(cmp[(p, "scheduler", c)][3] != 0 for p in POLICIES for c, _ in COSTS)
+    cost = sum(cmp[(p, "cost", s)][3] > 0 for p in POLICIES for s, _ in SCHEDULERS)
+    n = len(POLICIES) * 2
+    return (("vLLM's scheduler does not move them" if not sched else f"vLLM's scheduler moves them in {sched} of {n} "
+             "comparisons") + f"; the roofline cost raises their TTFT p99 against round_robin's in {cost} of {n} "
+            f"(stage `{STAGE}`)")
+
+
 def lines(ds) -> list:
     """The section's paragraph and its details (the prediction, the table, the steady
     state) for the appendix."""

@@ -287,7 +287,8 @@ def summary_lines(data) -> list:
             f"brackets): {words}"
             + (f"; beyond the search's {step:g} req/s step: {', '.join(moved)}" if moved else "")
             + (f". **{' and '.join(below)} {'falls' if len(below) == 1 else 'fall'} below round_robin there** "
-               f"(above it on the page's replica; {cap.sizes['seed']} seeds, intervals in the section)"
+               f"(above it on the page's replica; {cap.sizes['seed']} seeds, intervals in the section"
+               + (f"; {factorial.brief(data['factorial'])}" if data.get("factorial") is not None else "") + ")"
                if below else "")
             + f". At {r:g} req/s least_tokens' TTFT p99 is {show(lr[2])} % against least_requests and "
             f"{show(rr[2])} % against round_robin, its TPOT p99 {show(lr[3])} % against least_requests "
