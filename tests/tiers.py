@@ -164,6 +164,7 @@ MODULES = {
                                            "test_step_cpu_time_zero_is_the_step_cost_alone",
                                            "test_ingress_hand_cases",
                                            "test_ingress_shifts_a_lone_request")}),
+    "test_vllm_private_keys": ("engine", {"unit": ("test_the_renaming_keeps_which_blocks_share_a_key",)}),
     "test_vllm_recordings": "unit",
     "test_workload": "unit",
 }

@@ -93,8 +93,8 @@ def _schedule_batch_nb(X, S, i, t, p, mt):
     cold factor at its start; 0 ms and no iteration when it schedules nothing). Returns
     whether it scheduled something and whether it preempted."""
     r = S.rep[i]
-    preempted, U, Q, n, K, R, chunks = vr_._schedule_nb(S.tab, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p, X.pk,
-                                                        X.pk_off, X.gbase, mt, S.cnt, X.evicted, X.hb, ASYNC)
+    preempted, U, Q, n, K, R, chunks = vr_._schedule_nb(S.tab, X.own, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p,
+                                                        X.pk, X.pk_off, X.gbase, mt, S.cnt, X.evicted, X.hb, ASYNC)
     X.aq[i, FIN] = 0  # finished_req_ids handed to this batch
     slot = (X.aq[i, HEADQ] + X.aq[i, NQ]) % QUEUE
     ns = X.vq[i, NSCHED]
@@ -148,8 +148,8 @@ def _output_nb(X, S, i, t, p, mt, n_done):
     if X.vq[i, NPEND] > 0 or X.aq[i, ABORTED] != 0:
         X.aq[i, FIN] = 1
     for k in range(X.vq[i, NPEND]):
-        vb.release_by_key_nb(S.tab, X.bl, X.vq, S.rep, i, X.vp[i, k, 1], X.vp[i, k, 2], X.vp[i, k, 0], X.pk,
-                             X.pk_off, X.gbase)
+        vb.release_by_key_nb(S.tab, X.own, X.bl, X.vq, S.rep, i, X.vp[i, k, 1], X.vp[i, k, 2], X.vp[i, k, 0],
+                             X.pk, X.pk_off, X.gbase)
     X.vq[i, NPEND] = 0
     X.aq[i, ABORTED] = 0
     window = in_window_end_nb(t, p)
@@ -172,7 +172,8 @@ def _output_nb(X, S, i, t, p, mt, n_done):
             vr[s, PH] -= 1
         running = q.state == State.PREFILL
         if running and p.prefix_caching:
-            vr_.hash_upto_nb(S.tab, X.bl, X.vq, vr, i, s, (q.c - vr[s, PH]) // b, X.pk, X.pk_off, X.gbase, S.cnt)
+            vr_.hash_upto_nb(S.tab, X.own, X.bl, X.vq, vr, i, s, (q.c - vr[s, PH]) // b, X.pk, X.pk_off, X.gbase,
+                                S.cnt)
         if q.g == q.O:
             X.aq[i, FIN] = 1
             if running:
@@ -236,7 +237,7 @@ def _queue_empty_nb(X, i):
 # --- the scheduler's operations (scheduler.py) --------------------------------------------
 
 VllmAsync = namedtuple("VllmAsync", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots", "hb",
-                                 "bs", "bx", "bsm", "bt", "bn", "be", "aq", "gpu", "prev"])
+                                 "own", "bs", "bx", "bsm", "bt", "bn", "be", "aq", "gpu", "prev"])
 """``scheduler = "vllm"`` with ``async_scheduling``'s own arrays: the synchronous mode's
 (:data:`.vllm_replica.STATE`) and the engine's batch queue (module docstring)."""
 STATE = VllmAsync  # (bound under its own name: pickle finds it by reference, as the others)
@@ -249,8 +250,8 @@ def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     state type of that mode) and the engine's batch queue."""
     f, pk_len = vr_.parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
     bs, bx, bsm, bt, bn, be, aq, gpu, prev = _arrays_nb(nrep, p.max_batch)
-    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], bs, bx, bsm, bt, bn, be, aq, gpu,
-              prev)
+    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], bs, bx, bsm, bt, bn, be, aq,
+              gpu, prev)
     return X, X.pk, pk_len, X.pk_off
 
 
@@ -355,7 +356,7 @@ def crash_nb(X, S, i, t, p):
     crash, and both batches are abandoned, the queue emptied, ``gpu_free`` and
     *finished* reset. Returns the failed attempts' number (in ``S.victims``) and the
     hash-map entries deleted."""
-    nv, gone = vr_._crash_nb(S.tab, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
+    nv, gone = vr_._crash_nb(S.tab, X.own, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
     for v in range(nv):
         _forget_nb(X.vr, S.victims[v])
     for f in range(AQ_FIELDS):

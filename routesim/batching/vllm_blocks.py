@@ -14,7 +14,26 @@ The hash map key → blocks is the engine's segment table ``tab`` (routesim/batc
 open addressing on (replica, key)), one entry per distinct key with ``length = 1`` (so
 the routers' views read it as they read resident segments, one block a segment),
 ``pos0`` its first-inserted block, ``full`` its last-inserted one and ``comp`` how many
-blocks hold it.
+blocks hold it; except for **private keys**, which ``own`` holds.
+
+**Private keys.** Request s's block j has an *own index* ``gbase[s] + j`` (dense, in
+``[0, own.shape[0])``), and its own key ``-2 - gbase[s] - j`` is that index's key
+(:func:`key_of_nb`). A key only one request's blocks have, which no router ever looks up
+while a block holds it, is *private*: its blocks are found again only by that request's
+own later steps and re-admissions (after a preemption, on the same replica), and a
+private key is held on one replica at a time. Without retries (``max_attempts = 1``)
+these are the own keys no later turn's prompt holds, and the prompt keys no other
+prompt holds (:func:`prompt_keys_nb` gives each the own key of its position: keys are
+identities only, so the renaming changes nothing a run does); a request's router looks
+its prompt's keys up before any attempt of it has run, when none is held. (With retries
+an earlier attempt's cached blocks may be on another replica, where a retry's router
+looks them up: then no key is private.) ``own[o]`` (own indices, ``OWN_FIELDS``) int32
+is the hash-map entry of private key o: ``O_REP`` the replica whose blocks hold it
+(``FREE`` none; ``SHARED``: not private, the segment table holds it), ``O_FIRST`` /
+``O_LAST`` its first- and last-inserted blocks and ``O_N`` how many blocks hold it: an
+array access where the segment table hashes, probes and shifts. Private keys count in
+``NKEYS`` as any key; they are not in ``tab``, so not in the routers' views (which no
+router reads for them).
 """
 
 import numba as nb
@@ -43,6 +62,14 @@ NPEND = 6
 VQ_FIELDS = 7
 
 NOKEY = np.iinfo(np.int64).min
+
+O_REP = 0
+O_FIRST = 1
+O_LAST = 2
+O_N = 3
+OWN_FIELDS = 4
+FREE = -1    # own[o, O_REP]: no block holds private key o
+SHARED = -2  # own[o, O_REP]: key o is not private (the segment table holds it)
 
 
 @nb.njit(**JIT)
@@ -99,22 +126,64 @@ def _insert_after_nb(bl, vq, i, a, x):
     vq[i, QLEN] += 1
 
 
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def private_nb(own, key):
+    """The own index of ``key`` when it is private (``own`` holds it), else -1."""
+    o = -2 - key  # (keys >= 0 and fresh keys fall outside [0, own.shape[0]))
+    if o >= 0 and o < own.shape[0] and own[o, O_REP] != SHARED:
+        return o
+    return np.int64(-1)
+
+
 @nb.njit(**JIT)
-def first_block_nb(tab, i, key):
+def first_block_nb(tab, own, i, key):
     """The first-inserted block holding ``key`` on replica i, or -1 (not in the hash map)."""
+    o = private_nb(own, key)
+    if o >= 0:
+        return np.int64(own[o, O_FIRST]) if own[o, O_REP] == i else np.int64(-1)
     h = bk.find_nb(tab, i, key)
     return tab[h].pos0 if h >= 0 else -1
 
 
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _unchain_nb(bl, i, x, first, last):
+    """Take block x out of the blocks holding its key on replica i (``first`` …
+    ``last``, through ``HNEXT``; x not the only one). Returns the new (first, last)."""
+    if first == x:
+        first = bl[i, HNEXT, x]
+    else:
+        a = first
+        while bl[i, HNEXT, a] != x:
+            a = bl[i, HNEXT, a]
+        bl[i, HNEXT, a] = bl[i, HNEXT, x]
+        if last == x:
+            last = a
+    return first, last
+
+
 @nb.njit(**JIT)
-def hash_block_nb(tab, bl, vq, i, x, key):
+def hash_block_nb(tab, own, bl, vq, i, x, key):
     """Block x (referenced, unhashed) gets ``key``: appended to that key's blocks (a new
     hash-map entry when none holds it; the map has room: vllm_replica.table_slots_nb).
     Returns the table entries added."""
     bl[i, KEY, x] = key
     bl[i, HNEXT, x] = -1
-    h = bk.find_nb(tab, i, key)
+    o = private_nb(own, key)
     added = 0
+    if o >= 0:
+        if own[o, O_REP] == i:  # (a private key is on one replica at a time: this one, or none)
+            bl[i, HNEXT, own[o, O_LAST]] = x
+            own[o, O_LAST] = x
+            own[o, O_N] += 1
+        else:
+            own[o, O_REP] = i
+            own[o, O_FIRST] = x
+            own[o, O_LAST] = x
+            own[o, O_N] = 1
+            vq[i, NKEYS] += 1
+        hold((tab, own, bl, vq))
+        return added
+    h = bk.find_nb(tab, i, key)
     if h >= 0:
         e = tab[h]
         bl[i, HNEXT, e.full] = x
@@ -124,41 +193,54 @@ def hash_block_nb(tab, bl, vq, i, x, key):
         bk._put_nb(tab, i, key, np.int64(1), np.int64(0), 0.0, x, np.int64(0), x, np.int64(1), np.bool_(False))
         vq[i, NKEYS] += 1
         added = 1
-    hold((tab, bl, vq))
+    hold((tab, own, bl, vq))
     return added
 
 
 @nb.njit(**JIT)
-def _evict_nb(tab, bl, vq, i, x):
+def _evict_nb(tab, own, bl, vq, i, x):
     """Block x (just popped, hashed) leaves the hash map and loses its key. Returns the
     table entries deleted."""
     key = bl[i, KEY, x]
-    h = bk.find_nb(tab, i, key)
-    e = tab[h]
+    o = private_nb(own, key)
     gone = 0
-    if e.comp == 1:
-        bk._delete_nb(tab, h)
-        vq[i, NKEYS] -= 1
-        gone = 1
-    else:
-        e.comp -= 1
-        if e.pos0 == x:
-            e.pos0 = bl[i, HNEXT, x]
+    if o >= 0:
+        if own[o, O_N] == 1:
+            own[o, O_REP] = FREE
+            vq[i, NKEYS] -= 1
         else:
-            a = e.pos0
-            while bl[i, HNEXT, a] != x:
-                a = bl[i, HNEXT, a]
-            bl[i, HNEXT, a] = bl[i, HNEXT, x]
-            if e.full == x:
-                e.full = a
+            own[o, O_N] -= 1
+            first, last = _unchain_nb(bl, i, x, np.int64(own[o, O_FIRST]), np.int64(own[o, O_LAST]))
+            own[o, O_FIRST] = first
+            own[o, O_LAST] = last
+    else:
+        h = bk.find_nb(tab, i, key)
+        e = tab[h]
+        if e.comp == 1:
+            bk._delete_nb(tab, h)
+            vq[i, NKEYS] -= 1
+            gone = 1
+        else:
+            e.comp -= 1
+            first, last = _unchain_nb(bl, i, x, e.pos0, e.full)
+            e.pos0 = first
+            e.full = last
     bl[i, KEY, x] = NOKEY
     bl[i, HNEXT, x] = -1
-    hold((tab, bl, vq))
+    hold((tab, own, bl, vq))
     return gone
 
 
 @nb.njit(**JIT)
-def take_nb(tab, bl, vq, rep, i, count, tail, ev):
+def forget_replica_nb(own, i):
+    """Replica i's pool is reset (a crash): no block of it holds a private key."""
+    for o in range(own.shape[0]):
+        if own[o, O_REP] == i:
+            own[o, O_REP] = FREE
+
+
+@nb.njit(**JIT)
+def take_nb(tab, own, bl, vq, rep, i, count, tail, ev):
     """Pop ``count`` blocks from the head of replica i's free queue (the caller has
     checked the queue holds them) for an attempt whose last taken block is ``tail``; a
     popped block with a key is evicted. Returns (its new last taken block, table entries
@@ -168,7 +250,7 @@ def take_nb(tab, bl, vq, rep, i, count, tail, ev):
         x = vq[i, HEAD]
         _unlink_nb(bl, vq, i, x)
         if bl[i, KEY, x] != NOKEY:
-            gone += _evict_nb(tab, bl, vq, i, x)
+            gone += _evict_nb(tab, own, bl, vq, i, x)
             rep[i].cached -= 1
             ev[0] += 1
         bl[i, REF, x] = 1
@@ -235,16 +317,16 @@ def release_nb(bl, vq, rep, i, tail, nhit, hb, base):
 
 
 @nb.njit(**JIT)
-def release_by_key_nb(tab, bl, vq, rep, i, tail, nhit, s, pk, pk_off, gbase):
+def release_by_key_nb(tab, own, bl, vq, rep, i, tail, nhit, s, pk, pk_off, gbase):
     """:func:`release_nb` for an attempt of request s whose hit blocks are found again by
     their keys (each the first-inserted block of its key: a referenced block stays
     first, later ones are inserted after it): a release deferred to a step's end, by
     when another attempt of s may have been admitted elsewhere."""
     front = _release_taken_nb(bl, vq, rep, i, tail)
     for j in range(nhit - 1, -1, -1):
-        x = first_block_nb(tab, i, key_of_nb(pk, pk_off, gbase, s, j))
+        x = first_block_nb(tab, own, i, key_of_nb(pk, pk_off, gbase, s, j))
         front = _unref_nb(bl, vq, rep, i, x, front)
-    hold((tab, bl, vq, rep, pk, pk_off, gbase))
+    hold((tab, own, bl, vq, rep, pk, pk_off, gbase))
 
 
 @nb.njit(**JIT)
@@ -277,15 +359,17 @@ def _mix(z):
 
 
 @nb.njit(**JIT)
-def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
+def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
     """Every request's prompt block keys (spec22b 5): ``intern(parent, id)`` — an id
     seen first under this parent is its own key; the same id under another parent gets a
     fresh key (negative, below every request's own keys). A conversation's response id
     (``workload.RESPONSE_ID + q·2^16 + j``, request q < s) is the key request q's own
     block j has (:func:`key_of_nb`): the same tokens after the same parent, so vLLM's
-    chained hash is the same. Returns (pk, pk_off, ones,
-    gbase): keys, offsets per request, a length-1 "segment" per block (the routers'
-    views), and each request's base of own keys."""
+    chained hash is the same. With ``private`` (no retries: the module's "Private
+    keys"), a key of one prompt only is renamed the own key of its position, and the
+    own keys no prompt holds are private. Returns (pk, pk_off, ones, gbase, own): keys,
+    offsets per request, a length-1 "segment" per block (the routers' views), each
+    request's base of own indices, and the private keys' entries (none held)."""
     n = wl_P.shape[0]
     pk_off = np.zeros(n + 1, np.int64)
     gbase = np.zeros(n, np.int64)
@@ -311,6 +395,9 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
     f_id = np.empty(cap, np.int64)
     f_key = np.empty(cap, np.int64)
     f_used = np.zeros(cap, np.bool_)
+    uses = np.zeros(2 * cap, np.int32)  # prompt blocks with the key of slot h of t_*, cap + h of f_*
+    at = np.full(total, -1, np.int64)   # the slot of each prompt block's key (-1: an own key)
+    own = np.full((g, OWN_FIELDS), FREE if private else SHARED, np.int32)
     fresh = -2 - g - 1
     root = np.int64(NOKEY)
     for s in range(n):
@@ -322,6 +409,7 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
                 if bid >= RESPONSE_ID:  # block j of an earlier request q's tokens past its prompt ids
                     q = (bid - RESPONSE_ID) // REQUEST_ID
                     key = -2 - gbase[q] - (bid - RESPONSE_ID) % REQUEST_ID  # key_of_nb(q, j)
+                    own[-2 - key, O_REP] = SHARED  # a later turn's router looks it up
                     pk[w] = key
                     w += 1
                     parent = key
@@ -334,8 +422,10 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
                     t_id[h] = bid
                     t_par[h] = parent
                     key = bid
+                    at[w] = h
                 elif t_par[h] == parent:
                     key = bid
+                    at[w] = h
                 else:
                     h2 = np.int64(_mix(bid ^ np.int64(_mix(parent) >> np.uint64(1))) & np.uint64(mask))
                     while f_used[h2] and not (f_id[h2] == bid and f_par[h2] == parent):
@@ -347,7 +437,14 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b):
                         f_key[h2] = fresh
                         fresh -= 1
                     key = f_key[h2]
+                    at[w] = cap + h2
+                uses[at[w]] += 1
                 pk[w] = key
                 w += 1
                 parent = key
-    return pk, pk_off, ones, gbase
+    if private:  # a key of one prompt only: its position's own key
+        for s in range(n):
+            for w in range(pk_off[s], pk_off[s + 1]):
+                if at[w] >= 0 and uses[at[w]] == 1:
+                    pk[w] = -2 - gbase[s] - (w - pk_off[s])
+    return pk, pk_off, ones, gbase, own

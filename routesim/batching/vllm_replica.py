@@ -96,7 +96,7 @@ def _clear_nb(vr, s):
 
 
 @nb.njit(**JIT)
-def hash_upto_nb(tab, bl, vq, vr, i, s, hi, pk, pk_off, gbase, cnt):
+def hash_upto_nb(tab, own, bl, vq, vr, i, s, hi, pk, pk_off, gbase, cnt):
     """``cache_blocks`` (C:335-359, BP:231-348): attempt s's blocks ``vr[s, NCACHED]`` …
     ``hi − 1`` (each full of known tokens) get their keys and join replica i's hash map
     (``cnt[0]``: its entries); then ``NCACHED = hi``. Nothing when ``hi`` is not past them."""
@@ -106,14 +106,14 @@ def hash_upto_nb(tab, bl, vq, vr, i, s, hi, pk, pk_off, gbase, cnt):
         y = vr[s, TAILB]
         for j in range(vr[s, HELD] - 1, lo - 1, -1):
             if j < hi:
-                cnt[0] += vb.hash_block_nb(tab, bl, vq, i, y, vb.key_of_nb(pk, pk_off, gbase, s, j))
+                cnt[0] += vb.hash_block_nb(tab, own, bl, vq, i, y, vb.key_of_nb(pk, pk_off, gbase, s, j))
             y = bl[i, vb.OWN, y]
         vr[s, NCACHED] = hi
-    hold((tab, bl, vq, vr, pk, pk_off, cnt))
+    hold((tab, own, bl, vq, vr, pk, pk_off, cnt))
 
 
 @nb.njit(**JIT)
-def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, gbase, cnt, ev, hb):
+def _allocate_nb(tab, own, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, gbase, cnt, ev, hb):
     """vLLM's ``allocate_slots`` (spec22b 11) for x new tokens of attempt s, with nh hit
     blocks at an admission (``admit``: the gate first; the hit blocks ``hb[gbase[s] + j]``,
     :func:`_hits_nb`). Returns whether it succeeded."""
@@ -142,14 +142,14 @@ def _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, nh, admit, p, pk, pk_off, g
             held = nh
         new = (total + x + b - 1) // b - held
         if new > 0:
-            tail, gone = vb.take_nb(tab, bl, vq, rep, i, new, vr[s, TAILB], ev)
+            tail, gone = vb.take_nb(tab, own, bl, vq, rep, i, new, vr[s, TAILB], ev)
             vr[s, TAILB] = tail
             cnt[0] -= gone
             held += new
         vr[s, HELD] = held
         if p.prefix_caching:
-            hash_upto_nb(tab, bl, vq, vr, i, s, min(total + x, L) // b, pk, pk_off, gbase, cnt)
-    hold((tab, bl, vq, vr, rep, req, pk, pk_off, gbase, cnt, ev, hb))
+            hash_upto_nb(tab, own, bl, vq, vr, i, s, min(total + x, L) // b, pk, pk_off, gbase, cnt)
+    hold((tab, own, bl, vq, vr, rep, req, pk, pk_off, gbase, cnt, ev, hb))
     return ok
 
 
@@ -196,7 +196,7 @@ def _placeholder_nb(vr, q, s, x):
 
 
 @nb.njit(**JIT)
-def _hits_nb(tab, i, s, L, p, pk, pk_off, gbase, hb):
+def _hits_nb(tab, own, i, s, L, p, pk, pk_off, gbase, hb):
     """vLLM's ``get_computed_blocks`` for the admission of attempt s (record's ``L = P +
     g`` tokens) on replica i: its leading blocks whose keys are in the hash map, at most
     ``(L − 1) // b`` (0 with prefix caching off). Returns their number nh; the first-inserted
@@ -206,17 +206,17 @@ def _hits_nb(tab, i, s, L, p, pk, pk_off, gbase, hb):
     if p.prefix_caching:
         base = gbase[s]
         for j in range((L - 1) // p.block_tokens):
-            h = bk.find_nb(tab, i, vb.key_of_nb(pk, pk_off, gbase, s, j))
-            if h < 0:
+            x = vb.first_block_nb(tab, own, i, vb.key_of_nb(pk, pk_off, gbase, s, j))
+            if x < 0:
                 break
-            hb[base + j] = tab[h].pos0
+            hb[base + j] = x
             nh += 1
-    hold((tab, pk, pk_off, gbase, hb))
+    hold((tab, own, pk, pk_off, gbase, hb))
     return nh
 
 
 @nb.njit(**JIT)
-def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, hb, asyn):
+def _schedule_nb(tab, own, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, hb, asyn):
     """One ``schedule()`` (spec22b 10-14): the running loop, then (if nothing was
     preempted) the waiting loop. Returns whether something was preempted and the step's
     U, Q, n, K, R (R: the prefill chunks' Σ (c + x)) and prefilling count (spec22b 15,
@@ -252,16 +252,16 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
         ok = q.c + x <= vr[s, HELD] * b and (
             not p.prefix_caching or min(q.c + x, q.P + q.g) < (vr[s, NCACHED] + 1) * b)
         if not ok:
-            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off, gbase,
-                              cnt, ev, hb)
+            ok = _allocate_nb(tab, own, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off,
+                              gbase, cnt, ev, hb)
         while not ok:
             v = r.r_tail
             _preempt_nb(bl, vq, vr, rep, req, i, v, t, p, gbase, mt, hb)
             preempted = True
             if v == s:
                 break
-            ok = _allocate_nb(tab, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off, gbase,
-                              cnt, ev, hb)
+            ok = _allocate_nb(tab, own, bl, vq, vr, rep, req, i, s, x, np.int64(0), np.bool_(False), p, pk, pk_off,
+                              gbase, cnt, ev, hb)
         if not ok:
             break
         vs[i, ns] = s
@@ -287,14 +287,14 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             h = r.w_head
             q = req[h]
             L = q.P + q.g
-            nh = _hits_nb(tab, i, h, L, p, pk, pk_off, gbase, hb)
+            nh = _hits_nb(tab, own, i, h, L, p, pk, pk_off, gbase, hb)
             htok = nh * b
             x = L - htok
             if not p.chunked_prefill and x > B:
                 break
             x = min(x, B)
-            if not _allocate_nb(tab, bl, vq, vr, rep, req, i, h, x, nh, np.bool_(True), p, pk, pk_off, gbase, cnt, ev,
-                                hb):
+            if not _allocate_nb(tab, own, bl, vq, vr, rep, req, i, h, x, nh, np.bool_(True), p, pk, pk_off, gbase, cnt,
+                                ev, hb):
                 break
             pop_front_nb(rep, req, i)
             q.state = State.PREFILL
@@ -317,19 +317,19 @@ def _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, 
             if window:
                 _count_hits_nb(mt, p, vr[h, PREEMPTED], htok, L)
     vq[i, NSCHED] = ns
-    hold((tab, bl, vq, vr, vs, rep, req, pk, pk_off, gbase, cnt, ev, hb))
+    hold((tab, own, bl, vq, vr, vs, rep, req, pk, pk_off, gbase, cnt, ev, hb))
     return preempted, U, Q, n, K, R, chunks
 
 
 @nb.njit(**JIT)
-def _start_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, hb):
+def _start_nb(tab, own, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase, mt, cnt, ev, hb):
     """Start a step on replica i at t: schedule (again at once after a step that only
     preempted, D14), then its duration from U, Q, n, K, R (spec22b 15; docs/model.md
     "The step cost"). The hash map ``tab`` has room for every key there can be
     (:func:`_slots_nb`; the event loop never reassigns an array)."""
     r = rep[i]
     while True:  # a step that only preempted is no iteration: schedule again at once (D14)
-        preempted, U, Q, n, K, R, chunks = _schedule_nb(tab, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
+        preempted, U, Q, n, K, R, chunks = _schedule_nb(tab, own, bl, vq, vr, vs, rep, req, i, t, p, pk, pk_off, gbase,
                                                      mt, cnt, ev, hb, SYNC)
         if vq[i, NSCHED] > 0 or not preempted:
             break
@@ -376,7 +376,7 @@ def emit_nb(r, q, t, mt, window, prev_ms, gap_ms, gap_n, n_gap):
 
 
 @nb.njit(**JIT)
-def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt, done_log, n_done,
+def _finish_nb(tab, own, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt, done_log, n_done,
               gap_ms, gap_n, n_gap, hb):
     """End replica i's step at t (spec22b 17): first the attempts cancelled during the
     step are released, in the order they were cancelled (vLLM's ``EngineCore.step``
@@ -387,7 +387,7 @@ def _finish_nb(tab, bl, vq, vr, vs, vp, rep, req, i, t, p, pk, pk_off, gbase, mt
     r = rep[i]
     r.busy = False
     for k in range(vq[i, NPEND]):
-        vb.release_by_key_nb(tab, bl, vq, rep, i, vp[i, k, 1], vp[i, k, 2], vp[i, k, 0], pk, pk_off, gbase)
+        vb.release_by_key_nb(tab, own, bl, vq, rep, i, vp[i, k, 1], vp[i, k, 2], vp[i, k, 0], pk, pk_off, gbase)
     vq[i, NPEND] = 0
     window = in_window_end_nb(t, p)
     dec = np.int64(0)
@@ -436,7 +436,7 @@ def _cancel_nb(bl, vq, vr, vp, rep, req, i, s, t, p, gbase, hb):
 
 
 @nb.njit(**JIT)
-def _crash_nb(tab, bl, vq, vr, rep, req, i, victims):
+def _crash_nb(tab, own, bl, vq, vr, rep, req, i, victims):
     """Replica i goes down (spec22b 19): every attempt on it ends, the scheduler is gone
     (every block free and unhashed, the hash map empty, pending releases dropped).
     ``victims`` receives the requests whose attempts failed; returns their number and the
@@ -455,6 +455,7 @@ def _crash_nb(tab, bl, vq, vr, rep, req, i, victims):
             victims[nv] = s
             nv += 1
     gone = bk.drop_nb(tab, i)
+    vb.forget_replica_nb(own, i)
     vb.reset_pool_nb(bl, vq, i)
     r.anon = 0
     r.idref = 0
@@ -466,13 +467,13 @@ def _crash_nb(tab, bl, vq, vr, rep, req, i, victims):
 
 # --- the scheduler's operations (scheduler.py) --------------------------------------------
 
-Vllm = namedtuple("Vllm", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots", "hb"])
+Vllm = namedtuple("Vllm", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off", "gbase", "evicted", "slots", "hb", "own"])
 STATE = Vllm
 """(Bound under its own name, ``Vllm``, for Numba's cache: see ``replica.Reserve``.) ``scheduler = "vllm"``'s own arrays: the pools ``bl, vq, vr, vs, vp`` (:func:`_arrays_nb`),
 every prompt block's key ``pk, pk_off, gbase`` (vllm_blocks.prompt_keys_nb), ``evicted``
 (1,) the evictions' count, ``slots`` the hash map's size (:func:`_slots_nb`) and ``hb``
 the hit blocks of each request's attempt in flight (:func:`_hits_nb`; request s's from
-``gbase[s]``)."""
+``gbase[s]``), ``own`` the private keys' hash-map entries (vllm_blocks.py, "Private keys")."""
 
 
 @nb.njit(**JIT)
@@ -482,11 +483,13 @@ def parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     (``pk_len``: each prompt as one-block segments of its blocks' keys, the routers
     reading the hash map as resident segments). The asynchronous loop's state
     (:mod:`.vllm_async_replica`) starts with the same fields: both build from here."""
-    pk, pk_off, pk_len, gbase = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens)
+    pk, pk_off, pk_len, gbase, own = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens,
+                                                       p.max_attempts == 1)
     n = wl_P.shape[0]
     bl, vq, vr, vs, vp = _arrays_nb(n, nrep, p.kv_blocks, p.max_batch)
     hb = np.empty(gbase[n - 1] + (wl_P[n - 1] + wl_O[n - 1]) // p.block_tokens + 2 if n > 0 else 0, np.int64)
-    return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O), hb), pk_len
+    return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O), hb,
+            own), pk_len
 
 
 @nb.njit(**JIT)
@@ -494,7 +497,7 @@ def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     """The scheduler's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests on
     ``nrep`` replicas, and the prompt segments the run sees (:func:`parts_nb`)."""
     f, pk_len = parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
-    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10])
+    X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11])
     return X, X.pk, pk_len, X.pk_off
 
 
@@ -518,7 +521,8 @@ def start_nb(X, S, i, t, p, mt):
     if 2 * S.cnt[0] > S.tab.shape[0]:  # (a guard: never, as the map is sized, _slots_nb)
         return S.cnt[0] + step_room_nb(p)
     integrate_nb(S.rep[i], t, p)
-    _start_nb(S.tab, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt, S.cnt, X.evicted,
+    _start_nb(S.tab, X.own, X.bl, X.vq, X.vr, X.vs, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt, S.cnt,
+              X.evicted,
               X.hb)
     return np.int64(0)
 
@@ -552,7 +556,7 @@ def decode_on_nb(X, S, i, t, p, mt):
 @nb.njit(**JIT)
 def finish_nb(X, S, i, t, p, mt, n_done):
     """End replica i's step at t (phase 1). Returns the new length of ``S.done_log``."""
-    return _finish_nb(S.tab, X.bl, X.vq, X.vr, X.vs, X.vp, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt,
+    return _finish_nb(S.tab, X.own, X.bl, X.vq, X.vr, X.vs, X.vp, S.rep, S.req, i, t, p, X.pk, X.pk_off, X.gbase, mt,
                       S.done_log, n_done, S.gap_ms, S.gap_n, S.n_gap, X.hb)
 
 
@@ -566,4 +570,4 @@ def cancel_nb(X, S, i, s, t, p):
 def crash_nb(X, S, i, t, p):
     """Replica i goes down at t (phase 2): the requests whose attempts failed in
     ``S.victims``; returns their number and the hash-map entries deleted."""
-    return _crash_nb(S.tab, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
+    return _crash_nb(S.tab, X.own, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
