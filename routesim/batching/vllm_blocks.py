@@ -367,9 +367,11 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
     block j has (:func:`key_of_nb`): the same tokens after the same parent, so vLLM's
     chained hash is the same. With ``private`` (no retries: the module's "Private
     keys"), a key of one prompt only is renamed the own key of its position, and the
-    own keys no prompt holds are private. Returns (pk, pk_off, ones, gbase, own): keys,
-    offsets per request, a length-1 "segment" per block (the routers' views), each
-    request's base of own indices, and the private keys' entries (none held)."""
+    own keys no prompt holds are private. Returns (pk, pk_off, ones, gbase, own, kept):
+    keys, offsets per request, a length-1 "segment" per block (the routers' views), each
+    request's base of own indices, the private keys' entries (none held), and how many of
+    the requests' blocks 0 … (P + O) // b have a key that is not private (the segment
+    table's keys, counted once per request whose blocks have it)."""
     n = wl_P.shape[0]
     pk_off = np.zeros(n + 1, np.int64)
     gbase = np.zeros(n, np.int64)
@@ -398,6 +400,7 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
     uses = np.zeros(2 * cap, np.int32)  # prompt blocks with the key of slot h of t_*, cap + h of f_*
     at = np.full(total, -1, np.int64)   # the slot of each prompt block's key (-1: an own key)
     own = np.full((g, OWN_FIELDS), FREE if private else SHARED, np.int32)
+    shared = 0  # own keys a prompt holds
     fresh = -2 - g - 1
     root = np.int64(NOKEY)
     for s in range(n):
@@ -409,7 +412,9 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
                 if bid >= RESPONSE_ID:  # block j of an earlier request q's tokens past its prompt ids
                     q = (bid - RESPONSE_ID) // REQUEST_ID
                     key = -2 - gbase[q] - (bid - RESPONSE_ID) % REQUEST_ID  # key_of_nb(q, j)
-                    own[-2 - key, O_REP] = SHARED  # a later turn's router looks it up
+                    if own[-2 - key, O_REP] != SHARED:  # a later turn's router looks it up
+                        own[-2 - key, O_REP] = SHARED
+                        shared += 1
                     pk[w] = key
                     w += 1
                     parent = key
@@ -442,9 +447,12 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
                 pk[w] = key
                 w += 1
                 parent = key
-    if private:  # a key of one prompt only: its position's own key
-        for s in range(n):
-            for w in range(pk_off[s], pk_off[s + 1]):
-                if at[w] >= 0 and uses[at[w]] == 1:
-                    pk[w] = -2 - gbase[s] - (w - pk_off[s])
-    return pk, pk_off, ones, gbase, own
+    if not private:  # every block's key is in the table
+        return pk, pk_off, ones, gbase, own, g - n  # (g: (P + O) // b + 2 a request)
+    kept = total + shared  # the prompts' blocks and the own keys a prompt holds, but ...
+    for s in range(n):  # ... a key of one prompt only: its position's own key
+        for w in range(pk_off[s], pk_off[s + 1]):
+            if at[w] >= 0 and uses[at[w]] == 1:
+                pk[w] = -2 - gbase[s] - (w - pk_off[s])
+                kept -= 1
+    return pk, pk_off, ones, gbase, own, kept

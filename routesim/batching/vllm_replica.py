@@ -73,16 +73,14 @@ def step_room_nb(p):
 
 
 @nb.njit(**JIT)
-def _slots_nb(p, nrep, wl_P, wl_O):
+def _slots_nb(p, nrep, keys):
     """Slots for a run's hash map, sized once so that it never grows: growing rehashes
     every entry, and the map of full pools is tens of megabytes (a sixth of this mode's
-    time went to doubling it). An entry is a key held by blocks of one replica:
-    at most ``kv_blocks`` per replica, and request s has at most ``(P + O) // b + 1``
-    keys on each replica an attempt of it runs on (``max_attempts`` at most). Twice the
-    smaller bound keeps the load at most one half. ``wl_P``, ``wl_O`` (requests,) tokens."""
-    keys = 0
-    for s in range(wl_P.shape[0]):
-        keys += (wl_P[s] + wl_O[s]) // p.block_tokens + 1
+    time went to doubling it). An entry is a key held by blocks of one replica, not a
+    private key (vllm_blocks.py: those are in ``own``): at most ``kv_blocks`` per replica,
+    and the ``keys`` blocks of the requests whose key is not private
+    (vllm_blocks.prompt_keys_nb) each on every replica an attempt of its request runs on
+    (``max_attempts`` at most). Twice the smaller bound keeps the load at most one half."""
     return 2 * min(nrep * p.kv_blocks, keys * min(p.max_attempts, nrep))
 
 
@@ -483,12 +481,12 @@ def parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
     (``pk_len``: each prompt as one-block segments of its blocks' keys, the routers
     reading the hash map as resident segments). The asynchronous loop's state
     (:mod:`.vllm_async_replica`) starts with the same fields: both build from here."""
-    pk, pk_off, pk_len, gbase, own = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens,
-                                                       p.max_attempts == 1)
+    pk, pk_off, pk_len, gbase, own, keys = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens,
+                                                             p.max_attempts == 1)
     n = wl_P.shape[0]
     bl, vq, vr, vs, vp = _arrays_nb(n, nrep, p.kv_blocks, p.max_batch)
     hb = np.empty(gbase[n - 1] + (wl_P[n - 1] + wl_O[n - 1]) // p.block_tokens + 2 if n > 0 else 0, np.int64)
-    return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, wl_P, wl_O), hb,
+    return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, keys), hb,
             own), pk_len
 
 
