@@ -392,13 +392,12 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
     mask = cap - 1
     t_id = np.empty(cap, np.int64)     # id -> the parent key it was first seen under
     t_par = np.empty(cap, np.int64)
-    t_used = np.zeros(cap, np.bool_)
+    t_n = np.zeros(cap, np.int8)       # prompt blocks with the key bid: 0 (slot unused), 1, 2 (more)
     f_par = np.empty(cap, np.int64)    # (parent, id) seen under another parent -> fresh key
     f_id = np.empty(cap, np.int64)
     f_key = np.empty(cap, np.int64)
-    f_used = np.zeros(cap, np.bool_)
-    uses = np.zeros(2 * cap, np.int32)  # prompt blocks with the key of slot h of t_*, cap + h of f_*
-    at = np.full(total, -1, np.int64)   # the slot of each prompt block's key (-1: an own key)
+    f_n = np.zeros(cap, np.int8)       # prompt blocks with that fresh key: 0 (slot unused), 1, 2 (more)
+    at = np.empty(total, np.int64)     # the slot of each prompt block's key (-1: an own key)
     own = np.full((g, OWN_FIELDS), FREE if private else SHARED, np.int32)
     shared = 0  # own keys a prompt holds
     fresh = -2 - g - 1
@@ -415,35 +414,38 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
                     if own[-2 - key, O_REP] != SHARED:  # a later turn's router looks it up
                         own[-2 - key, O_REP] = SHARED
                         shared += 1
+                    at[w] = -1
                     pk[w] = key
                     w += 1
                     parent = key
                     continue
                 h = np.int64(_mix(bid) & np.uint64(mask))
-                while t_used[h] and t_id[h] != bid:
+                while t_n[h] != 0 and t_id[h] != bid:
                     h = (h + 1) & mask
-                if not t_used[h]:
-                    t_used[h] = True
+                if t_n[h] == 0:
+                    t_n[h] = 1
                     t_id[h] = bid
                     t_par[h] = parent
                     key = bid
                     at[w] = h
                 elif t_par[h] == parent:
+                    t_n[h] = 2
                     key = bid
                     at[w] = h
                 else:
                     h2 = np.int64(_mix(bid ^ np.int64(_mix(parent) >> np.uint64(1))) & np.uint64(mask))
-                    while f_used[h2] and not (f_id[h2] == bid and f_par[h2] == parent):
+                    while f_n[h2] != 0 and not (f_id[h2] == bid and f_par[h2] == parent):
                         h2 = (h2 + 1) & mask
-                    if not f_used[h2]:
-                        f_used[h2] = True
+                    if f_n[h2] != 0:
+                        f_n[h2] = 2
+                    else:
+                        f_n[h2] = 1
                         f_id[h2] = bid
                         f_par[h2] = parent
                         f_key[h2] = fresh
                         fresh -= 1
                     key = f_key[h2]
                     at[w] = cap + h2
-                uses[at[w]] += 1
                 pk[w] = key
                 w += 1
                 parent = key
@@ -452,7 +454,8 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
     kept = total + shared  # the prompts' blocks and the own keys a prompt holds, but ...
     for s in range(n):  # ... a key of one prompt only: its position's own key
         for w in range(pk_off[s], pk_off[s + 1]):
-            if at[w] >= 0 and uses[at[w]] == 1:
+            h = at[w]
+            if h >= 0 and (t_n[h] if h < cap else f_n[h - cap]) == 1:
                 pk[w] = -2 - gbase[s] - (w - pk_off[s])
                 kept -= 1
     return pk, pk_off, ones, gbase, own, kept
