@@ -455,6 +455,36 @@ need about 18,000x real time per core on two cores.
    block of every attempt hashed, and evicted again, one at a time: up to 460,000 keys in
    a run of 65,693 iterations) rather than where its entries sit; the 2x target needs
    fewer of them (entries per run of blocks).
+   Kept since: **private keys out of the map** (vllm_blocks.py, "Private keys"). Counted
+   first (a throwaway counter build): a request's own keys (past its prompt's ids) are only
+   10 % of the map's finds, inserts and deletions on these runs (20 % on
+   sweeps/conversations.toml, 2.5 % on the Mooncake trace), and a build that left them out
+   of the map altogether ran 76.7 / 66.6 ms against 81.4 / 69.7 (one run each); but the
+   keys only one request's blocks have (its own, and the prompt ids no other prompt holds)
+   are 84 % (27 %, 57 %). Without retries such a key is found again only by its request's
+   own steps and re-admissions, on one replica, and no router looks it up while a block
+   holds it; so `prompt_keys_nb` renames such a prompt key the own key of its position (keys
+   are identities only) and the pool keeps each private key's blocks in an array indexed by
+   it (`own`: replica, first and last block, count; 16 bytes an own index, 7.4 MB on these
+   runs), the segment table only the others (sized for them, where the pools do not bound
+   it: on these runs they do, 262,144 slots as before). `python -m benchmarks.batching modes '{"seeds": [1], "repeats": 3}'`, the
+   commit before and this in alternate processes, 4 rounds, best, load average 3-4 from
+   other work: synchronous vllm 53.1 / 51.5 ms a run against 74.6 / 71.0 (vllm / reserve
+   6.2 / 6.4 against 8.6 / 8.5), asynchronous 78.8 / 78.4 against 102.2 / 102.4, reserve
+   8.6 / 8.1 against 8.7 / 8.4; every output identical (pins 39 of 39; vllm sweeps with
+   crashes, black holes, timeouts, preemptions and periodic_local signals on both loops,
+   with max_attempts 1 and 3, sweeps/batching-vllm.toml on both loops,
+   sweeps/conversations.toml and the Mooncake trace; the vLLM recordings and conformance
+   tests). With retries (`max_attempts > 1`) nothing is private and the map is as before.
+   The perf profile of the synchronous runs now (`python -m benchmarks.cpu_profile --mode
+   vllm`): `run_one_nb` 20.2 %, `prompt_keys_nb` 16.2 % (the run's prompt keys, interned
+   once per run: 8 ms of a run before, 11 ms with the renaming), `_allocate_nb` 14.6 %,
+   `_schedule_nb` 13.5 %, `_finish_nb` 8.8 %, `release_nb` 6.6 %, `_start_nb` 4.8 %,
+   `hash_block_nb` 4.5 %, `_evict_nb` 2.7 %, `first_block_nb` 2.4 %, `blocks._delete_nb`
+   0.5 %; asynchronous (`--mode vllm_async`): `run_one_nb` 18.4 %, `decode_on_nb` 15.9 %,
+   `prompt_keys_nb` 10.8 %, `start_nb` 9.8 %, `_output_nb` 7.8 %, `_schedule_nb` 7.6 %.
+   The map is no longer what the mode costs: next are the once-a-run interning of the
+   prompt keys and the scheduling loop that visits every running sequence at every step.
 """
 
 
