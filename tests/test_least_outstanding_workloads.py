@@ -174,6 +174,16 @@ def test_claim8_on_azure_lengths_rate_weighted_under_learns(tmp_path):
     c = learning.comparisons(a)
     assert all(v[0][0] < 0 for (k, r), v in c.items() if k == "over"), c
     assert verdicts(learning.clauses(a))["mechanism"] == "does not hold"
+    # the study draws its figures in worker processes, each claim's data pickled: the
+    # real-workloads data too (it held the claims' modules, and the study command failed)
+    import pickle
+
+    from routesim.studies import least_outstanding as study
+    azure_capacity(root)
+    loaded = dict((claim.__name__, data) for claim, data in study._loaded(root / "token-routing"))
+    assert workloads.__name__ in loaded and learning.__name__ in loaded
+    for data in loaded.values():
+        pickle.dumps(data)
 
 
 def azure_capacity(root, c=100.0):

@@ -38,16 +38,17 @@ def _short(claim):
 
 def load(root):
     """{"root", "capacity": the Azure capacity search's Dataset (policy × rate_rps ×
-    seed) or None, "claims": [(claim module, its data)] of the claims that loaded}, or
-    None when the Azure search has not run."""
+    seed) or None, "claims": {claim module's name: its data} of the claims that loaded},
+    or None when the Azure search has not run. Names, not modules: the study draws its
+    figures in worker processes, which get each claim's data pickled."""
     path = Path(root) / CAPACITY_RESULTS / "azure-capacity.nc"
     if not path.exists():
         return None
-    loaded = []
+    loaded = {}
     for claim in CLAIMS:
         d = claim.load(root)
         if d is not None:
-            loaded.append((claim, d))
+            loaded[claim.__name__] = d
     return {"root": Path(root), "capacity": squeeze(read(path)), "claims": loaded}
 
 
@@ -142,7 +143,7 @@ def placed(claim, a, data) -> str:
 
 
 def _title(claim, loaded):
-    d = dict(loaded).get(claim)
+    d = loaded.get(claim.__name__)
     r = claim.row(d) if d is not None and hasattr(claim, "row") else None
     return r[0] if r is not None else _short(claim)
 
@@ -152,7 +153,7 @@ def arm_lines(data, which) -> list:
     ``which``."""
     out = []
     for claim in CLAIMS:
-        d = dict(data["claims"]).get(claim)
+        d = data["claims"].get(claim.__name__)
         v = verdicts_of(claim, d, which)
         cells = verdict_cells(v, claim.ADDED_WORDS) if v is not None else None
         out.append((claim, _title(claim, data["claims"]), cells, why_not(claim, which)))
@@ -180,7 +181,7 @@ def section(data):
         for claim, title, cells, _ in arm_lines(data, which):
             if cells is None:
                 continue
-            a = arm(claim, dict(data["claims"])[claim], which)
+            a = arm(claim, data["claims"][claim.__name__], which)
             where = placed(claim, a, data) if which == "azure" else f"{', '.join(f'{r:g}' for r in rates(a))} req/s"
             tables += [f"**{title}, on {name}**" + (f" ({where})" if where.strip(" req/s") else "") + ":", "",
                        *clause_table(claim, a), ""]
@@ -203,7 +204,10 @@ def notes(data) -> list:
     """The claims' sentences on what Azure lengths cannot give their mechanism: each
     claim's ``AZURE_NOTE``, or its ``azure_note(data)`` computed from its arm."""
     out = []
-    for claim, d in data["claims"]:
+    for claim in CLAIMS:
+        d = data["claims"].get(claim.__name__)
+        if d is None:
+            continue
         note = getattr(claim, "AZURE_NOTE", "") or (claim.azure_note(d) if hasattr(claim, "azure_note") else "")
         if note:
             out.append(note)
@@ -233,7 +237,7 @@ def summary_lines(data) -> list:
     caps = capacities(data)
     changed = []
     for claim, title, cells, _ in arm_lines(data, "azure"):
-        d = dict(data["claims"]).get(claim)
+        d = data["claims"].get(claim.__name__)
         if cells is not None and d is not None and verdict_word(cells[0]) != verdicts(claim.clauses(d))["mechanism"]:
             changed.append(title.split(".")[0])
     rr = caps.get("round_robin")
