@@ -231,7 +231,9 @@ def build(sweep: Sweep, stage: Stage, selected: dict | None = None) -> Grid:
 
 def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, int]:
     """(bytes, runs): memory of a stage from expected arrivals: the workloads (five
-    numbers a request), the outputs, and per thread one run's scratch."""
+    numbers a request) and the outputs. Not counted: each thread's scratch for the run it
+    simulates (small for the reserve scheduler; for ``scheduler = "vllm"`` its hash map,
+    private-key array and pools, tens of MB for the example cluster)."""
     values = stage.values
     runs = int(np.prod([len(values[d]) for d in stage.dims]))
     n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])
