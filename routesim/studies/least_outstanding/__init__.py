@@ -58,10 +58,15 @@ def is_study(results_dir) -> bool:
 
 
 def _loaded(results_dir):
+    """(claim module, its data) of every claim whose results exist, in :data:`CLAIMS`'
+    order; ``workloads`` (last) reruns the claims before it and is given their data
+    rather than reading every file again."""
     root = Path(results_dir).parent
+    done = {}
     for claim in CLAIMS:
-        data = claim.load(root)
+        data = workloads.load(root, done) if claim is workloads else claim.load(root)
         if data is not None:
+            done[claim.__name__] = data
             yield claim, data
 
 

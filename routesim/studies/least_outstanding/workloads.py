@@ -36,20 +36,20 @@ def _short(claim):
     return claim.__name__.rsplit(".", 1)[1]
 
 
-def load(root):
+def load(root, loaded=None):
     """{"root", "capacity": the Azure capacity search's Dataset (policy × rate_rps ×
     seed) or None, "claims": {claim module's name: its data} of the claims that loaded},
-    or None when the Azure search has not run. Names, not modules: the study draws its
-    figures in worker processes, which get each claim's data pickled."""
+    or None when the Azure search has not run. ``loaded``: the claims' data the caller
+    has already loaded ({module name: data}, the study's ``_loaded``), else each claim of
+    :data:`CLAIMS` is loaded here. Names, not modules: the study draws its figures in
+    worker processes, which get each claim's data pickled."""
     path = Path(root) / CAPACITY_RESULTS / "azure-capacity.nc"
     if not path.exists():
         return None
-    loaded = {}
-    for claim in CLAIMS:
-        d = claim.load(root)
-        if d is not None:
-            loaded[claim.__name__] = d
-    return {"root": Path(root), "capacity": squeeze(read(path)), "claims": loaded}
+    if loaded is None:
+        loaded = {claim.__name__: claim.load(root) for claim in CLAIMS}
+    claims = {c.__name__: loaded[c.__name__] for c in CLAIMS if loaded.get(c.__name__) is not None}
+    return {"root": Path(root), "capacity": squeeze(read(path)), "claims": claims}
 
 
 def arm(claim, data, which="azure"):
