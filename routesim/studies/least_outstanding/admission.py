@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, SEEDS, capacity, compare, departures, details, exceptions, read, results_root, save, show, squeeze,
+from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, SEEDS, capacity, compare, departures, details, exceptions, read, results_root, save, show, squeeze,
                      steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
@@ -207,7 +207,7 @@ admission of another seed. Refusing is its mechanism; the model's door queues wi
 deadline, a clause the prediction added."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s"
+MOONCAKE_WHY = MOONCAKE_ABOVE
 
 
 def clauses(data):

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import (FIGURES, MECHANISM, capacity, compare, details, load_stages, results_root, save, show, steady_table,
+from .common import (FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, details, load_stages, results_root, save, show, steady_table,
                      verdict_of)
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
@@ -160,7 +160,7 @@ ADDED_WORDS = ""
 seed's: the prediction adds nothing."""
 AZURE_BASIS = "least_requests"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "its load's policy has a capacity there below the smallest rate replayed, 1.53 req/s"
+MOONCAKE_WHY = MOONCAKE_BELOW
 
 
 def clauses(data):

@@ -29,6 +29,14 @@ CAPACITY_RESULTS = "token-routing-capacity"
 """The capacity stage's results folder (results/token-routing-capacity/<stage>-capacity.nc,
 stages ``default`` and ``mooncake``: ``python -m routesim.capacity``'s files)."""
 
+MOONCAKE_ABOVE = "least_tokens' capacity there is known only to exceed 4.6 req/s"
+"""Why a claim whose load is placed against least_tokens' capacity does not run on the
+Mooncake excerpt (its ``MOONCAKE_WHY``, :mod:`.workloads`): the excerpt's capacity search
+(sweeps/token-routing-capacity.toml) bounds it only from below."""
+MOONCAKE_BELOW = "its load's policy has a capacity there below the smallest rate replayed, 1.53 req/s"
+"""The same for a claim whose load is placed against another policy's capacity: the
+search bounds it only from above."""
+
 
 _READ = {}
 

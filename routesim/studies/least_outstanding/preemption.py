@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, departures, details,
+from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, against, capacities, cell, compare, departures, details,
                      exceptions, open_stage, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, tally, verdict_of,
                      verdicts)
@@ -75,7 +75,7 @@ preemptions. The prediction added least_cost, the mean occupancy at placement an
 falling TPOT p99."""
 AZURE_BASIS = "least_kv"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "its load's policy has a capacity there below the smallest rate replayed, 1.53 req/s"
+MOONCAKE_WHY = MOONCAKE_BELOW
 
 
 def clauses(data):

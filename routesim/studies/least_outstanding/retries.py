@@ -13,7 +13,7 @@ cohort is drained, so ``attempts`` counts every attempt of every cohort request:
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, capacity, compare, departures, details, exceptions, load_stages,
+from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, departures, details, exceptions, load_stages,
                      replicas_at,
                      results_root, save, scenario_events, show, steady_table, verdict_of)
 
@@ -128,7 +128,7 @@ avoids the same path contain it. The prediction added that the degradation linge
 the crash ("lingers")."""
 AZURE_BASIS = "least_requests"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "its load's policy has a capacity there below the smallest rate replayed, 1.53 req/s"
+MOONCAKE_WHY = MOONCAKE_BELOW
 
 
 def clauses(data):

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare,
+from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, RELATIVE_BOUNDS, against, capacities, cell, compare,
                      departures, details, exceptions, open_stage, save, sensitivity_rows, show, stage_rate, steady_table, steady_words,
                      verdict_of, verdicts)
 
@@ -125,7 +125,7 @@ less). The prediction added periodic_local (the router's own placements between 
 and the four routers."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
-MOONCAKE_WHY = "least_tokens' capacity there is known only to exceed 4.6 req/s"
+MOONCAKE_WHY = MOONCAKE_ABOVE
 
 
 def clauses(data):
