@@ -183,7 +183,7 @@ BATCHING = PACKAGE / "batching"
 SCHEDULER_MODULES = {"vllm_replica", "vllm_async_replica", "vllm_blocks"}
 """Modules of a scheduler alone: the event loop reaches them only through scheduler.py.
 (replica.py also holds what both schedulers share: the engine may import that.)"""
-OPERATION_NAMES = {"state_nb", "table_slots_nb", "has_work_nb", "start_nb", "decode_on_nb", "finish_nb", "cancel_nb",
+OPERATION_NAMES = {"state_nb", "workload_nb", "table_slots_nb", "has_work_nb", "start_nb", "decode_on_nb", "finish_nb", "cancel_nb",
                    "crash_nb", "emits_only_nb", "decodes_on_nb"}
 """A scheduler's operations and the reserve scheduler's own conditions (scheduler.OPERATIONS)."""
 
@@ -237,12 +237,15 @@ def test_the_branch_check_sees_a_scheduler_branch():
 
 def test_every_scheduler_implements_every_operation():
     from routesim.batching import scheduler
-    from routesim.batching.dtypes import Scheduler
+    from routesim.batching.dtypes import PARAMS, Scheduler
     assert set(scheduler.MODULES) == set(Scheduler)
     assert len(scheduler.STATES) == len(scheduler.MODULES)  # each its own state type: the dispatch's key
     for code, module in scheduler.MODULES.items():
         assert hasattr(module.STATE, "_fields"), module.__name__
-        ops = dict(scheduler.OPERATIONS, state_nb=inspect.signature(scheduler.state))
+        ops = dict(scheduler.OPERATIONS, state_nb=inspect.signature(scheduler.state),
+                   workload_nb=inspect.signature(scheduler.workload))
+        fields = module.WORKLOAD_FIELDS
+        assert set(fields) <= set(PARAMS.names), f"{module.__name__}.WORKLOAD_FIELDS: {fields}"
         for name, signature in ops.items():
             f = getattr(module, name, None)
             assert f is not None, f"{module.__name__} lacks {name}"

@@ -51,8 +51,9 @@ OUT_OF_LOOP = {
     "reserve_nb", "_gap_room_nb",
     # scheduler = "vllm": every prompt block's key, once per run before the event loop
     "prompt_keys_nb",
-    # a scheduler's state (scheduler.py), allocated once per run before the event loop
-    "state_nb",
+    # a scheduler's state (scheduler.py), allocated once per run before the event loop,
+    # and what it takes from the run's workload (once per workload)
+    "state_nb", "workload_nb", "own_nb",
     # prefill/decode pools: the run's disaggregation metrics, once per run after the loop
     "pd_engine.finish_nb",
 }

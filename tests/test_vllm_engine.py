@@ -81,7 +81,8 @@ def _runner(state_nb):
             p = params[r]
             lo = wl_off[r]
             hi = wl_off[r + 1]
-            vst, pk, pk_len, pk_off = state_nb(p, 1, seg_key, seg_len, seg_off[lo + r:hi + r + 1], wl_P[lo:hi],
+            W = vllm_replica.workload_nb(p, seg_key, seg_len, seg_off[lo + r:hi + r + 1], wl_P[lo:hi], wl_O[lo:hi])
+            vst, pk, pk_len, pk_off = state_nb(p, 1, W, seg_key, seg_len, seg_off[lo + r:hi + r + 1], wl_P[lo:hi],
                                                wl_O[lo:hi])
             run_one_nb(p, rep[r], events, wl_t[lo:hi], wl_P[lo:hi], wl_O[lo:hi], wl_key[lo:hi], pk, pk_len, pk_off,
                        ru, metrics[r], np.zeros(0), np.zeros((0, 1), SAMPLE_T), np.zeros(0, CLUSTER_T), keep[lo:hi],

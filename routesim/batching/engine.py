@@ -916,13 +916,15 @@ def _sample_nb(rep, p, t, ej_until, pub, locc, cum, samples, cluster, si):
 
 
 def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off,
-             wl_next=np.zeros(0, np.int64), wl_think=np.zeros(0)):
+             wl_next=np.zeros(0, np.int64), wl_think=np.zeros(0), shared=None):
     """The arguments of :func:`run_one_nb` for run ``r`` of a batch but the metrics record
     and the timeline's arrays, by name (views, no copies): its PARAMS record, ``rep``
     (replicas,) REPLICA (the run's own), its scenario events, its workload's requests and
     their segment offsets, its workload's router stream, its conversations' turns (``wl_next``,
     ``wl_think``: flat like ``wl_t``, or empty without conversations), and its scheduler's state
-    (``sched``, with the segments the scheduler gives). Shapes as in :func:`run_batch`."""
+    (``sched``, with the segments the scheduler gives). Shapes as in :func:`run_batch`.
+    The state's part that depends on the workload alone (``scheduler.workload``) is taken
+    from ``shared`` (a ``scheduler.Shared`` of these workloads) when given, else made."""
     p = params[r]
     w = int(p["workload"])
     lo, hi = int(wl_off[w]), int(wl_off[w + 1])
@@ -931,8 +933,9 @@ def run_args(params, r, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len,
                 wl_O=wl_O[lo:hi], wl_key=wl_key[lo:hi], seg_key=seg_key, seg_len=seg_len,
                 seg_off=seg_off[lo + w:hi + w + 1], ru=ru[int(ru_off[w]):int(ru_off[w + 1])],
                 wl_next=wl_next[lo:hi] if wl_next.size else wl_next, wl_think=wl_think[lo:hi] if wl_think.size else wl_think)
+    W = sc.workload_of(shared, w, p, seg_key, seg_len, args["seg_off"], args["wl_P"], args["wl_O"])
     args["sched"], args["seg_key"], args["seg_len"], args["seg_off"] = sc.state(
-        p, rep.shape[0], seg_key, seg_len, args["seg_off"], args["wl_P"], args["wl_O"])
+        p, rep.shape[0], W, seg_key, seg_len, args["seg_off"], args["wl_P"], args["wl_O"])
     return args
 
 
@@ -944,7 +947,7 @@ def no_timeline(nrep):
 
 
 def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, wl_off, ru, ru_off,
-              metrics, wl_next=np.zeros(0, np.int64), wl_think=np.zeros(0)):
+              metrics, wl_next=np.zeros(0, np.int64), wl_think=np.zeros(0), shared=None):
     """Simulate every run: one call of the compiled :func:`run_one_nb` per run, spread over
     ``numba.get_num_threads()`` Python threads (it releases the GIL), each taking the next
     run when it is free.
@@ -953,7 +956,9 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
     (rows,) EVENT; wl_* flat workload arrays, workload w spanning
     ``wl_off[w]:wl_off[w + 1]``; its requests' segments at ``seg_off[wl_off[w] + w + k]``
     (one more offset per workload, into the flat seg_key/seg_len); ru/ru_off the
-    router streams; metrics (runs,) METRICS; wl_next/wl_think conversations' turns (flat, or empty). A run writes only its own rows of ``rep``
+    router streams; metrics (runs,) METRICS; wl_next/wl_think conversations' turns (flat, or empty);
+    ``shared`` a ``scheduler.Shared`` of these workloads (each workload's part of the
+    schedulers' state made once for every run that has it; None: each run makes its own). A run writes only its own rows of ``rep``
     and ``metrics``, so the result is the same whatever the threads.
 
     Not a ``prange`` kernel: Numba compiles a ``prange`` loop into two more functions,
@@ -964,7 +969,8 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
 
     def one(r):
         run_one_nb(mt=metrics[r], **none, **run_args(params, r, rep[r], events, wl_t, wl_P, wl_O, wl_key, seg_key,
-                                                     seg_len, seg_off, wl_off, ru, ru_off, wl_next, wl_think))
+                                                     seg_len, seg_off, wl_off, ru, ru_off, wl_next, wl_think,
+                                                     shared))
 
     runs = params.shape[0]
     threads = min(nb.get_num_threads(), runs)

@@ -722,16 +722,27 @@ def segments_most_nb(seg_off):
     return most
 
 
+WORKLOAD_FIELDS = ()
+"""The PARAMS fields :func:`workload_nb` reads: none."""
+
+
 @nb.njit(**JIT)
-def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
-    """The scheduler's state for a run of ``p`` (PARAMS) on ``nrep`` replicas, and the
-    prompt segments the run sees (the requests' own: seg_key/seg_len, request k's at
-    ``seg_off[k]:seg_off[k + 1]``)."""
+def workload_nb(p, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """What a run's state takes from its workload alone (``W``): the most segments a
+    prompt has (:func:`segments_most_nb`)."""
+    return segments_most_nb(seg_off)
+
+
+@nb.njit(**JIT)
+def state_nb(p, nrep, W, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """The scheduler's state for a run of ``p`` (PARAMS) on ``nrep`` replicas, from its
+    workload's ``W`` (:func:`workload_nb`), and the prompt segments the run sees (the
+    requests' own: seg_key/seg_len, request k's at ``seg_off[k]:seg_off[k + 1]``)."""
     due = np.zeros((nrep, 2 * p.most_batch + 16), DUE)
     due_n = np.zeros(nrep, np.int64)
     grow = np.zeros((nrep, p.block_tokens), np.int64)
     prefill = np.empty((nrep, p.most_batch), np.int64)
-    found = np.zeros(segments_most_nb(seg_off), np.bool_)
+    found = np.zeros(W, np.bool_)
     return STATE(due, due_n, grow, prefill, found), seg_key, seg_len, seg_off
 
 

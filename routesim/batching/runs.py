@@ -16,6 +16,7 @@ from .. import step_cost
 from . import pd_keys
 from .pools import roles
 from .engine import run_batch
+from .scheduler import Shared
 from .params import LOOP_PARAMS, MODEL, TOKEN_PARAM
 from .policies import NAMES, PARAMS as POLICY_PARAMS, uniforms_per_decision
 from .workload import TokenWorkload
@@ -137,6 +138,9 @@ class Packed:
     off: np.ndarray
     next: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # conversations: next turn (-1: none), or empty
     think: np.ndarray = field(default_factory=lambda: np.zeros(0))  # ... and a follow-up's think time (ms), or empty
+    shared: Shared = field(default_factory=Shared, compare=False, repr=False)
+    """What the runs' schedulers take from these workloads alone, made once per workload
+    (scheduler.Shared): every run of a grid simulated in this process shares it."""
 
     @classmethod
     def of(cls, workloads: list[TokenWorkload]) -> "Packed":
@@ -206,7 +210,7 @@ def simulate(params: np.ndarray, factors: np.ndarray, events: np.ndarray, packed
     metrics = np.zeros(runs, METRICS)
     run_batch(params, rep, events, packed.t, packed.prompt, packed.output, packed.key,
               packed.seg_key, packed.seg_len, packed.seg_off, packed.off, ru, ru_off, metrics, packed.next,
-              packed.think)
+              packed.think, packed.shared)
     return metrics, rep
 
 

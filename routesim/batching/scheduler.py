@@ -4,8 +4,13 @@ one set of operations with one signature, and which module answers for each
 
 A scheduler is a module that gives
 
-- ``STATE``, the namedtuple class of its own per-run arrays (``X`` below), and
-  ``state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)`` → ``(X, seg_key,
+- ``STATE``, the namedtuple class of its own per-run arrays (``X`` below),
+  ``workload_nb(p, seg_key, seg_len, seg_off, wl_P, wl_O)`` → ``W``: what that state
+  takes from the run's workload alone, reading only the PARAMS fields named in the
+  module's ``WORKLOAD_FIELDS``, so that it is computed once per workload and those
+  fields and shared, read only, by every run that has them (:class:`Shared`; the vllm
+  mode's prompt keys), and
+  ``state_nb(p, nrep, W, seg_key, seg_len, seg_off, wl_P, wl_O)`` → ``(X, seg_key,
   seg_len, seg_off)``: that state for a run of ``p`` (PARAMS) on ``nrep`` replicas, and
   the prompt segments the run (its routers, the segment table) sees;
 - the operations of :data:`OPERATIONS`, each compiled, each taking its state ``X``
@@ -38,6 +43,7 @@ Without the JIT the same functions dispatch in Python.
 """
 
 import inspect
+import threading
 from collections import namedtuple
 
 from numba.extending import overload
@@ -65,10 +71,94 @@ attempts, ``pdx`` the run's disaggregation state (pd_engine.PDX). The engine bui
 again whenever it grows one of these arrays."""
 
 
-def state(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
-    """``(X, seg_key, seg_len, seg_off)``: the state of ``p``'s scheduler for a run, and
-    the segments the run sees (see the module's docstring)."""
-    return MODULES[Scheduler(int(p["scheduler"]))].state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
+def _of(p):
+    return MODULES[Scheduler(int(p["scheduler"]))]
+
+
+def workload(p, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """``W``: what the state of ``p``'s scheduler takes from a run's workload alone (see
+    the module's docstring)."""
+    return _of(p).workload_nb(p, seg_key, seg_len, seg_off, wl_P, wl_O)
+
+
+def workload_key(p) -> tuple:
+    """What ``W`` depends on besides the workload: the compiled ``workload_nb`` of ``p``'s
+    scheduler (the two vllm loops share one) and the values of its ``WORKLOAD_FIELDS``.
+    Two runs of one workload with the same key have the same ``W``."""
+    m = _of(p)
+    return (m.workload_nb, *(p[name].item() for name in m.WORKLOAD_FIELDS))
+
+
+def workload_of(shared, w, p, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """``W`` for a run of ``p`` on workload ``w`` (:func:`workload`): ``shared``'s (a
+    :class:`Shared` of the run's workloads), or made for this run alone (``shared`` None)."""
+    def make():
+        return workload(p, seg_key, seg_len, seg_off, wl_P, wl_O)
+
+    return make() if shared is None else shared.get((w, *workload_key(p)), make)
+
+
+def state(p, nrep, W, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """``(X, seg_key, seg_len, seg_off)``: the state of ``p``'s scheduler for a run, from
+    its workload's ``W`` (:func:`workload`), and the segments the run sees (see the
+    module's docstring)."""
+    return _of(p).state_nb(p, nrep, W, seg_key, seg_len, seg_off, wl_P, wl_O)
+
+
+class Shared:
+    """Each workload's ``W`` (:func:`workload`), computed once and handed to every run that
+    has the same workload and :func:`workload_key` (a grid runs each workload under
+    several policies and conditions): ``get((w, *workload_key(p)), make)``. Safe across
+    the batch kernel's threads (a ``W`` is made once, by the first run that asks; the
+    others wait for it). At most ``budget`` bytes of arrays are kept: past it a ``W`` is
+    made for its run and not kept. A pickled copy (a chunk sent to a Dask worker) starts
+    empty."""
+
+    BUDGET = 256 * 2**20
+
+    def __init__(self, budget: int = BUDGET):
+        self.budget = budget
+        self.bytes = 0
+        self.made = 0  # ``W``s made (kept or not): what the tests count
+        self._lock = threading.Lock()
+        self._items = {}
+
+    def get(self, key, make):
+        with self._lock:
+            entry = self._items.get(key)
+            if entry is None:
+                entry = self._items[key] = [threading.Lock(), None]
+        with entry[0]:
+            if entry[1] is None:
+                W = make()
+                size = _nbytes(W)
+                with self._lock:
+                    self.made += 1
+                    if self.bytes + size > self.budget:
+                        if self._items.get(key) is entry:
+                            del self._items[key]
+                        return W
+                    self.bytes += size
+                entry[1] = W
+            return entry[1]
+
+    def clear(self):
+        """Forget every ``W`` (a benchmark's repeat of a run, which must make its own)."""
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
+
+    def kept(self) -> int:
+        """``W``s kept."""
+        with self._lock:
+            return sum(e[1] is not None for e in self._items.values())
+
+    def __reduce__(self):
+        return (Shared, (self.budget,))
+
+
+def _nbytes(W) -> int:
+    return sum(getattr(x, "nbytes", 8) for x in (W if isinstance(W, tuple) else (W,)))
 
 
 def _module(X):

@@ -242,13 +242,19 @@ VllmAsync = namedtuple("VllmAsync", ["bl", "vq", "vr", "vs", "vp", "pk", "pk_off
 (:data:`.vllm_replica.STATE`) and the engine's batch queue (module docstring)."""
 STATE = VllmAsync  # (bound under its own name: pickle finds it by reference, as the others)
 
+workload_nb = vr_.workload_nb
+"""What a run takes from its workload alone: the synchronous mode's (one compiled function,
+so that runs of either loop on one workload share its result)."""
+WORKLOAD_FIELDS = vr_.WORKLOAD_FIELDS
+
 
 @nb.njit(**JIT)
-def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
-    """The scheduler's state for a run of ``p`` (PARAMS), and the prompt segments the run
+def state_nb(p, nrep, W, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """The scheduler's state for a run of ``p`` (PARAMS), from its workload's ``W`` (the
+    synchronous mode's, :func:`.vllm_replica.workload_nb`), and the prompt segments the run
     sees: the synchronous mode's fields (:func:`.vllm_replica.parts_nb`, which holds no
     state type of that mode) and the engine's batch queue."""
-    f, pk_len = vr_.parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
+    f, pk_len = vr_.parts_nb(p, nrep, W, wl_P, wl_O)
     bs, bx, bsm, bt, bn, be, aq, gpu, prev = _arrays_nb(nrep, p.max_batch)
     X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], bs, bx, bsm, bt, bn, be, aq,
               gpu, prev)

@@ -474,15 +474,63 @@ the hit blocks of each request's attempt in flight (:func:`_hits_nb`; request s'
 ``gbase[s]``), ``own`` the private keys' hash-map entries (vllm_blocks.py, "Private keys")."""
 
 
+WORKLOAD_FIELDS = ("block_tokens", "max_attempts")
+"""The PARAMS fields :func:`workload_nb` reads (``max_attempts``: whether keys are private,
+``max_attempts == 1``): runs of one workload that agree on these share its result."""
+
+
 @nb.njit(**JIT)
-def parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+def workload_nb(p, seg_key, seg_len, seg_off, wl_P, wl_O):
+    """What a run's state takes from its workload alone (``W``, computed once per workload
+    and :data:`WORKLOAD_FIELDS` and shared by the runs that have them, read only): every
+    prompt block's key (vllm_blocks.prompt_keys_nb) ``pk`` (prompt blocks,) with request
+    s's at ``pk_off[s]:pk_off[s + 1]`` (requests + 1,), ``gbase`` (requests,) each
+    request's base of own indices, ``shared`` the own indices a later prompt holds (not
+    private; sorted; empty without private keys, where none is), ``g`` the own indices in
+    all, and ``keys`` the blocks whose key is in the segment table (:func:`_slots_nb`).
+    The run's ``own`` (g, OWN_FIELDS) is rebuilt from ``shared`` (:func:`own_nb`): it is
+    written by the run, so never shared."""
+    private = p.max_attempts == 1
+    pk, pk_off, _, gbase, own, keys = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens,
+                                                        private)
+    g = own.shape[0]
+    n_shared = 0
+    if private:
+        for o in range(g):
+            n_shared += own[o, vb.O_REP] == vb.SHARED
+    shared = np.empty(n_shared, np.int64)
+    if private:
+        k = 0
+        for o in range(g):
+            if own[o, vb.O_REP] == vb.SHARED:
+                shared[k] = o
+                k += 1
+    return pk, pk_off, gbase, shared, np.int64(g), np.int64(keys)
+
+
+@nb.njit(**JIT)
+def own_nb(p, shared, g):
+    """The private keys' entries at a run's start, as vllm_blocks.prompt_keys_nb makes them:
+    (g, OWN_FIELDS) int32, every field ``FREE`` (no block holds the key) with private keys
+    (``max_attempts == 1``), else ``SHARED``; the ``shared`` own indices' ``O_REP``
+    ``SHARED``."""
+    own = np.full((g, vb.OWN_FIELDS), vb.FREE if p.max_attempts == 1 else vb.SHARED, np.int32)
+    for k in range(shared.shape[0]):
+        own[shared[k], vb.O_REP] = vb.SHARED
+    return own
+
+
+@nb.njit(**JIT)
+def parts_nb(p, nrep, W, wl_P, wl_O):
     """The fields of :data:`STATE` for a run of ``p`` (PARAMS) over ``wl_P.shape[0]``
-    requests on ``nrep`` replicas, in its order, and the prompt segments the run sees
-    (``pk_len``: each prompt as one-block segments of its blocks' keys, the routers
-    reading the hash map as resident segments). The asynchronous loop's state
-    (:mod:`.vllm_async_replica`) starts with the same fields: both build from here."""
-    pk, pk_off, pk_len, gbase, own, keys = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens,
-                                                             p.max_attempts == 1)
+    requests on ``nrep`` replicas, in its order, from its workload's ``W``
+    (:func:`workload_nb`), and the prompt segments the run sees (``pk_len``: each prompt
+    as one-block segments of its blocks' keys, the routers reading the hash map as
+    resident segments). The asynchronous loop's state (:mod:`.vllm_async_replica`)
+    starts with the same fields: both build from here."""
+    pk, pk_off, gbase, shared, g, keys = W
+    own = own_nb(p, shared, g)
+    pk_len = np.ones(pk.shape[0], np.int64)
     n = wl_P.shape[0]
     bl, vq, vr, vs, vp = _arrays_nb(n, nrep, p.kv_blocks, p.max_batch)
     hb = np.empty(gbase[n - 1] + (wl_P[n - 1] + wl_O[n - 1]) // p.block_tokens + 2 if n > 0 else 0, np.int64)
@@ -491,10 +539,11 @@ def parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
 
 
 @nb.njit(**JIT)
-def state_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O):
+def state_nb(p, nrep, W, seg_key, seg_len, seg_off, wl_P, wl_O):
     """The scheduler's state for a run of ``p`` (PARAMS) over ``wl_P.shape[0]`` requests on
-    ``nrep`` replicas, and the prompt segments the run sees (:func:`parts_nb`)."""
-    f, pk_len = parts_nb(p, nrep, seg_key, seg_len, seg_off, wl_P, wl_O)
+    ``nrep`` replicas, from its workload's ``W`` (:func:`workload_nb`), and the prompt
+    segments the run sees (:func:`parts_nb`)."""
+    f, pk_len = parts_nb(p, nrep, W, wl_P, wl_O)
     X = STATE(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11])
     return X, X.pk, pk_len, X.pk_off
 
