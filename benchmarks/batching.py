@@ -16,7 +16,9 @@ through the public entry points: ``routesim.batching.workload.generate``,
 - ``modes``: the same 60 s runs with ``[replica] scheduler = "reserve"``, ``"vllm"``
   (``async_scheduling = false``) and ``"vllm"`` with vLLM's asynchronous loop, the same
   workload handed to each, simulated alternately, one thread: ms per run and ns per
-  iteration of each, and their ratios to reserve and of the two vllm loops.
+  iteration of each, and their ratios to reserve and of the two vllm loops; what a
+  scheduler takes from the workload alone (the vllm mode's prompt keys, made once per
+  workload in a sweep) timed apart and counted amortised over the policies.
 - ``pd``: the same 60 s runs co-located and split into 2 prefill and 6 decode replicas
   (docs/model.md "Prefill/decode disaggregation"), the same workload handed to both,
   simulated alternately, one thread: CPU ms per run of each and their ratio.
@@ -93,9 +95,22 @@ class _Run:
         from routesim.batching.workload import generate
         return generate(self.seed, self.rate, (), self.horizon_ms, self.wparams)
 
-    def simulate(self):
+    def simulate(self, shared=False):
+        """The run's metrics. ``shared``: its workload's part of the scheduler's state
+        (``scheduler.workload``: the vllm mode's prompt keys) as a sweep's run has it when
+        another run of the grid on the same workload made it (kept by ``packed.shared``);
+        else (a single run, and every repeat of one) made by this run."""
+        if not shared:
+            self.packed.shared.clear()
         m, rep = self.br.simulate(self.params, self.factors, self.events, self.packed, self.ru, self.ru_off)
         return m[0]
+
+    def keys(self):
+        """The run's workload's part of the scheduler's state made alone (what a single
+        run makes, and a grid once per workload)."""
+        from routesim.batching import scheduler
+        pk = self.packed
+        return scheduler.workload(self.params[0], pk.seg_key, pk.seg_len, pk.seg_off, pk.prompt, pk.output)
 
     def floor(self):
         """The floor kernel on this run's workload: (iterations, mean batch)."""
@@ -230,21 +245,57 @@ MODES = {"reserve": {}, "vllm": {"scheduler": "vllm", "async_scheduling": False}
 """The schedulers ``modes`` times: {name: parameter overrides}; reserve is the baseline."""
 
 
+def _shared_alternately(runs, repeats):
+    """As :func:`_alternately`, each round timing each run three ways: a single run (its
+    workload's part of the scheduler's state made in it), that part alone
+    (``_Run.keys``), and the run with that part made before (``simulate(shared=True)``,
+    as a sweep's other runs of the workload have it). Returns ({name: best CPU s} of
+    each way, {name: the last run's metrics})."""
+    for r in runs.values():
+        r.simulate()
+        r.keys()
+    single, keys, given = ({name: float("inf") for name in runs} for _ in range(3))
+    out = {}
+    for _ in range(max(1, repeats)):
+        for name, r in runs.items():
+            _, cpu, m = r.best(r.simulate, 1)
+            single[name] = min(single[name], cpu)
+            keys[name] = min(keys[name], r.best(r.keys, 1)[1])
+            r.simulate(shared=True)  # (makes it, untimed)
+            _, cpu, given_m = r.best(lambda: r.simulate(shared=True), 1)
+            given[name] = min(given[name], cpu)
+            if given_m.tobytes() != m.tobytes():
+                raise AssertionError(f"{name}: a run with its workload's part given is not the run")
+            out[name] = m
+    return single, keys, given, out
+
+
 def modes(replicas=8, rate=40.0, warmup_s=10.0, measure_s=50.0, policies=("least_tokens", "round_robin"),
           seeds=(1, 2), repeats=3):
     """The replica schedulers (``[replica] scheduler``: "reserve", the default, and
     "vllm", docs/model.md, with its synchronous loop and with vLLM's asynchronous one,
     :data:`MODES`) on the same 60 s runs of the example cluster (one workload per policy
     and seed, handed to each), simulated alternately in one process, best of ``repeats``
-    each, one thread: CPU ms per run and ns per iteration of each."""
+    each, one thread: CPU ms per run and ns per iteration of each.
+
+    A run's figure (``{mode}_cpu_s``) counts what the scheduler takes from the workload
+    alone (``scheduler.workload``: the vllm mode's prompt keys, made once per workload in
+    a sweep, ``runs.Packed.shared``) amortised over the ``policies``, which share the
+    workload of a seed as a sweep's policies do: the run with that part given, plus the
+    part's cost (``{mode}_keys_cpu_s``, per workload) over ``len(policies)``. A single
+    run's, which makes the part itself, is ``{mode}_single_cpu_s``."""
     rows = []
     for policy in policies:
         for seed in seeds:
             base = _Run(_values(warmup_s=warmup_s, measure_s=measure_s), policy, replicas, rate, seed)
             runs = _variants(base, MODES)
-            best, out = _alternately(runs, repeats)
+            single, keys, given, out = _shared_alternately(runs, repeats)
+            best = {s: given[s] + keys[s] / len(policies) for s in runs}
             rows.append(dict(policy=policy, seed=seed, requests=len(base.wl),
                              **{f"{s}_cpu_s": best[s] for s in runs},
+                             **{f"{s}_single_cpu_s": single[s] for s in runs},
+                             **{f"{s}_keys_cpu_s": keys[s] for s in runs},
+                             **{f"{s}_given_cpu_s": given[s] for s in runs},
                              **{f"{s}_iterations": int(out[s]["iterations"]) for s in runs},
                              **{f"{s}_completed": int(out[s]["completed"]) for s in runs},
                              **{f"{s}_batch_mean": float(out[s]["batch_mean"]) for s in runs}))
@@ -538,11 +589,14 @@ def section(suite):
         f"{ns['vllm_async']:.0f} / {ns['reserve']:.0f} ns")
     names = " / ".join(MODES)
     morow = [["policy", "seed", "requests", f"CPU ms per run ({names})", "ratios to reserve",
+              f"CPU ms a single run ({names})", f"CPU ms of the workload's keys ({names})",
               f"iterations ({names})", f"ns per iteration ({names})", f"mean batch ({names})"]]
     for r in mor:
         morow.append([f"`{r['policy']}`", str(r["seed"]), f"{r['requests']:,}",
                       " / ".join(report.fmt(r[f"{s}_cpu_s"] * 1e3) for s in MODES),
                       " / ".join(f"{r[f'{s}_cpu_s'] / r['reserve_cpu_s']:.2f}x" for s in MODES if s != "reserve"),
+                      " / ".join(report.fmt(r[f"{s}_single_cpu_s"] * 1e3) for s in MODES),
+                      " / ".join(report.fmt(r[f"{s}_keys_cpu_s"] * 1e3) for s in MODES),
                       " / ".join(f"{r[f'{s}_iterations']:,}" for s in MODES),
                       " / ".join(report.fmt(r[f"{s}_cpu_s"] / r[f"{s}_iterations"] * 1e9) for s in MODES),
                       " / ".join(report.fmt(r[f"{s}_batch_mean"]) for s in MODES)])
@@ -650,7 +704,13 @@ def section(suite):
         f"({fig['batching.vllm_iteration_ratio']:.2f}x and {fig['batching.vllm_async_iteration_ratio']:.2f}x). "
         "The vllm step visits every running request (as vLLM does); the reserve step touches "
         "a decoding sequence only when something happens to it. The asynchronous loop "
-        "schedules each batch while the previous one runs (a batch queue of 2).",
+        "schedules each batch while the previous one runs (a batch queue of 2). "
+        "What a scheduler takes from the workload alone (the vllm mode's prompt keys, "
+        "`scheduler.workload`) a sweep makes once per workload and shares among the runs "
+        "that have it: a run's figure is the run with its workload's keys given plus their "
+        f"cost amortised over the {len({r['policy'] for r in mor})} policies, "
+        "which share each seed's workload as a sweep's policies do; the table gives a "
+        "single run's figure (the keys made in it) and the keys' own cost per workload.",
         "",
         report.md_table(morow),
         "",
