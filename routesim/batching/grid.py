@@ -233,7 +233,10 @@ def estimate_bytes(sweep: Sweep, stage: Stage, chunk_runs: int) -> tuple[int, in
     """(bytes, runs): memory of a stage from expected arrivals: the workloads (five
     numbers a request) and the outputs. Not counted: each thread's scratch for the run it
     simulates (small for the reserve scheduler; for ``scheduler = "vllm"`` its hash map,
-    private-key array and pools, tens of MB for the example cluster)."""
+    private-key array and pools, tens of MB for the example cluster), and what the
+    schedulers take from each workload alone, kept for the grid's other runs of it
+    (``runs.Packed.shared``: the vllm mode's prompt keys, a few MB a workload, at most
+    ``scheduler.Shared.BUDGET``)."""
     values = stage.values
     runs = int(np.prod([len(values[d]) for d in stage.dims]))
     n_rep = len(sweep.heterogeneity[values["heterogeneity"][0]])
