@@ -485,6 +485,15 @@ need about 18,000x real time per core on two cores.
    `prompt_keys_nb` 10.8 %, `start_nb` 9.8 %, `_output_nb` 7.8 %, `_schedule_nb` 7.6 %.
    The map is no longer what the mode costs: next are the once-a-run interning of the
    prompt keys and the scheduling loop that visits every running sequence at every step.
+   Since then the prompt keys are made once per workload (`scheduler.workload`, kept by
+   `runs.Packed.shared`) and shared by a grid's runs of it: 10.6-12.6 ms a workload on
+   these runs (best of 2 rounds, load average 5-9 on the 2 cores from other work), which a
+   single run still pays; `python -m benchmarks.batching modes` counts them amortised over
+   its policies (two). The same process, a run with the keys given against a single run:
+   86.2 / 87.5 ms against 96.0 / 98.5 (synchronous), 122.1 / 123.8 against 131.9 / 138.9
+   (asynchronous); every output identical (pins 39 of 39; vllm sweeps on both loops with
+   max_attempts 1 and 3, crashes, timeouts and periodic_local signals, sweeps/batching-vllm.toml,
+   sweeps/conversations.toml and the Mooncake trace; the vLLM recordings and conformance tests).
 """
 
 
