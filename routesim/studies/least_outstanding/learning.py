@@ -74,6 +74,16 @@ flight avoids the feedback): the prediction adds nothing."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
 MOONCAKE_WHY = MOONCAKE_ABOVE
+SERVER_BASIS = "least_tokens"
+"""The policy whose capacity on the server the server arm's loads are placed against (:mod:`.server`)."""
+SERVER_PREDICTION = (
+    "**Prediction on the server** (stage `server`, 38 and 45 req/s, written before its runs). The time "
+    "factor scales the roofline's step as it scales the linear cost's, so the fast replica is 30 % "
+    "faster on either; rate_weighted's weights follow the completions it is sent, a feedback that does "
+    "not depend on the cost's form. As on the page's replica rate_weighted gives the fast replica less "
+    "than its 15.7 % share of capacity and less than least_tokens does: the claim *does not hold*, no "
+    "change.")
+"""The server arm's prediction (issue 44 item 2), fixed before its runs."""
 
 
 def clauses(ds):

@@ -126,6 +126,18 @@ and the four routers."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
 MOONCAKE_WHY = MOONCAKE_ABOVE
+SERVER_BASIS = "least_tokens"
+"""The policy whose capacity on the server the server arm's load is placed against (:mod:`.server`)."""
+SERVER_PREDICTION = (
+    "**Prediction on the server** (stages `server` and `server-routers`, written before their runs). "
+    "Herding costs what the herded prompts cost to prefill, and the roofline prices a prefill token "
+    "higher than the page's formula (0.0271 against 0.0198 ms); the 50 ms period is as long against "
+    "the arrivals (about 1.9 in a period at 38 req/s, 1.75 on the page's replica). So least_tokens' "
+    "TTFT p99 at a 50 ms scrape rises against fresh by at least the page's +35 %, and power of two "
+    "degrades less: the seed's mechanism *holds*. periodic_local recovers most of the loss and four "
+    "routers lose some of it, not all: the added clauses *hold*. The asynchronous loop does not change "
+    "what a router sees. No verdict changes.")
+"""The server arm's prediction (issue 44 item 2), fixed before its runs."""
 
 
 def clauses(data):
