@@ -131,6 +131,21 @@ one without it": the hit rate and the typical request's TTFT (p50). The predicti
 added the tail (TTFT p99)."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
+SERVER_BASIS = "least_tokens"
+"""The policy whose capacity on the server the server arm's loads are placed against (:mod:`.server`)."""
+SERVER_PREDICTION = (
+    "**Prediction on the server** (stage `server`, 22 and 39 req/s, written before its runs). A cached "
+    "2,048-token prefix saves more on the roofline (its prefill at 0.0271 ms a token, about 55 ms, against "
+    "about 40 ms on the page's formula), so breaking near-ties by cached prefix raises the hit rate (+1 to "
+    "+2 pp, as on the page's replica) and lowers TTFT p50, by a little more than the page's -2 to -3 %, "
+    "still below the 5 % a lead needs at the lighter load: the seed's mechanism *holds with "
+    "qualification*. At 39 req/s the tie-break piles requests onto the replicas holding the popular "
+    "prefixes and TTFT p99 rises, as on the page's replica (+12 % at 36 req/s): the added clause *does "
+    "not hold*. No change.")
+"""The server arm's prediction (issue 44 item 2), fixed before its runs."""
+SERVER_PREDICTED = ("holds with qualification", "does not hold")
+"""The verdicts :data:`SERVER_PREDICTION` states (the seed's mechanism, the added clauses), for
+:func:`.server.held`."""
 AZURE_NOTE = ("Claim 4's prefix applies only to a prompt longer than it: on Azure lengths about 9 % of requests "
               "share one (90 % on its own workload).")
 
