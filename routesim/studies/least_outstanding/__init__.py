@@ -45,8 +45,8 @@ LEAVES_OUT = (
     "router, no speculative decoding, no multi-GPU parallelism and no autoscaling. A cold "
     "replica warms with time since its recovery, not with the work it serves; the front "
     "door has no deadline of its own (the clients' first-token and whole-attempt timeouts "
-    "stand for one). Only the capacity table and claim 1 are rerun on vLLM's asynchronous loop "
-    "with a roofline cost (the server arm), and claim 5 has a scheduler = \"vllm\" arm (asynchronous) on the page's "
+    "stand for one). The server arm (vLLM's asynchronous loop, a roofline cost) reruns only the "
+    "claims its column names, and claim 5 has a scheduler = \"vllm\" arm (asynchronous) on the page's "
     "linear cost (a vllm run costs about 6 to 14 reserve runs). Claims 1 to 5 are measured under a 50 ms scrape too (claim 3 "
     "also at 10 and 100 ms and with four routers), at the study's 1,200 s warm-up; no other "
     "period or number of routers is run, and claim 2's 32-replica design is not run under a scrape.")
@@ -59,12 +59,12 @@ def is_study(results_dir) -> bool:
 
 def _loaded(results_dir):
     """(claim module, its data) of every claim whose results exist, in :data:`CLAIMS`'
-    order; ``workloads`` (last) reruns the claims before it and is given their data
-    rather than reading every file again."""
+    order; ``server`` and ``workloads`` (last) rerun the claims before them and are given
+    their data rather than reading every file again."""
     root = Path(results_dir).parent
     done = {}
     for claim in CLAIMS:
-        data = workloads.load(root, done) if claim is workloads else claim.load(root)
+        data = claim.load(root, done) if claim in (server, workloads) else claim.load(root)
         if data is not None:
             done[claim.__name__] = data
             yield claim, data
@@ -162,8 +162,8 @@ def calibration_note(n_seqs=100, tokens=1100) -> str:
             "document inherits the formula's decode price, so before planning with one, fit the step cost to your "
             "server's measured steps (`python -m routesim.calibrate`, docs/calibration.md: the per-sequence and "
             "per-KV-token decode terms set the decode price, the per-prefill-token terms the TTFT tail) and rerun "
-            "the capacity search. The section \"On the server it speaks of\" reruns the capacity table and claim 1 "
-            "on vLLM's default loop with the roofline at its default fractions of the datasheet (80 % of the "
+            "the capacity search. The section \"On the server it speaks of\" reruns the capacity table and the claims of "
+            "its column on vLLM's default loop with the roofline at its default fractions of the datasheet (80 % of the "
             "bandwidth, 60 % of the FLOPs); those fractions are what to calibrate first.")
 
 

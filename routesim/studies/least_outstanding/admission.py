@@ -208,6 +208,11 @@ deadline, a clause the prediction added."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
 MOONCAKE_WHY = MOONCAKE_ABOVE
+SERVER_WHY = "cost: 328 runs at 8 seeds, about 15 CPU minutes on vLLM's loop"
+"""Why the server arm (:mod:`.server`) does not rerun this claim: its design's stages
+(held, rates, open, reject, queue and the burst's) at 8 seeds, priced at the CPU a vllm-async roofline run of
+the study's 1,200 s warm-up took in the server arm's stages (the budget of issue 44
+item 2's arm: about 12 minutes of wall time on 2 cores for every claim it reruns)."""
 
 
 def clauses(data):

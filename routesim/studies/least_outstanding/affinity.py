@@ -25,7 +25,7 @@ SENSITIVITY = (("tie-prefill2", "prefill ×2 as costly"), ("tie-prefill4", "pref
 """The step-cost variants (issue 23 item 6): stage name, words. Each reruns the
 verdict's two arms (power_of_d, tie_tolerance 0 and :data:`TOLERANCE`) at two loads,
 the main loads scaled by the factor claim 2 found for that variant."""
-STAGES = ("tie", "baselines", "affinity", "tie-signals", "baselines-signals", "azure-tie") + tuple(
+STAGES = ("tie", "baselines", "affinity", "tie-signals", "baselines-signals", "azure-tie", "server") + tuple(
     s for s, _ in SENSITIVITY)
 MOONCAKE = ("token-routing-mooncake", ("affinity", "affinity-0.5"))
 """The Mooncake arm: its results folder and stages (power_of_d × tie_tolerance 0 and
@@ -162,6 +162,13 @@ def azure(data):
     """The Azure-length arm (stage ``azure-tie``, at two loads) in the design's shape, for
     :func:`clauses`; None if it did not run."""
     return None if data.get("azure-tie") is None else {"tie": data["azure-tie"]}
+
+
+def server(data):
+    """The server arm (stage ``server``: the verdict's two arms at two loads on vLLM's
+    asynchronous loop with the roofline cost, :mod:`.server`) in the design's shape, for
+    :func:`clauses`; None if it did not run."""
+    return None if data.get("server") is None else {"tie": data["server"]}
 
 
 def mooncake(data):

@@ -24,7 +24,7 @@ SENSITIVITY = (("prefill2", "prefill ×2 as costly"), ("prefill4", "prefill ×4 
 """The step-cost variants (issue 23 item 6): stage name, words."""
 SIGNALS = (("periodic", "50 ms periodic"), ("periodic_local", "50 ms periodic_local"))
 """The realistic-signal arms of stage ``signals`` (issue 23 item 5): signal_mode, label."""
-STAGES_8 = ("pod", "global", "signals", "azure") + tuple(s for s, _ in SENSITIVITY)
+STAGES_8 = ("pod", "global", "signals", "azure", "server") + tuple(s for s, _ in SENSITIVITY)
 MOONCAKE = "token-routing-mooncake/choices.nc"
 """The Mooncake arm's stage (sweeps/token-routing-mooncake.toml: power_of_d × choices 1,
 2, 3 × seed at time scale 0.4, 0.8 × power_of_d's capacity there)."""
@@ -93,6 +93,9 @@ SERVER_PREDICTION = (
     "imbalance a third sample removes is about the same. The seed's mechanism *does not hold* (against: "
     "d3 vs d2), as on the page's replica: no change.")
 """The server arm's prediction (issue 44 item 2), fixed before its runs."""
+SERVER_PREDICTED = ("does not hold", "none added")
+"""The verdicts :data:`SERVER_PREDICTION` states (the seed's mechanism, the added clauses), for
+:func:`.server.held`."""
 
 
 def clauses(data):
@@ -107,6 +110,14 @@ def azure(data):
     """The Azure-length arm (stage ``azure``: power_of_d d = 1, 2, 3 at N = 8) in the
     design's shape, for :func:`clauses`; None if it did not run."""
     pod = data["8"].get("azure")
+    return None if pod is None else {"8": {"pod": pod}, "32": None}
+
+
+def server(data):
+    """The server arm (stage ``server``: power_of_d d = 1, 2, 3 at N = 8 on vLLM's
+    asynchronous loop with the roofline cost, :mod:`.server`) in the design's shape, for
+    :func:`clauses`; None if it did not run."""
+    pod = data["8"].get("server")
     return None if pod is None else {"8": {"pod": pod}, "32": None}
 
 

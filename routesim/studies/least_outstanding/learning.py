@@ -20,13 +20,21 @@ def load(root):
     return data and data["hetero"]
 
 
-def azure(ds):
+def azure(ds, stage="azure"):
     """The Azure-length arm (stage ``azure`` beside the design's, in its shape: policy ×
-    rate_rps × seed × replica), for :func:`clauses`; None if it did not run."""
-    az = open_stage(results_root(ds) / "token-routing-hetero" / "azure.nc")
+    rate_rps × seed × replica), for :func:`clauses`; None if it did not run. ``stage``:
+    another arm's stage read the same way (:func:`server`)."""
+    az = open_stage(results_root(ds) / "token-routing-hetero" / f"{stage}.nc")
     if az is not None and "rate_rps" not in az.dims:
         az = az.expand_dims(rate_rps=[float(az.attrs["rate_rps"])])
     return az
+
+
+def server(ds):
+    """The server arm (stage ``server``: the design at two loads on vLLM's asynchronous
+    loop with the roofline cost, :mod:`.server`), for :func:`clauses`; None if it did not
+    run."""
+    return azure(ds, "server")
 
 
 def rates(ds):
@@ -84,6 +92,9 @@ SERVER_PREDICTION = (
     "than its 15.7 % share of capacity and less than least_tokens does: the claim *does not hold*, no "
     "change.")
 """The server arm's prediction (issue 44 item 2), fixed before its runs."""
+SERVER_PREDICTED = ("does not hold", "none added")
+"""The verdicts :data:`SERVER_PREDICTION` states (the seed's mechanism, the added clauses), for
+:func:`.server.held`."""
 
 
 def clauses(ds):

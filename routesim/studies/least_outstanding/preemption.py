@@ -44,7 +44,7 @@ lower: (variable, how, material, digits, unit)."""
 def load(root):
     """{stage: Dataset, "caps": capacities} or None when the fresh stage is missing."""
     d = Path(root) / "token-routing-preemption"
-    out = {s: open_stage(d / f"{s}.nc") for s in ("preemption", "signals", "vllm", "azure") + tuple(s for s, _ in ARMS)}
+    out = {s: open_stage(d / f"{s}.nc") for s in ("preemption", "signals", "vllm", "azure", "server") + tuple(s for s, _ in ARMS)}
     if out["preemption"] is None:
         return None
     out["caps"] = capacities(root, POLICIES)
@@ -89,6 +89,9 @@ SERVER_PREDICTION = (
     "TPOT p99 rises against least_requests' as on the page's replica: the added clauses *do not hold*. "
     "No verdict changes.")
 """The server arm's prediction (issue 44 item 2), fixed before its runs."""
+SERVER_PREDICTED = ("holds", "does not hold")
+"""The verdicts :data:`SERVER_PREDICTION` states (the seed's mechanism, the added clauses), for
+:func:`.server.held`."""
 
 
 def clauses(data):
@@ -104,6 +107,13 @@ def azure(data):
     """The Azure-length arm (stage ``azure``: the four policies) in the design's shape, for
     :func:`clauses`; None if it did not run."""
     return None if data.get("azure") is None else {"preemption": data["azure"]}
+
+
+def server(data):
+    """The server arm (stage ``server``: the four policies on vLLM's asynchronous loop
+    with the roofline cost, :mod:`.server`) in the design's shape, for :func:`clauses`;
+    None if it did not run."""
+    return None if data.get("server") is None else {"preemption": data["server"]}
 
 
 def azure_note(data) -> str:

@@ -6,16 +6,21 @@ table and claim 1's headline comparisons rerun on vLLM's default loop (``schedul
 sweeps/token-routing-server.toml (results/token-routing-server/): stage ``capacity`` by
 ``python -m routesim.capacity`` (capacity-capacity.nc), stage ``counts`` by ``python -m
 routesim.sweep`` (counts.nc: claim 1's three policies at loads placed against this
-server's capacities). Not a claim of its own (no ``clauses``): its verdicts are a column
-of the verdict table (:func:`column`)."""
+server's capacities). The other claims' server arms are stages ``server`` (or
+``server-<x>``) of their own sweep files, at the same multiple of the same policy's
+capacity as their design, the capacity here the server's (a claim's ``SERVER_BASIS``):
+a claim module gives the arm as ``server(data)`` in its design's shape and its
+prediction as ``SERVER_PREDICTION``, or says why not with ``SERVER_WHY``. Not a claim of
+its own (no ``clauses``): its verdicts are a column of the verdict table (:func:`column`)."""
 
 from pathlib import Path
 
 import numpy as np
 
 from ... import capacity as capacity_mod
-from . import capacities, counts, factorial
-from .common import FIGURES, arm_cell, details, open_stage, read, save, show, squeeze, steady_words, verdicts
+from . import capacities, counts, factorial, workloads
+from .common import (FIGURES, arm_cell, details, open_stage, read, save, show, squeeze, steady_words, verdict_cells,
+                     verdict_word, verdicts)
 
 SWEEP = "sweeps/token-routing-server.toml"
 SWEEPS = (SWEEP,)
@@ -26,9 +31,12 @@ SEARCH = ("--stage", "capacity", "--low", "24", "--high", "56", "--points", "3",
 req/s (a vllm run costs 11 to 14 reserve runs: the budget's resolution)."""
 RUN = ("counts", "factorial")
 """The stages :func:`run` hands to ``python -m routesim.sweep`` after the search."""
-COLUMN = "on vLLM async + roofline"
+COLUMN = "on vLLM async + roofline (mechanism; added)"
 """The verdict table's column of this arm."""
-NOT_RUN = "not run: cost"
+NOT_RUN = "not run"
+CLAIMS = workloads.CLAIMS
+"""The claims whose server arm the column and the section read (claim 1's is this
+module's own stage ``counts``)."""
 
 PREDICTION = (
     "**Prediction** (written in this module before the comparisons ran, after a cost probe of "
@@ -65,10 +73,14 @@ def run(results_root, quiet=False, resume=False) -> int:
                           + ["--resume"] * resume)
 
 
-def load(root):
+def load(root, loaded=None):
     """{"capacity": the search's Dataset (policy × rate_rps × seed), "counts": claim 1's
     stage in :func:`.counts.load`'s shape (policy × rate_rps × seed), "root", "factorial":
-    :func:`.factorial.load`'s Dataset or None}, or None unless the first two ran."""
+    :func:`.factorial.load`'s Dataset or None, "claims": {claim module's name: its data}
+    of the claims of :data:`CLAIMS` that loaded}, or None unless the first two ran.
+    ``loaded``: the claims' data the caller has already loaded ({module name: data}, the
+    study's ``_loaded``), else each claim is loaded here (by name, as
+    :func:`.workloads.load`: the figures' workers get the data pickled)."""
     folder = Path(root) / RESULTS
     cap, cts = folder / "capacity-capacity.nc", folder / "counts.nc"
     if not (cap.exists() and cts.exists()):
@@ -76,7 +88,11 @@ def load(root):
     ds = open_stage(cts)
     if "rate_rps" not in ds.dims:
         ds = ds.expand_dims(rate_rps=[float(ds.attrs["rate_rps"])])
-    return {"capacity": squeeze(read(cap)), "counts": ds, "root": Path(root), "factorial": factorial.load(folder)}
+    if loaded is None:
+        loaded = {claim.__name__: claim.load(root) for claim in CLAIMS if claim is not counts}
+    claims = {c.__name__: loaded[c.__name__] for c in CLAIMS if loaded.get(c.__name__) is not None}
+    return {"capacity": squeeze(read(cap)), "counts": ds, "root": Path(root), "factorial": factorial.load(folder),
+            "claims": claims}
 
 
 def claim1(data):
@@ -135,14 +151,138 @@ def _page_file(root):
     return squeeze(read(path)) if path.exists() else None
 
 
+def claim_verdicts(claim, server):
+    """``claim``'s verdicts (:func:`.common.verdicts`) on the server, or None when its
+    server arm did not run: claim 1's from this arm's stage ``counts``, every other
+    claim's from its ``server(data)`` (:func:`.workloads.arm`, the claim's data as
+    ``server["claims"]`` holds it)."""
+    if server is None:
+        return None
+    if claim is counts:
+        return verdicts_of(server)
+    return workloads.verdicts_of(claim, server.get("claims", {}).get(claim.__name__), "server")
+
+
+def why_not(claim) -> str:
+    """Why ``claim`` has no server arm (its ``SERVER_WHY``)."""
+    return getattr(claim, "SERVER_WHY", "the stages have not run")
+
+
 def column(claim, server, page_cells):
     """The verdict table's :data:`COLUMN` cell of ``claim`` (a claim module): its verdicts
     on the server and whether they change from the page's ``page_cells`` (mechanism cell,
-    added cell, :func:`.common.verdict_cells`), or :data:`NOT_RUN` when the server arm did
-    not run that claim (``server`` None: the arm did not run at all)."""
-    if server is None or claim is not counts:
+    added cell, :func:`.common.verdict_cells`), by the rule of the Azure-length column
+    (:func:`.common.arm_cell`, brief: what went the other way is in the appendix's
+    tables), or "not run: why" (:func:`why_not`; the server arm not run at all:
+    :data:`NOT_RUN`)."""
+    if server is None:
         return NOT_RUN
-    return arm_cell(verdicts_of(server), counts.ADDED_WORDS, page_cells)
+    v = claim_verdicts(claim, server)
+    if v is None:
+        return f"{NOT_RUN}: {why_not(claim)}"
+    return arm_cell(v, claim.ADDED_WORDS, page_cells, brief=True)
+
+
+def claim_arms(data) -> list:
+    """[(claim module, its title, its server arm in the design's shape or None, its
+    verdicts on the server or None, its verdicts on the page's replica)] of every claim of
+    :data:`CLAIMS` but claim 1 (this module's own stage) whose data loaded."""
+    out = []
+    for claim in CLAIMS:
+        d = data.get("claims", {}).get(claim.__name__)
+        if claim is counts or d is None:
+            continue
+        a = workloads.arm(claim, d, "server")
+        out.append((claim, workloads._title(claim, data["claims"]), a,
+                    None if a is None else verdicts(claim.clauses(a)), verdicts(claim.clauses(d))))
+    return out
+
+
+def placed(claim, a, data) -> str:
+    """'27 req/s: 0.84 × least_kv's 32 on the server': a server arm's loads against the
+    server's capacity of the policy the claim's loads are placed against (the claim's
+    ``SERVER_BASIS``; the capacity stage of this arm)."""
+    rs, basis = workloads.rates(a), getattr(claim, "SERVER_BASIS", None)
+    cap = data["capacity"]
+    c = float(cap.capacity_rps.sel(policy=basis)) if basis in cap.policy.values else np.nan
+    loads = ", ".join(f"{r:g}" for r in rs)
+    if not np.isfinite(c):
+        return f"{loads} req/s"
+    return (f"{loads} req/s: {', '.join(f'{r / c:.2f}' for r in rs)} × {basis}"
+            f"{chr(39) if basis.endswith('s') else chr(39) + 's'} {c:g} on the server")
+
+
+def held(v, predicted) -> str:
+    """Whether a prediction of the verdicts ``predicted`` (mechanism, added: a claim's
+    ``SERVER_PREDICTED``) held against the verdicts ``v`` (:func:`.common.verdicts`):
+    "held", "held in part" (one of the two) or "failed"."""
+    got = (v["mechanism"], v["added"] or "none added")
+    right = [a == b for a, b in zip(got, predicted)]
+    return "held" if all(right) else "held in part" if any(right) else "failed"
+
+
+def _num(title) -> str:
+    return title.split(".")[0]
+
+
+def claims_lines(data) -> list:
+    """The section's paragraph on the claims rerun on the server: which ran, their
+    seeds, warm-up and loads, the verdicts that change against the page's replica and
+    whether each prediction held; the claims not run and why; each arm's prediction,
+    comparisons and steady state as details (the appendix)."""
+    arms = claim_arms(data)
+    ran = [(c, t, a, v, p) for c, t, a, v, p in arms if a is not None]
+    if not ran:
+        return []
+    parts, tables, skipped = [], [], {}
+    for claim, title, a, v, page in ran:
+        cells, pcells = verdict_cells(v, claim.ADDED_WORDS), verdict_cells(page, claim.ADDED_WORDS)
+        moved = [k for k, x, y in (("mechanism", cells[0], pcells[0]), ("added", cells[1], pcells[1]))
+                 if verdict_word(x) != verdict_word(y)]
+        pred = getattr(claim, "SERVER_PREDICTED", None)
+        parts.append(f"claim {_num(title)} at {placed(claim, a, data)}"
+                     + (f": **{' and '.join(moved)} {'changes' if len(moved) == 1 else 'change'}**" if moved else
+                        ": no change")
+                     + (f", prediction {held(v, pred)}" if pred is not None else ""))
+        steady = "; ".join(f"stage `{ds.attrs.get('stage', k)}`: {steady_words(ds, _by(ds))}" for k, ds in _stages(a))
+        tables += [f"**{title}, on the server** ({placed(claim, a, data)}; {steady}).", "",
+                   getattr(claim, "SERVER_PREDICTION", ""), "", *workloads.clause_table(claim, a), ""]
+    for claim, title, a, _, _ in arms:
+        if a is None:
+            skipped.setdefault(why_not(claim), []).append(_num(title))
+    seeds = sorted({int(ds.sizes.get("seed", 0)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
+    warm = sorted({float(ds.attrs.get("warmup_s", np.nan)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
+    return [f"**The other claims on the server** ({'/'.join(map(str, seeds))} seeds, "
+            f"{'/'.join(f'{w:,.0f}' for w in warm)} s of warm-up, each load the same multiple of the same "
+            "policy's capacity as its design's, here the server's; each prediction written before its runs): "
+            + "; ".join(parts) + ". "
+            + " ".join(f"{'Claim' if len(ns) == 1 else 'Claims'} {workloads._and(ns)} not run: {why}."
+                       for why, ns in skipped.items()), "",
+            *details("The other claims on the server, comparison by comparison",
+                     "Each comparison as the claim's own table gives it, its part of the prediction and its "
+                     "outcome under the rule at the top.", "", *tables), ""]
+
+
+def _stages(a):
+    """[(name, Dataset)] of a claim's arm ``a`` (its Datasets, in a dict or alone), the
+    stage of more than one replica, in order."""
+    import xarray as xr
+    if isinstance(a, xr.Dataset):
+        return [("server", a)]
+    if "whole" in a:   # a step-cost variant's dict (claim 3): its stage and its routers' stage
+        return [("server", a["whole"]), ("server-routers", a["routers"])]
+    out = []
+    for k, ds in a.items():
+        if isinstance(ds, dict):
+            out += _stages(ds)
+        elif isinstance(ds, xr.Dataset) and k != "whole":
+            out.append((k, ds))
+    return out
+
+
+def _by(ds):
+    """The axes a stage's steady-state words go by: every axis but seed and replica."""
+    return tuple(d for d in ds.dims if d not in ("seed", "replica"))
 
 
 def page_capacities(root):
@@ -213,8 +353,8 @@ def section(data):
         "defaults: weights and KV read at 80 % of 3,350 GB/s, FLOPs at 60 % of 989 TFLOP/s, 4 ms overhead; "
         "calibrate those fractions and the overhead to your server, `python -m routesim.calibrate --cost "
         f"roofline`): capacities by the study's rule over {cap.sizes['seed']} seeds, claim 1's three policies "
-        f"at {rates} req/s over {cts.sizes['seed']}. A vllm run costs 11 to 14 reserve runs, so the other "
-        "claims keep the page's replica only. The prediction was written in `server.py` before the "
+        f"at {rates} req/s over {cts.sizes['seed']}. A vllm run costs 11 to 14 reserve runs: the other claims "
+        "rerun below at fewer seeds, or not at all. The prediction was written in `server.py` before the "
         "comparisons ran (in the appendix).", "",
         table(data), "",
         "![Capacities on the server](../figures/lor-server.png)", "",
@@ -222,6 +362,7 @@ def section(data):
         f"least_requests, {show(ttft_rr)} % against round_robin; TPOT p99 {show(tpot_lr)} % against "
         f"least_requests). The seed's mechanism: *{v['mechanism']}*; the clauses the prediction added: "
         f"*{v['added']}*.", "",
+        *claims_lines(data),
         *(factorial.lines(data["factorial"]) if data.get("factorial") is not None else []),
         *details("The prediction, claim 1's comparisons, the steady state",
                  PREDICTION, "",
@@ -293,4 +434,16 @@ def summary_lines(data) -> list:
             + f". At {r:g} req/s least_tokens' TTFT p99 is {show(lr[2])} % against least_requests and "
             f"{show(rr[2])} % against round_robin, its TPOT p99 {show(lr[3])} % against least_requests "
             f"({data['counts'].sizes['seed']} seeds). Claim 1 there: the seed's mechanism *{v['mechanism']}*; the "
-            f"added clauses: *{v['added']}*.", ""]
+            f"added clauses: *{v['added']}*." + _claims_brief(data), ""]
+
+
+def _claims_brief(data) -> str:
+    """' Claims 2, 3 and 5 rerun there: the seed's mechanism changes verdict for claim 5.'
+    (the claims whose server arm ran), or "" when none ran."""
+    ran = [(t, v, p) for _, t, a, v, p in claim_arms(data) if a is not None]
+    if not ran:
+        return ""
+    changed = [_num(t) for t, v, p in ran if v["mechanism"] != p["mechanism"]]
+    return (f" {'Claim' if len(ran) == 1 else 'Claims'} {workloads._and([_num(t) for t, _, _ in ran])} rerun there: "
+            + (f"the seed's mechanism changes verdict for {'claim' if len(changed) == 1 else 'claims'} "
+               f"{workloads._and(changed)}." if changed else "no verdict of the seed's mechanism changes."))

@@ -55,6 +55,8 @@ def load(root):
     out["sensitivity"] = sens
     az, routers = open_stage(d / "azure.nc"), open_stage(d / "azure-routers.nc")
     out["azure"] = variant(az, routers) if az is not None and routers is not None else None
+    sv, routers = open_stage(d / "server.nc"), open_stage(d / "server-routers.nc")
+    out["server"] = variant(sv, routers) if sv is not None and routers is not None else None
     return out
 
 
@@ -138,6 +140,9 @@ SERVER_PREDICTION = (
     "routers lose some of it, not all: the added clauses *hold*. The asynchronous loop does not change "
     "what a router sees. No verdict changes.")
 """The server arm's prediction (issue 44 item 2), fixed before its runs."""
+SERVER_PREDICTED = ("holds", "holds")
+"""The verdicts :data:`SERVER_PREDICTION` states (the seed's mechanism, the added clauses), for
+:func:`.server.held`."""
 
 
 def clauses(data):
@@ -152,6 +157,13 @@ def azure(data):
     """The Azure-length arm (stages ``azure`` and ``azure-routers``, at the 50 ms period as
     a step-cost variant: :func:`variant`), for :func:`clauses`; None if it did not run."""
     return data.get("azure")
+
+
+def server(data):
+    """The server arm (stages ``server`` and ``server-routers``, at the 50 ms period as a
+    step-cost variant: :func:`variant`; vLLM's asynchronous loop with the roofline cost,
+    :mod:`.server`), for :func:`clauses`; None if it did not run."""
+    return data.get("server")
 
 
 def verdict(data):
