@@ -227,40 +227,42 @@ def _num(title) -> str:
 
 def claims_lines(data) -> list:
     """The section's paragraph on the claims rerun on the server: which ran, their
-    seeds, warm-up and loads, the verdicts that change against the page's replica and
-    whether each prediction held; the claims not run and why; each arm's prediction,
-    comparisons and steady state as details (the appendix)."""
+    seeds and warm-up, the verdicts that change against the page's replica and whether
+    each prediction held, the claims not run; each arm's load against the server's
+    capacity, its prediction, comparisons and steady state as details (the appendix)."""
     arms = claim_arms(data)
     ran = [(c, t, a, v, p) for c, t, a, v, p in arms if a is not None]
     if not ran:
         return []
-    parts, tables, skipped = [], [], {}
+    changes, outcome, tables = [], {}, []
     for claim, title, a, v, page in ran:
         cells, pcells = verdict_cells(v, claim.ADDED_WORDS), verdict_cells(page, claim.ADDED_WORDS)
         moved = [k for k, x, y in (("mechanism", cells[0], pcells[0]), ("added", cells[1], pcells[1]))
                  if verdict_word(x) != verdict_word(y)]
+        if moved:
+            changes.append(f"claim {_num(title)} ({', '.join(moved)})")
         pred = getattr(claim, "SERVER_PREDICTED", None)
-        parts.append(f"claim {_num(title)} at {placed(claim, a, data)}"
-                     + (f": **{' and '.join(moved)} {'changes' if len(moved) == 1 else 'change'}**" if moved else
-                        ": no change")
-                     + (f", prediction {held(v, pred)}" if pred is not None else ""))
+        if pred is not None:
+            outcome.setdefault(held(v, pred), []).append(_num(title))
         steady = "; ".join(f"stage `{ds.attrs.get('stage', k)}`: {steady_words(ds, _by(ds))}" for k, ds in _stages(a))
-        tables += [f"**{title}, on the server** ({placed(claim, a, data)}; {steady}).", "",
+        tables += [f"**{title}, on the server** ({placed(claim, a, data)}; {steady}). Verdicts: the seed's mechanism "
+                   f"*{cells[0]}*; added *{cells[1]}*" + (f"; the prediction {held(v, pred)}" if pred else "") + ".", "",
                    getattr(claim, "SERVER_PREDICTION", ""), "", *workloads.clause_table(claim, a), ""]
-    for claim, title, a, _, _ in arms:
-        if a is None:
-            skipped.setdefault(why_not(claim), []).append(_num(title))
+    skipped = [_num(t) for _, t, a, _, _ in arms if a is None]
     seeds = sorted({int(ds.sizes.get("seed", 0)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
     warm = sorted({float(ds.attrs.get("warmup_s", np.nan)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
-    return [f"**The other claims on the server** ({'/'.join(map(str, seeds))} seeds, "
-            f"{'/'.join(f'{w:,.0f}' for w in warm)} s of warm-up, each load the same multiple of the same "
-            "policy's capacity as its design's, here the server's; each prediction written before its runs): "
-            + "; ".join(parts) + ". "
-            + " ".join(f"{'Claim' if len(ns) == 1 else 'Claims'} {workloads._and(ns)} not run: {why}."
-                       for why, ns in skipped.items()), "",
+    n = workloads._and([_num(t) for _, t, _, _, _ in ran])
+    return [f"**Claims {n} on the server** ({'/'.join(map(str, seeds))} seeds, "
+            f"{'/'.join(f'{w:,.0f}' for w in warm)} s of warm-up, each load the design's multiple of the same "
+            "policy's capacity, here the server's; a prediction written before each arm ran): "
+            + (f"verdicts change for {workloads._and(changes)}" if changes else "no verdict changes")
+            + "; the prediction " + "; ".join(f"{k} for {'claim' if len(ns) == 1 else 'claims'} {workloads._and(ns)}"
+                                              for k, ns in outcome.items()) + "."
+            + (f" Not run: {'claim' if len(skipped) == 1 else 'claims'} {workloads._and(skipped)} (the column "
+               "says why)." if skipped else ""), "",
             *details("The other claims on the server, comparison by comparison",
-                     "Each comparison as the claim's own table gives it, its part of the prediction and its "
-                     "outcome under the rule at the top.", "", *tables), ""]
+                     "Each claim's load, its prediction, each comparison as the claim's own table gives it, its part "
+                     "of the prediction and its outcome under the rule at the top.", "", *tables), ""]
 
 
 def _stages(a):

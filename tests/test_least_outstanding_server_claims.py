@@ -1,0 +1,188 @@
+"""The least-outstanding study's claims on the server (issue 44 item 2;
+routesim/studies/least_outstanding/server.py, the claims' ``server(data)``): the verdict
+table's column "on vLLM async + roofline" for a claim other than claim 1 on hand-built
+Datasets whose answer follows from the rule (the same cell rule as the Azure-length
+column; exchanging two policies' runs flips the mechanism and the cell says it changed),
+the words the section writes (a load against the server's capacity, whether a prediction
+held), and each claim's server arm recomputed from a reduced run of its own stage (the
+claim's sweep file: vLLM's asynchronous loop with the roofline cost, few seeds, a short
+warm-up and window), read by the claim's own ``load`` and ``server``, each test able to
+fail: the direction the claim's mechanism gives, which a flipped input reverses."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from conftest import SWEEPS, run_reduced, swap_labels, write_results
+from routesim.studies.least_outstanding import (admission, affinity, choices, cold_start, learning, preemption,
+                                                retries, server, staleness)
+from routesim.studies.least_outstanding.common import verdict_cells, verdicts
+from test_least_outstanding_preemption import arms
+
+
+def page_cells(claim, d):
+    return verdict_cells(verdicts(claim.clauses(d)), claim.ADDED_WORDS)
+
+
+def on_server(claim, d):
+    """The server arm's data as :func:`server.load` gives it, holding ``claim``'s data ``d``."""
+    return {"claims": {claim.__name__: d}}
+
+
+def test_the_column_reads_a_claims_server_arm():
+    # the page's replica: least_kv and least_cost 5 preemptions and 5 pp of placements
+    # above 90 % below least_requests, the mean occupancy 2 pp below, TPOT p99 25 % above:
+    # the mechanism (least_kv's preemptions and tail) holds; the added clauses have TPOT
+    # the other way: they do not hold
+    page = {"preemption": arms(-5, -0.05, -0.02, 1.25)}
+    cells = page_cells(preemption, page)
+    assert cells[0] == "holds" and cells[1].startswith("does not hold"), cells
+    # the server with the same effects: no change
+    same = on_server(preemption, {"server": page["preemption"]})
+    assert server.column(preemption, same, cells) == "holds; does not hold — no change"
+    # the server where least_kv's and least_requests' runs are exchanged: least_kv now
+    # preempts 5 more and places 5 pp more often above 90 % (the mechanism the other way);
+    # least_cost's runs equal least_requests' (no lead), least_kv's mean occupancy 2 pp
+    # above (the other way): both parts do not hold, the mechanism's verdict changed
+    flipped = on_server(preemption, {"server": swap_labels(page["preemption"], "policy", "least_kv",
+                                                           "least_requests")})
+    assert server.column(preemption, flipped, cells) == "does not hold; does not hold — **changes** (mechanism)"
+    # a claim whose server stage has not run, one that states why it is not run, the arm
+    # not run at all
+    assert server.column(preemption, on_server(preemption, {}), cells) == "not run: the stages have not run"
+    for claim in (cold_start, retries, admission):
+        assert server.column(claim, {"claims": {}}, cells) == f"not run: {claim.SERVER_WHY}"
+        assert "runs" in claim.SERVER_WHY and "CPU minutes" in claim.SERVER_WHY
+    assert server.column(preemption, None, cells) == server.NOT_RUN
+
+
+def test_a_prediction_held_or_failed():
+    v = {"mechanism": "holds", "added": "does not hold"}
+    assert server.held(v, ("holds", "does not hold")) == "held"
+    assert server.held(v, ("holds", "holds")) == "held in part"
+    assert server.held(v, ("does not hold", "holds")) == "failed"
+    # a claim that adds nothing: its added part is "none added"
+    assert server.held({"mechanism": "does not hold", "added": None}, ("does not hold", "none added")) == "held"
+
+
+def test_a_load_is_named_against_the_servers_capacity():
+    cap = xr.Dataset({"capacity_rps": ("policy", [32.0, 48.0])}, coords={"policy": ["least_kv", "least_tokens"]})
+    ds = xr.Dataset({"assigned": ("replica", np.ones(8))}, coords={"replica": np.arange(1, 9)},
+                    attrs={"rate_rps": 27.0})
+    # 27 / 32 = 0.84375
+    assert server.placed(preemption, {"preemption": ds}, {"capacity": cap}) == (
+        "27 req/s: 0.84 × least_kv's 32 on the server")
+    two = xr.Dataset({"assigned": (("rate_rps", "replica"), np.ones((2, 8)))},
+                     coords={"rate_rps": [38.0, 45.0], "replica": np.arange(1, 9)})
+    # 38 / 48 = 0.79, 45 / 48 = 0.94
+    assert server.placed(learning, two, {"capacity": cap}) == "38, 45 req/s: 0.79, 0.94 × least_tokens' 48 on the server"
+
+
+def reduced(tmp_path, name, stages, replace):
+    """Run ``stages`` of sweeps/``name``.toml reduced (``replace``: fewer seeds, a shorter
+    warm-up and window) and write them under a results root; returns the root."""
+    return write_results(tmp_path / "results", run_reduced(tmp_path, SWEEPS / f"{name}.toml", replace, stages=stages))
+
+
+AZURE = f'"{SWEEPS.parent / "traces" / "azure-conv.csv"}"'
+"""The Azure trace's absolute path (a reduced sweep is written outside sweeps/; the
+claims' Azure-length stages name it, not run here)."""
+SHORT = {"count = 16 }": "count = 4 }", "count = 8 }": "count = 4 }", '"../traces/azure-conv.csv"': AZURE}
+
+
+def on_the_server(ds):
+    """The stage ran on the server: vLLM's asynchronous loop with the roofline cost."""
+    assert (ds.attrs["scheduler"], ds.attrs["step_cost"], int(ds.attrs["async_scheduling"])) == ("vllm", "roofline", 1)
+
+
+def test_claim5_on_the_server_least_kv_places_less_often_on_a_full_replica(tmp_path):
+    root = reduced(tmp_path, "token-routing-preemption", ["preemption", "server"],
+                   {**SHORT, "warmup_s = 1200": "warmup_s = 300"})
+    d = preemption.load(root)
+    a = preemption.server(d)
+    on_the_server(a["preemption"])
+    assert a["preemption"].attrs["rate_rps"] == 27 and a["preemption"].attrs["kv_blocks"] == 8192
+    high = a["preemption"].placement_occupancy_high
+    # the half pool is under pressure: least_requests, which does not look at the blocks,
+    # places on a replica above 90 % in some run; least_kv places on the replica with the
+    # fewest referenced blocks, so less often (a replica above 90 % is chosen only when
+    # every replica is)
+    assert float(high.sel(policy="least_requests").max()) > 0
+    assert float(high.sel(policy="least_kv").mean()) < float(high.sel(policy="least_requests").mean())
+    assert float(a["preemption"].preemptions.sel(policy="least_kv").mean()) <= float(
+        a["preemption"].preemptions.sel(policy="least_requests").mean())
+    # exchanging the two policies' runs: least_kv's tail now above least_requests', a
+    # comparison that cannot go as predicted
+    flipped = {"preemption": swap_labels(a["preemption"], "policy", "least_kv", "least_requests")}
+    assert preemption.effects(flipped["preemption"], "least_kv")["placement_occupancy_high"][0] > 0
+    assert verdicts(preemption.clauses(flipped))["mechanism"] != "holds"
+
+
+def test_claim3_on_the_server_the_global_minimum_herds(tmp_path):
+    root = reduced(tmp_path, "token-routing-staleness", ["fresh", "periodic", "local", "routers", "server",
+                                                          "server-routers"],
+                   {**SHORT, "warmup_s = 1200": "warmup_s = 100", "measure_s = 60": "measure_s = 20",
+                    "period_ms = [10, 50, 100]": "period_ms = [50]"})
+    a = staleness.server(staleness.load(root))
+    on_the_server(a["whole"])
+    c = staleness.comparisons(a)
+    # a 50 ms old view sends a period's arrivals (about 1.9 at 38 req/s) to the replica
+    # that looked emptiest: least_tokens' TTFT p99 rises against fresh signals; two random
+    # choices spread them, and degrade less
+    assert c["least_tokens at 50 ms vs fresh"][0][3] == +1, c
+    assert c["power_of_d's degradation vs least_tokens' at 50 ms"][0][3] == -1, c
+    # exchanging the fresh and the periodic runs turns the degradation the other way
+    swapped = dict(a, fresh=a["periodic"].sel(period_ms=50, drop=True),
+                   periodic=a["fresh"].expand_dims(period_ms=[50]))
+    assert staleness.comparisons(swapped)["least_tokens at 50 ms vs fresh"][0][3] == -1
+
+
+def test_claim2_on_the_server_two_choices_beat_one(tmp_path):
+    root = reduced(tmp_path, "token-routing-scale-8", ["pod", "global", "server"],
+                   {**SHORT, "warmup_s = 1200": "warmup_s = 100", "measure_s = 60": "measure_s = 20",
+                    "choices = [1, 2, 3, 4]": "choices = [1, 2, 3]"})
+    d = choices.load(root)
+    a = choices.server(d)
+    on_the_server(a["8"]["pod"])
+    assert a["32"] is None
+    d21, _ = choices.steps(a["8"]["pod"])
+    # at 38 req/s, above round_robin's 36 req/s capacity on the server, one random choice
+    # (which balances worse than a rotation) queues prompts behind busy replicas: two
+    # choices cut its TTFT p99 by more than the claim's 1 / 1.2
+    assert d21[3] == -1, d21
+    flipped = {"8": {"pod": swap_labels(a["8"]["pod"], "choices", 1, 2)}, "32": None}
+    assert choices.steps(flipped["8"]["pod"])[0][3] == +1
+    assert verdicts(choices.clauses(flipped))["mechanism"] == "does not hold"
+
+
+def test_claim8_on_the_server_work_in_flight_favours_the_fast_replica(tmp_path):
+    root = reduced(tmp_path, "token-routing-hetero", ["hetero", "server"],
+                   {**SHORT, "warmup_s = 1200": "warmup_s = 300", "rate_rps = [35, 41]": "rate_rps = [41]",
+                    "rate_rps = [38, 45]": "rate_rps = [45]"})
+    a = learning.server(learning.load(root))
+    on_the_server(a)
+    assert list(a.rate_rps.values) == [45.0]
+    # least_tokens scores the work in flight: the replica that drains it 30 % faster holds
+    # less of it, and gets more than 1/8 of the attempts
+    lt = learning.fast_share(a.sel(policy="least_tokens", rate_rps=45.0))
+    assert float(lt.mean()) > 1 / 8, lt.values
+    c = learning.comparisons(a)
+    # exchanging rate_weighted's and least_tokens' runs turns "more" the other way
+    f = learning.comparisons(swap_labels(a, "policy", "rate_weighted", "least_tokens"))
+    assert f[("more", 45.0)][0][0] == pytest.approx(-c[("more", 45.0)][0][0])
+
+
+def test_claim4_on_the_server_the_tie_break_raises_the_hit_rate(tmp_path):
+    root = reduced(tmp_path, "token-routing-affinity", ["tie", "baselines", "affinity", "server"],
+                   {**SHORT, "warmup_s = 1200": "warmup_s = 300", "measure_s = 60": "measure_s = 30",
+                    "tie_tolerance = [0, 0.1, 0.5]": "tie_tolerance = [0, 0.1]"})
+    a = affinity.server(affinity.load(root))
+    on_the_server(a["tie"])
+    # breaking a near-tie towards the replica holding the request's prefix can only add
+    # hits: the hit rate rises at both loads
+    for r in (22.0, 39.0):
+        e = affinity.tie_effects(affinity.pod(a, affinity.TOLERANCE, r), affinity.pod(a, 0.0, r))
+        assert e["hit rate"][3] == +1, (r, e)
+    # exchanging the two tolerances' runs turns it the other way
+    flipped = {"tie": swap_labels(a["tie"], "tie_tolerance", 0.0, affinity.TOLERANCE)}
+    assert verdicts(affinity.clauses(flipped))["mechanism"] == "does not hold"
