@@ -260,7 +260,7 @@ def claims_lines(data) -> list:
                                               for k, ns in outcome.items()) + "."
             + (f" Not run: {'claim' if len(skipped) == 1 else 'claims'} {workloads._and(skipped)} (the column "
                "says why)." if skipped else ""), "",
-            *details("The other claims on the server, comparison by comparison",
+            *details("The other claims, comparison by comparison",
                      "Each claim's load, its prediction, each comparison as the claim's own table gives it, its part "
                      "of the prediction and its outcome under the rule at the top.", "", *tables), ""]
 
