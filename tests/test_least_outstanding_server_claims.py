@@ -52,7 +52,7 @@ def test_the_column_reads_a_claims_server_arm():
     assert server.column(preemption, on_server(preemption, page), cells) == "not run: the stages have not run"
     for claim in (cold_start, retries, admission):
         assert server.column(claim, {"claims": {}}, cells) == f"not run: {claim.SERVER_WHY}"
-        assert "runs" in claim.SERVER_WHY and "CPU minutes" in claim.SERVER_WHY
+        assert "runs" in claim.SERVER_WHY and "CPU min" in claim.SERVER_WHY
     assert server.column(preemption, None, cells) == server.NOT_RUN
 
 

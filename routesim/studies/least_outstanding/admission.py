@@ -208,7 +208,7 @@ deadline, a clause the prediction added."""
 AZURE_BASIS = "least_tokens"
 """The policy whose capacity the Azure-length arm's loads are placed against (:mod:`.workloads`)."""
 MOONCAKE_WHY = MOONCAKE_ABOVE
-SERVER_WHY = "cost: 328 runs at 8 seeds, about 16 CPU minutes, past the arm's budget"
+SERVER_WHY = "328 runs, ~16 CPU min, over budget"
 """Why the server arm (:mod:`.server`) does not rerun this claim: its design's stages
 (held, rates, open, reject, queue and the burst's) at 8 seeds, priced at 3 s of CPU a run, what a vllm-async
 roofline run of the study's 1,200 s warm-up took in claim 5's server stage (95 s for 32

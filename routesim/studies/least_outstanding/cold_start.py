@@ -161,7 +161,7 @@ seed's: the prediction adds nothing."""
 AZURE_BASIS = "least_requests"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
 MOONCAKE_WHY = MOONCAKE_BELOW
-SERVER_WHY = "cost: 96 runs at 8 seeds, about 5 CPU minutes, past the arm's budget"
+SERVER_WHY = "96 runs, ~5 CPU min, over budget"
 """Why the server arm (:mod:`.server`) does not rerun this claim: its design's stages
 (cold, flood and flood-ready) at 8 seeds, priced at 3 s of CPU a run, what a vllm-async
 roofline run of the study's 1,200 s warm-up took in claim 5's server stage (95 s for 32

@@ -129,7 +129,7 @@ the crash ("lingers")."""
 AZURE_BASIS = "least_requests"
 """The policy whose capacity the Azure-length arm's load is placed against (:mod:`.workloads`)."""
 MOONCAKE_WHY = MOONCAKE_BELOW
-SERVER_WHY = "cost: 128 runs at 8 seeds, about 6 CPU minutes, past the arm's budget"
+SERVER_WHY = "128 runs, ~6 CPU min, over budget"
 """Why the server arm (:mod:`.server`) does not rerun this claim: its design's stages
 (crash-a, crash-b, black-hole and after) at 8 seeds, priced at 3 s of CPU a run, what a vllm-async
 roofline run of the study's 1,200 s warm-up took in claim 5's server stage (95 s for 32

@@ -252,15 +252,16 @@ def claims_lines(data) -> list:
     seeds = sorted({int(ds.sizes.get("seed", 0)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
     warm = sorted({float(ds.attrs.get("warmup_s", np.nan)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
     n = workloads._and([_num(t) for _, t, _, _, _ in ran])
+    preds = ("each prediction held" if list(outcome) == ["held"] else "the prediction " + "; ".join(
+        f"{k} for {'claim' if len(ns) == 1 else 'claims'} {workloads._and(ns)}" for k, ns in outcome.items()))
     return [f"**Claims {n} on the server** ({'/'.join(map(str, seeds))} seeds, "
-            f"{'/'.join(f'{w:,.0f}' for w in warm)} s of warm-up, each load the design's multiple of the same "
-            "policy's capacity, here the server's; a prediction written before each arm ran): "
+            f"{'/'.join(f'{w:,.0f}' for w in warm)} s warm-up, each at its design's multiple of the server's "
+            "capacity; predictions written before the runs): "
             + (f"verdicts change for {workloads._and(changes)}" if changes else "no verdict changes")
-            + "; the prediction " + "; ".join(f"{k} for {'claim' if len(ns) == 1 else 'claims'} {workloads._and(ns)}"
-                                              for k, ns in outcome.items()) + "."
-            + (f" Not run: {'claim' if len(skipped) == 1 else 'claims'} {workloads._and(skipped)} (the column "
-               "says why)." if skipped else ""), "",
-            *details("The other claims, comparison by comparison",
+            + f"; {preds}."
+            + (f" {'Claim' if len(skipped) == 1 else 'Claims'} {workloads._and(skipped)}: not run (cost)."
+               if skipped else ""), "",
+            *details("The other claims",
                      "Each claim's load, its prediction, each comparison as the claim's own table gives it, its part "
                      "of the prediction and its outcome under the rule at the top.", "", *tables), ""]
 
@@ -355,8 +356,8 @@ def section(data):
         "defaults: weights and KV read at 80 % of 3,350 GB/s, FLOPs at 60 % of 989 TFLOP/s, 4 ms overhead; "
         "calibrate those fractions and the overhead to your server, `python -m routesim.calibrate --cost "
         f"roofline`): capacities by the study's rule over {cap.sizes['seed']} seeds, claim 1's three policies "
-        f"at {rates} req/s over {cts.sizes['seed']}. A vllm run costs 11 to 14 reserve runs: the other claims "
-        "rerun below at fewer seeds, or not at all. The prediction was written in `server.py` before the "
+        f"at {rates} req/s over {cts.sizes['seed']}. A vllm run costs 11 to 14 reserve runs; the other claims "
+        "below. The prediction was written in `server.py` before the "
         "comparisons ran (in the appendix).", "",
         table(data), "",
         "![Capacities on the server](../figures/lor-server.png)", "",
@@ -445,7 +446,7 @@ def _claims_brief(data) -> str:
     ran = [(t, v, p) for _, t, a, v, p in claim_arms(data) if a is not None]
     if not ran:
         return ""
-    changed = [_num(t) for t, v, p in ran if v["mechanism"] != p["mechanism"]]
-    return (f" {'Claim' if len(ran) == 1 else 'Claims'} {workloads._and([_num(t) for t, _, _ in ran])} rerun there: "
-            + (f"the seed's mechanism changes verdict for {'claim' if len(changed) == 1 else 'claims'} "
-               f"{workloads._and(changed)}." if changed else "no verdict of the seed's mechanism changes."))
+    changed = [_num(t) for t, v, p in ran if (v["mechanism"], v["added"]) != (p["mechanism"], p["added"])]
+    return (f" {'Claim' if len(ran) == 1 else 'Claims'} {workloads._and([_num(t) for t, _, _ in ran])} there: "
+            + (f"verdicts change for {'claim' if len(changed) == 1 else 'claims'} {workloads._and(changed)}."
+               if changed else "no verdict changes."))
