@@ -267,6 +267,24 @@ def _data_files(sweep: Sweep, stage: Stage) -> list:
     return sorted({trace_file(sweep.path, v) for v in names})
 
 
+def results_key(sweep: Sweep) -> dict:
+    """What a whole sweep's Datasets depend on, as a chunk's :class:`chunks.Fingerprint`
+    has it: {"sweep": hash of the sweep file's text, "package": routesim's source
+    (:func:`chunks.package_digest`), "data": hash of every request trace its stages read
+    ("" if none)}. Equal keys: the same Datasets (the chunk size, threads and workers do
+    not change them)."""
+    import hashlib
+    files = sorted({str(f) for stage in sweep.stages for f in _data_files(sweep, stage)})
+    data = ""
+    if files:
+        h = hashlib.sha256()
+        for path in files:
+            h.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+        data = h.hexdigest()
+    return {"sweep": hashlib.sha256(sweep.text.encode()).hexdigest(), "package": chunks.package_digest(),
+            "data": data}
+
+
 COMPILE_NOTE_S = 5.0
 """After this many seconds of a stage with its model's kernel not yet ready in this
 process, the stage says that it is compiling (loading the kernel from Numba's cache

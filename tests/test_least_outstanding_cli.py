@@ -138,3 +138,46 @@ def test_in_workers_maps_in_order_in_other_processes_or_here(monkeypatch):
     assert os.getpid() not in {pid for pid, _ in out}
     monkeypatch.setattr(common.os, "sched_getaffinity", lambda pid: {0})
     assert common.in_workers(_pid_and, range(3)) == [(os.getpid(), 0), (os.getpid(), 1), (os.getpid(), 4)]
+
+
+def test_resume_keeps_a_sweep_it_finished_and_runs_one_that_changed(tmp_path, monkeypatch, capsys):
+    """A sweep drops its chunks when it ends, so --resume knows a finished sweep by the
+    record the command writes beside its results: kept while the sweep file, routesim and
+    every stage's file are as they were; run again when any of them is not."""
+    from routesim import chunks
+    path = reduced_counts(tmp_path)
+    monkeypatch.setattr(cli, "SWEEPS", (path,))
+    calls = []
+    real = cli.sweep_cli.main
+    monkeypatch.setattr(cli.sweep_cli, "main", lambda argv: calls.append(argv) or real(argv))
+    root = tmp_path / "results"
+    argv = ["--results-root", str(root), "--figures", str(tmp_path / "f"), "--out", str(tmp_path / "doc.md")]
+    results = root / "token-routing" / "counts.nc"
+
+    def run(*extra):
+        calls.clear()
+        assert cli.main(["--quiet", *argv, *extra]) == 0
+        return len(calls)
+
+    assert run() == 1 and (root / "token-routing" / cli.FINISHED).is_file()
+    written = results.stat().st_mtime_ns
+    assert run("--resume") == 0                          # finished, unchanged: kept
+    assert results.stat().st_mtime_ns == written and (tmp_path / "doc.md").is_file()
+    assert run() == 1                                    # without --resume it runs as before
+    (tmp_path / "doc.md").unlink()
+    assert run("--resume") == 0 and (tmp_path / "doc.md").is_file()   # the document is written again
+    with open(path, "a") as f:
+        f.write("# a comment changes the sweep file's text\n")
+    assert run("--resume") == 1                          # the sweep file changed
+    assert run("--resume") == 0
+    monkeypatch.setattr(chunks, "package_digest", lambda: "another routesim")
+    assert run("--resume") == 1                          # routesim changed
+    assert run("--resume") == 0
+    results.unlink()
+    assert run("--resume") == 1 and results.is_file()    # a stage's file is missing
+    (root / "token-routing" / cli.FINISHED).write_text("{")
+    assert run("--resume") == 1                          # a record it cannot read
+    # the quiet-less command says which sweep it kept
+    calls.clear()
+    assert cli.main([*argv, "--resume"]) == 0 and not calls
+    assert "token-routing: finished before with this sweep file and routesim; kept" in capsys.readouterr().err

@@ -6,18 +6,42 @@ document's appendix (by default results/<sweep name>/, figures/,
 docs/least-outstanding-routing.md and docs/least-outstanding-routing-appendix.md)."""
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from ... import sweep as sweep_cli
 from ...config import ConfigError, load_sweep
+from ...files import write_text
+from ...study import results_key
 from . import CLAIMS, OUT, RESULTS, SWEEPS, appendix_path, figures, write
+
+
+FINISHED = ".finished.json"
+"""In a sweep's results folder: what its results depend on
+(:func:`routesim.study.results_key`), written when this command has run the sweep to its
+end. A sweep drops its chunks once it ends, so without this record ``--resume`` would run
+a finished sweep again."""
+
+
+def finished(sweep, folder: Path) -> bool:
+    """Whether ``folder`` holds every stage of ``sweep`` as this command finished it with
+    the same sweep file, routesim and traces (:data:`FINISHED` equal to the sweep's
+    :func:`routesim.study.results_key` now)."""
+    record = folder / FINISHED
+    try:
+        kept = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    return kept == results_key(sweep) and all((folder / f"{stage.name}.nc").is_file() for stage in sweep.stages)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m routesim.least_outstanding",
                                  description=__doc__.split("\n\n")[0].split(": ", 1)[1])
-    ap.add_argument("--resume", action="store_true", help="keep the chunks already computed")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the chunks already computed, and every sweep this command finished with the "
+                         "same sweep file and routesim")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars or tables")
     ap.add_argument("--results-root", type=Path, default=RESULTS.parent, metavar="DIR",
                     help="folder of every sweep's results folder (default results/)")
@@ -32,17 +56,25 @@ def main(argv=None) -> int:
     passed = [x for flag, v in (("--chunk-size", args.chunk_size), ("--scheduler", args.scheduler),
                                 ("--workers", args.workers)) if v is not None for x in (flag, v)]
     try:   # every sweep file is checked before any runs: a mistake writes nothing
-        names = [load_sweep(path).name for path in SWEEPS]
+        sweeps = [load_sweep(path) for path in SWEEPS]
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     runners = {path: claim.run for claim in CLAIMS if hasattr(claim, "run") for path in claim.SWEEPS}
-    for path, name in zip(SWEEPS, names):   # a claim with run(): its own search (the capacity table), first
+    for path, sweep in zip(SWEEPS, sweeps):   # a claim with run(): its own search (the capacity table), first
+        folder = args.results_root / sweep.name
         if path in runners:
             rc = runners[path](args.results_root, args.quiet, args.resume)
+        elif args.resume and finished(sweep, folder):
+            if not args.quiet:
+                print(f"{sweep.name}: finished before with this sweep file and routesim; kept {folder}",
+                      file=sys.stderr)
+            continue
         else:
-            rc = sweep_cli.main([path, "--out", str(args.results_root / name)] + passed
+            rc = sweep_cli.main([path, "--out", str(folder)] + passed
                                 + ["--quiet", "--no-tables"] * args.quiet + ["--resume"] * args.resume)
+            if rc == 0:
+                write_text(folder / FINISHED, json.dumps(results_key(sweep), indent=1) + "\n")
         if rc:
             return rc
     results = args.results_root / RESULTS.name
