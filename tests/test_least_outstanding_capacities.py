@@ -117,24 +117,31 @@ def test_default_table_and_the_warm_up_check(tmp_path):
     assert sorted(p.name for p in paths) == ["lor-capacity.png", "lor-capacity.svg"]
 
 
-def test_run_keeps_existing_files_under_resume(tmp_path, monkeypatch):
+def test_run_keeps_what_it_finished_under_resume(tmp_path, monkeypatch):
+    """Under --resume a search is kept when this command finished it (its record beside
+    it, :func:`.common.finished`), not because a file of its name exists: a file from
+    elsewhere, or from another routesim, may hold other capacities."""
     calls = []
     monkeypatch.setattr(capacities.capacity_mod, "main", lambda argv: calls.append(("capacity", argv)) or 0)
     from routesim import sweep as sweep_cli
     monkeypatch.setattr(sweep_cli, "main", lambda argv: calls.append(("sweep", argv)) or 0)
+    monkeypatch.setattr(capacities, "mooncake_capacity", lambda folder: xr.Dataset())
+    monkeypatch.setattr("routesim.results.write_atomic", lambda ds, path: None)
     out = tmp_path / CAPACITY_RESULTS
     out.mkdir()
     for stem in ("default", "azure", "mooncake"):
         (out / f"{stem}-capacity.nc").write_bytes(b"")
+    # files without the command's record: each search runs, on the study's file and options
     assert capacities.run(tmp_path, quiet=True, resume=True) == 0
-    assert calls == []
-    # without --resume the search runs again, on the study's file and options
-    monkeypatch.setattr(capacities, "mooncake_capacity", lambda folder: xr.Dataset())
-    monkeypatch.setattr("routesim.results.write_atomic", lambda ds, path: None)
-    assert capacities.run(tmp_path, quiet=True, resume=False) == 0
     assert calls[0] == ("capacity", [capacities.SWEEP, *capacities.SEARCH, "--out", str(out), "--quiet"])
     assert calls[1] == ("capacity", [capacities.SWEEP, *capacities.AZURE_SEARCH, "--out", str(out), "--quiet"])
-    assert calls[2][0] == "sweep" and calls[2][1].count("--stage") == 6
+    assert calls[2][0] == "sweep" and calls[2][1].count("--stage") == 6 and "--resume" in calls[2][1]
+    # now finished: kept under --resume, run again without it
+    calls.clear()
+    assert capacities.run(tmp_path, quiet=True, resume=True) == 0
+    assert calls == []
+    assert capacities.run(tmp_path, quiet=True, resume=False) == 0
+    assert [c[0] for c in calls] == ["capacity", "capacity", "sweep"]
 
 
 def test_the_study_command_runs_it_before_the_sweeps(tmp_path, monkeypatch):

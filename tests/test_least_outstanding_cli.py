@@ -4,12 +4,13 @@ chunk size it passes on does not change the Dataset; a bad sweep file is one lin
 exit status 2, with nothing written."""
 
 import re
+from pathlib import Path
 
 import xarray as xr
 
 from conftest import ROOT, SWEEPS, VERDICTS
 from routesim.studies.least_outstanding import __main__ as cli
-from routesim.studies.least_outstanding import counts, server, workloads
+from routesim.studies.least_outstanding import capacities, common, counts, server, workloads
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 
 
@@ -159,7 +160,7 @@ def test_resume_keeps_a_sweep_it_finished_and_runs_one_that_changed(tmp_path, mo
         assert cli.main(["--quiet", *argv, *extra]) == 0
         return len(calls)
 
-    assert run() == 1 and (root / "token-routing" / cli.FINISHED).is_file()
+    assert run() == 1 and (root / "token-routing" / common.FINISHED.format("sweep")).is_file()
     written = results.stat().st_mtime_ns
     assert run("--resume") == 0                          # finished, unchanged: kept
     assert results.stat().st_mtime_ns == written and (tmp_path / "doc.md").is_file()
@@ -175,9 +176,55 @@ def test_resume_keeps_a_sweep_it_finished_and_runs_one_that_changed(tmp_path, mo
     assert run("--resume") == 0
     results.unlink()
     assert run("--resume") == 1 and results.is_file()    # a stage's file is missing
-    (root / "token-routing" / cli.FINISHED).write_text("{")
+    (root / "token-routing" / common.FINISHED.format("sweep")).write_text("{")
     assert run("--resume") == 1                          # a record it cannot read
     # the quiet-less command says which sweep it kept
     calls.clear()
     assert cli.main([*argv, "--resume"]) == 0 and not calls
     assert "token-routing: finished before with this sweep file and routesim; kept" in capsys.readouterr().err
+
+
+def test_resume_keeps_a_capacity_search_it_finished_with_the_same_arguments(tmp_path, monkeypatch):
+    """The capacity searches (the study's and the server arm's) and the server arm's stages
+    are kept under --resume by the same record as a sweep: while the sweep file, routesim
+    and the search's arguments are as they were, not merely while their file exists."""
+    calls = []
+
+    def search(argv):   # a search: its file, named by its stage, in --out
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{argv[argv.index('--stage') + 1]}-capacity.nc").write_text("")
+        calls.append(argv[argv.index("--stage") + 1])
+        return 0
+
+    def sweep(argv):    # a sweep: a file per stage
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        for i, a in enumerate(argv):
+            if a == "--stage":
+                (out / f"{argv[i + 1]}.nc").write_text("")
+        calls.append("sweep")
+        return 0
+
+    monkeypatch.setattr(capacities.capacity_mod, "main", search)
+    monkeypatch.setattr(cli.sweep_cli, "main", sweep)
+    monkeypatch.setattr(capacities, "mooncake_capacity", lambda out: None)
+    import routesim.results
+    monkeypatch.setattr(routesim.results, "write_atomic", lambda ds, path: Path(path).write_text(""))
+
+    def run(resume):
+        calls.clear()
+        assert capacities.run(tmp_path, quiet=True, resume=resume) == 0
+        assert server.run(tmp_path, quiet=True, resume=resume) == 0
+        return list(calls)
+
+    assert run(False) == ["default", "azure", "sweep", "capacity", "sweep"]
+    assert run(True) == []                                        # all finished, unchanged: kept
+    (tmp_path / capacities.CAPACITY_RESULTS / "azure-capacity.nc").unlink()
+    assert run(True) == ["azure"]                                 # its file is missing
+    monkeypatch.setattr(capacities, "SEARCH", capacities.SEARCH + ("--low", "30"))
+    assert run(True) == ["default"]                               # the search's arguments changed
+    from routesim import chunks
+    monkeypatch.setattr(chunks, "package_digest", lambda: "another routesim")
+    assert run(True) == ["default", "azure", "sweep", "capacity", "sweep"]   # routesim changed
+    assert run(True) == []

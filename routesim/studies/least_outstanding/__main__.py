@@ -6,42 +6,21 @@ document's appendix (by default results/<sweep name>/, figures/,
 docs/least-outstanding-routing.md and docs/least-outstanding-routing-appendix.md)."""
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from ... import sweep as sweep_cli
 from ...config import ConfigError, load_sweep
-from ...files import write_text
-from ...study import results_key
 from . import CLAIMS, OUT, RESULTS, SWEEPS, appendix_path, figures, write
-
-
-FINISHED = ".finished.json"
-"""In a sweep's results folder: what its results depend on
-(:func:`routesim.study.results_key`), written when this command has run the sweep to its
-end. A sweep drops its chunks once it ends, so without this record ``--resume`` would run
-a finished sweep again."""
-
-
-def finished(sweep, folder: Path) -> bool:
-    """Whether ``folder`` holds every stage of ``sweep`` as this command finished it with
-    the same sweep file, routesim and traces (:data:`FINISHED` equal to the sweep's
-    :func:`routesim.study.results_key` now)."""
-    record = folder / FINISHED
-    try:
-        kept = json.loads(record.read_text())
-    except (OSError, ValueError):
-        return False
-    return kept == results_key(sweep) and all((folder / f"{stage.name}.nc").is_file() for stage in sweep.stages)
+from .common import finished, mark_finished
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m routesim.least_outstanding",
                                  description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--resume", action="store_true",
-                    help="keep the chunks already computed, and every sweep this command finished with the "
-                         "same sweep file and routesim")
+                    help="keep the chunks already computed, and every sweep and capacity search this command "
+                         "finished with the same sweep file, routesim and arguments")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars or tables")
     ap.add_argument("--results-root", type=Path, default=RESULTS.parent, metavar="DIR",
                     help="folder of every sweep's results folder (default results/)")
@@ -65,7 +44,7 @@ def main(argv=None) -> int:
         folder = args.results_root / sweep.name
         if path in runners:
             rc = runners[path](args.results_root, args.quiet, args.resume)
-        elif args.resume and finished(sweep, folder):
+        elif args.resume and finished(folder, "sweep", path, [f"{stage.name}.nc" for stage in sweep.stages]):
             if not args.quiet:
                 print(f"{sweep.name}: finished before with this sweep file and routesim; kept {folder}",
                       file=sys.stderr)
@@ -74,7 +53,7 @@ def main(argv=None) -> int:
             rc = sweep_cli.main([path, "--out", str(folder)] + passed
                                 + ["--quiet", "--no-tables"] * args.quiet + ["--resume"] * args.resume)
             if rc == 0:
-                write_text(folder / FINISHED, json.dumps(results_key(sweep), indent=1) + "\n")
+                mark_finished(folder, "sweep", path)
         if rc:
             return rc
     results = args.results_root / RESULTS.name

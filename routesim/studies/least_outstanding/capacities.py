@@ -24,7 +24,7 @@ import xarray as xr
 
 from ... import capacity as capacity_mod
 from ... import steady
-from .common import CAPACITY_RESULTS, FIGURES, departures, details, read, save, squeeze
+from .common import CAPACITY_RESULTS, FIGURES, departures, details, finished, mark_finished, read, save, squeeze
 
 SWEEP = "sweeps/token-routing-capacity.toml"
 SWEEPS = (SWEEP,)
@@ -48,25 +48,25 @@ def _mooncake_stages():
 
 def run(results_root, quiet=False, resume=False) -> int:
     """Run the capacity stage into ``results_root``/token-routing-capacity/; under
-    ``resume`` a part whose capacity file exists is kept. Returns an exit status."""
+    ``resume`` a part this command finished with the same sweep file, routesim and search
+    is kept (:func:`.common.finished`). Returns an exit status."""
     from ... import sweep as sweep_cli
     out = Path(results_root) / CAPACITY_RESULTS
-    if not (resume and (out / "default-capacity.nc").exists()):
-        rc = capacity_mod.main([SWEEP, *SEARCH, "--out", str(out)] + ["--quiet"] * quiet)
-        if rc:
-            return rc
-    if not (resume and (out / "azure-capacity.nc").exists()):
-        rc = capacity_mod.main([SWEEP, *AZURE_SEARCH, "--out", str(out)] + ["--quiet"] * quiet)
-        if rc:
-            return rc
-    if not (resume and (out / "mooncake-capacity.nc").exists()):
-        stages = [x for s in _mooncake_stages() for x in ("--stage", s)]
+    for part, search in (("default", SEARCH), ("azure", AZURE_SEARCH)):
+        if not (resume and finished(out, part, SWEEP, [f"{part}-capacity.nc"], search)):
+            rc = capacity_mod.main([SWEEP, *search, "--out", str(out)] + ["--quiet"] * quiet)
+            if rc:
+                return rc
+            mark_finished(out, part, SWEEP, search)
+    stages = [x for s in _mooncake_stages() for x in ("--stage", s)]
+    if not (resume and finished(out, "mooncake", SWEEP, ["mooncake-capacity.nc"], stages)):
         rc = sweep_cli.main([SWEEP, *stages, "--out", str(out)] + ["--quiet", "--no-tables"] * quiet
                             + ["--resume"] * resume)
         if rc:
             return rc
         from ...results import write_atomic
         write_atomic(mooncake_capacity(out), out / "mooncake-capacity.nc")
+        mark_finished(out, "mooncake", SWEEP, stages)
     return 0
 
 

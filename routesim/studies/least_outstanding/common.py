@@ -5,6 +5,7 @@ its figures are saved (:mod:`routesim.studies.plotting`: PNG and SVG, fixed SVG 
 salt, no dates)."""
 
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -580,3 +581,37 @@ def replicas_at(events, kind):
     """(sorted replicas, times) of the events of one kind (e.g. "fail")."""
     hits = [e for e in events if e.get(kind)]
     return sorted({e["replica"] for e in hits}), sorted({e["at_s"] for e in hits})
+
+
+FINISHED = ".finished-{}.json"
+"""In a results folder: the record that the study command ran one part of it (a sweep, a
+capacity search) to its end, and what that part's results depend on. A sweep drops its
+chunks once it ends, so without the record ``--resume`` would run a finished part again;
+with it, it keeps the part while the record still holds (:func:`finished`)."""
+
+
+def _record(sweep_path, argv) -> dict:
+    """What a part's results depend on: :func:`routesim.study.results_key` of its sweep
+    file (the file's text, routesim's source, the traces it reads) and the arguments it
+    ran with (``argv``, without its output folder)."""
+    from ...config import load_sweep
+    from ...study import results_key
+    return {**results_key(load_sweep(sweep_path)), "argv": [str(a) for a in argv]}
+
+
+def finished(folder, part, sweep_path, files, argv=()) -> bool:
+    """Whether ``folder`` holds ``part`` as the study command finished it with the same
+    sweep file, routesim, traces and ``argv`` (its record, :data:`FINISHED`), and each of
+    ``files`` (names in ``folder``) is there."""
+    folder = Path(folder)
+    try:
+        kept = json.loads((folder / FINISHED.format(part)).read_text())
+    except (OSError, ValueError):
+        return False
+    return kept == _record(sweep_path, argv) and all((folder / f).is_file() for f in files)
+
+
+def mark_finished(folder, part, sweep_path, argv=()):
+    """Write ``part``'s record in ``folder`` (:data:`FINISHED`): it has run to its end."""
+    from ...files import write_text
+    write_text(Path(folder) / FINISHED.format(part), json.dumps(_record(sweep_path, argv), indent=1) + "\n")

@@ -19,8 +19,8 @@ import numpy as np
 
 from ... import capacity as capacity_mod
 from . import capacities, counts, factorial, workloads
-from .common import (FIGURES, arm_cell, details, open_stage, read, save, show, squeeze, steady_words, verdict_cells,
-                     verdict_word, verdicts)
+from .common import (FIGURES, arm_cell, details, finished, mark_finished, open_stage, read, save, show, squeeze,
+                     steady_words, verdict_cells, verdict_word, verdicts)
 
 SWEEP = "sweeps/token-routing-server.toml"
 SWEEPS = (SWEEP,)
@@ -60,17 +60,24 @@ PREDICTION = (
 
 def run(results_root, quiet=False, resume=False) -> int:
     """The capacity search, then the stages of :data:`RUN`, into
-    ``results_root``/token-routing-server/; under ``resume`` the search is kept when its
-    file exists (and the sweep keeps its chunks). Returns an exit status."""
+    ``results_root``/token-routing-server/; under ``resume`` each of the two this command
+    finished with the same sweep file, routesim and arguments is kept
+    (:func:`.common.finished`; an unfinished sweep keeps its chunks). Returns an exit status."""
     from ... import sweep as sweep_cli
     out = Path(results_root) / RESULTS
-    if not (resume and (out / "capacity-capacity.nc").exists()):
+    if not (resume and finished(out, "capacity", SWEEP, ["capacity-capacity.nc"], SEARCH)):
         rc = capacity_mod.main([SWEEP, *SEARCH, "--out", str(out)] + ["--quiet"] * quiet)
         if rc:
             return rc
+        mark_finished(out, "capacity", SWEEP, SEARCH)
     stages = [x for s in RUN for x in ("--stage", s)]
-    return sweep_cli.main([SWEEP, *stages, "--out", str(out)] + ["--quiet", "--no-tables"] * quiet
-                          + ["--resume"] * resume)
+    if resume and finished(out, "stages", SWEEP, [f"{s}.nc" for s in RUN], stages):
+        return 0
+    rc = sweep_cli.main([SWEEP, *stages, "--out", str(out)] + ["--quiet", "--no-tables"] * quiet
+                        + ["--resume"] * resume)
+    if rc == 0:
+        mark_finished(out, "stages", SWEEP, stages)
+    return rc
 
 
 def load(root, loaded=None):
