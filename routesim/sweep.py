@@ -45,16 +45,22 @@ def _parser():
 
 def _count(args, option):
     """The whole number >= 1 given to ``option``, or None; a ConfigError otherwise."""
+    return count(getattr(args, option.lstrip("-").replace("-", "_")), args.sweep, option)
+
+
+def count(text, where, option):
+    """The whole number >= 1 that ``text`` gives the command-line ``option`` (None for
+    None); otherwise a ConfigError naming ``where`` (the sweep file, or the command) and
+    the option."""
     from .config import ConfigError
-    text = getattr(args, option.lstrip("-").replace("-", "_"))
     if text is None:
         return None
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(args.sweep, option, f"expected a whole number, got {text!r}") from None
+        raise ConfigError(where, option, f"expected a whole number, got {text!r}") from None
     if value < 1:
-        raise ConfigError(args.sweep, option, f"must be >= 1, got {value}")
+        raise ConfigError(where, option, f"must be >= 1, got {value}")
     return value
 
 

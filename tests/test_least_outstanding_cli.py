@@ -6,6 +6,7 @@ exit status 2, with nothing written."""
 import re
 from pathlib import Path
 
+import pytest
 import xarray as xr
 
 from conftest import ROOT, SWEEPS, VERDICTS
@@ -77,6 +78,21 @@ def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert rc == 2 and len(err) == 1 and "bad.toml" in err[0] and "p_long" in err[0], err
     assert not (tmp_path / "results").exists() and not (tmp_path / "doc.md").exists()
     assert not (tmp_path / "doc-appendix.md").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--workers", "zero"), ("--workers", "0"), ("--chunk-size", "1.5")])
+def test_a_bad_option_is_one_line_and_exit_2_before_any_run(tmp_path, monkeypatch, capsys, option, value):
+    """A command-line option the sweeps would refuse is refused before the capacity
+    searches run: they take minutes and write their results (as they did)."""
+    ran = []
+    monkeypatch.setattr(capacities, "run", lambda *a: ran.append(a) or 0)
+    monkeypatch.setattr(cli.sweep_cli, "main", lambda argv: ran.append(argv) or 0)
+    monkeypatch.setattr(cli, "SWEEPS", (capacities.SWEEP, reduced_counts(tmp_path)))
+    rc = cli.main(["--quiet", "--results-root", str(tmp_path / "results"), "--figures", str(tmp_path / "f"),
+                   "--out", str(tmp_path / "doc.md"), option, value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and option in err[0] and "routesim.least_outstanding" in err[0], err
+    assert ran == [] and not (tmp_path / "results").exists() and not (tmp_path / "doc.md").exists()
 
 
 def test_a_results_file_is_read_once_while_it_stays_the_same(tmp_path):

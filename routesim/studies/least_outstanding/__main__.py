@@ -34,8 +34,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     passed = [x for flag, v in (("--chunk-size", args.chunk_size), ("--scheduler", args.scheduler),
                                 ("--workers", args.workers)) if v is not None for x in (flag, v)]
-    try:   # every sweep file is checked before any runs: a mistake writes nothing
+    try:   # every sweep file and option is checked before any runs: a mistake writes nothing
         sweeps = [load_sweep(path) for path in SWEEPS]
+        for option in ("--chunk-size", "--workers"):
+            sweep_cli.count(getattr(args, option[2:].replace("-", "_")), ap.prog, option)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
