@@ -68,6 +68,17 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
+def data_digest(files) -> str:
+    """A hash of the request traces ``files`` (paths) and their contents, in sorted order;
+    "" for none."""
+    if not files:
+        return ""
+    h = hashlib.sha256()
+    for path in sorted(str(p) for p in files):
+        h.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """What a stage's chunks depend on; ``digest`` is the key that stored chunks must match."""
@@ -83,14 +94,8 @@ class Fingerprint:
     def of(cls, sweep_text: str, stage_name: str, inherited: dict, chunk_size: int, runs: int,
            data_files=()):
         sel = json.dumps({k: repr(_plain(v)) for k, v in sorted(inherited.items())})
-        data = ""
-        if data_files:
-            h = hashlib.sha256()
-            for path in sorted(str(p) for p in data_files):
-                h.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
-            data = h.hexdigest()
         return cls(sweep=hashlib.sha256(sweep_text.encode()).hexdigest(), package=package_digest(),
-                   stage=f"{stage_name} {sel}", chunk_size=int(chunk_size), runs=int(runs), data=data)
+                   stage=f"{stage_name} {sel}", chunk_size=int(chunk_size), runs=int(runs), data=data_digest(data_files))
 
     @property
     def digest(self) -> str:

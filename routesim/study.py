@@ -274,15 +274,9 @@ def results_key(sweep: Sweep) -> dict:
     ("" if none)}. Equal keys: the same Datasets (the chunk size, threads and workers do
     not change them)."""
     import hashlib
-    files = sorted({str(f) for stage in sweep.stages for f in _data_files(sweep, stage)})
-    data = ""
-    if files:
-        h = hashlib.sha256()
-        for path in files:
-            h.update(path.encode() + b"\0" + Path(path).read_bytes() + b"\0")
-        data = h.hexdigest()
+    files = {str(f) for stage in sweep.stages for f in _data_files(sweep, stage)}
     return {"sweep": hashlib.sha256(sweep.text.encode()).hexdigest(), "package": chunks.package_digest(),
-            "data": data}
+            "data": chunks.data_digest(files)}
 
 
 COMPILE_NOTE_S = 5.0
