@@ -9,13 +9,15 @@ claim's sweep file: vLLM's asynchronous loop with the roofline cost, few seeds, 
 warm-up and window), read by the claim's own ``load`` and ``server``, each test able to
 fail: the direction the claim's mechanism gives, which a flipped input reverses."""
 
+import types
+
 import numpy as np
 import pytest
 import xarray as xr
 
 from conftest import SWEEPS, run_reduced, swap_labels, write_results
-from routesim.studies.least_outstanding import (admission, affinity, choices, cold_start, learning, preemption,
-                                                retries, server, staleness)
+from routesim.studies.least_outstanding import (admission, affinity, choices, cold_start, counts, learning,
+                                                preemption, retries, server, staleness)
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 from test_least_outstanding_preemption import arms
 
@@ -50,8 +52,12 @@ def test_the_column_reads_a_claims_server_arm():
     # a claim whose server stage has not run, one that states why it is not run, the arm
     # not run at all
     assert server.column(preemption, on_server(preemption, page), cells) == "not run: the stages have not run"
-    assert server.column(admission, {"claims": {}}, cells) == f"not run: {admission.SERVER_WHY}"
-    assert "runs" in admission.SERVER_WHY and "CPU min" in admission.SERVER_WHY
+    costly = types.SimpleNamespace(__name__="costly", SERVER_WHY="96 runs, ~5 CPU min, over budget",
+                                   server=lambda d: None)
+    assert server.column(costly, {"claims": {}}, cells) == "not run: 96 runs, ~5 CPU min, over budget"
+    # every claim of the study gives a server arm (none says why not)
+    assert all(callable(getattr(c, "server", None)) and not hasattr(c, "SERVER_WHY")
+               for c in server.CLAIMS if c is not counts)
     assert server.column(preemption, None, cells) == server.NOT_RUN
 
 

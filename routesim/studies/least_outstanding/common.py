@@ -87,12 +87,18 @@ def read(path):
     return _READ[key].copy(deep=False)
 
 
+SERVER_CAPACITY = ("token-routing-server", "capacity")
+"""The server arm's capacity search (:mod:`.server`): its results folder and stage."""
+
+
 def capacity(root, policy, stage="default"):
     """(capacity req/s, seeds' low, seeds' high, measured) of ``policy`` under the
-    results root ``root``: the study's capacity stage if it ran and searched that policy
+    results root ``root``: the study's capacity stage ``stage`` ("server": the server
+    arm's search, :data:`SERVER_CAPACITY`) if it ran and searched that policy
     (measured True), else :data:`PROVISIONAL_CAPACITY` (measured False, the seeds' range
     NaN; e.g. rate_weighted, which the capacity stage does not search)."""
-    path = Path(root) / CAPACITY_RESULTS / f"{stage}-capacity.nc"
+    folder, name = SERVER_CAPACITY if stage == "server" else (CAPACITY_RESULTS, stage)
+    path = Path(root) / folder / f"{name}-capacity.nc"
     if path.exists():
         ds = squeeze(read(path))
         if policy in ds.policy.values:
