@@ -193,3 +193,51 @@ def test_claim4_on_the_server_the_tie_break_raises_the_hit_rate(tmp_path):
     # exchanging the two tolerances' runs turns it the other way
     flipped = {"tie": swap_labels(a["tie"], "tie_tolerance", 0.0, affinity.TOLERANCE)}
     assert verdicts(affinity.clauses(flipped))["mechanism"] == "does not hold"
+
+
+COLD_SHORT = {**SHORT, "warmup_s = 1200": "warmup_s = 80", "warmup_s = 1202": "warmup_s = 82",
+              "warmup_s = 1135": "warmup_s = 60", "at_s = 1200": "at_s = 80"}
+"""Claim 6's design reduced: the recovery at 80 s after an 80 s warm-up, 4 seeds."""
+
+
+def test_claim6_on_the_server_the_recovered_replica_is_flooded(tmp_path):
+    stages = list(cold_start.STAGES) + list(cold_start.SERVER.values())
+    root = reduced(tmp_path, "token-routing-cold", stages, COLD_SHORT)
+    a = cold_start.server(cold_start.load(root))
+    on_the_server(a["cold"])
+    assert a["cold"].attrs["rate_rps"] == 36
+    c = cold_start.comparisons(a)
+    # a count cannot see a cold replica: least_requests sends the empty one more than
+    # its fair 1/8 of the first second's attempts, and at cold_factor 3 its prefills run
+    # 3 times slower, so its TTFT p99 is above the warm replicas'; slow start ramps its
+    # weight from 0.1, so fewer of the flood's requests wait behind its slow steps
+    assert c["flood"][0][3] == +1 and c["hurt"][0][3] == +1, c
+    assert c["slow start 10 s"][0][0] < 0, c
+    # the replica given none of the first second's attempts: a share below fair
+    flood = a["flood"].copy()
+    flood["assigned"] = flood.assigned.where(flood.replica != cold_start.cold_replica(flood), 0)
+    assert cold_start.comparisons(dict(a, flood=flood))["flood"][0][3] == -1
+
+
+RETRY_SHORT = {**SHORT, "warmup_s = 1200": "warmup_s = 200", "warmup_s = 1260": "warmup_s = 260",
+               "at_s = 1200": "at_s = 200", "at_s = 1230": "at_s = 230", "at_s = 1210": "at_s = 210",
+               "at_s = 1240": "at_s = 240"}
+"""Claim 7's design reduced: every incident 1,000 s earlier, after a 200 s warm-up, 4 seeds."""
+
+
+def test_claim7_on_the_server_the_breaker_contains_a_black_hole(tmp_path):
+    stages = list(retries.STAGES) + [retries.SERVER + s for s in retries.STAGES]
+    root = reduced(tmp_path, "token-routing-retry", stages, RETRY_SHORT)
+    a = retries.server(retries.load(root))
+    on_the_server(a["crash-a"])
+    assert set(a["crash-a"].scenario.values) == {"none", "crash"}
+    c = retries.comparisons(a)
+    # the black hole fails every attempt at once, so least_requests' count of it stays
+    # lowest and it draws the most attempts: a breaker that ejects it after 5 failures
+    # and retries that avoid it raise attainment; 3 of 8 replicas down for 30 s at 0.82 x
+    # capacity overload the others, whose 2 s first-token timeouts retry: more attempts
+    # per request than without the incident
+    assert c["contain"][0][3] == +1 and c["amplify-a"][0][0] > 0, c
+    # exchanging the black hole's arms (neither against both) turns containment the other way
+    h = swap_labels(swap_labels(a["black-hole"], "retry_avoid_previous", False, True), "breaker_consecutive", 0, 5)
+    assert retries.comparisons(dict(a, **{"black-hole": h}))["contain"][0][3] == -1
