@@ -219,10 +219,10 @@ def test_claim6_on_the_server_the_recovered_replica_is_flooded(tmp_path):
     assert cold_start.comparisons(dict(a, flood=flood))["flood"][0][3] == -1
 
 
-RETRY_SHORT = {**SHORT, "warmup_s = 1200": "warmup_s = 200", "warmup_s = 1260": "warmup_s = 260",
-               "at_s = 1200": "at_s = 200", "at_s = 1230": "at_s = 230", "at_s = 1210": "at_s = 210",
-               "at_s = 1240": "at_s = 240"}
-"""Claim 7's design reduced: every incident 1,000 s earlier, after a 200 s warm-up, 4 seeds."""
+RETRY_SHORT = {**SHORT, "warmup_s = 1200": "warmup_s = 100", "warmup_s = 1260": "warmup_s = 160",
+               "at_s = 1200": "at_s = 100", "at_s = 1230": "at_s = 130", "at_s = 1210": "at_s = 110",
+               "at_s = 1240": "at_s = 140"}
+"""Claim 7's design reduced: every incident 1,100 s earlier, after a 100 s warm-up, 4 seeds."""
 
 
 def test_claim7_on_the_server_the_breaker_contains_a_black_hole(tmp_path):
@@ -241,3 +241,42 @@ def test_claim7_on_the_server_the_breaker_contains_a_black_hole(tmp_path):
     # exchanging the black hole's arms (neither against both) turns containment the other way
     h = swap_labels(swap_labels(a["black-hole"], "retry_avoid_previous", False, True), "breaker_consecutive", 0, 5)
     assert retries.comparisons(dict(a, **{"black-hole": h}))["contain"][0][3] == -1
+
+
+def server_capacity(root, c=48.0):
+    """A stand-in for the server arm's capacity search under ``root`` (the search is
+    routesim.capacity's, tested there): least_tokens' capacity ``c`` req/s on every seed."""
+    from routesim.results import write_atomic
+    ds = xr.Dataset({"capacity_rps": ("policy", [c]), "capacity_rps_seed": (("policy", "seed"), [[c] * 4])},
+                    coords={"policy": ["least_tokens"], "seed": np.arange(1, 5)})
+    write_atomic(ds, root / server.RESULTS / "capacity-capacity.nc")
+
+
+def test_claim9_on_the_server_refusing_raises_goodput(tmp_path):
+    """The threshold recomputed from the server's own one-replica curve (275,000 tokens in
+    the full arm) and its doors run at it, at 38 and 100 req/s (0.80 and 2.09 × the
+    server's capacity), the burst at 100 s; the main design's stages reduced beside it
+    (the claim's ``load`` reads both)."""
+    short = {**SHORT, "warmup_s = 1200": "warmup_s = 100", "at_s = 1200": "at_s = 100", "at_s = 1230": "at_s = 130",
+             "rate_rps = [35, 46, 58, 69, 92]": "rate_rps = [35, 92]", "rate_rps = [38, 50, 100]": "rate_rps = [38, 100]",
+             "rate_rps = [2, 3, 4, 4.5, 5, 5.5, 6, 6.5, 7, 8, 10, 12]": "rate_rps = [3]"}
+    held = run_reduced(tmp_path, SWEEPS / "token-routing-admission.toml", short, stages=["server-held"])
+    x = admission.threshold(admission.prepare(held)["server-held"])
+    stages = list(admission.STAGES) + [admission.SERVER + s for s in admission.STAGES if s not in ("rates", "held")]
+    root = reduced(tmp_path, "token-routing-admission", stages,
+                   {**short, "admission_max_tokens = [275000]": f"admission_max_tokens = [{x:.0f}]"})
+    write_results(root, held)
+    server_capacity(root)
+    a = admission.server(admission.load(root))
+    on_the_server(a["open"])
+    assert admission.loads(a)[1:] == ([100.0], 38.0)        # beyond the server's capacity, and at or below it
+    c = admission.comparisons(a)
+    # at twice the capacity without a door every replica's waiting list grows and every
+    # TTFT with it: goodput falls from 38 to 100 req/s; a door that refuses while a
+    # replica's outstanding tokens exceed the curve's threshold keeps the admitted
+    # requests within the SLO, so it keeps goodput up
+    assert c["reject@100"][0][3] == +1 and c["falls"][0][3] == -1, c
+    assert verdicts(admission.clauses(a))["mechanism"] == "holds"
+    # exchanging no door's and the refusing door's runs turns it the other way
+    swapped = dict(a, open=a["reject"], reject=a["open"].assign_coords(admission_max_tokens=x))
+    assert admission.comparisons(dict(swapped))["reject@100"][0][3] == -1

@@ -517,7 +517,7 @@ def steady_words(ds, by=("policy",)):
 
     from ... import steady
     by = (by,) if isinstance(by, str) else tuple(by)
-    cells = {", ".join(f"{v:g}" if isinstance(v, (int, float, np.number)) else str(v) for v in key):
+    cells = {", ".join(f"{v:g}" if isinstance(v, (int, float, np.number)) else str(v) for v in key) or "its runs":
              ds.sel(dict(zip(by, key))) for key in itertools.product(*(ds[b].values for b in by))}
     flagged = {k: steady.count_unsteady(sub) for k, sub in cells.items() if not steady.cell_steady(sub)}
     if not flagged:

@@ -261,8 +261,9 @@ def claims_lines(data) -> list:
     n = workloads._and([_num(t) for _, t, _, _, _ in ran])
     preds = ("each prediction held" if list(outcome) == ["held"] else "the prediction " + "; ".join(
         f"{k} for {'claim' if len(ns) == 1 else 'claims'} {workloads._and(ns)}" for k, ns in outcome.items()))
+    later = f" (a window its design starts later: {', '.join(f'{w:,.0f}' for w in warm[1:])} s)" if len(warm) > 1 else ""
     return [f"**Claims {n} on the server** ({'/'.join(map(str, seeds))} seeds, "
-            f"{'/'.join(f'{w:,.0f}' for w in warm)} s warm-up, each at its design's multiple of the server's "
+            f"{warm[0]:,.0f} s warm-up{later}, each at its design's multiple of the server's "
             "capacity; predictions written before the runs): "
             + (f"verdicts change for {workloads._and(changes)}" if changes else "no verdict changes")
             + f"; {preds}."
