@@ -20,6 +20,7 @@ from routesim.studies.least_outstanding import (admission, affinity, choices, co
                                                 preemption, retries, server, staleness)
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 from test_least_outstanding_preemption import arms
+from test_least_outstanding_workloads import capacity_stand_in, reduced_doors
 
 
 def page_cells(claim, d):
@@ -243,15 +244,6 @@ def test_claim7_on_the_server_the_breaker_contains_a_black_hole(tmp_path):
     assert retries.comparisons(dict(a, **{"black-hole": h}))["contain"][0][3] == -1
 
 
-def server_capacity(root, c=48.0):
-    """A stand-in for the server arm's capacity search under ``root`` (the search is
-    routesim.capacity's, tested there): least_tokens' capacity ``c`` req/s on every seed."""
-    from routesim.results import write_atomic
-    ds = xr.Dataset({"capacity_rps": ("policy", [c]), "capacity_rps_seed": (("policy", "seed"), [[c] * 4])},
-                    coords={"policy": ["least_tokens"], "seed": np.arange(1, 5)})
-    write_atomic(ds, root / server.RESULTS / "capacity-capacity.nc")
-
-
 def test_claim9_on_the_server_refusing_raises_goodput(tmp_path):
     """The threshold recomputed from the server's own one-replica curve (275,000 tokens in
     the full arm) and its doors run at it, at 38 and 100 req/s (0.80 and 2.09 × the
@@ -260,13 +252,8 @@ def test_claim9_on_the_server_refusing_raises_goodput(tmp_path):
     short = {**SHORT, "warmup_s = 1200": "warmup_s = 100", "at_s = 1200": "at_s = 100", "at_s = 1230": "at_s = 130",
              "rate_rps = [35, 46, 58, 69, 92]": "rate_rps = [35, 92]", "rate_rps = [38, 50, 100]": "rate_rps = [38, 100]",
              "rate_rps = [2, 3, 4, 4.5, 5, 5.5, 6, 6.5, 7, 8, 10, 12]": "rate_rps = [3]"}
-    held = run_reduced(tmp_path, SWEEPS / "token-routing-admission.toml", short, stages=["server-held"])
-    x = admission.threshold(admission.prepare(held)["server-held"])
-    stages = list(admission.STAGES) + [admission.SERVER + s for s in admission.STAGES if s not in ("rates", "held")]
-    root = reduced(tmp_path, "token-routing-admission", stages,
-                   {**short, "admission_max_tokens = [275000]": f"admission_max_tokens = [{x:.0f}]"})
-    write_results(root, held)
-    server_capacity(root)
+    root, x = reduced_doors(tmp_path, admission.SERVER, short, 275000)
+    capacity_stand_in(root / server.RESULTS / "capacity-capacity.nc", 48.0)
     a = admission.server(admission.load(root))
     on_the_server(a["open"])
     assert admission.loads(a)[1:] == ([100.0], 38.0)        # beyond the server's capacity, and at or below it

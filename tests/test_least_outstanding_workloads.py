@@ -186,14 +186,37 @@ def test_claim8_on_azure_lengths_rate_weighted_under_learns(tmp_path):
         pickle.dumps(data)
 
 
-def azure_capacity(root, c=100.0):
-    """A stand-in for the Azure capacity search's file under ``root`` (the search is
-    routesim.capacity's, tested there): least_tokens' capacity ``c`` req/s on every seed."""
+def capacity_stand_in(path, c, policy="least_tokens"):
+    """A stand-in for a capacity search's file at ``path`` (the search is
+    routesim.capacity's, tested there): ``policy``'s capacity ``c`` req/s on every one of
+    4 seeds."""
     import xarray as xr
     from routesim.results import write_atomic
     ds = xr.Dataset({"capacity_rps": ("policy", [c]), "capacity_rps_seed": (("policy", "seed"), [[c] * 4])},
-                    coords={"policy": ["least_tokens"], "seed": np.arange(1, 5)})
-    write_atomic(ds, root / "token-routing-capacity" / "azure-capacity.nc")
+                    coords={"policy": [policy], "seed": np.arange(1, 5)})
+    write_atomic(ds, path)
+
+
+def azure_capacity(root, c=100.0):
+    """The Azure capacity search's stand-in under ``root``: least_tokens at ``c`` req/s."""
+    capacity_stand_in(root / "token-routing-capacity" / "azure-capacity.nc", c)
+
+
+def reduced_doors(tmp_path, prefix, replace, cap):
+    """Claim 9's arm of stages ``<prefix><stage>`` reduced by ``replace`` (every edit of the
+    sweep text), beside the main design's: its one-replica stage ``<prefix>held`` first,
+    the threshold from that curve (:func:`admission.threshold`), then its doors at that
+    threshold (the sweep's ``admission_max_tokens = [cap]`` of the arm replaced by it).
+    Returns (the results root, the threshold)."""
+    text = SWEEPS / "token-routing-admission.toml"
+    held = run_reduced(tmp_path, text, replace, stages=[prefix + "held"])
+    x = admission.threshold(admission.prepare(held)[prefix + "held"])
+    stages = list(admission.STAGES) + [prefix + s for s in admission.STAGES if s not in ("rates", "held")]
+    out = run_reduced(tmp_path, text, {**replace, f"admission_max_tokens = [{cap}]": f"admission_max_tokens = [{x:.0f}]"},
+                      stages=stages)
+    root = write_results(tmp_path / "results", out)
+    write_results(root, held)
+    return root, x
 
 
 def test_claim9_on_azure_lengths_refusing_raises_goodput(tmp_path):
@@ -206,13 +229,7 @@ def test_claim9_on_azure_lengths_refusing_raises_goodput(tmp_path):
              "at_s = 330": "at_s = 130", "rate_rps = [35, 46, 58, 69, 92]": "rate_rps = [35, 92]",
              "rate_rps = [80, 105, 209]": "rate_rps = [80, 209]",
              "rate_rps = [2, 3, 4, 4.5, 5, 5.5, 6, 6.5, 7, 8, 10, 12]": "rate_rps = [3]"}
-    held = run_reduced(tmp_path, SWEEPS / "token-routing-admission.toml", {**REDUCE, **short},
-                       stages=["azure-held"])
-    x = admission.threshold(admission.prepare(held)["azure-held"])
-    stages = list(admission.STAGES) + [admission.AZURE + s for s in admission.STAGES if s not in ("rates", "held")]
-    root = reduced(tmp_path, "token-routing-admission", stages,
-                   {**short, "admission_max_tokens = [200000]": f"admission_max_tokens = [{x:.0f}]"})
-    write_results(root, held)
+    root, _ = reduced_doors(tmp_path, admission.AZURE, {**REDUCE, **short}, 200000)
     azure_capacity(root)
     a = admission.azure(admission.load(root))
     assert admission.loads(a)[1:] == ([209.0], 80.0)        # beyond the Azure capacity, and at or below it
