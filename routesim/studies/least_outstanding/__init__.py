@@ -45,7 +45,7 @@ LEAVES_OUT = (
     "router, no speculative decoding, no multi-GPU parallelism and no autoscaling. A cold "
     "replica warms with time since its recovery, not with the work it serves; the front "
     "door has no deadline of its own (the clients' first-token and whole-attempt timeouts "
-    "stand for one). The server arm reruns only the claims its column names, and claim 5 has a scheduler = \"vllm\" arm (asynchronous) on the page's "
+    "stand for one). The server arm reruns each claim's main design alone, at 8 seeds (claim 2 at N = 8), and claim 5 has a scheduler = \"vllm\" arm (asynchronous) on the page's "
     "linear cost (a vllm run costs about 6 to 14 reserve runs). Claims 1 to 5 are measured under a 50 ms scrape too (claim 3 "
     "also at 10 and 100 ms and with four routers), at the study's 1,200 s warm-up; no other "
     "period or number of routers is run, and claim 2's 32-replica design is not run under a scrape.")
