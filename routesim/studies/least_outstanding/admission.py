@@ -77,21 +77,25 @@ def load(root):
     return data
 
 
+def _arm(data, which):
+    """The arm ``which`` ("azure" or "server", as :func:`load` keys it) in the design's
+    shape, its loads placed against least_tokens' capacity searched for that arm
+    (``capacity_stage``: :func:`capacity_of`); None if it did not run."""
+    a = data.get(which)
+    return None if a is None else dict(a, capacity_stage=which)
+
+
 def azure(data):
-    """The Azure-length arm (stages ``azure-<stage>`` but ``rates``) in the design's shape,
-    its loads placed against least_tokens' capacity on Azure lengths (``capacity_stage``
-    "azure": :func:`capacity_of`), for :func:`clauses`; None if it did not run."""
-    az = data.get("azure")
-    return None if az is None else dict(az, capacity_stage="azure")
+    """The Azure-length arm (stages ``azure-<stage>`` but ``rates``), placed against the
+    capacity on Azure lengths, for :func:`clauses` (:func:`_arm`)."""
+    return _arm(data, "azure")
 
 
 def server(data):
     """The server arm (stages ``server-<stage>`` but ``rates``: the design on vLLM's
-    asynchronous loop with the roofline cost, :mod:`.server`) in the design's shape, its
-    loads placed against least_tokens' capacity on the server (``capacity_stage``
-    "server": :func:`capacity_of`), for :func:`clauses`; None if it did not run."""
-    sv = data.get("server")
-    return None if sv is None else dict(sv, capacity_stage="server")
+    asynchronous loop with the roofline cost, :mod:`.server`), placed against the
+    capacity on the server, for :func:`clauses` (:func:`_arm`)."""
+    return _arm(data, "server")
 
 
 def capacity_of(data):

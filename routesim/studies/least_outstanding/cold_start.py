@@ -46,19 +46,25 @@ def load(root):
     return data
 
 
+def _arm(data, which, names):
+    """The arm ``which`` (as :func:`load` keys it) in the design's shape: its stages
+    under the main design's names (``names``: main stage -> the arm's); None if it did
+    not run."""
+    a = data.get(which)
+    return None if a is None else {k: a[s] for k, s in names.items()}
+
+
 def azure(data):
     """The Azure-length arm in the design's shape, for :func:`clauses`; None if it did not
     run."""
-    az = data.get("azure")
-    return None if az is None else {k: az[s] for k, s in AZURE.items()}
+    return _arm(data, "azure", AZURE)
 
 
 def server(data):
     """The server arm (stages ``server-*``: the design's three stages on vLLM's
     asynchronous loop with the roofline cost, :mod:`.server`) in the design's shape, for
     :func:`clauses`; None if it did not run."""
-    sv = data.get("server")
-    return None if sv is None else {k: sv[s] for k, s in SERVER.items()}
+    return _arm(data, "server", SERVER)
 
 
 # -- what the sweep says -------------------------------------------------------------
