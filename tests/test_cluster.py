@@ -95,23 +95,30 @@ def test_workers_build_grids_and_load_kernels_once(client, in_process, tmp_path)
 
 
 def test_killed_worker_chunks_are_recomputed(client, in_process, monkeypatch):
-    """SIGKILL a worker process that is in the middle of a chunk, once 3 chunks are in:
-    the scheduler reruns its chunks (the nanny starts a fresh worker), and the Datasets
-    are those of the in-process run."""
+    """SIGKILL a worker process that holds chunk work the run still needs, once 3 of the
+    stage's 24 chunks are in: one in the middle of a chunk or, when the workers have run
+    every chunk already (a loaded machine slows the client, not the chunks), one holding
+    finished chunks the client has not fetched yet (as_completed still holds 20). Either
+    way the scheduler reruns the lost chunks (the nanny starts a fresh worker), and the
+    Datasets are those of the in-process run."""
     real, killed = cluster.compute, []
+
+    def holding(client_):
+        """The worker to kill: one running a chunk, else the one holding most unfetched chunks."""
+        busy = [w for w, keys in client_.processing().items() if keys]
+        if busy:
+            return busy[0]
+        held = {w: sum(str(k).startswith("routesim-") for k in keys) for w, keys in client_.has_what().items()}
+        return max(held, key=held.get) if held and max(held.values()) else None
 
     def compute(client_, job, ranges, todo, tag):
         for n, item in enumerate(real(client_, job, ranges, todo, tag)):
             if n == 3 and not killed:
-                deadline = time.monotonic() + 30
-                while not killed and time.monotonic() < deadline:
-                    busy = [w for w, keys in client_.processing().items() if keys]
-                    if busy:
-                        pid = client_.run(os.getpid, workers=busy[:1])[busy[0]]
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
-                    else:
-                        time.sleep(0.01)
+                w = holding(client_)
+                assert w is not None, "no worker holds a chunk the run still needs"
+                pid = client_.run(os.getpid, workers=[w])[w]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             yield item
 
     monkeypatch.setattr(cluster, "compute", compute)
