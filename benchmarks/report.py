@@ -104,6 +104,9 @@ TARGETS = [
     ("batching.realtime_x", "batching: 60 s, 8 replicas, 40 req/s, 1 core, vs real time", ">=", 10000.0, "x", 1),
     ("batching.warm_s", "batching example (sweeps/batching.toml), whole command warm", "<=", 15.0, "s", 1),
     ("batching.floor_ratio", "batching: engine per iteration vs the floor kernel", "<=", 3.0, "x", 1),
+    ("batching.vllm_ratio", "batching: scheduler = \"vllm\" (synchronous loop) / \"reserve\", per run", "<=", 2.0, "x", 1),
+    ("batching.vllm_async_ratio", "batching: scheduler = \"vllm\" (vLLM's default, asynchronous loop) / \"reserve\", "
+     "per run", "<=", 2.0, "x", 1),  # issue 43, item 5
     ("batching.cold_s", "batching example, first run on a fresh clone", "<=", 40.0, "s", 1),
     ("batching.study_s", "least-outstanding study, whole command warm", "<=", 600.0, "s", 1),  # issue 23
     ("startup.one_run_s", "one run (1 replica, 1,000 trace requests), whole command warm", "<=", 0.5, "s", 1),

@@ -155,3 +155,22 @@ def test_the_profile_names_numbas_symbols_and_shares_routesims_samples():
     45.00%  [.] llvm::DAGCombiner::Run
 """
     assert shares(report) == {"batching.engine.run_one_nb": 0.8, "batching.blocks._delete_nb": 0.2}
+
+
+def test_the_targets_table_holds_issue_43s_speed_targets():
+    """Issue 43's done-when: ``python -m benchmarks`` reports the vllm/reserve ratio, the
+    compile and start-up times and the floor ratio against their targets (item 5: the vllm
+    mode within 2x of the default per run; item 6: cold 40 s, warm 15 s, floor 3x, one run
+    0.5 s). Each row says met or NOT MET by its own limit."""
+    from benchmarks import report
+    fig = {"batching.vllm_ratio": 1.9, "batching.vllm_async_ratio": 2.1, "batching.floor_ratio": 3.5,
+           "batching.cold_s": 39.0, "batching.warm_s": 16.0, "startup.one_run_s": 0.4}
+    rows = {r[0]: r[1:] for r in report.targets(fig)[1:]}
+    met = {key: rows[text][2] for key, text, *_ in report.TARGETS if key in fig}
+    assert met == {"batching.vllm_ratio": "met", "batching.vllm_async_ratio": "NOT MET",
+                   "batching.floor_ratio": "NOT MET", "batching.cold_s": "met",
+                   "batching.warm_s": "NOT MET", "startup.one_run_s": "met"}, met
+    limits = {key: rows[text][0] for key, text, *_ in report.TARGETS if key in fig}
+    assert limits == {"batching.vllm_ratio": "<= 2 x", "batching.vllm_async_ratio": "<= 2 x",
+                      "batching.floor_ratio": "<= 3 x", "batching.cold_s": "<= 40 s",
+                      "batching.warm_s": "<= 15 s", "startup.one_run_s": "<= 0.5 s"}, limits
