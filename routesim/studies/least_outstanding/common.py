@@ -517,13 +517,22 @@ def steady_words(ds, by=("policy",)):
 
     from ... import steady
     by = (by,) if isinstance(by, str) else tuple(by)
-    cells = {", ".join(f"{v:g}" if isinstance(v, (int, float, np.number)) else str(v) for v in key) or "its runs":
-             ds.sel(dict(zip(by, key))) for key in itertools.product(*(ds[b].values for b in by))}
+    cells = {cell_label(by, key) or "its runs": ds.sel(dict(zip(by, key)))
+             for key in itertools.product(*(ds[b].values for b in by))}
     flagged = {k: steady.count_unsteady(sub) for k, sub in cells.items() if not steady.cell_steady(sub)}
     if not flagged:
         return "every arm steady by `routesim.steady`'s rule"
     return "not steady by `routesim.steady`'s rule: " + ", ".join(
         f"{k} ({bad} of {n} runs flagged)" if bad else k for k, (bad, n) in flagged.items())
+
+
+def cell_label(by, key) -> str:
+    """A cell's name in words, its values ``key`` on the axes ``by`` (tuples of one length):
+    a policy by its name, any other axis as ``axis=value`` (``rate_rps=45``), separated by
+    spaces, so that a list of cells can be separated by commas; "" for no axis."""
+    def value(v):
+        return f"{v:g}" if isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)) else str(v)
+    return " ".join(value(v) if b == "policy" else f"{b}={value(v)}" for b, v in zip(by, key))
 
 
 def squeeze(ds):
