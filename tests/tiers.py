@@ -159,7 +159,7 @@ MODULES = {
                                             "test_checks_use_disjoint_seeds", "test_row_verdicts")}),
     "test_vllm_conformance": "unit",
     "test_vllm_decode_conformance": "unit",
-    "test_vllm_engine": "differential",
+    "test_vllm_engine": ("differential", {"subprocess": ("test_live_fresh_cases_are_identical",)}),
     "test_vllm_loop": ("unit", {"engine": ("test_hit_rates_as_vllm_counts_them_hand_case",
                                            "test_no_prefix_caching_queries_nothing",
                                            "test_preempted_hit_rate_is_a_vllm_variable",
