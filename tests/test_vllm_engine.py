@@ -248,8 +248,9 @@ def test_the_comparison_can_fail(recording, engine):
 
 
 FRESH_SEED = 2026
-"""The fresh cases' default seed: no recording uses it (conformance/cases.py: seed 1, the
-timeout cases 7,001; the live reference tests 7). ``ROUTESIM_FRESH_SEED`` picks another,
+"""The fresh cases' default seed: no recording draws make_case with it (conformance/cases.py:
+seed 1 for the 400 cases, 7,001 under the timeout cases, 9,001 under the decode cases; the
+live reference tests 7); its timeout cases draw 9,026. ``ROUTESIM_FRESH_SEED`` picks another,
 so each check can be on cases nobody has seen."""
 
 

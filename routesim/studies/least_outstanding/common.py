@@ -501,8 +501,7 @@ def steady_table(ds, by, dims=("seed",)):
     import itertools
     for key in itertools.product(*(ds[b].values for b in by)):
         one = med.sel(dict(zip(by, key)))
-        lines.append("| " + " | ".join(f"{k:g}" if isinstance(k, (int, float, np.number)) else str(k)
-                                         for k in key)
+        lines.append("| " + " | ".join(_value(k) for k in key)
                      + f" | {float(one.backlog_growth):+.0f} | {float(one.kv_occupancy_first) * 100:.0f} → "
                        f"{float(one.kv_occupancy_last) * 100:.0f} |")
     return "\n".join(lines)
@@ -526,13 +525,17 @@ def steady_words(ds, by=("policy",)):
         f"{k} ({bad} of {n} runs flagged)" if bad else k for k, (bad, n) in flagged.items())
 
 
+def _value(v) -> str:
+    """An axis value as the document writes it: a number by ``:g`` (45, 0.2, inf), anything
+    else (a name, a bool) by ``str``."""
+    return f"{v:g}" if isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)) else str(v)
+
+
 def cell_label(by, key) -> str:
     """A cell's name in words, its values ``key`` on the axes ``by`` (tuples of one length):
     a policy by its name, any other axis as ``axis=value`` (``rate_rps=45``), separated by
     spaces, so that a list of cells can be separated by commas; "" for no axis."""
-    def value(v):
-        return f"{v:g}" if isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)) else str(v)
-    return " ".join(value(v) if b == "policy" else f"{b}={value(v)}" for b, v in zip(by, key))
+    return " ".join(_value(v) if b == "policy" else f"{b}={_value(v)}" for b, v in zip(by, key))
 
 
 def squeeze(ds):
