@@ -494,6 +494,29 @@ need about 18,000x real time per core on two cores.
    (asynchronous); every output identical (pins 39 of 39; vllm sweeps on both loops with
    max_attempts 1 and 3, crashes, timeouts and periodic_local signals, sweeps/batching-vllm.toml,
    sweeps/conversations.toml and the Mooncake trace; the vLLM recordings and conformance tests).
+   Tried and not kept since: **implicit decode counters** (issue 43's "touch only what
+   changed in a step"). An attempt that had just emitted went quiet, its c and g implicit
+   from the replica's step count (as reserve's decode counters), until its next block to
+   allocate, block to cache, last token or first token past the allowance; a step scheduled
+   and emitted the quiet ones as counts (n, K, τ, the token counters, one row of equal
+   gaps), walked only the others, and woke them all when the token budget or the free
+   queue could not hold every attempt (then vLLM's walk, preemptions included, exactly).
+   On the benchmark's runs (least_tokens, round_robin, seed 1) 8.3 of the 9.6 attempts
+   running at a step were quiet, 87 % of the visits gone, and 31 of 66,434 steps woke them
+   all; the recorded vLLM cases stayed identical (tests/test_vllm_engine.py). It was
+   slower: `python -m benchmarks.batching modes '{"policies": ["least_tokens",
+   "round_robin"], "seeds": [1], "repeats": 3}'`, the commit before and the change in
+   alternate processes, 2 rounds, load average 2 from other work: synchronous vllm 78.2 /
+   81.1 and 81.1 / 84.3 ms a run against 69.9 / 74.6 and 75.5 / 72.9 (vllm / reserve
+   6.5-7.3 against 5.9-6.7; vllm / asynchronous 0.77 against 0.63-0.71). A visit is cheap
+   where about ten attempts run at a step (the mean batch of 22 is weighted by the steps'
+   durations); waking, sleeping and keeping the explicit ones in order cost as much. What
+   the mode costs is its block work, per admission and per block (`_allocate_nb`,
+   `hash_block_nb`, `first_block_nb`, `release_nb`, `_evict_nb`: 17.0, 10.3, 9.2, 4.1 and
+   3.7 %, 44 % of the samples, by `python -m benchmarks.cpu_profile --mode vllm` on the
+   commit before, where `_schedule_nb` is 12.2 %, `_finish_nb` 5.9 % and a single run's
+   prompt keys 11.4 %), and the 2x target needs fewer block operations (a shared prefix
+   found and referenced as a run of blocks), not fewer visits.
 """
 
 
