@@ -457,6 +457,134 @@ def _close_window_nb(rep, req):
 
 
 @nb.njit(**JIT)
+def _requests_nb(p, wl_t, wl_P, wl_O, wl_key, nf):
+    """The run's requests (requests,) REQUEST, each at its start; ``nf`` first turns."""
+    n = wl_t.shape[0]
+    R = p.routers
+    req = np.empty(n, REQUEST)
+    for k in range(n):
+        q = req[k]
+        start_request_nb(q)
+        q.P = wl_P[k]
+        q.O = wl_O[k]
+        q.A = wl_O[k] if p.exact_output else p.allowance
+        q.cohort = k < nf and wl_t[k] >= p.warmup_ms  # arrivals are all before the horizon; a follow-up's: sent
+        q.router = min(int(math.floor(wl_key[k] * R)), R - 1)
+    return req
+
+
+@nb.njit(**JIT)
+def _clock_nb(p, n, nrep):
+    """What is due when, for ``n`` requests on ``nrep`` replicas, empty: the timer heaps
+    (timers, tn), the iteration ends' tree (ends, e_win), ``dirty``/``marked`` (replicas,)
+    and ``cum`` (6,)."""
+    # timers: deadlines, black-hole failures, retries due
+    timers = np.zeros((tm.HEAPS, max(n * p.max_attempts, nrep) + 16), TIMER)
+    tn = np.zeros(tm.HEAPS, np.int64)
+    ends, e_win = tm.ends_nb(nrep)  # iteration ends: one per replica at most
+    dirty = np.empty(nrep, np.int64)   # replicas that may start an iteration at t
+    marked = np.zeros(nrep, np.bool_)
+    cum = np.zeros(6, np.int64)  # retries, failures, sheds, rejections, timeouts, first-token timeouts (timelines)
+    return timers, tn, ends, e_win, dirty, marked, cum
+
+
+@nb.njit(**JIT)
+def _routers_nb(p, n, rep):
+    """The routers' arrays for ``n`` requests on ``rep`` (replicas,), at the start: (cursor,
+    brk, ej_until, times_ej, n_ej, rw, ain, rin, f_head, f_tail, failed, cand, views, pool)."""
+    nrep = rep.shape[0]
+    R = p.routers
+    cursor = np.zeros(R, np.int64)
+    brk = np.zeros((R, nrep), np.int64)
+    ej_until = np.full((R, nrep), np.inf)
+    times_ej = np.zeros((R, nrep), np.int64)
+    n_ej = np.zeros(R, np.int64)
+    rw = np.zeros((R, nrep), np.int64)
+    ain = np.zeros(R, np.int64)      # attempts in flight
+    rin = np.zeros(R, np.int64)      # retries in flight (placed or waiting out their backoff)
+    f_head = np.full(R, -1, np.int64)
+    f_tail = np.full(R, -1, np.int64)
+    failed = np.full((n, p.max_attempts), -1, np.int64)
+    cand = np.empty(nrep, np.int64)
+    views = np.zeros(nrep, VIEW)      # a router's view of each candidate at a decision
+    pool = pools.members_nb(rep, pools.ROUTED)  # the replicas the routers choose among
+    return cursor, brk, ej_until, times_ej, n_ej, rw, ain, rin, f_head, f_tail, failed, cand, views, pool
+
+
+@nb.njit(**JIT)
+def _board_nb(p, nrep):
+    """The signals' arrays (§3) for ``nrep`` replicas, nothing published yet: (pub, pub_k,
+    pub_mods, locc, snap, loc)."""
+    periodic = p.signal_mode != Signals.FRESH
+    local = p.signal_mode == Signals.PERIODIC_LOCAL
+    pub = np.zeros((nrep, 4), np.int64)          # o, τ, referenced, resident id'd blocks
+    pub_k = np.zeros(nrep, np.int64)             # publications so far
+    pub_mods = np.full(nrep, UNPUBLISHED)        # tab[i].mods when i's segments were last published
+    locc = np.zeros((p.routers, nrep, 3), np.int64)      # o, τ, resident blocks added
+    snap = bk.table_nb(max(64, nrep) if periodic else 1)  # published resident segments, owner i
+    loc = bk.table_nb(max(64, p.routers * nrep) if local else 1)  # routed segments, owner ro·N + i
+    return pub, pub_k, pub_mods, locc, snap, loc
+
+
+@nb.njit(**JIT)
+def _client_nb(p, n, conversations):
+    """The client's and the outcomes' arrays for ``n`` requests (``conversations``: with
+    follow-up turns): (sent, rel_t, rel_c, due_turn, done_ro, done_t, fail_req, fail_rep,
+    fail_crash)."""
+    # the client (docs/model.md "Closed-loop clients"): request k's send time, and with
+    # max_in_flight = N > 0 the times its slots come free (final outcomes + overhead)
+    sent = np.full(n, np.nan)            # ms; wl_t[k] in an open loop
+    closed = p.max_in_flight > 0
+    rel_t = np.empty(n if closed else 0)  # (time, slots) in time order: each request frees one
+    rel_c = np.empty(n if closed else 0, np.int64)
+    due_turn = np.empty(n if conversations else 0, np.int64)  # follow-up turns due at one time
+    done_ro = np.empty(n, np.int64)         # a completion's router
+    done_t = np.empty(n)
+    fail_req = np.empty(n, np.int64)     # failures observed at one time, then sorted
+    fail_rep = np.full(n, -1, np.int64)  # by request: the replica it failed on, -1 front door
+    fail_crash = np.zeros(n, np.bool_)
+    return sent, rel_t, rel_c, due_turn, done_ro, done_t, fail_req, fail_rep, fail_crash
+
+
+@nb.njit(**JIT)
+def _route_front_nb(tab, snap, loc, pub, locc, heap, heap_n, rep, req, p, t, sent, wl_P, wl_key, seg_key, seg_len,
+                    seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views, pool, pdx, f_head, f_tail, timers,
+                    tn, ain, cum, mt, marked, dirty, n_dirty, n_front, loc_n):
+    """Phase 6, first: the front doors' FIFOs (``f_head``/``f_tail`` (routers,)), in request
+    order of their heads, each routed at t until its router finds no room (blocked).
+    Returns (n_front, ru_pos, n_dirty, loc_n) as they become."""
+    nrep = rep.shape[0]
+    local = p.signal_mode == Signals.PERIODIC_LOCAL
+    paired = p.prefill_replicas > 0
+    blocked = 0
+    best = 0
+    while best >= 0:
+        best = -1
+        for ro in range(p.routers):
+            if f_head[ro] >= 0 and (blocked >> ro) & 1 == 0 and (best < 0 or f_head[ro] < f_head[best]):
+                best = ro
+        if best >= 0:
+            s = f_head[best]
+            i, i_d, ru_pos = _route_any_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, sent, wl_P,
+                                           wl_key, seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until,
+                                           failed, cand, views, pool, paired, pdx)
+            if i == -2:
+                blocked |= 1 << best
+            else:
+                f_head[best] = req[s].f_next
+                if f_head[best] < 0:
+                    f_tail[best] = -1
+                n_front -= 1
+                place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, sent, timers, tn, cursor, ain,
+                         cum, mt)
+                n_dirty = _mark_nb(marked, dirty, n_dirty, i)
+                loc_n += _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off)
+                if local and i >= 0:  # room made before this time
+                    loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+    return n_front, ru_pos, n_dirty, loc_n
+
+
+@nb.njit(**JIT)
 def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_off, ru, mt,
                sample_t, samples, cluster, keep, sched, wl_next, wl_think):
     """Simulate one run; fills ``rep``'s counters and the metrics record ``mt``.
@@ -481,16 +609,7 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     nf = np.searchsorted(wl_t, np.inf)  # first turns (open-loop arrivals); then follow-up turns
     nrep = rep.shape[0]
     R = p.routers
-    req = np.empty(n, REQUEST)
-    for k in range(n):
-        q = req[k]
-        start_request_nb(q)
-        q.P = wl_P[k]
-        q.O = wl_O[k]
-        q.A = wl_O[k] if p.exact_output else p.allowance
-        q.cohort = k < nf and wl_t[k] >= p.warmup_ms  # arrivals are all before the horizon; a follow-up's: sent
-        q.router = min(int(math.floor(wl_key[k] * R)), R - 1)
-    cum = np.zeros(6, np.int64)  # retries, failures, sheds, rejections, timeouts, first-token timeouts (timelines)
+    req = _requests_nb(p, wl_t, wl_P, wl_O, wl_key, nf)
     si = np.int64(0)   # (typed zeros: a literal 0 would compile its callees once more, for Literal[int](0))
     for i in range(nrep):
         start_replica_nb(rep[i])
@@ -502,60 +621,33 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     heap = np.zeros((nrep, min(p.most_kv_blocks, max(seg_off[n] - seg_off[0], 1)) + most + 16), CACHED)
     heap_n = np.zeros(nrep, np.int64)
     cnt = np.zeros(2, np.int64)  # table entries in use; admissions so far
-    # timers: deadlines, black-hole failures, retries due
-    timers = np.zeros((tm.HEAPS, max(n * p.max_attempts, nrep) + 16), TIMER)
-    tn = np.zeros(tm.HEAPS, np.int64)
-    ends, e_win = tm.ends_nb(nrep)  # iteration ends: one per replica at most
-    # routers
-    cursor = np.zeros(R, np.int64)
-    brk = np.zeros((R, nrep), np.int64)
-    ej_until = np.full((R, nrep), np.inf)
-    times_ej = np.zeros((R, nrep), np.int64)
-    n_ej = np.zeros(R, np.int64)
-    rw = np.zeros((R, nrep), np.int64)
-    ain = np.zeros(R, np.int64)      # attempts in flight
-    rin = np.zeros(R, np.int64)      # retries in flight (placed or waiting out their backoff)
-    f_head = np.full(R, -1, np.int64)
-    f_tail = np.full(R, -1, np.int64)
+    # timers (deadlines, black-hole failures, retries due), iteration ends (one per replica
+    # at most), the replicas that may start an iteration at t, the cumulative counts
+    timers, tn, ends, e_win, dirty, marked, cum = _clock_nb(p, n, nrep)
+    # routers (_routers_nb)
+    cursor, brk, ej_until, times_ej, n_ej, rw, ain, rin, f_head, f_tail, failed, cand, views, pool = _routers_nb(
+        p, n, rep)
     n_front = np.int64(0)            # requests held at the front doors
-    failed = np.full((n, p.max_attempts), -1, np.int64)
-    # signals (§3): publications, and each router's own additions since them
+    # signals (§3): publications, and each router's own additions since them (_board_nb)
     periodic = p.signal_mode != Signals.FRESH
     local = p.signal_mode == Signals.PERIODIC_LOCAL
-    pub = np.zeros((nrep, 4), np.int64)          # o, τ, referenced, resident id'd blocks
-    pub_k = np.zeros(nrep, np.int64)             # publications so far
-    pub_mods = np.full(nrep, UNPUBLISHED)        # tab[i].mods when i's segments were last published
-    locc = np.zeros((R, nrep, 3), np.int64)      # o, τ, resident blocks added
-    snap = bk.table_nb(max(64, nrep) if periodic else 1)  # published resident segments, owner i
-    loc = bk.table_nb(max(64, R * nrep) if local else 1)  # routed segments, owner ro·N + i
+    pub, pub_k, pub_mods, locc, snap, loc = _board_nb(p, nrep)
     snap_n = np.int64(0)
     loc_n = np.int64(0)
-    pool = pools.members_nb(rep, pools.ROUTED)  # the replicas the routers choose among
     paired = p.prefill_replicas > 0             # pools: prefill/decode disaggregation (pd_engine)
     pdx = pe.state_nb(rep, p, n, most, pools.members_nb(rep, pools.PREFILL), pools.members_nb(rep, pools.DECODE))
-    # scratch
-    cand = np.empty(nrep, np.int64)
-    views = np.zeros(nrep, VIEW)      # a router's view of each candidate at a decision
-    fail_req = np.empty(n, np.int64)     # failures observed at one time, then sorted
-    fail_rep = np.full(n, -1, np.int64)  # by request: the replica it failed on, -1 front door
-    fail_crash = np.zeros(n, np.bool_)
+    # the client, the completions, the failures observed at one time (_client_nb)
+    sent, rel_t, rel_c, due_turn, done_ro, done_t, fail_req, fail_rep, fail_crash = _client_nb(
+        p, n, wl_next.shape[0] > 0)
     n_fail = NONE  # (typed: a literal would compile _events_nb and _timeouts_nb twice)
     gap_ms = np.empty(1024)             # inter-token gaps in the window: (ms, how many), ...
     gap_n = np.empty(1024, np.int64)
     n_gap = np.zeros(1, np.int64)
     due_req = np.empty(n, np.int64)      # retries due at one time
-    due_turn = np.empty(n if wl_next.shape[0] > 0 else 0, np.int64)  # follow-up turns due at one time
     done_log = np.empty((2, n), np.int64)   # replica and request of each completion, in time order
-    done_ro = np.empty(n, np.int64)         # its router
-    done_t = np.empty(n)
     n_done = np.int64(0)
-    # the client (docs/model.md "Closed-loop clients"): request k's send time, and with
-    # max_in_flight = N > 0 the times its slots come free (final outcomes + overhead)
-    sent = np.full(n, np.nan)            # ms; wl_t[k] in an open loop
-    closed = p.max_in_flight > 0
+    closed = p.max_in_flight > 0         # a closed-loop client (docs/model.md "Closed-loop clients")
     quick = not closed                   # decoding-only iteration ends may skip the other phases (below)
-    rel_t = np.empty(n if closed else 0)  # (time, slots) in time order: each request frees one
-    rel_c = np.empty(n if closed else 0, np.int64)
     rel_n = np.int64(0)                  # (int64 from the start: _next_time_nb compiles once)
     rel_h = np.int64(0)
     freed = np.int64(0)                  # slots freed so far: k - freed requests hold one
@@ -574,8 +666,6 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     backlog_w = 0
     t = -np.inf
     prev_t = -np.inf
-    dirty = np.empty(nrep, np.int64)   # replicas that may start an iteration at t
-    marked = np.zeros(nrep, np.bool_)
     n_dirty = NONE  # (typed: a literal would compile _mark_nb twice)
     c7 = 0                             # the next of them to start (phase 7 resumes there)
     ready_pending = np.bool_(False)    # a recovered replica is not yet ready
@@ -732,31 +822,11 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
                                                       snap_n, loc_n)
             rw_head = _window_nb(rw, rw_head, n_done, done_t, done_ro, done_log, t - p.window_ms)
             # (6) routing: the front door's FIFOs first, in request order of their heads ...
-            blocked = 0
-            best = 0
-            while best >= 0:
-                best = -1
-                for ro in range(R):
-                    if f_head[ro] >= 0 and (blocked >> ro) & 1 == 0 and (best < 0 or f_head[ro] < f_head[best]):
-                        best = ro
-                if best >= 0:
-                    s = f_head[best]
-                    i, i_d, ru_pos = _route_any_nb(tab, snap, loc, pub, locc, rep, req, p, s, t, FIRST, sent, wl_P,
-                                                   wl_key, seg_key, seg_len, seg_off, ru, ru_pos, cursor, rw, ej_until,
-                                                   failed, cand, views, pool, paired, pdx)
-                    if i == -2:
-                        blocked |= 1 << best
-                    else:
-                        f_head[best] = req[s].f_next
-                        if f_head[best] < 0:
-                            f_tail[best] = -1
-                        n_front -= 1
-                        place_nb(tab, heap, heap_n, rep, req, p, s, i, t, FIRST, sent, timers, tn, cursor, ain,
-                                 cum, mt)
-                        n_dirty = _mark_nb(marked, dirty, n_dirty, i)
-                        loc_n += _pd_paired_nb(snap, loc, locc, rep, req, p, s, i_d, t, nrep, seg_key, seg_len, seg_off)
-                        if local and i >= 0:  # room made before this time
-                            loc_n += add_local_nb(snap, loc, locc, req, p, s, i, nrep, seg_key, seg_len, seg_off)
+            if n_front > 0:  # (none held: every f_head is -1)
+                n_front, ru_pos, n_dirty, loc_n = _route_front_nb(
+                    tab, snap, loc, pub, locc, heap, heap_n, rep, req, p, t, sent, wl_P, wl_key, seg_key, seg_len,
+                    seg_off, ru, ru_pos, cursor, rw, ej_until, failed, cand, views, pool, pdx, f_head, f_tail, timers,
+                    tn, ain, cum, mt, marked, dirty, n_dirty, n_front, loc_n)
             # ... then retries and arrivals due at t, in request order
             n_due = _due_nb(timers, tn, np.int64(tm.RETRIES), req, t, due_req)
             n_turn = _due_nb(timers, tn, np.int64(tm.TURNS), req, t, due_turn) if due_turn.shape[0] > 0 else 0
