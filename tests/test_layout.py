@@ -273,8 +273,9 @@ LONGEST = 120
 """Lines a function of routesim/batching may take at most (style.md: small functions)."""
 LONG = {"engine.run_one_nb": 328}
 """Functions still over :data:`LONGEST`, each at most its length here: the event loop,
-its phases 1 (the starts and ends), 6 (routing), the next time and the decoding-only
-shortcut not yet split out (issue 43). Lower a number as the split goes on; never raise one."""
+whose phases that run at every time cost more as functions than inline (measured:
+docs/architecture.md, "The batching engine's seams"; issue 43). Lower a number as the
+split goes on; never raise one."""
 
 
 def function_lengths(folder: Path) -> dict:
