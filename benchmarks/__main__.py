@@ -501,9 +501,8 @@ need about 18,000x real time per core on two cores.
    and emitted the quiet ones as counts (n, K, τ, the token counters, one row of equal
    gaps), walked only the others, and woke them all when the token budget or the free
    queue could not hold every attempt (then vLLM's walk, preemptions included, exactly).
-   On the benchmark's runs (least_tokens, round_robin, seed 1) 8.3 of the 9.6 attempts
-   running at a step were quiet, 87 % of the visits gone, and 31 of 66,434 steps woke them
-   all; the recorded vLLM cases stayed identical (tests/test_vllm_engine.py). It was
+   On the benchmark's round_robin run (seed 1) 8.3 of the 9.6 attempts running at a step
+   were quiet, 87 % of the visits gone, and 31 of its 66,434 steps woke them all; the recorded vLLM cases stayed identical (tests/test_vllm_engine.py). It was
    slower: `python -m benchmarks.batching modes '{"policies": ["least_tokens",
    "round_robin"], "seeds": [1], "repeats": 3}'`, the commit before and the change in
    alternate processes, 2 rounds, load average 2 from other work: synchronous vllm 78.2 /
