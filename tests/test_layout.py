@@ -271,7 +271,7 @@ def test_the_routers_take_their_choice_set_from_the_pool():
 
 LONGEST = 120
 """Lines a function of routesim/batching may take at most (style.md: small functions)."""
-LONG = {"engine.run_one_nb": 328}
+LONG = {"engine.run_one_nb": 327}
 """Functions still over :data:`LONGEST`, each at most its length here: the event loop,
 whose phases that run at every time cost more as functions than inline (measured:
 docs/architecture.md, "The batching engine's seams"; issue 43). Lower a number as the

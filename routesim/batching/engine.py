@@ -608,7 +608,6 @@ def run_one_nb(p, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, seg_o
     n = wl_t.shape[0]
     nf = np.searchsorted(wl_t, np.inf)  # first turns (open-loop arrivals); then follow-up turns
     nrep = rep.shape[0]
-    R = p.routers
     req = _requests_nb(p, wl_t, wl_P, wl_O, wl_key, nf)
     si = np.int64(0)   # (typed zeros: a literal 0 would compile its callees once more, for Literal[int](0))
     for i in range(nrep):
