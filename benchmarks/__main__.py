@@ -515,7 +515,11 @@ need about 18,000x real time per core on two cores.
    3.7 %, 44 % of the samples, by `python -m benchmarks.cpu_profile --mode vllm` on the
    commit before, where `_schedule_nb` is 12.2 %, `_finish_nb` 5.9 % and a single run's
    prompt keys 11.4 %), and the 2x target needs fewer block operations (a shared prefix
-   found and referenced as a run of blocks), not fewer visits.
+   found and referenced as a run of blocks), not fewer visits. Nor cache misses: the pool as
+   `bl[i, block, field]` again (a block's six fields in one cache line; tried before
+   the private keys, above), at e659928, the same command, alternated, 3 rounds, best:
+   synchronous 74.8 / 75.0 ms a run against 67.5 / 66.1, asynchronous 102.1 / 99.5
+   against 98.5 / 103.5 (least_tokens / round_robin); not kept.
 """
 
 

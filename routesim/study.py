@@ -304,7 +304,7 @@ class compile_note:
     def _check(self):
         if not self.model.engine_ready():
             self.note(f"compiling the {self.model.kind} model's kernels, once after routesim is installed "
-                      f"or changed (up to a minute); later runs load them from Numba's cache")
+                      f"or changed (up to two minutes on 2 cores); later runs load them from Numba's cache")
 
     def __exit__(self, *exc):
         if self.timer is not None:
