@@ -520,6 +520,30 @@ need about 18,000x real time per core on two cores.
    the private keys, above), at e659928, the same command, alternated, 3 rounds, best:
    synchronous 74.8 / 75.0 ms a run against 67.5 / 66.1, asynchronous 102.1 / 99.5
    against 98.5 / 103.5 (least_tokens / round_robin); not kept.
+   **How far a pool of runs of blocks could go**, measured at 9843e77 on the round_robin
+   run (seed 1; the least_tokens run alike). Its 2,478 requests hold 419,892 full prompt
+   blocks (a mean prompt of 2,719 tokens, the long class's included: 170 blocks a request),
+   of which 142,080 are the leading shared prefixes (57 a request) and 277,812 private;
+   their outputs fill 39,911 more. So the block work is the admissions' (each prompt
+   block taken, a cached block evicted for it, the block hashed), ten times the decodes'.
+   Two bounds, the same runs, one thread, CPU ms a synchronous vllm run:
+   - Private blocks left unhashed (a throwaway build: `hash_block_nb` returns at once for
+     a private key, so nothing evicts or finds them; not vLLM, and least_tokens' schedule
+     moves: 59,126 iterations against 65,693): least_tokens / round_robin 53.6 / 55.2 against 68.7 / 64.6 ms
+     (`python -m benchmarks.batching modes '{"seeds": [1], "repeats": 3}'`, the two
+     builds alternated, 3 rounds, best): 4.5x and 4.9x reserve.
+   - Prefix caching off (`prefix_caching = false`: no block hashed, found or evicted;
+     blocks still taken one by one; 58,183 / 63,045 iterations against 65,693 / 66,434): least_tokens / round_robin
+     38.3-40.7 / 39.4-39.7 ms against 69.3-76.4 / 69.1-72.1, reserve 12.0-12.4 /
+     11.5-11.7 (a throwaway script through `benchmarks.batching._variants`, the four
+     variants alternated in one process, best of 5, 3 rounds): 3.2x and 3.4x reserve,
+     658 against 181 ns an iteration.
+   Even with every prefix-cache operation gone, vLLM's step (each running sequence
+   visited at its schedule and its output, each block taken one at a time) costs about
+   3.3x reserve's on these runs. So a pool that keeps private runs of blocks as extents
+   could bring the mode to about 4.5x, not to 2x. The 2x target needs both that and a step
+   that does not visit each running sequence, which implicit decode counters (above)
+   showed costs as much as it saves at these batch sizes.
 """
 
 
