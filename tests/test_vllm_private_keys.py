@@ -94,7 +94,7 @@ def test_the_renaming_keeps_which_blocks_share_a_key(name):
     assert (name == "conversations") == (len(shared) > 0)
     assert {o for o in range(own1.shape[0]) if own1[o, vb.O_REP] == vb.SHARED} == shared
     assert np.all(own1[:, vb.O_REP][[o for o in range(own1.shape[0]) if o not in shared]] == vb.FREE)
-    assert np.all(own0[:, vb.O_REP] == vb.SHARED)  # with retries nothing is private
+    assert np.all(own0[:, vb.O_REP] == vb.SHARED)  # not private: every key in the table
     # the hash map's size counts the blocks whose key is not private (with retries: every block)
     assert kept0 == len(before)
     assert kept1 == sum(vb.private_nb(own1, np.int64(k)) < 0 for k in after.values()) < kept0
@@ -112,6 +112,7 @@ def _kv_bound(seed, turns):
 def test_a_run_with_private_keys_is_the_run_with_every_key_in_the_table(async_scheduling, turns):
     values, wl = _kv_bound(3, turns)
     values["async_scheduling"] = async_scheduling
+    values["signal_mode"], values["period_ms"] = "periodic", 50.0  # (with retries, no key private then)
     out = {}
     for attempts in (1, 3):  # 3: no key is private; no attempt fails, so none is retried
         values["max_attempts"] = attempts
@@ -122,3 +123,42 @@ def test_a_run_with_private_keys_is_the_run_with_every_key_in_the_table(async_sc
     assert m1["preemptions"] > 0 and m1["retries"] == 0 == m3["retries"]
     assert m1["preempted_hit_rate"] > 0  # re-admissions hit their own cached blocks
     assert m1.tobytes() == m3.tobytes() and rep1.tobytes() == rep3.tobytes()
+
+
+def test_a_failed_attempts_keys_enter_the_table_as_if_always_there():
+    """vllm_blocks.unprivate_nb: request 0's blocks hashed while its keys are private, then
+    made shared, leave the table, the blocks and the entries as hashing them with every
+    key in the table does (the first- and last-inserted block and the count of each key,
+    a key held by two blocks included); a key no block holds only becomes shared; another
+    request's private keys stay private."""
+    from routesim.batching import blocks as bk
+    g = 12  # request 0: own indices 0 ... 5; request 1: 6 ... 11
+    states = []
+    for private in (True, False):
+        own = np.full((g, vb.OWN_FIELDS), vb.FREE if private else vb.SHARED, np.int32)
+        bl = np.empty((2, vb.FIELDS, 16), np.int64)
+        vq = np.zeros((2, vb.VQ_FIELDS), np.int64)
+        for i in range(2):
+            vb.reset_pool_nb(bl, vq, i)
+        tab = bk.table_nb(64)
+        added = 0
+        # request 0 on replica 1: own keys 0, 1, 2 and key 1 again (a re-admission's block);
+        # request 1 on replica 0: own key 7
+        for i, x, o in ((1, 3, 0), (1, 5, 1), (1, 8, 2), (1, 9, 1), (0, 4, 7)):
+            added += vb.hash_block_nb(tab, own, bl, vq, np.int64(i), np.int64(x), np.int64(-2 - o))
+        if private:
+            assert added == 0
+            added += vb.unprivate_nb(tab, own, np.int64(0), np.int64(6))
+        states.append((own, bl, vq, tab, added))
+    (own1, bl1, vq1, tab1, added1), (own0, bl0, vq0, tab0, added0) = states
+    assert added1 == 3 == added0 - 1  # keys 0, 1, 2 of request 0 (key 7 stays private)
+    assert np.array_equal(bl1, bl0) and np.array_equal(vq1, vq0)
+    for o in range(6):
+        assert own1[o, vb.O_REP] == vb.SHARED
+        h1, h0 = bk.find_nb(tab1, np.int64(1), np.int64(-2 - o)), bk.find_nb(tab0, np.int64(1), np.int64(-2 - o))
+        assert (h1 >= 0) == (h0 >= 0) == (o <= 2)
+        if h0 >= 0:
+            e1, e0 = tab1[h1], tab0[h0]
+            assert all(e1[f] == e0[f] for f in ("pos0", "full", "comp", "length"))
+    assert tab1[bk.find_nb(tab1, np.int64(1), np.int64(-3))]["comp"] == 2  # key 1: blocks 5 and 9
+    assert own1[7, vb.O_REP] == 0 and bk.find_nb(tab1, np.int64(0), np.int64(-9)) < 0

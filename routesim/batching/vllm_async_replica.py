@@ -354,6 +354,7 @@ def cancel_nb(X, S, i, s, t, p):
     _forget_nb(X.vr, s)
     q.state = State.NONE
     q.replica = -1
+    vr_.unprivate_nb(X, S, p, s)
 
 
 @nb.njit(**JIT)
@@ -365,6 +366,7 @@ def crash_nb(X, S, i, t, p):
     nv, gone = vr_._crash_nb(S.tab, X.own, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
     for v in range(nv):
         _forget_nb(X.vr, S.victims[v])
+        vr_.unprivate_nb(X, S, p, S.victims[v])
     for f in range(AQ_FIELDS):
         X.aq[i, f] = 0
     X.gpu[i] = 0.0

@@ -21,13 +21,18 @@ blocks hold it; except for **private keys**, which ``own`` holds.
 (:func:`key_of_nb`). A key only one request's blocks have, which no router ever looks up
 while a block holds it, is *private*: its blocks are found again only by that request's
 own later steps and re-admissions (after a preemption, on the same replica), and a
-private key is held on one replica at a time. Without retries (``max_attempts = 1``)
-these are the own keys no later turn's prompt holds, and the prompt keys no other
-prompt holds (:func:`prompt_keys_nb` gives each the own key of its position: keys are
-identities only, so the renaming changes nothing a run does); a request's router looks
-its prompt's keys up before any attempt of it has run, when none is held. (With retries
-an earlier attempt's cached blocks may be on another replica, where a retry's router
-looks them up: then no key is private.) ``own[o]`` (own indices, ``OWN_FIELDS``) int32
+private key is held on one replica at a time. These are the own keys no later turn's
+prompt holds, and the prompt keys no other prompt holds (:func:`prompt_keys_nb` gives
+each the own key of its position: keys are identities only, so the renaming changes
+nothing a run does); a request's router looks its prompt's keys up before any attempt of
+it has run, when none is held. With retries (``max_attempts > 1``) an earlier attempt's
+cached blocks may be on a replica where a retry's router looks them up: so when an
+attempt leaves its scheduler unfinished (cancelled, or its replica crashed), its
+request's keys stop being private (:func:`unprivate_nb`, before any retry of it is
+routed): what its blocks hold enters the segment table, as it would have been there all
+along for a router that reads the live table (fresh signals). A published signal is a
+copy of the table made earlier, which would have held them: with retries and a
+published signal no key is private (``vllm_replica.private_run_nb``). ``own[o]`` (own indices, ``OWN_FIELDS``) int32
 is the hash-map entry of private key o: ``O_REP`` the replica whose blocks hold it
 (``FREE`` none; ``SHARED``: not private, the segment table holds it), ``O_FIRST`` /
 ``O_LAST`` its first- and last-inserted blocks and ``O_N`` how many blocks hold it: an
@@ -229,6 +234,29 @@ def _evict_nb(tab, own, bl, vq, i, x):
     bl[i, HNEXT, x] = -1
     hold((tab, own, bl, vq))
     return gone
+
+
+@nb.njit(**JIT)
+def unprivate_nb(tab, own, lo, hi):
+    """Own indices ``lo … hi − 1`` (one request's, :func:`key_of_nb`) stop being private: an
+    attempt of that request left its scheduler unfinished and may be retried, and a retry's
+    router looks the request's keys up on every replica (module docstring). Each key a
+    replica's blocks hold enters the segment table as the entry its blocks make (first,
+    last, count; its blocks and their ``HNEXT`` chain unchanged), and every one is marked
+    ``SHARED``, so that the blocks that hold it later hash into the table. Returns the
+    table entries added."""
+    added = 0
+    for o in range(lo, hi):
+        if own[o, O_REP] == SHARED:
+            continue
+        if own[o, O_REP] >= 0:
+            bk._put_nb(tab, np.int64(own[o, O_REP]), np.int64(-2 - o), np.int64(1), np.int64(0), 0.0,
+                       np.int64(own[o, O_FIRST]), np.int64(0), np.int64(own[o, O_LAST]), np.int64(own[o, O_N]),
+                       np.bool_(False))
+            added += 1
+        own[o, O_REP] = SHARED
+    hold((tab, own))
+    return added
 
 
 @nb.njit(**JIT)

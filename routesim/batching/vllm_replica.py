@@ -26,7 +26,7 @@ from ..conf import JIT
 from ..nrt import hold
 from . import blocks as bk
 from . import vllm_blocks as vb
-from .dtypes import State, empty_nb
+from .dtypes import Signals, State, empty_nb
 from .lists import pop_front_nb, run_append_nb, run_remove_nb
 from .replica import (begin_nb, gap_nb, in_window_end_nb, in_window_nb, integrate_nb, leave_nb, requeue_nb,
                       tau_of_nb, unqueue_nb)
@@ -79,8 +79,10 @@ def _slots_nb(p, nrep, keys):
     time went to doubling it). An entry is a key held by blocks of one replica, not a
     private key (vllm_blocks.py: those are in ``own``): at most ``kv_blocks`` per replica,
     and the ``keys`` blocks of the requests whose key is not private
-    (vllm_blocks.prompt_keys_nb) each on every replica an attempt of its request runs on
-    (``max_attempts`` at most). Twice the smaller bound keeps the load at most one half."""
+    (vllm_blocks.prompt_keys_nb; with retries every block's, since a failed attempt's
+    keys enter the map: :func:`parts_nb`) each on every replica an attempt of its request
+    runs on (``max_attempts`` at most). Twice the smaller bound keeps the load at most one
+    half."""
     return 2 * min(nrep * p.kv_blocks, keys * min(p.max_attempts, nrep))
 
 
@@ -474,9 +476,9 @@ the hit blocks of each request's attempt in flight (:func:`_hits_nb`; request s'
 ``gbase[s]``), ``own`` the private keys' hash-map entries (vllm_blocks.py, "Private keys")."""
 
 
-WORKLOAD_FIELDS = ("block_tokens", "max_attempts")
-"""The PARAMS fields :func:`workload_nb` reads (``max_attempts``: whether keys are private,
-``max_attempts == 1``): runs of one workload that agree on these share its result."""
+WORKLOAD_FIELDS = ("block_tokens",)
+"""The PARAMS fields :func:`workload_nb` reads: runs of one workload that agree on these
+share its result."""
 
 
 @nb.njit(**JIT)
@@ -486,35 +488,51 @@ def workload_nb(p, seg_key, seg_len, seg_off, wl_P, wl_O):
     prompt block's key (vllm_blocks.prompt_keys_nb) ``pk`` (prompt blocks,) with request
     s's at ``pk_off[s]:pk_off[s + 1]`` (requests + 1,), ``gbase`` (requests,) each
     request's base of own indices, ``shared`` the own indices a later prompt holds (not
-    private; sorted; empty without private keys, where none is), ``g`` the own indices in
-    all, and ``keys`` the blocks whose key is in the segment table (:func:`_slots_nb`).
+    private; sorted), ``g`` the own indices in all, and ``keys`` the blocks whose key is in
+    the segment table (:func:`_slots_nb`) while no attempt has failed.
     The run's ``own`` (g, OWN_FIELDS) is rebuilt from ``shared`` (:func:`own_nb`): it is
     written by the run, so never shared."""
-    private = p.max_attempts == 1
     pk, pk_off, _, gbase, own, keys = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens,
-                                                        private)
+                                                        True)
     g = own.shape[0]
     n_shared = 0
-    if private:
-        for o in range(g):
-            n_shared += own[o, vb.O_REP] == vb.SHARED
+    for o in range(g):
+        n_shared += own[o, vb.O_REP] == vb.SHARED
     shared = np.empty(n_shared, np.int64)
-    if private:
-        k = 0
-        for o in range(g):
-            if own[o, vb.O_REP] == vb.SHARED:
-                shared[k] = o
-                k += 1
+    k = 0
+    for o in range(g):
+        if own[o, vb.O_REP] == vb.SHARED:
+            shared[k] = o
+            k += 1
     return pk, pk_off, gbase, shared, np.int64(g), np.int64(keys)
+
+
+@nb.njit(**JIT)
+def private_run_nb(p):
+    """Has a run of ``p`` private keys (vllm_blocks.py, "Private keys")? Without retries;
+    with retries only when the routers read the live table (fresh signals): a failed
+    attempt's keys enter it then (vllm_blocks.unprivate_nb), where a publication made
+    before the failure would have held them, and a retry's router reads that."""
+    return p.max_attempts == 1 or p.signal_mode == Signals.FRESH
+
+
+@nb.njit(**JIT)
+def unprivate_nb(X, S, p, s):
+    """Request s's attempt left its scheduler unfinished (cancelled, or its replica
+    crashed): with retries, its keys stop being private (vllm_blocks.unprivate_nb; a
+    retry's router looks them up); the table entries it adds are counted in ``S.cnt``."""
+    if p.max_attempts > 1 and private_run_nb(p):
+        hi = X.gbase[s + 1] if s + 1 < X.gbase.shape[0] else X.own.shape[0]
+        S.cnt[0] += vb.unprivate_nb(S.tab, X.own, X.gbase[s], hi)
 
 
 @nb.njit(**JIT)
 def own_nb(p, shared, g):
     """The private keys' entries at a run's start, as vllm_blocks.prompt_keys_nb makes them:
-    (g, OWN_FIELDS) int32, every field ``FREE`` (no block holds the key) with private keys
-    (``max_attempts == 1``), else ``SHARED``; the ``shared`` own indices' ``O_REP``
-    ``SHARED``."""
-    own = np.full((g, vb.OWN_FIELDS), vb.FREE if p.max_attempts == 1 else vb.SHARED, np.int32)
+    (g, OWN_FIELDS) int32, every field ``FREE`` (no block holds the key) when the run has
+    private keys (:func:`private_run_nb`), else ``SHARED``; the ``shared`` own indices'
+    ``O_REP`` ``SHARED``."""
+    own = np.full((g, vb.OWN_FIELDS), vb.FREE if private_run_nb(p) else vb.SHARED, np.int32)
     for k in range(shared.shape[0]):
         own[shared[k], vb.O_REP] = vb.SHARED
     return own
@@ -530,8 +548,10 @@ def parts_nb(p, nrep, W, wl_P, wl_O):
     starts with the same fields: both build from here."""
     pk, pk_off, gbase, shared, g, keys = W
     own = own_nb(p, shared, g)
-    pk_len = np.ones(pk.shape[0], np.int64)
     n = wl_P.shape[0]
+    if p.max_attempts > 1:  # a failed attempt's keys enter the table (unprivate_nb): room for every key
+        keys = g - n  # (every block's key: (P + O) // b + 1 a request, as prompt_keys_nb counts them unrenamed)
+    pk_len = np.ones(pk.shape[0], np.int64)
     bl, vq, vr, vs, vp = _arrays_nb(n, nrep, p.kv_blocks, p.max_batch)
     hb = np.empty(gbase[n - 1] + (wl_P[n - 1] + wl_O[n - 1]) // p.block_tokens + 2 if n > 0 else 0, np.int64)
     return (bl, vq, vr, vs, vp, pk, pk_off, gbase, np.zeros(1, np.int64), _slots_nb(p, nrep, keys), hb,
@@ -611,10 +631,14 @@ def finish_nb(X, S, i, t, p, mt, n_done):
 def cancel_nb(X, S, i, s, t, p):
     """Take request s's attempt off replica i at t (phase 3)."""
     _cancel_nb(X.bl, X.vq, X.vr, X.vp, S.rep, S.req, i, s, t, p, X.gbase, X.hb)
+    unprivate_nb(X, S, p, s)
 
 
 @nb.njit(**JIT)
 def crash_nb(X, S, i, t, p):
     """Replica i goes down at t (phase 2): the requests whose attempts failed in
     ``S.victims``; returns their number and the hash-map entries deleted."""
-    return _crash_nb(S.tab, X.own, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
+    nv, gone = _crash_nb(S.tab, X.own, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
+    for v in range(nv):
+        unprivate_nb(X, S, p, S.victims[v])
+    return nv, gone
