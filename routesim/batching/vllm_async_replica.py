@@ -363,10 +363,9 @@ def crash_nb(X, S, i, t, p):
     crash, and both batches are abandoned, the queue emptied, ``gpu_free`` and
     *finished* reset. Returns the failed attempts' number (in ``S.victims``) and the
     hash-map entries deleted."""
-    nv, gone = vr_._crash_nb(S.tab, X.own, X.bl, X.vq, X.vr, S.rep, S.req, i, S.victims)
+    nv, gone = vr_.crash_nb(X, S, i, t, p)  # (the pool, the attempts, the victims' keys)
     for v in range(nv):
         _forget_nb(X.vr, S.victims[v])
-        vr_.unprivate_nb(X, S, p, S.victims[v])
     for f in range(AQ_FIELDS):
         X.aq[i, f] = 0
     X.gpu[i] = 0.0

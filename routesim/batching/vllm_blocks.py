@@ -32,8 +32,8 @@ request's keys stop being private (:func:`unprivate_nb`, before any retry of it 
 routed): what its blocks hold enters the segment table, as it would have been there all
 along for a router that reads the live table (fresh signals). A published signal is a
 copy of the table made earlier, which would have held them: with retries and a
-published signal no key is private (``vllm_replica.private_run_nb``). ``own[o]`` (own indices, ``OWN_FIELDS``) int32
-is the hash-map entry of private key o: ``O_REP`` the replica whose blocks hold it
+published signal no key is private (``vllm_replica.private_run_nb``). ``own[o]`` (own
+indices, ``OWN_FIELDS``) int32 is the hash-map entry of private key o: ``O_REP`` the replica whose blocks hold it
 (``FREE`` none; ``SHARED``: not private, the segment table holds it), ``O_FIRST`` /
 ``O_LAST`` its first- and last-inserted blocks and ``O_N`` how many blocks hold it: an
 array access where the segment table hashes, probes and shifts. Private keys count in
