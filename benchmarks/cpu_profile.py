@@ -1,7 +1,7 @@
 """Where a batching run's CPU time goes, by compiled function (issue 43, item 5: "if a
 target is out of reach, say which part of the time is what, measured").
 
-    python -m benchmarks.cpu_profile [--mode reserve|vllm|vllm_async] [--rate RPS] [--runs N]
+    python -m benchmarks.cpu_profile [--mode reserve|vllm|vllm_async] [--rate RPS] [--runs N] [--study]
     python -m benchmarks.cpu_profile --scale
 
 - The default (needs Linux ``perf``): the benchmark's 60 s run of the example cluster
@@ -13,6 +13,8 @@ target is out of reach, say which part of the time is what, measured").
   then each sample in routesim's compiled code is counted to its function (inlined
   callees count to their caller). Prints each function's share of those samples: the
   compile's own samples (LLVM, the interpreter) are not routesim's and are left out.
+  ``--study``: a run of the least-outstanding study's server arm instead (:data:`STUDY`:
+  1,200 s of warm-up, a 60 s window drained, the long class, the roofline step cost).
 - ``--scale``: CPU per iteration against the mean batch (running sequences a step),
   per scheduler mode, on the same runs at 10, 20, 30 and 40 req/s, seeds 1 and 2
   (alternated in one process, best of 3 each, one thread), and the least-squares line
@@ -37,10 +39,17 @@ SAMPLE_S = 5.0
 """CPU seconds of simulation the profile samples by default (about 10,000 samples)."""
 
 
-def _run(mode, rate, seed=1):
-    """The benchmark's 60 s run under scheduler ``mode`` (benchmarks.batching.MODES)."""
+STUDY = {"warmup_s": 1200.0, "measure_s": 60.0, "drain_s": 600.0, "p_long": 0.02, "step_cost": "roofline"}
+"""``--study``: a run of the least-outstanding study's server arm (sweeps/token-routing-server.toml:
+1,200 s warm-up, a 60 s window, the long class, the roofline step cost)."""
+
+
+def _run(mode, rate, seed=1, study=False):
+    """The benchmark's 60 s run under scheduler ``mode`` (benchmarks.batching.MODES), or
+    with ``study`` a run of the least-outstanding study's server arm (:data:`STUDY`)."""
     from . import batching as b
-    base = b._Run(b._values(warmup_s=10.0, measure_s=50.0), "least_tokens", 8, rate, seed)
+    values = b._values(**STUDY) if study else b._values(warmup_s=10.0, measure_s=50.0)
+    base = b._Run(values, "least_tokens", 8, rate, seed)
     return b._variants(base, {mode: b.MODES[mode]})[mode]
 
 
@@ -72,12 +81,12 @@ def _write_perf_map():
     return len(syms)
 
 
-def child(mode, rate, runs):
+def child(mode, rate, runs, study=False):
     """In the child (under perf): compile, map the symbols, simulate ``runs`` times (0:
     as many as take about :data:`SAMPLE_S` of CPU, from one run's time)."""
     import math
     import time
-    r = _run(mode, rate)
+    r = _run(mode, rate, study=study)
     r.simulate()
     n = _write_perf_map()
     if runs <= 0:
@@ -118,7 +127,7 @@ def shares(report_text):
     return {k: v / total for k, v in sorted(got.items(), key=lambda kv: -kv[1])} if total else {}
 
 
-def profile(mode, rate, runs):
+def profile(mode, rate, runs, study=False):
     if not shutil.which("perf"):
         print("error: benchmarks.cpu_profile needs Linux perf on the PATH (or use --scale)", file=sys.stderr)
         return 2
@@ -126,7 +135,7 @@ def profile(mode, rate, runs):
         data = os.path.join(tmp, "perf.data")
         env = dict(os.environ, NUMBA_CACHE_DIR=os.path.join(tmp, "cache"), NUMBA_NUM_THREADS="1")
         subprocess.run(["perf", "record", "-q", "-F", "1999", "-o", data, sys.executable, "-m", "benchmarks.cpu_profile",
-                        "--child", "--mode", mode, "--rate", str(rate), "--runs", str(runs)],
+                        "--child", "--mode", mode, "--rate", str(rate), "--runs", str(runs)] + ["--study"] * study,
                        cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
         text = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym", "--percent-limit", "0"],
                               capture_output=True, text=True, check=True).stdout
@@ -169,12 +178,14 @@ def main(argv=None):
     ap.add_argument("--rate", type=float, default=40.0, help="req/s (default 40)")
     ap.add_argument("--runs", type=int, default=0, help=f"runs simulated under perf (default: about {SAMPLE_S:g} CPU s of them)")
     ap.add_argument("--scale", action="store_true", help="CPU per iteration against the batch, every mode")
+    ap.add_argument("--study", action="store_true",
+                    help="a run of the least-outstanding study's server arm (1,200 s warm-up, roofline cost)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        child(a.mode, a.rate, a.runs)
+        child(a.mode, a.rate, a.runs, a.study)
         return 0
-    return scale() if a.scale else profile(a.mode, a.rate, a.runs)
+    return scale() if a.scale else profile(a.mode, a.rate, a.runs, a.study)
 
 
 if __name__ == "__main__":

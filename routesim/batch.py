@@ -1,9 +1,9 @@
 """Run a grid through its model's batch kernel, in chunks of runs of bounded memory.
 
 Runs are independent and the kernels hold no random state, so results do not
-depend on the chunk size or the thread count: a chunk (a contiguous range of flat
-runs, see :mod:`routesim.chunks`) can be simulated anywhere, in any order, and put
-back in its place.
+depend on the chunk size or the thread count: a chunk (a contiguous range ``lo:hi`` of
+the grid's runs in its model's order, ``grid.order()``, see :mod:`routesim.chunks`) can
+be simulated anywhere, in any order, and put back in its place (:func:`put`).
 """
 
 from . import models
@@ -45,8 +45,22 @@ def default_chunk_size(grid) -> int:
 
 
 def simulate_range(grid, lo: int, hi: int):
-    """Simulate runs ``lo:hi`` of ``grid`` (one chunk) through its model's kernel."""
-    return models.of_grid(grid).simulate_range(grid, lo, hi)
+    """Simulate chunk ``lo:hi`` of ``grid`` (its runs ``grid.order()[lo:hi]``, or the flat
+    runs ``lo:hi``) through its model's kernel; the part's runs in that order."""
+    model, order = models.of_grid(grid), grid.order()
+    if order is None:
+        return model.simulate_range(grid, lo, hi)
+    return model.simulate_range(grid.take(order[lo:hi]), 0, hi - lo)
+
+
+def put(grid, outcome: FlatOutcome, lo: int, part: FlatOutcome) -> None:
+    """Put ``part``, chunk ``lo:lo + part.runs`` of ``grid`` (:func:`simulate_range`), in
+    place in ``outcome`` (the grid's, flat order)."""
+    order = grid.order()
+    if order is None:
+        outcome.put(lo, part)
+    else:
+        outcome.put_at(order[lo:lo + part.runs], part)
 
 
 def simulate(grid, chunk_size: int | None = None, progress=None):
@@ -55,7 +69,7 @@ def simulate(grid, chunk_size: int | None = None, progress=None):
     outcome = outcome_type(grid).empty(grid)
     for lo in range(0, grid.runs, chunk):
         hi = min(grid.runs, lo + chunk)
-        outcome.put(lo, simulate_range(grid, lo, hi))
+        put(grid, outcome, lo, simulate_range(grid, lo, hi))
         if progress is not None:
             progress(hi - lo)
     return outcome

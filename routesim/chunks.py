@@ -1,10 +1,13 @@
 """Chunks of a stage: planning, and persistence of finished chunks for ``--resume``.
 
-A chunk is a contiguous range ``lo:hi`` of a stage's flat runs. The flat order is
-C order over ``Stage.dims`` with ``seed`` innermost (then any swept parameters), so a
-chunk is a block of conditions × a block of seeds. Every chunk is simulated on its
-own (:func:`routesim.batch.simulate_range`) and put back in place, so the assembled
-Dataset is the same, bit for bit, whatever the chunk size and wherever chunks ran.
+A chunk is a contiguous range ``lo:hi`` of a stage's runs in the order its model takes
+them (``grid.order()``). The flat order is C order over ``Stage.dims`` with ``seed``
+innermost (then any swept parameters), so a chunk of the queue model is a block of
+conditions × a block of seeds; the batching model takes the runs of one workload (one
+seed) together, so that they share what its scheduler makes of the workload. Every
+chunk is simulated on its own (:func:`routesim.batch.simulate_range`) and put back in
+place (:func:`routesim.batch.put`), so the assembled Dataset is the same, bit for bit,
+whatever the chunk size and wherever chunks ran.
 
 On disk (one folder per stage, by default ``results/<name>/.chunks/<stage>/``)::
 

@@ -134,7 +134,8 @@ def worker_grid(job: Job):
 
 
 def run_chunk(job: Job, lo: int, hi: int):
-    """Runs ``lo:hi`` of the job's stage (this runs on a worker)."""
+    """Chunk ``lo:hi`` of the job's stage (:func:`routesim.batch.simulate_range`; this runs
+    on a worker)."""
     part = batch.simulate_range(worker_grid(job), lo, hi)
     STATS["chunks"] += 1
     return part

@@ -29,6 +29,12 @@ class FlatGrid:
     def runs(self):
         return self.params.shape[0]
 
+    def order(self):
+        """The flat runs in the order chunks take them (chunk ``lo:hi`` is runs
+        ``order()[lo:hi]``), shape (runs,); None: the flat order itself. Results do not
+        depend on it; a model orders its runs to share work between runs of a chunk."""
+        return None
+
     def take(self, runs: np.ndarray):
         """A grid of only these flat runs (indices, shape (k,)), to simulate them alone:
         its ``coords`` still describe the whole stage, and its outcome goes back in

@@ -234,7 +234,7 @@ def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
         store = chunks.ChunkStore.open(folder, fingerprint, ranges, resume, note,
                                        outcome=batch.outcome_type(grid))
         for i, part in store.finished():
-            outcome.put(ranges[i][0], part)
+            batch.put(grid, outcome, ranges[i][0], part)
             resumed.add(i)
     todo = [i for i in range(len(ranges)) if i not in resumed]
     if client is None:
@@ -248,7 +248,7 @@ def _simulate_stage(sweep, stage, grid, inherited, size, folder, resume, client,
             compile_note(sweep.model if client is None and todo else None, note):
         for i, part in parts:
             lo, hi = ranges[i]
-            outcome.put(lo, part)
+            batch.put(grid, outcome, lo, part)
             if store is not None:
                 store.save(i, part)
             runs += hi - lo

@@ -57,8 +57,8 @@ def _keys(wl, private):
     """(every block key of every request, as key_of_nb gives it: (request, block) -> key,
     the prompt keys pk, their offsets, gbase, the own entries, the count of table keys)
     with ``private`` on or off."""
-    pk, pk_off, _, gbase, own, kept = vb.prompt_keys_nb(wl.seg_key, wl.seg_len, wl.seg_off, wl.prompt, wl.output,
-                                                        np.int64(B), private)
+    pk, pk_off, gbase, own, kept = vb.prompt_keys_nb(wl.seg_key, wl.seg_len, wl.seg_off, wl.prompt, wl.output,
+                                                     np.int64(B), private)
     every = {(s, j): int(vb.key_of_nb(pk, pk_off, gbase, s, j))
              for s in range(len(wl)) for j in range((int(wl.prompt[s]) + int(wl.output[s])) // B + 1)}
     return every, pk, pk_off, gbase, own, kept

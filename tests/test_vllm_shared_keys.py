@@ -85,9 +85,10 @@ def test_a_state_from_the_shared_keys_is_the_state_from_fresh_keys(wl, block_tok
     attempt's keys enter it): prompt_keys_nb's count without private keys."""
     p = _p(block_tokens, max_attempts, Scheduler.VLLM_ASYNC if asyn else Scheduler.VLLM, signals)
     args = (wl.seg_key, wl.seg_len, wl.seg_off, wl.prompt, wl.output)
-    pk, pk_off, ones, gbase, own, keys = vb.prompt_keys_nb(*args, np.int64(block_tokens), True)
+    pk, pk_off, gbase, own, keys = vb.prompt_keys_nb(*args, np.int64(block_tokens), True)
+    ones = np.ones(pk.shape[0], np.int64)  # every key a one-block segment
     if max_attempts > 1:
-        keys = vb.prompt_keys_nb(*args, np.int64(block_tokens), False)[5]
+        keys = vb.prompt_keys_nb(*args, np.int64(block_tokens), False)[4]
         if signals != Signals.FRESH:
             own[:] = vb.SHARED
     W = sc.workload(p, *args)
@@ -175,3 +176,62 @@ def test_runs_sharing_a_workload_are_the_runs_alone(attempts):
     for r in range(len(rows)):
         alone, rep_a = br.simulate(params[r:r + 1], factors[r:r + 1], events, br.Packed.of([wl]), ru, ru_off)
         assert alone.tobytes() == together[r:r + 1].tobytes() and rep_a.tobytes() == rep_t[r:r + 1].tobytes(), r
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_makes_each_workload_s_w_once_with_room_for_two(threads):
+    """Runs of three workloads under two policies, given policy by policy (a grid's flat
+    order, seed innermost), with room for two W's: each W is made once, whatever the
+    threads (the runs of a workload are taken together, engine.dispatch_order, and the
+    W's asked for least recently are forgotten first); every run's bytes are its bytes
+    alone. Taken in the given order with the room full, the third workload's W would be
+    made for each of its runs."""
+    import numba
+    from routesim.arrivals import router_stream
+    from routesim.batching.workload import generate
+    from test_token_engine_vs_reference import GROWING, _values
+
+    values = _values(dict(GROWING, block_tokens=16, warmup_s=1.0, measure_s=6.0, kv_blocks=300, max_batch=16,
+                          context_limit=3000, scheduler="vllm"))
+    wls = [generate(seed, 12.0, (), 7_000.0, br.workload_params(values)) for seed in (1, 2, 3)]
+    policies = ("least_tokens", "round_robin")
+    params = np.concatenate([br.params_row(values, pol, n_replicas=3, workload=w).reshape(1)
+                             for pol in policies for w in range(3)])
+    draws = [max(br.router_draws(pol, values["choices"], len(wl), 1, values) for pol in policies) for wl in wls]
+    ru = np.concatenate([router_stream(s, c) for s, c in zip((1, 2, 3), draws)])
+    ru_off = np.concatenate([[0], np.cumsum(draws)]).astype(np.int64)
+    factors = np.ones((len(params), 3))
+    events = br.event_rows([])
+    packed = br.Packed.of(wls)
+    sizes = [sc._nbytes(sc.workload(params[w], packed.seg_key, packed.seg_len,
+                                    packed.seg_off[packed.off[w] + w:packed.off[w + 1] + w + 1],
+                                    packed.prompt[packed.off[w]:packed.off[w + 1]],
+                                    packed.output[packed.off[w]:packed.off[w + 1]])) for w in range(3)]
+    packed.shared.budget = sum(sorted(sizes)[1:])  # room for two, not three
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        together, rep_t = br.simulate(params, factors, events, packed, ru, ru_off)
+    finally:
+        numba.set_num_threads(before)
+    assert packed.shared.made == 3
+    assert packed.shared.bytes <= packed.shared.budget
+    for r in range(len(params)):
+        alone, rep_a = br.simulate(params[r:r + 1], factors[r:r + 1], events, packed, ru, ru_off)
+        assert alone.tobytes() == together[r:r + 1].tobytes() and rep_a.tobytes() == rep_t[r:r + 1].tobytes(), r
+
+
+def test_the_w_asked_for_least_recently_is_forgotten_first():
+    wl = _workload([[1, 2, 3], [1, 2, 4]], [40, 40])
+    args = (wl.seg_key, wl.seg_len, wl.seg_off, wl.prompt, wl.output)
+    p = _p(16, 1)
+    size = sc._nbytes(sc.workload(p, *args))
+    shared = sc.Shared(budget=2 * size)
+    for w in (0, 1, 0, 2):  # 1 is then the least recently asked
+        sc.workload_of(shared, w, p, *args)
+    assert shared.made == 3 and shared.kept() == 2 and shared.bytes == 2 * size
+    sc.workload_of(shared, 0, p, *args)
+    sc.workload_of(shared, 2, p, *args)
+    assert shared.made == 3
+    sc.workload_of(shared, 1, p, *args)
+    assert shared.made == 4 and shared.kept() == 2

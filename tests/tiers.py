@@ -168,7 +168,8 @@ MODULES = {
                                            "test_ingress_hand_cases",
                                            "test_ingress_shifts_a_lone_request")}),
     "test_vllm_private_keys": ("engine", {"unit": ("test_the_renaming_keeps_which_blocks_share_a_key",)}),
-    "test_vllm_shared_keys": ("unit", {"engine": ("test_runs_sharing_a_workload_are_the_runs_alone",)}),
+    "test_vllm_shared_keys": ("unit", {"engine": ("test_runs_sharing_a_workload_are_the_runs_alone",
+                                                  "test_a_batch_makes_each_workload_s_w_once_with_room_for_two")}),
     "test_vllm_recordings": "unit",
     "test_workload": "unit",
 }

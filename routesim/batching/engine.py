@@ -1019,7 +1019,7 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
               metrics, wl_next=np.zeros(0, np.int64), wl_think=np.zeros(0), shared=None):
     """Simulate every run: one call of the compiled :func:`run_one_nb` per run, spread over
     ``numba.get_num_threads()`` Python threads (it releases the GIL), each taking the next
-    run when it is free.
+    run of :func:`dispatch_order` when it is free.
 
     params (runs,) PARAMS; rep (runs, replicas) REPLICA with ``factor`` set; events
     (rows,) EVENT; wl_* flat workload arrays, workload w spanning
@@ -1043,13 +1043,32 @@ def run_batch(params, rep, events, wl_t, wl_P, wl_O, wl_key, seg_key, seg_len, s
 
     runs = params.shape[0]
     threads = min(nb.get_num_threads(), runs)
+    order = dispatch_order(params["workload"], max(threads, 1))
     if threads <= 1:
-        for r in range(runs):
+        for r in order:
             one(r)
         return
     with ThreadPoolExecutor(threads) as pool:
-        for _ in pool.map(one, range(runs)):  # (re-raises a run's error)
+        for _ in pool.map(one, order):  # (re-raises a run's error)
             pass
+
+
+def dispatch_order(workload, threads):
+    """The runs in the order the threads take them: the runs of one workload together
+    (``workload`` (runs,) each run's), ``threads`` workloads at a time interleaved, so
+    that each thread starts on a workload of its own: its scheduler's part of it
+    (``scheduler.Shared``) is made by one run while the others of it wait. A list of
+    run indices; the results do not depend on it."""
+    groups = {}
+    for r, w in enumerate(workload.tolist()):
+        groups.setdefault(w, []).append(r)
+    groups = list(groups.values())
+    out = []
+    for k in range(0, len(groups), threads):
+        some = groups[k:k + threads]
+        for j in range(max(len(g) for g in some)):
+            out.extend(g[j] for g in some if j < len(g))
+    return out
 
 
 KERNEL = run_one_nb

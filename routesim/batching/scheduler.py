@@ -44,7 +44,7 @@ Without the JIT the same functions dispatch in Python.
 
 import inspect
 import threading
-from collections import namedtuple
+from collections import OrderedDict, namedtuple
 
 from numba.extending import overload
 
@@ -110,9 +110,10 @@ class Shared:
     has the same workload and :func:`workload_key` (a grid runs each workload under
     several policies and conditions): ``get((w, *workload_key(p)), make)``. Safe across
     the batch kernel's threads (a ``W`` is made once, by the first run that asks; the
-    others wait for it). At most ``budget`` bytes of arrays are kept: past it a ``W`` is
-    made for its run and not kept. A pickled copy (a chunk sent to a Dask worker) starts
-    empty."""
+    others wait for it). At most ``budget`` bytes of arrays are kept: past it the ``W``s
+    asked for least recently are forgotten first (the batching grid takes a workload's
+    runs together: ``Grid.order``), and a ``W`` larger than the budget alone is made for
+    its run and not kept. A pickled copy (a chunk sent to a Dask worker) starts empty."""
 
     BUDGET = 256 * 2**20
 
@@ -121,26 +122,41 @@ class Shared:
         self.bytes = 0
         self.made = 0  # ``W``s made (kept or not): what the tests count
         self._lock = threading.Lock()
-        self._items = {}
+        self._items = OrderedDict()  # key -> [lock, W or None, bytes], least recently asked first
 
     def get(self, key, make):
         with self._lock:
             entry = self._items.get(key)
             if entry is None:
-                entry = self._items[key] = [threading.Lock(), None]
+                entry = self._items[key] = [threading.Lock(), None, 0]
+            self._items.move_to_end(key)
         with entry[0]:
             if entry[1] is None:
                 W = make()
                 size = _nbytes(W)
                 with self._lock:
                     self.made += 1
-                    if self.bytes + size > self.budget:
+                    if size > self.budget:
                         if self._items.get(key) is entry:
                             del self._items[key]
                         return W
+                    self._forget(self.bytes + size - self.budget, keep=key)
                     self.bytes += size
+                    entry[2] = size
                 entry[1] = W
             return entry[1]
+
+    def _forget(self, excess, keep):
+        """Forget the least recently asked ``W``s kept (not ``keep``'s) until ``excess``
+        bytes are gone (under the lock)."""
+        for key in list(self._items):
+            if excess <= 0:
+                return
+            entry = self._items[key]
+            if key != keep and entry[1] is not None:
+                del self._items[key]
+                self.bytes -= entry[2]
+                excess -= entry[2]
 
     def clear(self):
         """Forget every ``W`` (a benchmark's repeat of a run, which must make its own)."""

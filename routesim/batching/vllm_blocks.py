@@ -386,6 +386,20 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
+LINE = 8
+"""Consecutive ids a slot of :func:`prompt_keys_nb`'s table keeps together (:func:`_slot_nb`)."""
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _slot_nb(bid, mask):
+    """The home slot of block id ``bid`` in a table of ``mask + 1`` slots: ids that differ
+    only in their last three bits (a prompt's consecutive blocks: ``seg_key + d``) get
+    consecutive slots, one cache line of each int64 field, where a slot a block would
+    be a miss from memory a block (the tables of a long run are hundreds of MB)."""
+    hi = _mix(bid // LINE) * np.uint64(LINE)
+    return np.int64((hi + np.uint64(bid % LINE)) & np.uint64(mask))
+
+
 @nb.njit(**JIT)
 def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
     """Every request's prompt block keys (spec22b 5): ``intern(parent, id)`` — an id
@@ -395,9 +409,9 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
     block j has (:func:`key_of_nb`): the same tokens after the same parent, so vLLM's
     chained hash is the same. With ``private`` (no retries: the module's "Private
     keys"), a key of one prompt only is renamed the own key of its position, and the
-    own keys no prompt holds are private. Returns (pk, pk_off, ones, gbase, own, kept):
-    keys, offsets per request, a length-1 "segment" per block (the routers' views), each
-    request's base of own indices, the private keys' entries (none held), and how many of
+    own keys no prompt holds are private. Returns (pk, pk_off, gbase, own, kept):
+    keys, offsets per request (the routers' views read each key as a one-block segment),
+    each request's base of own indices, the private keys' entries (none held), and how many of
     the requests' blocks 0 … (P + O) // b have a key that is not private (the segment
     table's keys, counted once per request whose blocks have it)."""
     n = wl_P.shape[0]
@@ -413,9 +427,8 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
         g += (wl_P[s] + wl_O[s]) // b + 2
     total = pk_off[n]
     pk = np.empty(total, np.int64)
-    ones = np.ones(total, np.int64)
     cap = 16
-    while cap < 2 * total + 2:
+    while cap < total + total // 2 + 2:  # at most two thirds full
         cap *= 2
     mask = cap - 1
     t_id = np.empty(cap, np.int64)     # id -> the parent key it was first seen under
@@ -447,7 +460,7 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
                     w += 1
                     parent = key
                     continue
-                h = np.int64(_mix(bid) & np.uint64(mask))
+                h = _slot_nb(bid, mask)
                 while t_n[h] != 0 and t_id[h] != bid:
                     h = (h + 1) & mask
                 if t_n[h] == 0:
@@ -478,7 +491,7 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
                 w += 1
                 parent = key
     if not private:  # every block's key is in the table
-        return pk, pk_off, ones, gbase, own, g - n  # (g: (P + O) // b + 2 a request)
+        return pk, pk_off, gbase, own, g - n  # (g: (P + O) // b + 2 a request)
     kept = total + shared  # the prompts' blocks and the own keys a prompt holds, but ...
     for s in range(n):  # ... a key of one prompt only: its position's own key
         for w in range(pk_off[s], pk_off[s + 1]):
@@ -486,4 +499,4 @@ def prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, b, private):
             if h >= 0 and (t_n[h] if h < cap else f_n[h - cap]) == 1:
                 pk[w] = -2 - gbase[s] - (w - pk_off[s])
                 kept -= 1
-    return pk, pk_off, ones, gbase, own, kept
+    return pk, pk_off, gbase, own, kept

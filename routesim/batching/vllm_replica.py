@@ -492,8 +492,7 @@ def workload_nb(p, seg_key, seg_len, seg_off, wl_P, wl_O):
     the segment table (:func:`_slots_nb`) while no attempt has failed.
     The run's ``own`` (g, OWN_FIELDS) is rebuilt from ``shared`` (:func:`own_nb`): it is
     written by the run, so never shared."""
-    pk, pk_off, _, gbase, own, keys = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens,
-                                                        True)
+    pk, pk_off, gbase, own, keys = vb.prompt_keys_nb(seg_key, seg_len, seg_off, wl_P, wl_O, p.block_tokens, True)
     g = own.shape[0]
     n_shared = 0
     for o in range(g):
