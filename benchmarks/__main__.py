@@ -557,6 +557,45 @@ need about 18,000x real time per core on two cores.
    could bring the mode to about 4.5x, not to 2x. The 2x target needs both that and a step
    that does not visit each running sequence, which implicit decode counters (above)
    showed costs as much as it saves at these batch sizes.
+15. **The study's runs on vLLM's loop** (issue 44: the server arm's cost).
+   - **One run.** `python -m benchmarks.cpu_profile --mode vllm_async --rate 41 --study`
+     profiles one run of the study's server arm: 8 replicas, least_tokens, 1,200 s of
+     warm-up and a 60 s window, drained, the long class, the roofline cost. The run has
+     51,682 requests and 8.57 M full prompt blocks.
+     - At 3546a26 it took 3.42 CPU s. The shares were `prompt_keys_nb` 19.4 %,
+       `_allocate_nb` 17.3 %, `run_one_nb` 9.5 %, `hash_block_nb` 8.0 %,
+       `_output_nb` 7.6 %, `first_block_nb` 7.4 %, `release_nb` 7.4 %,
+       `_schedule_nb` 7.0 % and `_evict_nb` 5.2 %.
+     - A reserve run of the same workload takes 0.25 s, so this run costs 13x as much.
+   - **The workload's prompt keys (`W`).** They took 1.06 to 1.13 CPU s of the run, about
+     a third, and more than half of that was system time. The key tables are hundreds of
+     MB, and every page of them is touched.
+     - The table now keeps eight consecutive ids in adjacent slots (`_slot_nb`).
+     - It is at most two thirds full, where it was at most half.
+     - The array of ones nobody read is gone.
+     - Result: 0.73-0.75 CPU s, the same bytes. Page faults went from 234,725 to
+       144,227 (the minor faults `getrusage` counts, one thread).
+   - **`W` once per workload.** A grid's flat order has the seed innermost. So a chunk
+     held runs of different workloads, and `scheduler.Shared`, full after three `W`s of
+     70 MB, made every later `W` again for each run.
+     - Now the batching grid takes a workload's runs together (`Grid.order`).
+     - Each thread starts on a workload of its own (`engine.dispatch_order`).
+     - The cache forgets the least recently asked `W` first.
+     - The study's 944 vLLM runs have 324 workloads.
+   - **Measured** on claim 1's server stage: `python -m routesim.sweep
+     sweeps/token-routing-server.toml --stage counts`, 48 runs, 16 workloads. 3546a26 and
+     d568d96 ran alternated, two rounds.
+     - CPU s: 237 and 218 before, 178 and 169 after.
+     - Wall s: 125 and 115 before, 96 and 91 after.
+     - Peak RSS: 2.6 GB before, 1.8 GB after.
+     - The Dataset is identical.
+   - **What is left** is the simulation itself: about 2.3 to 2.8 CPU s a run with `W`
+     given, 9 to 10x reserve. The block work (`_allocate_nb`, `release_nb`,
+     `first_block_nb`, `hash_block_nb`, `_evict_nb`) is over half of it (finding 14).
+     Putting the study's main arm on this server would cost about 2.6 CPU s for each of
+     its 5,280 runs at 1,200 s warm-ups (besides the Azure arms' 1,980 at 300 s): about
+     4 CPU hours, 2 hours on these 2 cores, against the 10 minutes issue 44 asks of the
+     whole study.
 """
 
 
