@@ -392,10 +392,11 @@ LINE = 8
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def _slot_nb(bid, mask):
-    """The home slot of block id ``bid`` in a table of ``mask + 1`` slots: ids that differ
+    """The home slot of block id ``bid`` in a table of ``mask + 1`` slots. Ids that differ
     only in their last three bits (a prompt's consecutive blocks: ``seg_key + d``) get
-    consecutive slots, one cache line of each int64 field, where a slot a block would
-    be a miss from memory a block (the tables of a long run are hundreds of MB)."""
+    consecutive slots, so eight of them share one cache line of each int64 field. Hashing
+    each id alone would cost a miss from memory for every block, since a long run's
+    tables are hundreds of MB."""
     hi = _mix(bid // LINE) * np.uint64(LINE)
     return np.int64((hi + np.uint64(bid % LINE)) & np.uint64(mask))
 
