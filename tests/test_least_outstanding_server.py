@@ -118,7 +118,7 @@ def reduced(tmp_path_factory):
     text = (SWEEPS / "token-routing-server.toml").read_text()
     for old, new in (("warmup_s = 1200", "warmup_s = 60"), ("measure_s = 60", "measure_s = 20"),
                      ('policy = ["round_robin", "least_requests", "least_tokens", "power_of_d", "least_kv", '
-                      '"least_cost"]\nseeds = { first = 1, count = 4 }',
+                      '"least_cost"]\nseeds = { first = 1, count = 16 }',
                       'policy = ["round_robin", "least_tokens"]\nseeds = { first = 1, count = 2 }')):
         assert old in text, old
         text = text.replace(old, new)

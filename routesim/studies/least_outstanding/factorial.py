@@ -1,6 +1,7 @@
 """Which part of the server moves the KV-aware policies (issue 44, the server arm's open
 question): on vLLM's asynchronous loop with the roofline cost, least_kv's and least_cost's
-capacities fall below round_robin's, where on the page's replica they are above it. The
+capacities fall by more than the other policies' (42 → 36 and 40 → 32 req/s at 16 seeds;
+at 4 seeds the search put them below round_robin's, which 16 seeds do not bear out). The
 server differs from the page's replica in two parts, its scheduler and its step cost;
 stage ``factorial`` of sweeps/token-routing-server.toml (results/token-routing-server/
 factorial.nc) crosses them, ``scheduler`` × ``step_cost`` × policy at one load, paired by
