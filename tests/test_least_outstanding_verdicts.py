@@ -60,6 +60,12 @@ def test_no_degenerate_cells():
     # every seed the same difference (a trace replayed with a deterministic policy)
     assert show(compare(b + 3, b, "absolute")) == "+3 (no spread)"
     assert "-100" not in show(compare(np.zeros(SEEDS), b))
+    # arms apart on half the seeds by less than the decimal asked (0.004 req/s of goodput):
+    # the mean is 0.002, and the interval is shown with the decimals that tell its ends
+    # apart, never "+0.0 [+0.0, +0.0]"
+    tiny = show(compare(b + np.where(np.arange(SEEDS) % 2 == 0, 0.004, 0.0), b, "absolute"), 1)
+    low, high = tiny.split(" [")[1].rstrip("]").split(", ")
+    assert tiny.startswith("+0.002 [") and low != high, tiny
 
 
 def test_a_lead_where_none_was_predicted_counts_against():

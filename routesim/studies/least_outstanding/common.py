@@ -348,7 +348,9 @@ def _interval_of(d):
 
 
 def show(c, digits=0, unit=""):
-    """'mean [low, high]' (signed) of a :func:`compare` result, with ``unit``;
+    """'mean [low, high]' (signed) of a :func:`compare` result, with ``unit``, to
+    ``digits`` decimals, or up to :data:`MORE_DIGITS` more where fewer would print the
+    interval's two ends alike ("+0.002 [+0.001, +0.003]", not "+0.0 [+0.0, +0.0]");
     "identical" when every seed gave both arms the same value, "no data" when fewer than
     two seeds have a value, 'mean (no spread)' when every seed gave the same difference."""
     m, lo, hi = c[:3]
@@ -359,7 +361,14 @@ def show(c, digits=0, unit=""):
         return "identical"
     if m == lo == hi:
         return f"{m:+.{digits}f}{u} (no spread)"
-    return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]{u}"
+    d = digits
+    while round(lo, d) == round(hi, d) and d < digits + MORE_DIGITS:
+        d += 1
+    return f"{m:+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}]{u}"
+
+
+MORE_DIGITS = 3
+""":func:`show`'s most decimals beyond those asked, to tell an interval's ends apart."""
 
 
 def verdict_of(leads, predicted):
