@@ -163,8 +163,7 @@ def test_claim2_on_the_server_two_choices_beat_one(tmp_path):
 
 def test_claim8_on_the_server_work_in_flight_favours_the_fast_replica(tmp_path):
     root = reduced(tmp_path, "token-routing-hetero", ["hetero", "server"],
-                   {**SHORT, "warmup_s = 1200": "warmup_s = 300", "rate_rps = [35, 41]": "rate_rps = [41]",
-                    "rate_rps = [35, 41]": "rate_rps = [41]"})
+                   {**SHORT, "warmup_s = 1200": "warmup_s = 300", "rate_rps = [35, 41]": "rate_rps = [41]"})
     a = learning.server(learning.load(root))
     on_the_server(a)
     assert list(a.rate_rps.values) == [41.0]
