@@ -10,9 +10,10 @@ import pytest
 import xarray as xr
 
 from conftest import ROOT, SWEEPS, VERDICTS
+from routesim.studies.least_outstanding import OLD_VERDICTS
 from routesim.studies.least_outstanding import __main__ as cli
 from routesim.studies.least_outstanding import capacities, common, counts, server, workloads
-from routesim.studies.least_outstanding.common import verdict_cells, verdicts
+from routesim.studies.least_outstanding.common import verdict_cells, verdict_word, verdicts
 
 
 def reduced_counts(tmp_path):
@@ -49,9 +50,15 @@ def test_runs_the_sweeps_then_writes_figures_and_document(tmp_path, monkeypatch,
         v = verdicts(counts.clauses(data))
         assert v["mechanism"] in VERDICTS and v["added"] in VERDICTS
         mech, added = verdict_cells(v, counts.ADDED_WORDS)
-        # and the server arm's and the real workloads' columns: not run here
-        assert (f"| {' | '.join(row[:3])} | {mech} | {added} | {server.NOT_RUN} | {workloads.NOT_RUN}: "
+        # the server arm (the main columns) and the real workloads not run here: the
+        # page's replica's verdicts alone in their column
+        assert (f"| {' | '.join(row[:2])} | {server.NOT_RUN} | {server.NOT_RUN} | {server.NOT_RUN} | "
+                f"{verdict_word(mech)}; {verdict_word(added)} | {workloads.NOT_RUN}: "
                 f"{workloads.why_not(counts)} |") in doc.splitlines()
+        assert f"**Verdict.** The seed's mechanism: *{mech}*. Clauses the prediction added: *{added}*." in doc
+        # the old verdicts against the new: the last column, the server's, not run here
+        old = next(line for line in doc.splitlines() if line.startswith(f"| {row[0]} | {OLD_VERDICTS['counts']} |"))
+        assert old.endswith(f"| {server.NOT_RUN} |"), old
         # the practitioner's summary comes first, before the verdicts and the claims
         assert doc.index("## What to deploy") < doc.index("## The verdicts") < doc.index("## Claim 1")
         # the appendix beside the document, every pointer of the document resolving there

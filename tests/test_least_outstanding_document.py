@@ -83,7 +83,7 @@ def test_the_committed_document_is_within_its_bound_and_its_pointers_resolve():
     missing = [a for a in links if a not in anchors(appendix)]
     assert not missing, missing
     # every claim's section and verdict stays in the document; the appendix links back
-    assert len(re.findall(r"^## Claim \d", text, re.M)) == 9 == text.count("**Verdict.** The seed's mechanism")
+    assert len(re.findall(r"^## Claim \d", text, re.M)) == 9 == text.count("**Verdict.** On the server (the main arm)")
     assert f"]({DOC.name})" in appendix
     # every figure either document links exists
     for name in re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)]+)\)", text + appendix):

@@ -1,6 +1,6 @@
 """The least-outstanding study on the server it speaks of (issue 44 item 2;
-routesim/studies/least_outstanding/server.py): the verdict table's column on hand-built
-Datasets whose answer follows from the rule, and the arm recomputed from a reduced run of
+routesim/studies/least_outstanding/server.py): the verdict table's main cells and its
+page's-replica column on hand-built Datasets whose answer follows from the rule, and the arm recomputed from a reduced run of
 its own design (sweeps/token-routing-server.toml: the capacity search and claim 1's stage
 on vLLM's asynchronous loop with the roofline cost, short windows, few seeds), the
 verdict flipped by exchanging two policies' runs, and the section, figure and verdict
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SWEEPS, assert_renders, run_reduced, swap_labels, write_results
 from routesim.studies import least_outstanding as study
-from routesim.studies.least_outstanding import counts, factorial, server
+from routesim.studies.least_outstanding import capacities, counts, factorial, server
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 from test_least_outstanding_counts import hand_built
 
@@ -21,28 +21,68 @@ def cells_of(d):
     return verdict_cells(verdicts(counts.clauses(d)), counts.ADDED_WORDS)
 
 
-def test_the_column_says_which_verdicts_change(tmp_path):
+def test_the_server_is_the_main_arm_and_the_page_column_says_which_verdicts_change(tmp_path):
     # the page's replica: least_tokens 20 % lower TTFT p99 everywhere, TPOT 10 % higher at
     # 23 req/s: the mechanism holds, the added clauses do not
     page = {"root": tmp_path, "counts": hand_built(ttft={r: 0.8 for r in (23.0, 35.0, 41.0)}, tpot={23.0: 1.1})}
     mech, added = cells_of(page)
     assert (mech, added.split(":")[0]) == ("holds", "does not hold")
-    # the server with the same effects: no change
+    # the server with the same effects: its cells are the page's, and the page's column
+    # says no change; the measured cell is claim 1's row of the server's runs
     same = {"root": tmp_path, "counts": page["counts"]}
-    assert server.column(counts, same, (mech, added)) == "holds; does not hold — no change"
+    main = server.main_cells(counts, same)
+    assert main == (counts.row(page)[2], mech, added), main
+    assert server.page_column(counts, page, main) == "holds; does not hold — no change"
     # the server where least_tokens' and least_requests' runs are exchanged: least_tokens'
     # TTFT 25 % above least_requests' (1 / 0.8), the mechanism fails; its TPOT now 9 %
     # below least_requests' at 23 req/s (1 / 1.1) and nothing against: the added clauses
-    # hold with qualification. Both verdicts change (the cell by the Azure column's rule:
-    # the verdicts alone, what went the other way in the appendix's tables)
+    # hold with qualification. Both of the page's verdicts differ from the server's (the
+    # cell by the Azure column's rule: the verdicts alone)
     flipped = {"root": tmp_path, "counts": swap_labels(page["counts"], "policy", "least_tokens", "least_requests")}
     assert server.verdicts_of(flipped)["against"]["mechanism"][0] == "TTFT p99 vs least_requests at 23"
-    cell = server.column(counts, flipped, (mech, added))
-    assert cell == "does not hold; holds with qualification — **changes** (mechanism, added)", cell
-    # a claim whose server stage the arm has not run, or the arm not run at all
+    main = server.main_cells(counts, flipped)
+    assert main[1].startswith("does not hold (against: TTFT p99 vs least_requests at 23")
+    assert main[2].startswith("holds with qualification")
+    cell = server.page_column(counts, page, main)
+    assert cell == "holds; does not hold — **changes** (mechanism, added)", cell
+    # a claim whose server stage the arm has not run, or the arm not run at all: no main
+    # cells, "not run" in their place and the page's verdicts alone in its column
     from routesim.studies.least_outstanding import preemption
-    assert server.column(preemption, same, (mech, added)) == "not run: the stages have not run"
-    assert server.column(counts, None, (mech, added)) == server.NOT_RUN
+    assert server.main_cells(preemption, same) is None and server.main_cells(counts, None) is None
+    assert server.not_run_cells(preemption, same) == ("not run: the stages have not run", "not run", "not run")
+    assert server.not_run_cells(counts, None) == (server.NOT_RUN,) * 3
+    assert server.page_column(counts, page, None) == "holds; does not hold"
+
+
+def test_the_summary_names_the_pages_replica_beside_the_server(tmp_path):
+    import xarray as xr
+    pols = ["round_robin", "least_tokens", "least_kv"]
+    cap = xr.Dataset({"capacity_rps": ("policy", [32.0, 44.0, 30.0])}, coords={"policy": pols},
+                     attrs={"capacity_low": 24.0, "capacity_high": 56.0, "capacity_resolution": 4.0})
+    folder = tmp_path / capacities.CAPACITY_RESULTS
+    folder.mkdir()
+    xr.Dataset({"capacity_rps": ("policy", [34.0, 44.0, 42.0])}, coords={"policy": pols}).to_netcdf(
+        folder / "default-capacity.nc", engine="netcdf4")
+    # claim 1 on the server: least_tokens 20 % lower TTFT p99 than least_requests at every
+    # load (the mechanism holds); on the page's replica the runs of the two exchanged
+    srv = {"root": tmp_path, "capacity": cap, "claims": {},
+           "counts": hand_built(ttft={r: 0.8 for r in (23.0, 35.0, 41.0)})}
+    page = {"root": tmp_path, "counts": swap_labels(srv["counts"], "policy", "least_tokens", "least_requests")}
+    text = server.page_lines(srv, page, "At 41 req/s the page's words.")[0]
+    # the page's capacities highest first, the server's in brackets; least_kv 12 req/s apart
+    # (more than the server search's 4 req/s step), above round_robin on the page's
+    # replica (42 > 34) and below it on the server (30 < 32)
+    assert "req/s (the server's in brackets): least_tokens 44 (44), least_kv 42 (30), round_robin 34 (32)" in text
+    assert "apart by more than the server search's 4 req/s step: least_kv higher here" in text
+    assert "least_kv above round_robin here and below it on the server" in text
+    # the lead the summary gives, then claim 1's verdicts: the mechanism differs from the
+    # server's; TPOT p99 and attainment are the same for every policy (hand_built's
+    # default), so the added clauses' verdict is the same on both
+    assert text.endswith("At 41 req/s the page's words. Verdicts that differ from the server's: claim 1 "
+                         "(mechanism)."), text
+    assert server.page_lines(srv, srv)[0].endswith("Every verdict as on the server.")
+    # nothing of the page's replica to say: no paragraph
+    assert server.page_lines({**srv, "root": tmp_path / "elsewhere"}) == []
 
 
 def test_a_policy_that_falls_below_round_robin_is_named():
@@ -140,11 +180,12 @@ def test_the_reduced_arm_recomputes_claim_1_and_its_column(reduced, tmp_path):
     # least_requests' at the study's loads (as on the page's replica)
     v = server.verdicts_of(d)
     assert v["mechanism"] != "does not hold", v
-    # exchanged runs: the lead goes the other way, and the column says the verdict changes
-    page = cells_of(d)
+    # exchanged runs: the lead goes the other way, and the page's column (these runs as
+    # the page's) says the verdict differs from the server's
+    page = {"root": d["root"], "counts": d["counts"]}
     d["counts"] = swap_labels(d["counts"], "policy", "least_tokens", "least_requests")
     assert server.verdicts_of(d)["mechanism"] == "does not hold"
-    assert "**changes** (mechanism" in server.column(counts, d, page)
+    assert "**changes** (mechanism" in server.page_column(counts, page, server.main_cells(counts, d))
 
 
 def test_the_reduced_arm_renders(reduced, tmp_path):
@@ -153,11 +194,23 @@ def test_the_reduced_arm_renders(reduced, tmp_path):
     # the capacity search ran round_robin and least_tokens: each has its row
     for p in ("round_robin", "least_tokens"):
         assert f"| {p} |" in text
-    # in the document: the verdict table's column, "not run: cost" for the claims it did not run
+    # in the document: the verdict table's columns, the server's as its main ones
     doc, appendix = study.document(reduced / "token-routing")
-    assert f"| {server.COLUMN} |" in doc and "## On the server it speaks of" in doc
+    assert f"| {server.MEASURED} |" in doc and f"| {server.PAGE_COLUMN} |" in doc
+    # the summary reads the server, the main arm: its capacities, each with its interval,
+    # and claim 1's headline there
+    cap = server.load(reduced)["capacity"]
+    deploy = next(line for line in doc.splitlines() if line.startswith("**Deploy a work-aware score"))
+    assert "Capacity of 8 replicas on the server (vLLM's default loop, a roofline H100 cost)" in deploy
+    for p in cap.policy.values:
+        c = float(cap.capacity_rps.sel(policy=p))
+        assert f"{p} {capacities.cap_text(cap, c)} [{capacities.interval_text(cap, p)}]" in deploy, (p, deploy)
+    assert "**By how much, below capacity** (claim 1 on the server" in doc
+    assert "## On the server it speaks of" in doc
     # the prediction (fixed before the runs) moves to the appendix, a pointer stays
     assert server.PREDICTION not in doc and server.PREDICTION in appendix
-    # the factorial's paragraph in the section, its prediction and table in the appendix
-    assert "**Which part of the server moves least_kv and least_cost**" in doc
+    # the factorial's paragraph, its prediction and table in the appendix (no longer a
+    # headline: 16 seeds put neither KV-aware policy below round_robin on the server)
+    assert "**Which part of the server moves least_kv and least_cost**" in appendix
+    assert "**Which part of the server moves least_kv and least_cost**" not in doc
     assert factorial.PREDICTION in appendix and "| vllm against reserve | roofline |" in appendix

@@ -1,14 +1,16 @@
 """The least-outstanding study's claims on the server (issue 44 item 2;
 routesim/studies/least_outstanding/server.py, the claims' ``server(data)``): the verdict
-table's column "on vLLM async + roofline" for a claim other than claim 1 on hand-built
-Datasets whose answer follows from the rule (the same cell rule as the Azure-length
-column; exchanging two policies' runs flips the mechanism and the cell says it changed),
+table's main cells (the server's verdicts) and its column of the page's replica for a
+claim other than claim 1 on hand-built Datasets whose answer follows from the rule (the
+same cell rule as the Azure-length column; exchanging two policies' runs flips the
+mechanism and the page's cell says it differs),
 the words the section writes (a load against the server's capacity, whether a prediction
 held), and each claim's server arm recomputed from a reduced run of its own stage (the
 claim's sweep file: vLLM's asynchronous loop with the roofline cost, few seeds, a short
 warm-up and window), read by the claim's own ``load`` and ``server``, each test able to
 fail: the direction the claim's mechanism gives, which a flipped input reverses."""
 
+import re
 import types
 
 import numpy as np
@@ -32,7 +34,17 @@ def on_server(claim, d):
     return {"claims": {claim.__name__: d}}
 
 
-def test_the_column_reads_a_claims_server_arm():
+def assert_measured(claim, d):
+    """The verdict table's main cells of ``claim``'s server arm in its data ``d``
+    (:func:`server.main_cells`): the measured cell reads the arm's own runs (at least one
+    paired "mean [low, high]"), and the two verdicts are its clauses'."""
+    main = server.main_cells(claim, on_server(claim, d))
+    assert re.search(r"[+-]\d[\d.]* \[[+-]", main[0]), main[0]
+    assert main[1:] == page_cells(claim, claim.server(d))
+    return main
+
+
+def test_the_main_cells_read_a_claims_server_arm():
     # the page's replica: least_kv and least_cost 5 preemptions and 5 pp of placements
     # above 90 % below least_requests, the mean occupancy 2 pp below, TPOT p99 25 % above:
     # the mechanism (least_kv's preemptions and tail) holds; the added clauses have TPOT
@@ -40,26 +52,34 @@ def test_the_column_reads_a_claims_server_arm():
     page = {"preemption": arms(-5, -0.05, -0.02, 1.25)}
     cells = page_cells(preemption, page)
     assert cells[0] == "holds" and cells[1].startswith("does not hold"), cells
-    # the server with the same effects: no change
+    # the server with the same effects: the main cells are the page's, the measured cell
+    # the claim's row of the server's runs, and the page's column says no change
     same = on_server(preemption, {**page, "server": page["preemption"]})
-    assert server.column(preemption, same, cells) == "holds; does not hold — no change"
+    main = server.main_cells(preemption, same)
+    assert main == (preemption.row(page)[2], *cells), main
+    assert server.page_column(preemption, page, main) == "holds; does not hold — no change"
     # the server where least_kv's and least_requests' runs are exchanged: least_kv now
     # preempts 5 more and places 5 pp more often above 90 % (the mechanism the other way);
     # least_cost's runs equal least_requests' (no lead), least_kv's mean occupancy 2 pp
-    # above (the other way): both parts do not hold, the mechanism's verdict changed
+    # above (the other way): both parts do not hold on the server, so the page's
+    # mechanism differs from the server's
     flipped = on_server(preemption, {**page, "server": swap_labels(page["preemption"], "policy", "least_kv",
                                                                     "least_requests")})
-    assert server.column(preemption, flipped, cells) == "does not hold; does not hold — **changes** (mechanism)"
+    main = server.main_cells(preemption, flipped)
+    assert [c.split(" (")[0].split(":")[0] for c in main[1:]] == ["does not hold", "does not hold"], main
+    assert server.page_column(preemption, page, main) == "holds; does not hold — **changes** (mechanism)"
     # a claim whose server stage has not run, one that states why it is not run, the arm
     # not run at all
-    assert server.column(preemption, on_server(preemption, page), cells) == "not run: the stages have not run"
+    assert server.main_cells(preemption, on_server(preemption, page)) is None
+    assert server.not_run_cells(preemption, on_server(preemption, page))[0] == "not run: the stages have not run"
     costly = types.SimpleNamespace(__name__="costly", SERVER_WHY="96 runs, ~5 CPU min, over budget",
                                    server=lambda d: None)
-    assert server.column(costly, {"claims": {}}, cells) == "not run: 96 runs, ~5 CPU min, over budget"
+    assert server.main_cells(costly, {"claims": {}}) is None
+    assert server.not_run_cells(costly, {"claims": {}})[0] == "not run: 96 runs, ~5 CPU min, over budget"
     # every claim of the study gives a server arm (none says why not)
     assert all(callable(getattr(c, "server", None)) and not hasattr(c, "SERVER_WHY")
                for c in server.CLAIMS if c is not counts)
-    assert server.column(preemption, None, cells) == server.NOT_RUN
+    assert server.not_run_cells(preemption, None)[0] == server.NOT_RUN
 
 
 def test_a_prediction_held_or_failed():
@@ -93,7 +113,7 @@ def reduced(tmp_path, name, stages, replace):
 AZURE = f'"{SWEEPS.parent / "traces" / "azure-conv.csv"}"'
 """The Azure trace's absolute path (a reduced sweep is written outside sweeps/; the
 claims' Azure-length stages name it, not run here)."""
-SHORT = {"count = 16 }": "count = 4 }", "count = 8 }": "count = 4 }", '"../traces/azure-conv.csv"': AZURE}
+SHORT = {"count = 16 }": "count = 4 }", '"../traces/azure-conv.csv"': AZURE}
 
 
 def on_the_server(ds):
@@ -106,6 +126,7 @@ def test_claim5_on_the_server_least_kv_places_less_often_on_a_full_replica(tmp_p
                    {**SHORT, "warmup_s = 1200": "warmup_s = 300"})
     d = preemption.load(root)
     a = preemption.server(d)
+    assert_measured(preemption, d)
     on_the_server(a["preemption"])
     assert a["preemption"].attrs["rate_rps"] == 30 and a["preemption"].attrs["kv_blocks"] == 8192
     high = a["preemption"].placement_occupancy_high
@@ -129,7 +150,9 @@ def test_claim3_on_the_server_the_global_minimum_herds(tmp_path):
                                                           "server-routers"],
                    {**SHORT, "warmup_s = 1200": "warmup_s = 100", "measure_s = 60": "measure_s = 20",
                     "period_ms = [10, 50, 100]": "period_ms = [50]"})
-    a = staleness.server(staleness.load(root))
+    d = staleness.load(root)
+    a = staleness.server(d)
+    assert_measured(staleness, d)
     on_the_server(a["whole"])
     c = staleness.comparisons(a)
     # a 50 ms old view sends a period's arrivals (about 1.75 at 35 req/s) to the replica
@@ -149,6 +172,7 @@ def test_claim2_on_the_server_two_choices_beat_one(tmp_path):
                     "choices = [1, 2, 3, 4]": "choices = [1, 2, 3]"})
     d = choices.load(root)
     a = choices.server(d)
+    assert_measured(choices, d)
     on_the_server(a["8"]["pod"])
     assert a["32"] is None
     d21, _ = choices.steps(a["8"]["pod"])
@@ -164,7 +188,9 @@ def test_claim2_on_the_server_two_choices_beat_one(tmp_path):
 def test_claim8_on_the_server_work_in_flight_favours_the_fast_replica(tmp_path):
     root = reduced(tmp_path, "token-routing-hetero", ["hetero", "server"],
                    {**SHORT, "warmup_s = 1200": "warmup_s = 300", "rate_rps = [35, 41]": "rate_rps = [41]"})
-    a = learning.server(learning.load(root))
+    d = learning.load(root)
+    a = learning.server(d)
+    assert_measured(learning, d)
     on_the_server(a)
     assert list(a.rate_rps.values) == [41.0]
     # least_tokens scores the work in flight: the replica that drains it 30 % faster holds
@@ -181,7 +207,9 @@ def test_claim4_on_the_server_the_tie_break_raises_the_hit_rate(tmp_path):
     root = reduced(tmp_path, "token-routing-affinity", ["tie", "baselines", "affinity", "server"],
                    {**SHORT, "warmup_s = 1200": "warmup_s = 300", "measure_s = 60": "measure_s = 30",
                     "tie_tolerance = [0, 0.1, 0.5]": "tie_tolerance = [0, 0.1]"})
-    a = affinity.server(affinity.load(root))
+    d = affinity.load(root)
+    a = affinity.server(d)
+    assert_measured(affinity, d)
     on_the_server(a["tie"])
     # breaking a near-tie towards the replica holding the request's prefix can only add
     # hits: the hit rate rises at both loads, by a lead at the higher one, where more
@@ -203,7 +231,9 @@ COLD_SHORT = {**SHORT, "warmup_s = 1200": "warmup_s = 80", "warmup_s = 1202": "w
 def test_claim6_on_the_server_the_recovered_replica_is_flooded(tmp_path):
     stages = list(cold_start.STAGES) + list(cold_start.SERVER.values())
     root = reduced(tmp_path, "token-routing-cold", stages, COLD_SHORT)
-    a = cold_start.server(cold_start.load(root))
+    d = cold_start.load(root)
+    a = cold_start.server(d)
+    assert_measured(cold_start, d)
     on_the_server(a["cold"])
     assert a["cold"].attrs["rate_rps"] == 32
     c = cold_start.comparisons(a)
@@ -228,7 +258,9 @@ RETRY_SHORT = {**SHORT, "warmup_s = 1200": "warmup_s = 100", "warmup_s = 1260": 
 def test_claim7_on_the_server_the_breaker_contains_a_black_hole(tmp_path):
     stages = list(retries.STAGES) + [retries.SERVER + s for s in retries.STAGES]
     root = reduced(tmp_path, "token-routing-retry", stages, RETRY_SHORT)
-    a = retries.server(retries.load(root))
+    d = retries.load(root)
+    a = retries.server(d)
+    assert_measured(retries, d)
     on_the_server(a["crash-a"])
     assert set(a["crash-a"].scenario.values) == {"none", "crash"}
     c = retries.comparisons(a)
@@ -244,16 +276,18 @@ def test_claim7_on_the_server_the_breaker_contains_a_black_hole(tmp_path):
 
 
 def test_claim9_on_the_server_refusing_raises_goodput(tmp_path):
-    """The threshold recomputed from the server's own one-replica curve (275,000 tokens in
-    the full arm) and its doors run at it, at 35 and 92 req/s (0.80 and 2.09 × the
+    """The threshold recomputed from the server's own one-replica curve (250,000 tokens in
+    the full arm, as the page's) and its doors run at it, at 35 and 92 req/s (0.80 and 2.09 × the
     server's capacity), the burst at 100 s; the main design's stages reduced beside it
     (the claim's ``load`` reads both)."""
     short = {**SHORT, "warmup_s = 1200": "warmup_s = 100", "at_s = 1200": "at_s = 100", "at_s = 1230": "at_s = 130",
              "rate_rps = [35, 46, 58, 69, 92]": "rate_rps = [35, 92]", "rate_rps = [35, 46, 92]": "rate_rps = [35, 92]",
              "rate_rps = [2, 3, 4, 4.5, 5, 5.5, 6, 6.5, 7, 8, 10, 12]": "rate_rps = [3]"}
-    root, x = reduced_doors(tmp_path, admission.SERVER, short, 275000)
+    root, x = reduced_doors(tmp_path, admission.SERVER, short, 250000)
     capacity_stand_in(root / server.RESULTS / "capacity-capacity.nc", 44.0)
-    a = admission.server(admission.load(root))
+    d = admission.load(root)
+    a = admission.server(d)
+    assert_measured(admission, d)
     on_the_server(a["open"])
     assert admission.loads(a)[1:] == ([92.0], 35.0)        # beyond the server's capacity, and at or below it
     c = admission.comparisons(a)

@@ -121,3 +121,8 @@ def test_the_calibration_note_prices_a_decode_step_both_ways():
     weights_ms = 2 * 8_029_995_008 / 3350e9 * 1e3
     kv_ms = 110_000 * 32 * 8 * 128 * 2 * 2 / 3350e9 * 1e3
     assert f"at {weights_ms + kv_ms:.1f} ms, a floor" in note
+    # the server's roofline at its default constants (docs/model.md "The step cost": 4 ms
+    # overhead + the larger of memory, 5.99 + 4.89e-5 per KV token = 11.37 ms, and compute,
+    # 0.0271 per token + 8.84e-7 per pair = 2.81 ms): a memory-bound 15.4 ms
+    assert 0.0271 * 100 + 8.84e-7 * 110_000 < 5.99 + 4.89e-5 * 110_000
+    assert f"costs {4 + 5.99 + 4.89e-5 * 110_000:.1f} ms on the server" in note

@@ -17,17 +17,19 @@ interval that excludes 0 and a material effect; issue 23).
 import importlib
 from pathlib import Path
 
+import numpy as np
+
 from . import (admission, affinity, capacities, choices, cold_start, counts, example, learning, preemption,
                retries, server, staleness, summary, workloads)
 from ...files import write_texts
-from .common import RULE, details, in_workers, read, rule_version, shared_design, verdict_cells, verdicts
+from .common import RULE, details, in_workers, read, rule_version, shared_design, verdict_cells, verdict_word, verdicts
 
 CLAIMS = (capacities, counts, example, choices, staleness, affinity, preemption, cold_start, retries, learning, admission,
           server, workloads)
 """The claims' modules in the document's order (``capacities`` is the capacity table,
-``example`` claim 1's worked example, ``server`` the study on vLLM's loop with a roofline
-cost and ``workloads`` every claim on real workloads, each a column of the verdict table:
-sections without a row of their own)."""
+``example`` claim 1's worked example, ``server`` the study's main arm on vLLM's loop with a
+roofline cost (the verdict table's main columns) and ``workloads`` every claim on real
+workloads (a column of it): sections without a row of their own)."""
 
 SWEEPS = tuple(s for claim in CLAIMS for s in claim.SWEEPS)
 RESULTS = Path("results/token-routing")
@@ -36,19 +38,16 @@ OUT = Path("docs/least-outstanding-routing.md")
 
 LEAVES_OUT = (
     "Output lengths are drawn from two log-normal classes (every claim also replays Azure's lengths: "
-    "\"On real workloads\"), not from a real tokenizer and model; the step cost is one 8B-class "
-    "formula for every replica (claims 1 to 5 and 9 rerun with prefill twice and four "
-    "times as costly and a 2,048-token chunk budget, claim 3 at its 50 ms period only); the "
-    "router knows prompt lengths "
-    "exactly and adds a fixed output allowance (claim 1's clairvoyant arm bounds what "
-    "knowing the output would be worth); there is no network, no tokenization cost at the "
-    "router, no speculative decoding, no multi-GPU parallelism and no autoscaling. A cold "
-    "replica warms with time since its recovery, not with the work it serves; the front "
-    "door has no deadline of its own (the clients' first-token and whole-attempt timeouts "
-    "stand for one). The server arm reruns each claim's main design alone, at 8 seeds (claim 2 at N = 8), and claim 5 has a scheduler = \"vllm\" arm (asynchronous) on the page's "
-    "linear cost (a vllm run costs about 6 to 14 reserve runs). Claims 1 to 5 are measured under a 50 ms scrape too (claim 3 "
-    "also at 10 and 100 ms and with four routers), at the study's 1,200 s warm-up; no other "
-    "period or number of routers is run, and claim 2's 32-replica design is not run under a scrape.")
+    "\"On real workloads\"), not from a real tokenizer and model; one step-cost formula per arm (on the page's "
+    "replica claims 1 to 5 and 9 rerun with prefill twice and four times as costly and a 2,048-token chunk budget, "
+    "claim 3 at 50 ms only); the router knows prompt lengths exactly and adds a fixed output allowance (claim 1's "
+    "clairvoyant arm bounds what knowing the output would be worth); no network, no tokenization cost at the "
+    "router, no speculative decoding, no multi-GPU parallelism, no autoscaling. A cold replica warms with time "
+    "since its recovery, not with the work it serves; the front door has no deadline of its own (the clients' "
+    "timeouts stand for one). The server reruns each claim's main design alone (claim 2 at N = 8, claim 3 at "
+    "50 ms): the mechanism, sensitivity and real-workload stages run on the page's replica only. Claims 1 to 5 "
+    "are also measured under a 50 ms scrape (claim 3 also at 10 and 100 ms and with four routers); no other "
+    "period or number of routers is run.")
 
 
 def is_study(results_dir) -> bool:
@@ -107,20 +106,13 @@ def document(results_dir=RESULTS, out=OUT) -> tuple:
              "",
              *summary.summary(loaded, appendix_name),
              "## How the claims are measured", "", shared_design(), "", RULE, "",
-             "## The verdicts", "",
-             "| claim | prediction | measured (mean [95 % interval]) | the seed's mechanism | "
-             f"clauses the prediction added | {server.COLUMN} | {workloads.COLUMN} |",
-             "|---|---|---|---|---|---|---|"]
-    on_server, of = dict(loaded).get(server), dict(loaded)
-    parts += [f"| {' | '.join(row[:3])} | {mech} | {added} | {server.column(claim, on_server, (mech, added))} | "
-              f"{workloads.column(claim, of[claim], (mech, added))} |"
-              for claim, row, (mech, added) in verdict_rows(loaded)]
-    parts.append("")
-    sections = ["\n".join([claim.section(data), *_verdict_line(claim, data)]) for claim, data in loaded]
+             *verdict_table(loaded)]
+    on_server = dict(loaded).get(server)
+    sections = ["\n".join([claim.section(data), *_verdict_line(claim, data, on_server)]) for claim, data in loaded]
     window = _window_note(results_dir)
     sections.append("\n".join(["## What the model leaves out", "", LEAVES_OUT, "", calibration_note(), "",
                                *(details("The cohorts", window) if window else []), "",
-                               *old_against_new(loaded)]))
+                               *old_against_new(loaded, on_server)]))
     sections, appendix = summary.to_appendix(sections, appendix_name)
     parts += sections
     head = ["# Least-outstanding routing: the appendix", "",
@@ -146,24 +138,26 @@ ROOFLINE = Path("examples/llama-3.1-8b-h100.toml")
 
 def calibration_note(n_seqs=100, tokens=1100) -> str:
     """What a user should calibrate (issue 44 item 2): one decode step of ``n_seqs``
-    sequences of ``tokens`` tokens each (ms) priced by the study's step cost (the page's
-    linear 8B formula, :func:`.counts.decode_ms`) and by the roofline of :data:`ROOFLINE`
+    sequences of ``tokens`` tokens each (ms) priced by the server arm's step cost (the
+    roofline at its default constants, :mod:`routesim.step_cost.roofline`), by the page's
+    linear 8B formula (:func:`.counts.decode_ms`) and by the roofline of :data:`ROOFLINE`
     at full bandwidth (``python -m routesim.calibrate --model``'s priors)."""
     from ...calibrate import hardware
-    linear = counts.decode_ms(n_seqs, n_seqs * tokens)
+    from ...step_cost import roofline
+    k = n_seqs * tokens
+    served = float(roofline.duration(np.array([p.default for p in roofline.PARAMS]), 0, 0, n_seqs, k, 0))
+    linear = counts.decode_ms(n_seqs, k)
     pri = hardware.derive(hardware.read(ROOFLINE))["priors"]
-    roof = pri["base"] + pri["per_decode_sequence"] * n_seqs + pri["per_kv_token"] * n_seqs * tokens
-    return (f"**What to calibrate.** Every run here but claim 5's vllm arm and the server arm uses the reserve "
-            f"scheduler and the "
-            f"page's linear 8B step cost. It prices a decode step of {n_seqs} sequences of {tokens:,} tokens at {linear:.1f} ms; the "
-            f"roofline of Llama-3.1-8B on one H100 SXM (`{ROOFLINE}`: its weights and KV read at the datasheet's "
-            f"full bandwidth) at {roof:.1f} ms, a floor a real kernel does not reach. Every capacity in this "
-            "document inherits the formula's decode price, so before planning with one, fit the step cost to your "
-            "server's measured steps (`python -m routesim.calibrate`, docs/calibration.md: the per-sequence and "
-            "per-KV-token decode terms set the decode price, the per-prefill-token terms the TTFT tail) and rerun "
-            "the capacity search. The section \"On the server it speaks of\" reruns the capacity table and the claims of "
-            "its column on vLLM's default loop with the roofline at its default fractions of the datasheet (80 % of the "
-            "bandwidth, 60 % of the FLOPs); those fractions are what to calibrate first.")
+    floor = pri["base"] + pri["per_decode_sequence"] * n_seqs + pri["per_kv_token"] * k
+    return (f"**What to calibrate.** A decode step of {n_seqs} sequences of {tokens:,} tokens costs {served:.1f} ms "
+            "on the server, the main arm (the roofline of Llama-3.1-8B on one H100 SXM at its default fractions of "
+            f"the datasheet: 80 % of the bandwidth, 60 % of the FLOPs, a 4 ms overhead); at {linear:.1f} ms on the "
+            f"page's linear 8B cost, the sensitivity arm; at {floor:.1f} ms, a floor a real kernel does not reach, "
+            f"on the same roofline at the datasheet's full bandwidth (`{ROOFLINE}`). Every capacity here inherits "
+            "its arm's decode price: before planning with one, fit the step cost to your server's measured steps "
+            "(`python -m routesim.calibrate LOG --cost roofline`, docs/calibration.md: the bandwidth fraction and "
+            "the overhead set the decode price, the FLOPs fraction the prefill behind the TTFT tail) and rerun the "
+            "capacity search.")
 
 
 OLD_VERDICTS = {"counts": "does not hold", "choices": "holds with qualification", "staleness": "holds",
@@ -183,14 +177,48 @@ def _judged(loaded):
     return [(claim, data) for claim, data in loaded if hasattr(claim, "clauses")]
 
 
-def _verdict_line(claim, data) -> list:
-    """The closing line of a claim's section: its two verdicts, or [] for a section
-    without a verdict of its own."""
+def _verdict_line(claim, data, on_server) -> list:
+    """The closing line of a claim's section: its two verdicts on the server, the main
+    arm (:func:`.server.main_cells`; the verdict table gives what went the other way),
+    then on the page's replica, this section's runs; the page's alone where the server
+    arm did not run; [] for a section without a verdict of its own."""
     if not hasattr(claim, "clauses"):
         return []
-    v = verdicts(claim.clauses(data))
-    mech, added = verdict_cells(v, claim.ADDED_WORDS)
-    return [f"**Verdict.** The seed's mechanism: *{mech}*. Clauses the prediction added: *{added}*.", ""]
+    mech, added = verdict_cells(verdicts(claim.clauses(data)), claim.ADDED_WORDS)
+    main = server.main_cells(claim, on_server)
+    if main is None:
+        return [f"**Verdict.** The seed's mechanism: *{mech}*. Clauses the prediction added: *{added}*.", ""]
+    return [f"**Verdict.** On the server (the main arm): the seed's mechanism *{verdict_word(main[1])}*; added: "
+            f"*{verdict_word(main[2])}*. On the page's replica (these runs): the seed's mechanism *{mech}*; added: "
+            f"*{added}*.", ""]
+
+
+VERDICT_TABLE = (
+    "## The verdicts", "",
+    "The verdicts on the server, the main arm (section \"On the server it speaks of\"; its comparisons in the "
+    "appendix); the page's replica (each claim's section) is the sensitivity column, marked where it differs from "
+    "the server; the Azure-length arm, run on the page's replica, is marked where it differs from that replica.",
+    "")
+"""The verdict table's heading and the paragraph that says which arm its columns read."""
+
+
+def verdict_table(loaded) -> list:
+    """Markdown lines of the verdict table (:data:`VERDICT_TABLE` first, a blank line
+    last): per claim with a row, its claim and prediction, what was measured on the server
+    and its two verdicts there (:func:`.server.main_cells`; :func:`.server.not_run_cells`
+    where its server arm did not run), its verdicts on the page's replica against the
+    server's (:func:`.server.page_column`), and on Azure lengths against the page's
+    replica's (:func:`.workloads.column`)."""
+    on_server, of = dict(loaded).get(server), dict(loaded)
+    lines = [*VERDICT_TABLE,
+             f"| claim | prediction | {server.MEASURED} | the seed's mechanism | clauses the prediction added | "
+             f"{server.PAGE_COLUMN} | {workloads.COLUMN} |", "|---|---|---|---|---|---|---|"]
+    for claim, row, page_cells in verdict_rows(loaded):
+        main = server.main_cells(claim, on_server)
+        cells = main or server.not_run_cells(claim, on_server)
+        lines.append(f"| {row[0]} | {row[1]} | {' | '.join(cells)} | {server.page_column(claim, of[claim], main)} | "
+                     f"{workloads.column(claim, of[claim], page_cells)} |")
+    return lines + [""]
 
 
 def verdict_rows(loaded):
@@ -229,24 +257,29 @@ def changes(claim, data):
     return {"old": old, "former": former, "log": log, **v, "reason": "; ".join(why) or "no change"}
 
 
-def old_against_new(loaded) -> list:
+def old_against_new(loaded, on_server=None) -> list:
     """Markdown lines: the table of the former verdicts against the new ones, with the
-    reason for each change (:func:`changes`)."""
+    reason for each change (:func:`changes`, on the page's replica, where the former
+    verdicts were given), and the verdicts on the server, the main arm
+    (:func:`.server.main_cells` of ``on_server``, the server arm's data; "not run")."""
     judged = _judged(loaded)
     if not judged:
         return []
-    lines = ["**Old verdicts against new** (issue 44 item 3). *Old*: the verdict this document gave before "
-             "(the whole prediction, the mean of per-seed ratios, a lead where none was predicted not counted "
-             "against); *whole, new rule*: the same comparisons under the rule at the top; then the seed's "
-             "mechanism and the clauses the prediction added, judged apart. The reason names each step "
-             "that changed the verdict, recomputed on these runs.", "",
-             "| claim | old | whole, new rule | the seed's mechanism | added clauses | reason |",
-             "|---|---|---|---|---|---|"]
+    lines = ["**Old verdicts against new** (issue 44 item 3). *Old*: this document's verdict before (the whole "
+             "prediction, the mean of per-seed ratios, a lead where none was predicted not counted); then the "
+             "same comparisons under the rule at the top, whole and in its two parts, and the reason for each "
+             "change, on the page's replica, where the old verdicts were given; last, the verdicts now, on the "
+             "server.", "",
+             "| claim | old | whole, new rule | the seed's mechanism | added clauses | reason | "
+             "on the server, the main arm (mechanism; added) |",
+             "|---|---|---|---|---|---|---|"]
     for claim, data in judged:
         row, c = claim.row(data), changes(claim, data)
         name = row[0] if row is not None else _short(claim)
+        main = server.main_cells(claim, on_server)
+        now = f"{verdict_word(main[1])}; {verdict_word(main[2])}" if main else server.NOT_RUN
         lines.append(f"| {name} | {c['old'] or '—'} | {c['whole']} | {c['mechanism']} | "
-                     f"{c['added'] or 'none added'} | {c['reason']} |")
+                     f"{c['added'] or 'none added'} | {c['reason']} | {now} |")
     return lines
 
 

@@ -284,6 +284,7 @@ def section(data):
         unsteady = [str(p) for p in d.policy.values if at_capacity(d, p)[7] is not None and not at_capacity(d, p)[7][2]]
         rule = rule_of(d)
         text += [
+            "On the page's replica, the sensitivity arm (the server's: \"On the server it speaks of\"). "
             f"**How it was measured.** `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}` "
             f"(stage `default`): for each policy, the largest evaluated rate at which "
             f"{rule.text(f'TTFT p99 ≤ {bound:,.0f} ms')} (a window steady by the rule at the top) there "

@@ -109,16 +109,20 @@ def clauses(data):
 def azure(data):
     """The Azure-length arm (stage ``azure``: power_of_d d = 1, 2, 3 at N = 8) in the
     design's shape, for :func:`clauses`; None if it did not run."""
-    pod = data["8"].get("azure")
-    return None if pod is None else {"8": {"pod": pod}, "32": None}
+    return _alone(data["8"].get("azure"))
+
+
+def _alone(pod):
+    """An arm that reruns only the main design's N = 8 stage (``pod``: its Dataset, or
+    None) in the design's shape, its other stages not run (None); None if it did not run."""
+    return None if pod is None else {"8": {"pod": pod, "signals": None}, "32": None, "signals": None}
 
 
 def server(data):
     """The server arm (stage ``server``: power_of_d d = 1, 2, 3 at N = 8 on vLLM's
     asynchronous loop with the roofline cost, :mod:`.server`) in the design's shape, for
     :func:`clauses`; None if it did not run."""
-    pod = data["8"].get("server")
-    return None if pod is None else {"8": {"pod": pod}, "32": None}
+    return _alone(data["8"].get("server"))
 
 
 def mooncake(data):

@@ -451,7 +451,9 @@ def shared_design() -> str:
     from ... import steady
     c = COMMON
     return (f"**The design every claim shares** (a claim's design names only what differs). "
-            f"{c['replicas']} default replicas (the page's reserve scheduler and linear 8B step cost), the "
+            f"{c['replicas']} default replicas of two kinds: the server (vLLM's default loop, a roofline step cost "
+            "of Llama-3.1-8B on an H100), the main arm, and the page's replica (its reserve scheduler and linear 8B "
+            "step cost), the sensitivity arm each claim's section shows; the "
             "default workload with its long class (2 % of requests: prompts of median 12,000 tokens, outputs "
             f"of median 2,000), a {c['warmup_s']:,.0f} s warm-up, a {c['measure_s']:g} s window whose arrivals "
             f"are followed to the end (drained, up to {c['drain_s']:g} s), {c['seeds']} seeds; every arm sees "

@@ -172,7 +172,9 @@ def _effect_rows(where, ds, policies):
 
 
 def _present(data, stage):
-    ds = data[stage]
+    """Whether ``stage`` ran (an arm in the design's shape may hold only some stages) with
+    least_kv and the baseline."""
+    ds = data.get(stage)
     return ds is not None and all(p in ds.policy.values for p in ("least_kv", BASE))
 
 

@@ -1,8 +1,8 @@
-"""The least-outstanding study on the server it speaks of (issue 44 item 2): its capacity
-table and claim 1's headline comparisons rerun on vLLM's default loop (``scheduler =
+"""The least-outstanding study on the server it speaks of (issue 44 item 2), its main arm:
+its capacity table and every claim's design rerun on vLLM's default loop (``scheduler =
 "vllm"``, asynchronous scheduling) with the roofline step cost of Llama-3.1-8B on an H100
 (the form's default constants, routesim/step_cost/roofline.py), the page's replica
-(reserve scheduler, linear 8B cost) kept as the sensitivity arm everywhere else.
+(reserve scheduler, linear 8B cost) kept as the sensitivity arm (each claim's section).
 sweeps/token-routing-server.toml (results/token-routing-server/): stage ``capacity`` by
 ``python -m routesim.capacity`` (capacity-capacity.nc), stage ``counts`` by ``python -m
 routesim.sweep`` (counts.nc: claim 1's three policies at loads placed against this
@@ -11,7 +11,8 @@ server's capacities). The other claims' server arms are stages ``server`` (or
 capacity as their design, the capacity here the server's (a claim's ``SERVER_BASIS``):
 a claim module gives the arm as ``server(data)`` in its design's shape and its
 prediction as ``SERVER_PREDICTION``, or says why not with ``SERVER_WHY``. Not a claim of
-its own (no ``clauses``): its verdicts are a column of the verdict table (:func:`column`)."""
+its own (no ``clauses``): its verdicts are the verdict table's main columns
+(:func:`main_cells`), the page's replica's its sensitivity column (:func:`page_column`)."""
 
 from pathlib import Path
 
@@ -31,8 +32,10 @@ SEARCH = ("--stage", "capacity", "--low", "24", "--high", "56", "--points", "3",
 req/s (a vllm run costs 11 to 14 reserve runs: the budget's resolution)."""
 RUN = ("counts", "factorial")
 """The stages :func:`run` hands to ``python -m routesim.sweep`` after the search."""
-COLUMN = "on vLLM async + roofline (mechanism; added)"
-"""The verdict table's column of this arm."""
+MEASURED = "measured on the server (mean [95 % interval])"
+"""The verdict table's measured column: the server arm's, the study's main arm."""
+PAGE_COLUMN = "on the page's replica (mechanism; added)"
+"""The verdict table's sensitivity column: the page's replica (each claim's section)."""
 NOT_RUN = "not run"
 CLAIMS = workloads.CLAIMS
 """The claims whose server arm the column and the section read (claim 1's is this
@@ -168,16 +171,23 @@ def _page_file(root):
     return squeeze(read(path)) if path.exists() else None
 
 
-def claim_verdicts(claim, server):
-    """``claim``'s verdicts (:func:`.common.verdicts`) on the server, or None when its
-    server arm did not run: claim 1's from this arm's stage ``counts``, every other
-    claim's from its ``server(data)`` (:func:`.workloads.arm`, the claim's data as
-    ``server["claims"]`` holds it)."""
+def arm_of(claim, server):
+    """``claim``'s server arm in its design's shape, or None when it did not run
+    (``server`` None: the arm not run at all): claim 1's from this arm's stage ``counts``
+    (:func:`claim1`), every other claim's from its ``server(data)``
+    (:func:`.workloads.arm`, the claim's data as ``server["claims"]`` holds it)."""
     if server is None:
         return None
     if claim is counts:
-        return verdicts_of(server)
-    return workloads.verdicts_of(claim, server.get("claims", {}).get(claim.__name__), "server")
+        return claim1(server)
+    return workloads.arm(claim, server.get("claims", {}).get(claim.__name__), "server")
+
+
+def claim_verdicts(claim, server):
+    """``claim``'s verdicts (:func:`.common.verdicts`) on the server, or None when its
+    server arm did not run (:func:`arm_of`)."""
+    a = arm_of(claim, server)
+    return None if a is None else verdicts(claim.clauses(a))
 
 
 def why_not(claim) -> str:
@@ -185,19 +195,38 @@ def why_not(claim) -> str:
     return getattr(claim, "SERVER_WHY", "the stages have not run")
 
 
-def column(claim, server, page_cells):
-    """The verdict table's :data:`COLUMN` cell of ``claim`` (a claim module): its verdicts
-    on the server and whether they change from the page's ``page_cells`` (mechanism cell,
-    added cell, :func:`.common.verdict_cells`), by the rule of the Azure-length column
-    (:func:`.common.arm_cell`, brief: what went the other way is in the appendix's
-    tables), or "not run: why" (:func:`why_not`; the server arm not run at all:
-    :data:`NOT_RUN`)."""
-    if server is None:
-        return NOT_RUN
-    v = claim_verdicts(claim, server)
-    if v is None:
-        return f"{NOT_RUN}: {why_not(claim)}"
-    return arm_cell(v, claim.ADDED_WORDS, page_cells, brief=True)
+def main_cells(claim, server):
+    """The verdict table's main cells of ``claim`` (a claim module) on the server, the
+    study's main arm: (measured, the mechanism's cell, the added clauses' cell; the two
+    of :func:`.common.verdict_cells`), or None when its server arm did not run.
+    ``measured`` is the claim's ``server_measured(a)`` of its arm ``a`` where it has one
+    (its verdict row reads stages the server arm does not rerun), else the measured text
+    of its row of ``a`` (``row(a)[2]``)."""
+    a = arm_of(claim, server)
+    if a is None:
+        return None
+    measured = claim.server_measured(a) if hasattr(claim, "server_measured") else claim.row(a)[2]
+    return (measured, *verdict_cells(verdicts(claim.clauses(a)), claim.ADDED_WORDS))
+
+
+def not_run_cells(claim, server) -> tuple:
+    """The main cells (:func:`main_cells`' three) of a claim whose server arm did not run:
+    "not run: why" (:func:`why_not`; the server arm not run at all: :data:`NOT_RUN`),
+    then :data:`NOT_RUN` twice."""
+    return (NOT_RUN if server is None else f"{NOT_RUN}: {why_not(claim)}", NOT_RUN, NOT_RUN)
+
+
+def page_column(claim, page, main) -> str:
+    """The verdict table's :data:`PAGE_COLUMN` cell of ``claim``: its verdicts on the
+    page's replica (``page``: the claim's data) and whether either changes from the
+    server's (``main``: :func:`main_cells`), by the rule of the Azure-length column
+    (:func:`.common.arm_cell`, brief); the page's verdicts alone when the server arm did
+    not run (``main`` None)."""
+    v = verdicts(claim.clauses(page))
+    if main is None:
+        mech, added = verdict_cells(v, claim.ADDED_WORDS)
+        return f"{verdict_word(mech)}; {verdict_word(added)}"
+    return arm_cell(v, claim.ADDED_WORDS, main[1:], brief=True)
 
 
 def claim_arms(data) -> list:
@@ -275,7 +304,8 @@ def claims_lines(data) -> list:
     return [f"**Claims {n} on the server** ({'/'.join(map(str, seeds))} seeds, "
             f"{warm[0]:,.0f} s warm-up{later}, each at its design's multiple of the server's "
             "capacity; predictions written before the runs): "
-            + (f"verdicts change for {workloads._and(changes)}" if changes else "no verdict changes")
+            + (f"verdicts that differ from the page's replica: {workloads._and(changes)}" if changes
+               else "every verdict as on the page's replica")
             + f"; {preds}."
             + (f" {'Claim' if len(skipped) == 1 else 'Claims'} {workloads._and(skipped)}: not run (cost)."
                if skipped else ""), "",
@@ -331,6 +361,16 @@ def best_capacity(ds):
     return float(np.nanmax(c)) if np.isfinite(c).any() else np.nan
 
 
+def headline(data) -> dict:
+    """{baseline: (load, baseline, TTFT p99, TPOT p99, attainment comparisons)} of
+    least_tokens against each baseline at claim 1's headline load (:data:`.counts.LOAD`
+    where the stage ran it, else its highest)."""
+    rows = comparison_rows(data)
+    loads = {x[0] for x in rows}
+    r = counts.LOAD if counts.LOAD in loads else max(loads)
+    return {x[1]: x for x in rows if x[0] == r}
+
+
 def comparison_rows(data):
     """[(load, baseline, TTFT p99, TPOT p99, attainment comparisons)] of least_tokens
     against each baseline at every load of the server's claim 1 stage."""
@@ -365,11 +405,10 @@ def section(data):
     v = verdicts_of(data)
     page = page_capacities(data["root"])
     rates = ", ".join(f"{float(r):g}" for r in cts.rate_rps.values)
-    r, _, ttft_lr, tpot_lr, _ = next(x for x in comparison_rows(data) if x[1] == "least_requests")
-    ttft_rr = next(x for x in comparison_rows(data) if x[1] == "round_robin")[2]
     return "\n".join([
         "## On the server it speaks of", "",
-        "**Design** (`" + SWEEP + "`). The study's baseline on vLLM's default loop (`scheduler = \"vllm\"`, "
+        "**Design** (`" + SWEEP + "`). The study's main arm: its baseline on vLLM's default loop "
+        "(`scheduler = \"vllm\"`, "
         "asynchronous scheduling) with the roofline step cost of Llama-3.1-8B on one H100 SXM (the form's "
         "defaults: weights and KV read at 80 % of 3,350 GB/s, FLOPs at 60 % of 989 TFLOP/s, 4 ms overhead; "
         "calibrate those fractions and the overhead to your server, `python -m routesim.calibrate --cost "
@@ -379,10 +418,8 @@ def section(data):
         "comparisons ran (in the appendix).", "",
         table(data), "",
         "![Capacities on the server](../figures/lor-server.png)", "",
-        f"**Verdict on the server** (claim 1, {r:g} req/s: least_tokens' TTFT p99 {show(ttft_lr)} % against "
-        f"least_requests, {show(ttft_rr)} % against round_robin; TPOT p99 {show(tpot_lr)} % against "
-        f"least_requests). The seed's mechanism: *{v['mechanism']}*; the clauses the prediction added: "
-        f"*{v['added']}*.", "",
+        f"**Claim 1 on the server** (its numbers in the summary, every load in the appendix): the seed's mechanism "
+        f"*{v['mechanism']}*; added: *{v['added']}*.", "",
         *claims_lines(data),
         *(factorial.lines(data["factorial"]) if data.get("factorial") is not None else []),
         *details("The prediction, claim 1's comparisons, the steady state",
@@ -400,7 +437,7 @@ def _reading(data, page) -> str:
     moves = {p: (float(cap.capacity_rps.sel(policy=p)), page.get(str(p), np.nan)) for p in cap.policy.values}
     rose = [f"{p} {(s / a - 1) * 100:+.0f} %" for p, (s, a) in moves.items() if np.isfinite(s) and s > a]
     fell = [f"{p} {(s / a - 1) * 100:+.0f} %" for p, (s, a) in moves.items() if np.isfinite(s) and s < a]
-    r, b, _, tpot, _ = next(x for x in comparison_rows(data) if x[1] == "least_requests")
+    r, b, _, tpot, _ = headline(data)["least_requests"]
     pre = ", ".join(f"{p} {float(np.nanmedian(cts.preemptions.sel(policy=p, rate_rps=r))):g}"
                     for p in cts.policy.values)
     return ("**Reading.** Capacity against the page's replica: "
@@ -427,44 +464,45 @@ def reversed_below(cap, page, base="round_robin"):
             and np.isfinite(c) and c < srv[base]]
 
 
-def summary_lines(data) -> list:
-    """The practitioner's summary's paragraph on the server arm: the capacities against the
-    page's replica, the policies whose capacity moves by more than the search's step, and
-    claim 1's headline on the server with its verdict."""
+def page_lines(data, page_counts=None, lead=None) -> list:
+    """The practitioner's summary's paragraph on the page's replica, the sensitivity arm
+    beside the server (the summary's first paragraphs read the server): its capacities
+    with the server's in brackets, those apart by more than the server search's step,
+    claim 1's headline there (``lead``: its words, given by the summary; None leaves it
+    out) and the claims whose verdicts there differ from the server's (``page_counts``:
+    claim 1's data on the page's replica, :func:`.counts.load`, or None)."""
     cap = data["capacity"]
-    page = page_capacities(data["root"])
+    srv, page = dict(_ranked(cap)), page_capacities(data["root"])
     step = float(cap.attrs.get("capacity_resolution", np.nan))
-    words = ", ".join(f"{p} {capacities.cap_text(cap, c)}" + (f" ({page[p]:g})" if p in page else "")
-                      for p, c in _ranked(cap))
-    moved = [f"{p} {'up' if c > page[p] else 'down'}" for p, c in _ranked(cap)
-             if p in page and np.isfinite(c) and abs(c - page[p]) > step]
-    below = reversed_below(cap, page)
-    rows = comparison_rows(data)
-    r = max(x[0] for x in rows)
-    lr = next(x for x in rows if x[0] == r and x[1] == "least_requests")
-    rr = next(x for x in rows if x[0] == r and x[1] == "round_robin")
-    v = verdicts_of(data)
-    return [f"**On vLLM's asynchronous loop with a roofline H100 cost** (section \"On the server it speaks of\", "
-            f"{cap.sizes['seed']} seeds for the capacities): capacity at the SLO, req/s (the page's replica in "
-            f"brackets): {words}"
-            + (f"; beyond the search's {step:g} req/s step: {', '.join(moved)}" if moved else "")
-            + (f". **{' and '.join(below)} {'falls' if len(below) == 1 else 'fall'} below round_robin there** "
-               f"(above it on the page's replica; {cap.sizes['seed']} seeds, intervals in the section"
-               + (f"; {factorial.brief(data['factorial'])}" if data.get("factorial") is not None else "") + ")"
+    ranked = sorted(page, key=lambda p: -page[p] if np.isfinite(page[p]) else np.inf)
+    words = ", ".join(f"{p} {page[p]:g}" + (f" ({capacities.cap_text(cap, srv[p])})" if p in srv else "")
+                      for p in ranked)
+    apart = [f"{p} {'higher' if page[p] > srv[p] else 'lower'}" for p in ranked
+             if p in srv and np.isfinite(srv[p]) and abs(page[p] - srv[p]) > step]
+    below, differ = reversed_below(cap, page), _differ(data, page_counts)
+    if not (page or lead or differ):
+        return []
+    text = ("**On the page's replica** (the sensitivity arm: reserve scheduler, linear 8B cost)"
+            + (f": capacity at the SLO, req/s (the server's in brackets): {words}" if page else "")
+            + (f"; apart by more than the server search's {step:g} req/s step: {', '.join(apart)} here"
+               if apart else "")
+            + (f"; {workloads._and(below)} above round_robin here and below it on the server"
+               + (f" ({factorial.brief(data['factorial'])})" if data.get("factorial") is not None else "")
                if below else "")
-            + f". At {r:g} req/s least_tokens' TTFT p99 is {show(lr[2])} % against least_requests and "
-            f"{show(rr[2])} % against round_robin, its TPOT p99 {show(lr[3])} % against least_requests "
-            f"({data['counts'].sizes['seed']} seeds). Claim 1 there: the seed's mechanism *{v['mechanism']}*; the "
-            f"added clauses: *{v['added']}*." + _claims_brief(data), ""]
+            + "." + (f" {lead}" if lead else "") + differ)
+    return [text, ""]
 
 
-def _claims_brief(data) -> str:
-    """' Claims 2, 3 and 5 rerun there: the seed's mechanism changes verdict for claim 5.'
-    (the claims whose server arm ran), or "" when none ran."""
-    ran = [(t, v, p) for _, t, a, v, p in claim_arms(data) if a is not None]
+def _differ(data, page_counts) -> str:
+    """' Verdicts that differ from the server's: claims 1 (added) and 9 (mechanism).' over
+    the claims whose server arm ran (claim 1 when ``page_counts`` is given), or "" when
+    none ran."""
+    ran = [(_num(t), v, p) for _, t, a, v, p in claim_arms(data) if a is not None]
+    if page_counts is not None:
+        ran.insert(0, ("1", verdicts_of(data), verdicts(counts.clauses(page_counts))))
     if not ran:
         return ""
-    changed = [_num(t) for t, v, p in ran if (v["mechanism"], v["added"]) != (p["mechanism"], p["added"])]
-    return (f" {'Claim' if len(ran) == 1 else 'Claims'} {workloads._and([_num(t) for t, _, _ in ran])} there: "
-            + (f"verdicts change for {'claim' if len(changed) == 1 else 'claims'} {workloads._and(changed)}."
-               if changed else "no verdict changes."))
+    changed = [f"{n} ({', '.join(k for k in ('mechanism', 'added') if v[k] != p[k])})"
+               for n, v, p in ran if (v["mechanism"], v["added"]) != (p["mechanism"], p["added"])]
+    return (f" Verdicts that differ from the server's: {'claim' if len(changed) == 1 else 'claims'} "
+            f"{workloads._and(changed)}." if changed else " Every verdict as on the server.")
