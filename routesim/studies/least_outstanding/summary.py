@@ -25,7 +25,7 @@ def summary(loaded, appendix_name) -> list:
     page = []
     if _on_server(data):
         lead = _lead_words(data.get("counts"))
-        page = server.page_lines(data["server"], data.get("counts"), lead and f"At {lead[0]:g} req/s {lead[1]}.")
+        page = server.page_lines(data["server"], data.get("counts"), lead and f"Claim 1 at {lead[0]:g} req/s: {lead[1]}.")
     real = workloads.summary_lines(data["workloads"]) if data.get("workloads") is not None else []
     for part in (_deploy(data), _lead(data), page, _reversals(data), real, _operations(data)):
         lines += part
