@@ -50,6 +50,13 @@ CONDITIONS = (("fresh", "the baseline (fresh signals)", 41),
 trace's own arrivals, whose rate_rps coordinate is 0)."""
 LOAD = 41
 """req/s: the mechanism, signal and sensitivity stages' load (0.9 × 46 req/s)."""
+
+
+def headline_load(loads) -> float:
+    """The load (req/s) a headline quotes of a stage run at ``loads``: :data:`LOAD` where
+    it ran, else its highest."""
+    return LOAD if LOAD in loads else max(loads)
+
 OLD_VERDICT = "holds with qualification"
 OLD_DESIGN = ("loads 30–65 req/s placed against a 60 req/s capacity read from 10 s + 50 s windows "
               "without drain (above every policy's sustained capacity at 55 and 65), 16 seeds, a "

@@ -186,13 +186,6 @@ def arm_of(claim, server):
     return workloads.arm(claim, server.get("claims", {}).get(claim.__name__), "server")
 
 
-def claim_verdicts(claim, server):
-    """``claim``'s verdicts (:func:`.common.verdicts`) on the server, or None when its
-    server arm did not run (:func:`arm_of`)."""
-    a = arm_of(claim, server)
-    return None if a is None else verdicts(claim.clauses(a))
-
-
 def why_not(claim) -> str:
     """Why ``claim`` has no server arm (its ``SERVER_WHY``)."""
     return getattr(claim, "SERVER_WHY", "the stages have not run")
@@ -202,14 +195,12 @@ def main_cells(claim, server):
     """The verdict table's main cells of ``claim`` (a claim module) on the server, the
     study's main arm: (measured, the mechanism's cell, the added clauses' cell; the two
     of :func:`.common.verdict_cells`), or None when its server arm did not run.
-    ``measured`` is the claim's ``server_measured(a)`` of its arm ``a`` where it has one
-    (its verdict row reads stages the server arm does not rerun), else the measured text
-    of its row of ``a`` (``row(a)[2]``)."""
+    ``measured`` is the measured text of the claim's own verdict row of its arm ``a``
+    (``row(a)[2]``: every claim's arm is in its design's shape)."""
     a = arm_of(claim, server)
     if a is None:
         return None
-    measured = claim.server_measured(a) if hasattr(claim, "server_measured") else claim.row(a)[2]
-    return (measured, *verdict_cells(verdicts(claim.clauses(a)), claim.ADDED_WORDS))
+    return (claim.row(a)[2], *verdict_cells(verdicts(claim.clauses(a)), claim.ADDED_WORDS))
 
 
 def not_run_cells(claim, server) -> tuple:
@@ -366,11 +357,10 @@ def best_capacity(ds):
 
 def headline(data) -> dict:
     """{baseline: (load, baseline, TTFT p99, TPOT p99, attainment comparisons)} of
-    least_tokens against each baseline at claim 1's headline load (:data:`.counts.LOAD`
-    where the stage ran it, else its highest)."""
+    least_tokens against each baseline at claim 1's headline load
+    (:func:`.counts.headline_load`)."""
     rows = comparison_rows(data)
-    loads = {x[0] for x in rows}
-    r = counts.LOAD if counts.LOAD in loads else max(loads)
+    r = counts.headline_load({x[0] for x in rows})
     return {x[1]: x for x in rows if x[0] == r}
 
 

@@ -91,7 +91,7 @@ def _lead_words(d):
     if d is None:
         return None
     comps = counts.main_comparisons(d)
-    r = counts.LOAD if counts.LOAD in comps else max(comps)
+    r = counts.headline_load(comps)
     c = comps[r]
     return r, (f"least_tokens' TTFT p99 {show(c[('ttft_p99', 'least_requests')])} % against least_requests and "
                f"{show(c[('ttft_p99', 'round_robin')])} % against round_robin; its TPOT p99 "
