@@ -190,7 +190,12 @@ def test_the_reduced_arm_recomputes_claim_1_and_its_column(reduced, tmp_path):
 
 def test_the_reduced_arm_renders(reduced, tmp_path):
     text = assert_renders(server, reduced, tmp_path / "figures", heading="## On the server it speaks of")
+    # claim 1's section did not run here: its prediction on the server stays with this
+    # section; where it ran, that section holds it (server.section_lines) and this does not
     assert server.PREDICTION in text
+    d = server.load(reduced)
+    d["claims"][counts.__name__] = server.claim1(d)
+    assert server.PREDICTION not in server.section(d)
     # the capacity search ran round_robin and least_tokens: each has its row
     for p in ("round_robin", "least_tokens"):
         assert f"| {p} |" in text
@@ -209,6 +214,11 @@ def test_the_reduced_arm_renders(reduced, tmp_path):
     assert "## On the server it speaks of" in doc
     # the prediction (fixed before the runs) moves to the appendix, a pointer stays
     assert server.PREDICTION not in doc and server.PREDICTION in appendix
+    # claim 1's section did not run here (only the server's stages did): its comparisons on
+    # the server stay with this section, in the appendix
+    assert "## Claim 1" not in doc
+    table = server.comparison_table(server.load(reduced))
+    assert table not in doc and table in appendix.split("### Claim 1 on the server (its section did not run)")[1]
     # the factorial's paragraph, its prediction and table in the appendix (no longer a
     # headline: 16 seeds put neither KV-aware policy below round_robin on the server)
     assert "**Which part of the server moves least_kv and least_cost**" in appendix

@@ -19,7 +19,8 @@ import xarray as xr
 
 from conftest import SWEEPS, run_reduced, swap_labels, write_results
 from routesim.studies.least_outstanding import (admission, affinity, choices, cold_start, counts, learning,
-                                                preemption, retries, server, staleness)
+                                                preemption, retries, server, staleness, summary,
+                                                workloads)
 from routesim.studies.least_outstanding.common import verdict_cells, verdicts
 from test_least_outstanding_preemption import arms
 from test_least_outstanding_workloads import capacity_stand_in, reduced_doors
@@ -138,6 +139,20 @@ def test_claim5_on_the_server_least_kv_places_less_often_on_a_full_replica(tmp_p
     assert float(high.sel(policy="least_kv").mean()) < float(high.sel(policy="least_requests").mean())
     assert float(a["preemption"].preemptions.sel(policy="least_kv").mean()) <= float(
         a["preemption"].preemptions.sel(policy="least_requests").mean())
+    # its section: the server's comparisons (the main arm) after the design and before the
+    # page's replica's reading, its load against least_kv's capacity on the server (30 / 36);
+    # the page's table moves to the appendix; without the main arm it stays in place
+    cap = xr.Dataset({"capacity_rps": ("policy", [36.0])}, coords={"policy": ["least_kv"]})
+    main = server.section_lines(preemption, {"claims": {preemption.__name__: d}, "capacity": cap})
+    kept, appendix = summary.to_appendix([preemption.section(d, main=main)], "twin.md")
+    kept, appendix = kept[0], "\n".join(appendix)
+    assert "**On the server** (stage `server`, 30 req/s: 0.83 × least_kv's 36 on the server; 4 seeds" in kept
+    assert kept.index("**Design.**") < kept.index("**On the server**") < kept.index("**Reading, on the page's replica.**")
+    assert all(line in kept for line in workloads.clause_table(preemption, a))
+    page_rows = preemption._effect_rows("fresh", d["preemption"], preemption.KV_AWARE)
+    assert all(r not in kept and r in appendix.split("### The page's replica's table")[1] for r in page_rows)
+    alone = preemption.section(d)
+    assert all(r in alone for r in page_rows) and "**On the server**" not in alone and "**Reading.**" in alone
     # exchanging the two policies' runs: least_kv's tail now above least_requests', a
     # comparison that cannot go as predicted
     flipped = {"preemption": swap_labels(a["preemption"], "policy", "least_kv", "least_requests")}

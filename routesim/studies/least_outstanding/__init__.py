@@ -108,7 +108,8 @@ def document(results_dir=RESULTS, out=OUT) -> tuple:
              "## How the claims are measured", "", shared_design(), "", RULE, "",
              *verdict_table(loaded)]
     on_server = dict(loaded).get(server)
-    sections = ["\n".join([claim.section(data), *_verdict_line(claim, data, on_server)]) for claim, data in loaded]
+    sections = ["\n".join([_section(claim, data, on_server), *_verdict_line(claim, data, on_server)])
+                for claim, data in loaded]
     window = _window_note(results_dir)
     sections.append("\n".join(["## What the model leaves out", "", LEAVES_OUT, "", calibration_note(), "",
                                *(details("The cohorts", window) if window else []), "",
@@ -177,6 +178,15 @@ def _judged(loaded):
     return [(claim, data) for claim, data in loaded if hasattr(claim, "clauses")]
 
 
+def _section(claim, data, on_server) -> str:
+    """A section of the document: a claim's with its main arm's lines after its design
+    (:func:`.server.section_lines`; none when the server arm did not run), any other
+    section as its module writes it."""
+    if claim not in server.CLAIMS:
+        return claim.section(data)
+    return claim.section(data, main=server.section_lines(claim, on_server))
+
+
 def _verdict_line(claim, data, on_server) -> list:
     """The closing line of a claim's section: its two verdicts on the server, the main
     arm (:func:`.server.main_cells`; the verdict table gives what went the other way),
@@ -195,8 +205,8 @@ def _verdict_line(claim, data, on_server) -> list:
 
 VERDICT_TABLE = (
     "## The verdicts", "",
-    "The verdicts on the server, the main arm (section \"On the server it speaks of\"; its comparisons in the "
-    "appendix); the page's replica (each claim's section) is the sensitivity column, marked where it differs from "
+    "The verdicts on the server, the main arm (section \"On the server it speaks of\"; its comparisons in each "
+    "claim's section); the page's replica is the sensitivity column, marked where it differs from "
     "the server; the Azure-length arm, run on the page's replica, is marked where it differs from that replica.",
     "")
 """The verdict table's heading and the paragraph that says which arm its columns read."""

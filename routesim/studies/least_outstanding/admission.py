@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, SEEDS, capacity, compare, departures, details, exceptions, read, results_root, save, show, squeeze,
+from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, SEEDS, capacity, compare, departures, details, exceptions, page_table, read, reading, results_root, save, show, squeeze,
                      steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
@@ -367,7 +367,8 @@ def _burst_events(ds):
     return sweep.scenarios[scen]
 
 
-def section(data):
+def section(data, main=()):
+    """Claim 9's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     held, rates = data["held"], data["rates"]
     x = threshold(held)
     a = arms(data)
@@ -460,12 +461,12 @@ def section(data):
         f"{burst_rate:g} req/s ({burst_rate / cap:.2f} ×) through the warm-up, then {peak:g} × that "
         f"({peak * burst_rate / cap:.2f} × capacity) from {t0:g} s to {t1:g} s, the window's first "
         f"{t1 - t0:g} s, then back: the same three arms. Goodput counts cohort requests within both SLOs per "
-        "second of the window; attainment is over all arrivals. The claim's tests (every goodput comparison "
-        f"a difference in req/s, material from {material(data):.1f} req/s, 5 % of no door's goodput at capacity: "
-        "beyond it no door's goodput falls to 0, where a ratio is undefined):", "",
-        *tests, "",
+        "second of the window; attainment is over all arrivals. Every goodput comparison is "
+        f"a difference in req/s, material from {material(data):.1f} req/s, 5 % of no door's goodput at capacity "
+        "(beyond it no door's goodput falls to 0, where a ratio is undefined).", "",
+        *page_table(main, "The claim's tests:", "", *tests, ""),
         "![Claim 9](../figures/lor-claim9-admission.png)", "",
-        f"**Reading.** {exceptions([(k, r, p) for k, r, p, _ in clauses(data)])}. Refusing at the door holds "
+        f"{reading(main)} {exceptions([(k, r, p) for k, r, p, _ in clauses(data)])}. Refusing at the door holds "
         "beyond capacity and under the burst; queueing without a deadline moves the wait to the router.", "",
         *details(
         "The curve, steady state, offered load, where every request went, the tests in words",

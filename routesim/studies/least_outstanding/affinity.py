@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, departures, details,
-                     exceptions, on_trace, open_stage, save,
+                     exceptions, on_trace, open_stage, page_table, reading, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-affinity.toml",)
@@ -291,7 +291,8 @@ def figure(data, figures_dir=FIGURES):
     return save(fig, "lor-claim4-affinity", figures_dir)
 
 
-def section(data):
+def section(data, main=()):
+    """Claim 4's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     tie = data["tie"]
     v = verdict(data)
     hi_rate = high(data)
@@ -371,10 +372,10 @@ def section(data):
         + (f"The realistic-signal arm: tie_tolerance 0 and {TOLERANCE:g} and least_tokens under a 50 ms "
            "`periodic` and `periodic_local` scrape. " if signals(data) else
            "The realistic-signal arm (a 50 ms scrape) has not been run. ")
-        + f"The verdict reads tie_tolerance {TOLERANCE:g} against 0 at both loads (paired, bold: a lead):", "",
-        *eff, "",
+        + f"The verdict reads tie_tolerance {TOLERANCE:g} against 0 at both loads.", "",
+        *page_table(main, "Paired by seed (bold: a lead):", "", *eff, ""),
         "![Claim 4](../figures/lor-claim4-affinity.png)", "",
-        f"**Reading.** {exceptions([(k, c, p) for k, c, p, _ in clauses(data)])}. "
+        f"{reading(main)} {exceptions([(k, c, p) for k, c, p, _ in clauses(data)])}. "
         + (f"Under a 50 ms scrape the verdict is " + "; ".join(f"*{sig_v[m]}* under {m}" for m in SIGNAL_MODES)
            + ". " if signals(data) else "")
         + f"Too much affinity: prefix_affinity (balance_abs 64) against least_tokens at {hi_rate:g} req/s, "

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare, departures, details,
-                     in_short, on_trace, open_stage,
+                     in_short, on_trace, open_stage, page_table, reading,
                      save, sensitivity_rows, show, stage_rate, steady_table, verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-scale-8.toml", "sweeps/token-routing-scale-32.toml")
@@ -277,7 +277,8 @@ def _ranking_words(leads):
     return said + ": the ranking does not change"
 
 
-def section(data):
+def section(data, main=()):
+    """Claim 2's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     n8, n32 = data["8"], data["32"]
     rate8 = stage_rate(n8["pod"])
     v = verdict(data)
@@ -331,11 +332,10 @@ def section(data):
         "`periodic_local` scrape (predicted before its runs: the first step survives a scrape, "
         "and d = 3 buys no more than with fresh signals). "
         f"A lead of d = 2 over d = 1 must be a TTFT p99 at most 1 / {1 + FIRST_STEP / 100:g} of d = 1's "
-        f"({FIRST_FALL:.1f} %, \"by a lot\"); d = 3 \"buys little\" when it has no lead on d = 2. Medians "
-        "over seeds (ms) and paired comparisons (bold: a lead):", "",
-        *rows, "",
+        f"({FIRST_FALL:.1f} %, \"by a lot\"); d = 3 \"buys little\" when it has no lead on d = 2.", "",
+        *page_table(main, "Medians over seeds (ms) and paired comparisons (bold: a lead):", "", *rows, ""),
         "![Claim 2](../figures/lor-claim2-choices.png)", "",
-        f"**Reading.** {_short_reading(data)}. least_tokens against d = 2, TTFT p99: " + _ranking_words(lt_lead if sig else {"fresh signals": fresh_rank[3]})
+        f"{reading(main)} {_short_reading(data)}. least_tokens against d = 2, TTFT p99: " + _ranking_words(lt_lead if sig else {"fresh signals": fresh_rank[3]})
         + ".", ""]
     parts += details(
         "The design in full, the steady state, the comparisons in words",

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import (FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, details, load_stages, results_root, save, show, steady_table,
+from .common import (FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, details, load_stages, page_table, reading, results_root, save, show, steady_table,
                      verdict_of)
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
@@ -420,7 +420,8 @@ def figure(data, figures_dir=FIGURES):
 
 # -- section -------------------------------------------------------------------------
 
-def section(data):
+def section(data, main=()):
+    """Claim 6's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     ds = data["cold"]
     before = data["before"]
     root = results_root(ds)
@@ -480,10 +481,10 @@ def section(data):
         f"not biased low; left unfinished: {unf} of the {arr:,} cohort requests of all runs). The flood "
         f"is measured by two more stages whose window is the first second after replica {c_rep} becomes "
         f"eligible (at the recovery, or at the end of the readiness delay), at cold_factor "
-        f"{flood_factor(data):g}. The claim's tests at cold_factor {cf_hi:g}:", "",
-        *tests, "",
+        f"{flood_factor(data):g}.", "",
+        *page_table(main, f"The claim's tests at cold_factor {cf_hi:g}:", "", *tests, ""),
         "![Claim 6](../figures/lor-claim6-cold.png)", "",
-        f"**Reading.** The flood is real: in the first second after it recovers, plain {POLICY} sends "
+        f"{reading(main)} The flood is real: in the first second after it recovers, plain {POLICY} sends "
         f"replica {c_rep} a median {float(fs_plain.median()):.0f} % of the attempts (fair share "
         f"{fair(ds) * 100:.1f} %; {show(c['flood'][0], 1, 'pp')} above it), since a count cannot see a cold "
         "replica. What it costs depends on coldness"

@@ -453,7 +453,8 @@ def shared_design() -> str:
     return (f"**The design every claim shares** (a claim's design names only what differs). "
             f"{c['replicas']} default replicas of two kinds: the server (vLLM's default loop, a roofline step cost "
             "of Llama-3.1-8B on an H100), the main arm, and the page's replica (its reserve scheduler and linear 8B "
-            "step cost), the sensitivity arm each claim's section shows; the "
+            "step cost), the sensitivity arm (a claim's section gives the server's comparisons, then the page's "
+            "replica's figure and reading); the "
             "default workload with its long class (2 % of requests: prompts of median 12,000 tokens, outputs "
             f"of median 2,000), a {c['warmup_s']:,.0f} s warm-up, a {c['measure_s']:g} s window whose arrivals "
             f"are followed to the end (drained, up to {c['drain_s']:g} s), {c['seeds']} seeds; every arm sees "
@@ -489,6 +490,26 @@ def details(label, *lines) -> list:
     to them and its appendix document gets them, under the heading ``label``
     (:func:`.summary.to_appendix`)."""
     return [f"{DETAILS_OPEN} {label} {DETAILS_CLOSE}", *lines, DETAILS_END]
+
+
+PAGE_TABLE = "The page's replica's table"
+"""The appendix heading of a claim section's main table on the page's replica, moved
+there when the section shows the main arm's (:func:`page_table`)."""
+
+
+def page_table(main, *lines) -> list:
+    """A claim section's main table on the page's replica (``lines``: its sentence, a
+    blank line, its rows): in place when the section has no main arm (``main`` empty: the
+    server arm did not run), else the main arm's lines (``main``:
+    :func:`.server.section_lines`) take its place and the table moves to the appendix
+    under :data:`PAGE_TABLE`."""
+    return list(lines) if not main else [*main, *details(PAGE_TABLE, *lines)]
+
+
+def reading(main) -> str:
+    """The head of a claim section's reading, which reads the page's replica's runs: says
+    so when the section also shows the main arm (``main`` not empty)."""
+    return "**Reading, on the page's replica.**" if main else "**Reading.**"
 
 
 STEADY = ("backlog_growth", "kv_occupancy_first", "kv_occupancy_last")

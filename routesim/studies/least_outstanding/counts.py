@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from ... import step_cost
 from ..intervals import LEVEL
 from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, departures, details, in_short,
+                     page_table, reading,
                      on_trace, open_stage, save, show,
                      steady_table, rate_text, verdict_of, verdicts)
 
@@ -600,7 +601,8 @@ def figure_effects(mech, conds, figures_dir=FIGURES):
 
 # -- the section ----------------------------------------------------------------------
 
-def section(data):
+def section(data, main=()):
+    """Claim 1's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     counts = data["counts"]
     root = data["root"]
     rates = [float(r) for r in counts.rate_rps.values]
@@ -630,11 +632,10 @@ def section(data):
         f"{'measured' if measured else 'provisional: the capacity stage has not run'}); least_tokens against each "
         "baseline. ITL p99 (every gap between two tokens, a prefill chunk's stall included) stands beside TPOT p99.",
         "",
-        main_table(data),
-        "",
+        *page_table(main, main_table(data), ""),
         "![Claim 1](../figures/lor-claim1-counts.png)",
         "",
-        f"**Reading.** {_short_reading(comps)}. Why the gain is in TTFT, not TPOT: the seed's worked example "
+        f"{reading(main)} {_short_reading(comps)}. Why the gain is in TTFT, not TPOT: the seed's worked example "
         "by this model's step cost (in the appendix).",
         "",
     ]

@@ -7,7 +7,7 @@ rate_rps × seed × replica). Comparisons are paired by seed (:func:`common.comp
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (FIGURES, MECHANISM, MOONCAKE_ABOVE, capacity, compare, departures, details, exceptions, load_stages, open_stage, rate_text, results_root, save, show,
+from .common import (FIGURES, MECHANISM, MOONCAKE_ABOVE, capacity, compare, departures, details, exceptions, load_stages, open_stage, page_table, rate_text, reading, results_root, save, show,
                      steady_table, times_text, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-hetero.toml",)
@@ -137,7 +137,8 @@ def figure(ds, figures_dir=FIGURES):
     return save(fig, "lor-claim8-hetero", figures_dir)
 
 
-def section(ds):
+def section(ds, main=()):
+    """Claim 8's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     root = results_root(ds)
     rs = rates(ds)
     c = comparisons(ds)
@@ -178,10 +179,10 @@ def section(ds):
         + ("" if measured else "; the README's provisional figures, the capacity stage has not run")
         + f" (this cluster, one replica faster, has a little more). rate_weighted (weights from the "
         f"completions of the last {float(ds.attrs['window_ms']):g} ms) against least_tokens and round_robin"
-        f"{departures(ds)}. The claim's tests:", "",
-        *tests, "",
+        f"{departures(ds)}.", "",
+        *page_table(main, "The claim's tests:", "", *tests, ""),
         "![Claim 8](../figures/lor-claim8-hetero.png)", "",
-        f"**Reading.** {exceptions([(k, r, p) for k, r, p, _ in clauses(ds)])}: "
+        f"{reading(main)} {exceptions([(k, r, p) for k, r, p, _ in clauses(ds)])}: "
         + ("rate_weighted over-learns" if over_any else "rate_weighted under-learns rather than over-learns")
         + "; its TTFT p99 against least_tokens': " + "; ".join(f"{show(ttft[r], 0, '%')} at {r:g} req/s" for r in rs)
         + ".", "",

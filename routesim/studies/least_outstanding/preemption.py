@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
 from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, against, capacities, cell, compare, departures, details,
-                     exceptions, open_stage, save,
+                     exceptions, open_stage, page_table, reading, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, tally, verdict_of,
                      verdicts)
 
@@ -319,7 +319,8 @@ def vllm_words(data):
                ", nor any of its comparisons' leads."))
 
 
-def section(data):
+def section(data, main=()):
+    """Claim 5's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     ds = data["preemption"]
     rate = stage_rate(ds)
     v = verdict(data)
@@ -367,10 +368,10 @@ def section(data):
         "the occupancies in points; TPOT p99 as a ratio. "
         + ("The realistic-signal arm reruns least_kv, least_cost and least_requests under a 50 ms `periodic` "
            "and `periodic_local` scrape. " if _present(data, "signals") else "The realistic-signal arm has not been run. ")
-        + "KV-aware policy against least_requests, paired by seed (bold: a lead):", "",
-        *eff, "",
+        .rstrip(), "",
+        *page_table(main, "KV-aware policy against least_requests, paired by seed (bold: a lead):", "", *eff, ""),
         "![Claim 5](../figures/lor-claim5-preemption.png)", "",
-        "**Reading.** Fresh signals, against least_requests: "
+        f"{reading(main)} Fresh signals, against least_requests: "
         + "; ".join(f"{p} {exceptions([(var, c, -1) for var, c in effects(ds, p).items()], start=False)}"
                     for p in KV_AWARE)
         + f". Within a seed, the policy that placed less often above 90 % also preempted less in {agree} of {n} "

@@ -13,7 +13,7 @@ cohort is drained, so ``attempts`` counts every attempt of every cohort request:
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, departures, details, exceptions, load_stages,
+from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, departures, details, exceptions, load_stages, page_table, reading,
                      replicas_at,
                      results_root, save, scenario_events, show, steady_table, verdict_of)
 
@@ -277,7 +277,8 @@ def _events(data):
     return down, at[0], up[0], hole, hat[0], hup[0]
 
 
-def section(data):
+def section(data, main=()):
+    """Claim 7's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     a, b, h, af = (data[s] for s in STAGES)
     c = comparisons(data)
     n = a.sizes["replica"]
@@ -329,11 +330,10 @@ def section(data):
         f"window, [{wa:g} s, {wa + m:g} s), {wa - t_up:g} s after the crash ended. Runs: "
         f"{sum(int(d.arrivals.size) for d in (data[s] for s in STAGES))}.", "",
         f"**The control is {'calm' if both_calm else 'not calm'}** (calm: median attempts per request at "
-        f"most {CALM[0]:g} and attainment at least {CALM[1] * 100:g} %): {calm_txt}, without the budget. "
-        "The claim's tests:", "",
-        *_tests(data), "",
+        f"most {CALM[0]:g} and attainment at least {CALM[1] * 100:g} %): {calm_txt}, without the budget.", "",
+        *page_table(main, "The claim's tests:", "", *_tests(data), ""),
         "![Claim 7](../figures/lor-claim7-retry.png)", "",
-        f"**Reading.** {exceptions([(k, r, p) for k, r, p, _ in clauses(data)])}"
+        f"{reading(main)} {exceptions([(k, r, p) for k, r, p, _ in clauses(data)])}"
         + (": the degradation does not outlast its trigger, so there is no metastable trap here."
            if c["lingers"][0][3] != -1 else ": the degradation outlasts its trigger."), "",
         *details(

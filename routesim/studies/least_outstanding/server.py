@@ -186,6 +186,54 @@ def arm_of(claim, server):
     return workloads.arm(claim, server.get("claims", {}).get(claim.__name__), "server")
 
 
+def section_lines(claim, server) -> list:
+    """The main arm's lines of ``claim``'s section, placed after its design (a claim
+    section's ``main``: :func:`.common.page_table`): the server arm's loads against the
+    server's capacity, its seeds and steady state in brief, each comparison of its verdict
+    (claim 1: :func:`comparison_table`, the claim's own columns; any other claim:
+    :func:`.workloads.clause_table`) and whether its prediction held; the prediction and
+    the steady state cell by cell as details. [] when the arm did not run."""
+    a = arm_of(claim, server)
+    if a is None:
+        return []
+    if claim is counts:
+        where, table, pred = f"stage `counts` of `{SWEEP}`", comparison_table(server).split("\n"), PREDICTION
+        stages, held_words, units = [("counts", a["counts"])], "", ""
+    else:
+        stages = _stages(a)
+        names = workloads._and([f"`{ds.attrs.get('stage', k)}`" for k, ds in stages])
+        where = f"{'stage' if len(stages) == 1 else 'stages'} {names}, {placed(claim, a, server)}"
+        table, pred = workloads.clause_table(claim, a), getattr(claim, "SERVER_PREDICTION", "")
+        want = getattr(claim, "SERVER_PREDICTED", None)
+        held_words = (f" Its prediction, written before its runs, {held(verdicts(claim.clauses(a)), want)}."
+                      if want else "")
+        units = UNITS
+    seeds = "/".join(str(n) for n in sorted({int(ds.sizes.get("seed", 0)) for _, ds in stages}))
+    return [f"**On the server** ({where}; {seeds} seeds; {_steady_brief(stages)}): its verdict's "
+            f"comparisons, paired by seed{units}." + held_words, "", *table, "",
+            *details("The server's prediction and steady state", pred, "",
+                     "; ".join(f"Stage `{ds.attrs.get('stage', k)}`: {steady_words(ds, _by(ds))}"
+                               for k, ds in stages) + "."), ""]
+
+
+UNITS = " (a ratio in %, a share in pp, a count or goodput as a difference)"
+"""How a claim's comparisons are measured, for the mean column of
+:func:`.workloads.clause_table` (:func:`.common.compare`: "relative" in %, "points" in pp,
+"absolute" in the values' unit)."""
+
+
+def _steady_brief(stages) -> str:
+    """'every arm steady' or 'runs flagged not steady: 3 of 96' over the stages
+    (:func:`_stages`' pairs), by :func:`routesim.steady.count_unsteady` per run and
+    :func:`.common.steady_words`' cells."""
+    from ... import steady
+    bad = [steady.count_unsteady(ds) for _, ds in stages]
+    cells = all(steady_words(ds, _by(ds)).startswith("every") for _, ds in stages)
+    if cells and not sum(b for b, _ in bad):
+        return "every arm steady"
+    return f"runs flagged not steady: {sum(b for b, _ in bad)} of {sum(n for _, n in bad)}"
+
+
 def why_not(claim) -> str:
     """Why ``claim`` has no server arm (its ``SERVER_WHY``)."""
     return getattr(claim, "SERVER_WHY", "the stages have not run")
@@ -268,13 +316,13 @@ def _num(title) -> str:
 def claims_lines(data) -> list:
     """The section's paragraph on the claims rerun on the server: which ran, their
     seeds and warm-up, the verdicts that change against the page's replica and whether
-    each prediction held, the claims not run; each arm's load against the server's
-    capacity, its prediction, comparisons and steady state as details (the appendix)."""
+    each prediction held, the claims not run (each arm's load, prediction, comparisons and
+    steady state are in its claim's section: :func:`section_lines`)."""
     arms = claim_arms(data)
     ran = [(c, t, a, v, p) for c, t, a, v, p in arms if a is not None]
     if not ran:
         return []
-    changes, outcome, tables = [], {}, []
+    changes, outcome = [], {}
     for claim, title, a, v, page in ran:
         cells, pcells = verdict_cells(v, claim.ADDED_WORDS), verdict_cells(page, claim.ADDED_WORDS)
         moved = [k for k, x, y in (("mechanism", cells[0], pcells[0]), ("added", cells[1], pcells[1]))
@@ -284,10 +332,6 @@ def claims_lines(data) -> list:
         pred = getattr(claim, "SERVER_PREDICTED", None)
         if pred is not None:
             outcome.setdefault(held(v, pred), []).append(_num(title))
-        steady = "; ".join(f"stage `{ds.attrs.get('stage', k)}`: {steady_words(ds, _by(ds))}" for k, ds in _stages(a))
-        tables += [f"**{title}, on the server** ({placed(claim, a, data)}; {steady}). Verdicts: the seed's mechanism "
-                   f"*{cells[0]}*; added *{cells[1]}*" + (f"; the prediction {held(v, pred)}" if pred else "") + ".", "",
-                   getattr(claim, "SERVER_PREDICTION", ""), "", *workloads.clause_table(claim, a), ""]
     skipped = [_num(t) for _, t, a, _, _ in arms if a is None]
     seeds = sorted({int(ds.sizes.get("seed", 0)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
     warm = sorted({float(ds.attrs.get("warmup_s", np.nan)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
@@ -297,15 +341,12 @@ def claims_lines(data) -> list:
     later = f" (a window its design starts later: {', '.join(f'{w:,.0f}' for w in warm[1:])} s)" if len(warm) > 1 else ""
     return [f"**Claims {n} on the server** ({'/'.join(map(str, seeds))} seeds, "
             f"{warm[0]:,.0f} s warm-up{later}, each at its design's multiple of the server's "
-            "capacity; predictions written before the runs): "
+            "capacity; predictions written before the runs; each claim's comparisons in its section): "
             + (f"verdicts that differ from the page's replica: {workloads._and(changes)}" if changes
                else "every verdict as on the page's replica")
             + f"; {preds}."
             + (f" {'Claim' if len(skipped) == 1 else 'Claims'} {workloads._and(skipped)}: not run (cost)."
-               if skipped else ""), "",
-            *details("The other claims",
-                     "Each claim's load, its prediction, each comparison as the claim's own table gives it, its part "
-                     "of the prediction and its outcome under the rule at the top.", "", *tables), ""]
+               if skipped else ""), ""]
 
 
 def _stages(a):
@@ -407,20 +448,21 @@ def section(data):
         "calibrate those fractions and the overhead to your server, `python -m routesim.calibrate --cost "
         f"roofline`): capacities by the study's rule over {cap.sizes['seed']} seeds, claim 1's three policies "
         f"at {rates} req/s over {cts.sizes['seed']}. A vllm run costs 11 to 14 reserve runs; the other claims "
-        "below. The prediction was written in `server.py` before the "
+        "in their sections. Each prediction was written in its module before the "
         "comparisons ran (in the appendix).", "",
         table(data), "",
         "![Capacities on the server](../figures/lor-server.png)", "",
-        f"**Claim 1 on the server** (its numbers in the summary, every load in the appendix): the seed's mechanism "
+        f"**Claim 1 on the server** (every load in its section): the seed's mechanism "
         f"*{v['mechanism']}*; added: *{v['added']}*.", "",
-        *claims_lines(data),
+        *details("The claims on the server", *claims_lines(data)),
+        *([] if counts.__name__ in data.get("claims", {}) else
+          details("Claim 1 on the server (its section did not run)", PREDICTION, "", comparison_table(data))),
         *(factorial.lines(data["factorial"]) if data.get("factorial") is not None else []),
-        *details("The prediction, claim 1's comparisons, the steady state",
-                 PREDICTION, "", PLACEMENT, "",
+        *details("The search, the placement, the reading",
+                 PLACEMENT, "",
                  f"The capacity search: `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}`.", "",
-                 comparison_table(data), "",
-                 f"Steady state: the capacity table's last column (the runs at each capacity); claim 1's stage: "
-                 f"{steady_words(cts, ('rate_rps', 'policy'))}. " + _reading(data, page)), ""])
+                 "Steady state: the capacity table's last column (the runs at each capacity). "
+                 + _reading(data, page)), ""])
 
 
 def _reading(data, page) -> str:

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
 from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, RELATIVE_BOUNDS, against, capacities, cell, compare,
-                     departures, details, exceptions, open_stage, save, sensitivity_rows, show, stage_rate, steady_table, steady_words,
+                     departures, details, exceptions, open_stage, page_table, reading, save, sensitivity_rows, show, stage_rate, steady_table, steady_words,
                      verdict_of, verdicts)
 
 SWEEPS = ("sweeps/token-routing-staleness.toml",)
@@ -260,7 +260,8 @@ def figure(data, figures_dir=FIGURES):
     return save(fig, "lor-claim3-staleness", figures_dir)
 
 
-def section(data):
+def section(data, main=()):
+    """Claim 3's section; ``main``: the main arm's lines (:func:`.common.page_table`)."""
     ps = periods(data)
     rows = ["| policy | " + " | ".join("fresh" if p == 0 else f"periodic {p} ms" for p in ps)
             + f" | periodic_local {LOCAL_MS} ms | periodic_local {LOCAL_MS} ms, {ROUTERS} routers |",
@@ -304,12 +305,11 @@ def section(data):
         f"router and with {ROUTERS} (`routers = {ROUTERS}`: request r goes through router "
         f"floor(h_r · {ROUTERS}), and each router adds only its own placements to the last "
         "publication); every stage has the same warm-up, so the comparisons are paired on the same window. "
-        "The load is claim 2's, so these runs are also its realistic-signal arm. Median TTFT p99 (ms):", "",
-        *rows, "",
-        "The prediction's comparisons, paired by seed (bold: a lead):", "",
-        *comp_rows, "",
+        "The load is claim 2's, so these runs are also its realistic-signal arm.", "",
+        *page_table(main, "Median TTFT p99 (ms):", "", *rows, "",
+                    "The prediction's comparisons, paired by seed (bold: a lead):", "", *comp_rows, ""),
         "![Claim 3](../figures/lor-claim3-staleness.png)", "",
-        f"**Reading.** {exceptions([(name, c, pred) for name, (c, pred) in comparisons(data).items()])}. "
+        f"{reading(main)} {exceptions([(name, c, pred) for name, (c, pred) in comparisons(data).items()])}. "
         + (("The ranking reverses at " + ", ".join(f"{p} ms" for p in flips)
             + ": with a scrape that old power of two has the lower TTFT p99 (a lead)") if flips and fresh_rank == 1
            else ("Power of two leads at " + ", ".join(f"{p} ms" for p in flips)) if flips else

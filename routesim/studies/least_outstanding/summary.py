@@ -209,7 +209,8 @@ def to_appendix(sections, appendix_name) -> tuple:
 
 def _split(text) -> tuple:
     """(a section's lines outside its details blocks, :data:`POINTER` where the first
-    block was; [(label, the block's lines)])."""
+    block was, a blank line that would follow another once a block is out dropped;
+    [(label, the block's lines)])."""
     kept, blocks, block = [], [], None
     for line in text.split("\n"):
         if block is None and line.startswith(DETAILS_OPEN):
@@ -221,7 +222,7 @@ def _split(text) -> tuple:
             block = None
         elif block is not None:
             block[1].append(line)
-        else:
+        elif not (blocks and line == "" and kept[-1] == ""):
             kept.append(line)
     if block is not None:
         raise ValueError(f"a details block without its end ({DETAILS_END!r}): {block[0]!r}")
