@@ -117,6 +117,31 @@ def test_default_table_and_the_warm_up_check(tmp_path):
     assert sorted(p.name for p in paths) == ["lor-capacity.png", "lor-capacity.svg"]
 
 
+def test_the_servers_capacities_lead_and_the_pages_move_to_the_appendix(tmp_path):
+    from routesim.studies.least_outstanding import server, summary
+    from routesim.studies.least_outstanding.common import SERVER_CAPACITY
+    page = default_capacity(tmp_path)
+    # the server's search: least_tokens' runs one step lower (40), a steady cell there
+    srv = page.copy(deep=True)
+    srv["capacity_rps"] = ("policy", [np.nan, 40.0])
+    srv["capacity_rps_seed"] = (("policy", "seed"), [[np.nan, np.nan], [40.0, 40.0]])
+    write_atomic(srv, tmp_path / SERVER_CAPACITY[0] / f"{SERVER_CAPACITY[1]}-capacity.nc")
+    data = capacities.load(tmp_path)
+    kept, appendix = summary.to_appendix([capacities.section(data)], "twin.md")
+    kept, appendix = kept[0], "\n".join(appendix)
+    # the section reads the server: its command, its row (40: TTFT p99 700 and 800 there,
+    # median 750; no backlog growth, so steady)
+    assert kept.split("\n")[2].startswith("On the server, the main arm")
+    assert f"`python -m routesim.capacity {' '.join((server.SWEEP, *server.SEARCH))}`" in kept
+    assert "| least_tokens | 40 | — | 40 | 750 | +0 | 80 → 82 | 0 of 2 | yes |" in kept
+    # the page's replica's capacity (44, not steady) is in the appendix, under its heading
+    row = "| least_tokens | 44 | — | 44 | 925 | +60 | 80 → 82 | 0 of 2 | no |"
+    assert row not in kept and row in appendix.split("### The page's replica's capacities")[1]
+    # without the server's search the page's table is the section's
+    (tmp_path / SERVER_CAPACITY[0] / f"{SERVER_CAPACITY[1]}-capacity.nc").unlink()
+    assert row in capacities.section(capacities.load(tmp_path))
+
+
 def test_run_keeps_what_it_finished_under_resume(tmp_path, monkeypatch):
     """Under --resume a search is kept when this command finished it (its record beside
     it, :func:`.common.finished`), not because a file of its name exists: a file from

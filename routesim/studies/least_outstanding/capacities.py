@@ -24,7 +24,8 @@ import xarray as xr
 
 from ... import capacity as capacity_mod
 from ... import steady
-from .common import CAPACITY_RESULTS, FIGURES, departures, details, finished, mark_finished, read, save, squeeze
+from .common import (CAPACITY_RESULTS, FIGURES, SERVER_CAPACITY, SERVER_SEARCH, SERVER_SWEEP, departures, details, finished, mark_finished, read,
+                     save, squeeze)
 
 SWEEP = "sweeps/token-routing-capacity.toml"
 SWEEPS = (SWEEP,)
@@ -131,14 +132,20 @@ def mooncake_capacity(folder):
 
 
 def load(root):
-    """{"default": default-capacity.nc, "mooncake": mooncake-capacity.nc} (either None
-    if not run), or None if neither ran."""
+    """{"default": default-capacity.nc, "mooncake": mooncake-capacity.nc (either None if
+    not run), "server": the server arm's search (results/token-routing-server/
+    capacity-capacity.nc, the study's main arm; None if not run)}, or None if neither of
+    the first two ran."""
     folder = Path(root) / CAPACITY_RESULTS
     out = {}
     for stage in ("default", "mooncake"):
         p = folder / f"{stage}-capacity.nc"
         out[stage] = squeeze(read(p)) if p.exists() else None
-    return out if any(v is not None for v in out.values()) else None
+    if not any(v is not None for v in out.values()):
+        return None
+    p = Path(root) / SERVER_CAPACITY[0] / f"{SERVER_CAPACITY[1]}-capacity.nc"
+    out["server"] = squeeze(read(p)) if p.exists() else None
+    return out
 
 
 def verdict(data):
@@ -275,37 +282,52 @@ def rule_of(ds):
     return capacity_mod.Rule(ds.attrs.get("capacity_rule", "median"), float(ds.attrs.get("capacity_quantile", 0.9)))
 
 
+def measured(ds, command, arm) -> list:
+    """How the capacities of the search ``ds`` (a ``python -m routesim.capacity`` file) were
+    measured, for ``arm`` (its words), by ``command`` (its argv after the module): the rule,
+    the interval, the grid, whether every row is steady at capacity; then its table
+    (:func:`table`)."""
+    bound, seeds, rule = float(ds.attrs["capacity_bound"]), ds.sizes["seed"], rule_of(ds)
+    unsteady = [str(p) for p in ds.policy.values if at_capacity(ds, p)[7] is not None and not at_capacity(ds, p)[7][2]]
+    return [
+        f"{arm} **How it was measured.** `python -m routesim.capacity {' '.join(command)}`: for each policy, the "
+        f"largest evaluated rate at which {rule.text(f'TTFT p99 ≤ {bound:,.0f} ms')} (a window steady by the rule at "
+        f"the top) there and at every lower evaluated rate, over {seeds} seeds{departures(ds)}; the interval is a "
+        f"percentile bootstrap over seeds ({int(ds.attrs.get('capacity_resamples', capacity_mod.BOOTSTRAP_RESAMPLES))} "
+        f"resamples), the seeds' range the same rule on each seed's own runs. Rates on multiples of "
+        f"{float(ds.attrs['capacity_resolution']):g} req/s (a capacity is exact to that step), from "
+        f"{float(ds.attrs['capacity_low']):g} to {float(ds.attrs['capacity_high']):g} req/s "
+        f"({int(ds.arrivals.notnull().sum())} runs). "
+        + ("Every row is steady at capacity (the steady-state figures of its runs there beside it): "
+           f"{float(ds.attrs['warmup_s']):,.0f} s of warm-up is enough at these loads."
+           if not unsteady else
+           "Not steady at capacity: " + ", ".join(unsteady) + "; their capacity is an upper bound."),
+        "", table(ds), ""]
+
+
+def _search_ran(ds) -> str:
+    return (f"Rates on multiples of {float(ds.attrs['capacity_resolution']):g} req/s, so the true capacity "
+            "lies below the next rate on the grid; "
+            f"{int(ds.attrs['capacity_points'])} a round inside each policy's bracket; evaluated: "
+            f"{', '.join(f'{r:g}' for r in evaluated(ds))} req/s.")
+
+
 def section(data):
-    d, m = data["default"], data["mooncake"]
+    """The capacity section: the server's capacities (the study's main arm) when its
+    search ran, the page's replica's moved to the appendix; else the page's replica's; the
+    Mooncake excerpt's in a sentence, its table in the appendix."""
+    d, m, srv = data["default"], data["mooncake"], data.get("server")
     text = ["## Capacity at the SLO", ""]
-    if d is not None:
-        bound = float(d.attrs["capacity_bound"])
-        seeds = d.sizes["seed"]
-        unsteady = [str(p) for p in d.policy.values if at_capacity(d, p)[7] is not None and not at_capacity(d, p)[7][2]]
-        rule = rule_of(d)
-        text += [
-            "On the page's replica, the sensitivity arm (the server's: \"On the server it speaks of\"). "
-            f"**How it was measured.** `python -m routesim.capacity {SWEEP} {' '.join(SEARCH)}` "
-            f"(stage `default`): for each policy, the largest evaluated rate at which "
-            f"{rule.text(f'TTFT p99 ≤ {bound:,.0f} ms')} (a window steady by the rule at the top) there "
-            f"and at every lower evaluated rate, over {seeds} seeds{departures(d)}; the interval is a percentile "
-            f"bootstrap over seeds ({int(d.attrs.get('capacity_resamples', capacity_mod.BOOTSTRAP_RESAMPLES))} "
-            f"resamples), the seeds' range the same rule on each seed's own runs. Rates on multiples of "
-            f"{float(d.attrs['capacity_resolution']):g} req/s (a capacity is exact to that step), from "
-            f"{float(d.attrs['capacity_low']):g} to {float(d.attrs['capacity_high']):g} req/s "
-            f"({int(d.arrivals.notnull().sum())} runs). "
-            + ("Every row is steady at capacity (the steady-state figures of its runs there beside it): "
-               f"{float(d.attrs['warmup_s']):,.0f} s of warm-up is enough at these loads."
-               if not unsteady else
-               "Not steady at capacity: " + ", ".join(unsteady) + "; their capacity is an upper bound."),
-            "", table(d), "",
-            *details("How the search ran",
-                     f"Rates on multiples of {float(d.attrs['capacity_resolution']):g} req/s, so the true capacity "
-                     "lies below the next rate on the grid; "
-                     f"{int(d.attrs['capacity_points'])} a round inside each policy's bracket; evaluated: "
-                     f"{', '.join(f'{r:g}' for r in evaluated(d))} req/s. The steady-state figures beside each "
-                     "capacity are those of its runs there (medians over seeds), with the runs `routesim.steady` "
-                     "flags and whether the cell is steady."), ""]
+    page = [] if d is None else measured(d, (SWEEP, *SEARCH), "On the page's replica, the sensitivity arm.")
+    main = srv if srv is not None else d
+    if main is not None:
+        text += [*(page if srv is None else measured(srv, (SERVER_SWEEP, *SERVER_SEARCH), "On the server, the main "
+                                                     "arm (vLLM's default loop, the roofline H100 cost).")),
+                 *details("How the search ran", _search_ran(main) + " The steady-state figures beside each capacity "
+                          "are those of its runs there (medians over seeds), with the runs `routesim.steady` flags "
+                          "and whether the cell is steady."),
+                 *(details("The page's replica's capacities", *page, _search_ran(d))
+                   if srv is not None and d is not None else []), ""]
     if m is not None:
         text += [_mooncake_short(m), ""]
         text += details(
@@ -350,7 +372,7 @@ def _mooncake_short(m):
     """The Mooncake excerpt's capacities in one sentence, for the document (its table and
     reading are in the appendix)."""
     caps = ", ".join(f"{p} {cap_text(m, float(m.capacity_rps.sel(policy=p)))}" for p in m.policy.values)
-    return (f"**The Mooncake excerpt** (`traces/mooncake-conv.jsonl`, 8 replicas; by {rule_of(m).text(objective_text(m))}), "
+    return (f"**The Mooncake excerpt** (`traces/mooncake-conv.jsonl`, 8 of the page's replicas; by {rule_of(m).text(objective_text(m))}), "
             f"capacity req/s: {caps}.")
 
 

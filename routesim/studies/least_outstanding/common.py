@@ -87,6 +87,11 @@ def read(path):
     return _READ[key].copy(deep=False)
 
 
+SERVER_SWEEP = "sweeps/token-routing-server.toml"
+SERVER_SEARCH = ("--stage", "capacity", "--low", "24", "--high", "56", "--points", "3", "--resolution", "4")
+"""The server arm's sweep file and its capacity search (:mod:`.server`'s ``SWEEP`` and
+``SEARCH``): rates on multiples of 4 req/s, 3 a round, from 24 to 56 req/s (a vllm run
+costs 11 to 14 reserve runs: the budget's resolution)."""
 SERVER_CAPACITY = ("token-routing-server", "capacity")
 """The server arm's capacity search (:mod:`.server`): its results folder and stage."""
 

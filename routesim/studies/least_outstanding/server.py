@@ -20,16 +20,15 @@ import numpy as np
 
 from ... import capacity as capacity_mod
 from . import capacities, counts, factorial, workloads
-from .common import (FIGURES, SERVER_CAPACITY, arm_cell, details, finished, mark_finished, open_stage, read, save,
+from .common import (FIGURES, SERVER_CAPACITY, SERVER_SEARCH, SERVER_SWEEP, arm_cell, details, finished, mark_finished, open_stage, read, save,
                      show, squeeze, steady_words, verdict_cells, verdict_word, verdicts)
 
-SWEEP = "sweeps/token-routing-server.toml"
+SWEEP = SERVER_SWEEP
 SWEEPS = (SWEEP,)
 """Run by :func:`run` (the study command hands this file to it, not to the sweep loop)."""
 RESULTS = SERVER_CAPACITY[0]
-SEARCH = ("--stage", "capacity", "--low", "24", "--high", "56", "--points", "3", "--resolution", "4")
-"""The capacity stage's search: rates on multiples of 4 req/s, 3 a round, from 24 to 56
-req/s (a vllm run costs 11 to 14 reserve runs: the budget's resolution)."""
+SEARCH = SERVER_SEARCH
+"""The capacity stage's search (:data:`.common.SERVER_SEARCH`)."""
 RUN = ("counts", "factorial")
 """The stages :func:`run` hands to ``python -m routesim.sweep`` after the search."""
 MEASURED = "measured on the server (mean [95 % interval])"
