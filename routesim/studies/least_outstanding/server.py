@@ -190,7 +190,7 @@ def section_lines(claim, server) -> list:
     section's ``main``: :func:`.common.page_table`): the server arm's loads against the
     server's capacity, its seeds and steady state in brief, each comparison of its verdict
     (claim 1: :func:`comparison_table`, the claim's own columns; any other claim:
-    :func:`.workloads.clause_table`) and whether its prediction held; the prediction and
+    :func:`.workloads.clause_table`) and whether the verdicts its prediction named held; the prediction and
     the steady state cell by cell as details. [] when the arm did not run."""
     a = arm_of(claim, server)
     if a is None:
@@ -204,7 +204,7 @@ def section_lines(claim, server) -> list:
         where = f"{'stage' if len(stages) == 1 else 'stages'} {names}, {placed(claim, a, server)}"
         table, pred = workloads.clause_table(claim, a), getattr(claim, "SERVER_PREDICTION", "")
         want = getattr(claim, "SERVER_PREDICTED", None)
-        held_words = (f" Its prediction, written before its runs, {held(verdicts(claim.clauses(a)), want)}."
+        held_words = (f" The verdicts its prediction named before its runs: {held(verdicts(claim.clauses(a)), want)}."
                       if want else "")
         units = UNITS
     seeds = "/".join(str(n) for n in sorted({int(ds.sizes.get("seed", 0)) for _, ds in stages}))
@@ -335,7 +335,7 @@ def claims_lines(data) -> list:
     seeds = sorted({int(ds.sizes.get("seed", 0)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
     warm = sorted({float(ds.attrs.get("warmup_s", np.nan)) for _, _, a, _, _ in ran for _, ds in _stages(a)})
     n = workloads._and([_num(t) for _, t, _, _, _ in ran])
-    preds = ("each prediction held" if list(outcome) == ["held"] else "the prediction " + "; ".join(
+    preds = ("each predicted verdict held" if list(outcome) == ["held"] else "the predicted verdicts " + "; ".join(
         f"{k} for {'claim' if len(ns) == 1 else 'claims'} {workloads._and(ns)}" for k, ns in outcome.items()))
     later = f" (a window its design starts later: {', '.join(f'{w:,.0f}' for w in warm[1:])} s)" if len(warm) > 1 else ""
     return [f"**Claims {n} on the server** ({'/'.join(map(str, seeds))} seeds, "
