@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, SEEDS, capacity, compare, departures, details, exceptions, page_table, read, reading, results_root, save, show, squeeze,
+from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, SEEDS, capacity, compare, departures, details, exceptions, page_table, read, reading, results_root, save, show, squeeze,
                      steady_table, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-admission.toml", "sweeps/token-routing-admission-cost.toml")
@@ -341,7 +341,7 @@ def figure(data, figures_dir=FIGURES):
     ax.set_ylabel("cohort requests (median over seeds)")
     ax.set_title("the burst: where every request went", fontsize=10)
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0.0))
-    fig.suptitle(f"Claim 9: what routing cannot fix — one replica's curve gives the door's cap; 8 replicas "
+    fig.suptitle(f"Claim 9 {ON_PAGE}: what routing cannot fix — one replica's curve gives the door's cap; 8 replicas "
                  f"across load and under a burst (median, min–max over {a['no door'].sizes['seed']} seeds)",
                  fontsize=10)
     return save(fig, "lor-claim9-admission", figures_dir)

@@ -15,7 +15,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, departures, details,
+from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, against, capacities, cell, compare, departures, details,
                      exceptions, on_trace, open_stage, page_table, reading, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, verdict_of, verdicts)
 
@@ -285,7 +285,7 @@ def figure(data, figures_dir=FIGURES):
     a3.legend(fontsize=7)
     a3.set_title("What the tie-break changes" + (" (periodic: a 50 ms scrape)" if signals(data) else ""),
                   fontsize=10)
-    fig.suptitle(f"Claim 4: the cache tie-break, Zipf prefix groups, 8 replicas, {high(data):g} req/s "
+    fig.suptitle(f"Claim 4 {ON_PAGE}: the cache tie-break, Zipf prefix groups, 8 replicas, {high(data):g} req/s "
                  f"(left, middle), {data['tie'].sizes['seed']} seeds, steady state", fontsize=10)
     fig.tight_layout()
     return save(fig, "lor-claim4-affinity", figures_dir)

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare, departures, details,
+from .common import (ON_PAGE, FIGURES, MECHANISM, RELATIVE_BOUNDS, against, capacities, cell, compare, departures, details,
                      in_short, on_trace, open_stage, page_table, reading,
                      save, sensitivity_rows, show, stage_rate, steady_table, verdict_of, verdicts)
 
@@ -232,7 +232,7 @@ def figure(data, figures_dir=FIGURES):
     ax2.set_xlabel(f"TTFT p99 change, % (geometric mean over seeds, {LEVEL:.0%} interval)")
     ax2.set_title("The two steps, paired by seed (dotted: the material bounds)", fontsize=10)
     ax2.legend(fontsize=8, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
-    fig.suptitle(f"Claim 2: two random choices, {stage_rate(data['8']['pod']) / 8:g} req/s per replica "
+    fig.suptitle(f"Claim 2 {ON_PAGE}: two random choices, {stage_rate(data['8']['pod']) / 8:g} req/s per replica "
                  f"(N = 8: {stage_rate(data['8']['pod']):g} req/s), "
                  f"{data['8']['pod'].sizes['seed']} seeds, steady state", fontsize=10)
     fig.tight_layout()

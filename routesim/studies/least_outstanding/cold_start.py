@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import (FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, details, load_stages, page_table, reading, results_root, save, show, steady_table,
+from .common import (ON_PAGE, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, details, load_stages, page_table, reading, results_root, save, show, steady_table,
                      verdict_of)
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
@@ -283,7 +283,7 @@ def _summary_figure(data):
                                label=f"the {ds.sizes['replica'] - 1} warm replicas "
                                "(mean of their per-replica values)")],
                loc="outside lower center", ncol=2, fontsize=8)
-    fig.suptitle(f"Claim 6: {POLICY}, {rate_rps(ds):g} req/s on {ds.sizes['replica']} replicas; "
+    fig.suptitle(f"Claim 6 {ON_PAGE}: {POLICY}, {rate_rps(ds):g} req/s on {ds.sizes['replica']} replicas;\n"
                  f"TTFT of the requests arriving in the {_window_s(ds):g} s after replica {c_rep} recovers "
                  f"(ready delay {rd:g} s, slow start {ss:g} s; {ds.sizes['seed']} seeds)", fontsize=9.5)
     return fig
@@ -404,8 +404,8 @@ def _timeline_figure(data, tl):
                mpatches.Patch(color="#f4ead9", label="slow-start ramp"),
                mpatches.Patch(color="#d9d9d9", alpha=0.6, label="after the measured cohort's arrivals")]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7.5)
-    fig.suptitle(f"Cold start: least_requests, {float(tl.rate_rps):g} req/s on {tl.sizes['replica']} replicas, "
-                 f"seed {int(tl.seed)}; replica {c_rep} looks empty when it comes back and draws the traffic",
+    fig.suptitle(f"Cold start {ON_PAGE}: least_requests, {float(tl.rate_rps):g} req/s on {tl.sizes['replica']} replicas, "
+                 f"seed {int(tl.seed)};\nreplica {c_rep} looks empty when it comes back and draws the traffic",
                  fontsize=9.5)
     return fig
 

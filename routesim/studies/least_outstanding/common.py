@@ -497,6 +497,9 @@ def details(label, *lines) -> list:
     return [f"{DETAILS_OPEN} {label} {DETAILS_CLOSE}", *lines, DETAILS_END]
 
 
+ON_PAGE = "on the page's replica"
+"""What a claim's figure shows, in its title: the page's replica's runs (reserve
+scheduler, linear 8B cost), the sensitivity arm; the server's are its section's table."""
 PAGE_TABLE = "The page's replica's table"
 """The appendix heading of a claim section's main table on the page's replica, moved
 there when the section shows the main arm's (:func:`page_table`)."""

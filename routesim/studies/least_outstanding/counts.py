@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from ... import step_cost
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, departures, details, in_short,
+from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, departures, details, in_short,
                      page_table, reading,
                      on_trace, open_stage, save, show,
                      steady_table, rate_text, verdict_of, verdicts)
@@ -486,7 +486,7 @@ def figure_cdf(lat, figures_dir=FIGURES):
         ax.set_xlabel(name)
         ax.set_ylabel("share of requests above")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"Claim 1: latency distributions at {CDF_RATE} req/s, completed cohort requests of seeds "
+    fig.suptitle(f"Claim 1 {ON_PAGE}: latency distributions at {CDF_RATE} req/s, completed cohort requests of seeds "
                  f"{CDF_SEEDS[0]}–{CDF_SEEDS[-1]} pooled (1,200 s warm-up, drained)", fontsize=10)
     fig.tight_layout()
     return save(fig, "lor-claim1-cdf", figures_dir)
@@ -552,7 +552,7 @@ def figure(data, figures_dir=FIGURES):
         if var == "ttft_p99":
             ax.set_yscale("log")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"Claim 1: counts against tokens, 8 replicas, long class on, 1,200 s warm-up, drained "
+    fig.suptitle(f"Claim 1 {ON_PAGE}: counts against tokens, 8 replicas, long class on, 1,200 s warm-up, drained "
                  f"(median and interquartile range over {counts.sizes['seed']} seeds; dotted: each policy's capacity)",
                  fontsize=10)
     fig.tight_layout()
@@ -594,7 +594,7 @@ def figure_effects(mech, conds, figures_dir=FIGURES):
                       fontsize=9)
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle("Claim 1: where least_tokens' TTFT advantage comes from, and whether it survives", fontsize=10)
+    fig.suptitle(f"Claim 1 {ON_PAGE}: where least_tokens' TTFT advantage comes from, and whether it survives", fontsize=10)
     fig.tight_layout()
     return save(fig, "lor-claim1-effects", figures_dir)
 

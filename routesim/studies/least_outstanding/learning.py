@@ -7,7 +7,7 @@ rate_rps × seed × replica). Comparisons are paired by seed (:func:`common.comp
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (FIGURES, MECHANISM, MOONCAKE_ABOVE, capacity, compare, departures, details, exceptions, load_stages, open_stage, page_table, rate_text, reading, results_root, save, show,
+from .common import (ON_PAGE, FIGURES, MECHANISM, MOONCAKE_ABOVE, capacity, compare, departures, details, exceptions, load_stages, open_stage, page_table, rate_text, reading, results_root, save, show,
                      steady_table, times_text, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-hetero.toml",)
@@ -131,7 +131,7 @@ def figure(ds, figures_dir=FIGURES):
     ax.legend(fontsize=7.5, loc="upper left")
     ax2.set_ylabel("TTFT p99 (ms)")
     ax2.set_yscale("log")
-    fig.suptitle(f"Claim 8: replica 1 {_faster_pct(ds):.0f} % faster, {ds.sizes['replica']} replicas, "
+    fig.suptitle(f"Claim 8 {ON_PAGE}: replica 1 {_faster_pct(ds):.0f} % faster, {ds.sizes['replica']} replicas, "
                  f"{' and '.join(f'{r:g}' for r in rs)} req/s (o, ^; a dot per seed, bar at the median; "
                  f"{ds.sizes['seed']} seeds)", fontsize=9.5)
     return save(fig, "lor-claim8-hetero", figures_dir)

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, against, capacities, cell, compare, departures, details,
+from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, against, capacities, cell, compare, departures, details,
                      exceptions, open_stage, page_table, reading, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, tally, verdict_of,
                      verdicts)
@@ -227,7 +227,7 @@ def figure(data, figures_dir=FIGURES):
                               label="Δ placements above 90 % (pp)")], fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.14), ncol=2)
     a2.set_title("KV-aware policy minus least_requests", fontsize=10)
-    fig.suptitle(f"Claim 5: KV pressure, 8 replicas, {int(ds.attrs['kv_blocks']):,} blocks each, "
+    fig.suptitle(f"Claim 5 {ON_PAGE}: KV pressure, 8 replicas, {int(ds.attrs['kv_blocks']):,} blocks each, "
                  f"{stage_rate(ds):g} req/s, {ds.sizes['seed']} seeds, steady state", fontsize=10)
     fig.tight_layout()
     return save(fig, "lor-claim5-preemption", figures_dir)

@@ -13,7 +13,7 @@ cohort is drained, so ``attempts`` counts every attempt of every cohort request:
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, departures, details, exceptions, load_stages, page_table, reading,
+from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, departures, details, exceptions, load_stages, page_table, reading,
                      replicas_at,
                      results_root, save, scenario_events, show, steady_table, verdict_of)
 
@@ -227,7 +227,7 @@ def figure(data, figures_dir=FIGURES):
     axes[0].set_yticks(y, [label for label, _ in arms], fontsize=7.5)
     axes[0].invert_yaxis()
     a = data["crash-a"]
-    fig.suptitle(f"Claim 7: the retry trap — {POLICY}, {a.sizes['replica']} replicas at "
+    fig.suptitle(f"Claim 7 {ON_PAGE}: the retry trap — {POLICY}, {a.sizes['replica']} replicas at "
                  f"{float(a.attrs['rate_rps']):g} req/s, up to {int(a.attrs['max_attempts'])} attempts\n"
                  f"client a: {client(a)}; client b: {client(data['crash-b'])} "
                  f"({a.sizes['seed']} seeds: a dot each, bar at the median)", fontsize=9.5)

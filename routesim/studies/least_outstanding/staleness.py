@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..intervals import LEVEL
-from .common import (ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, RELATIVE_BOUNDS, against, capacities, cell, compare,
+from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, MOONCAKE_ABOVE, RELATIVE_BOUNDS, against, capacities, cell, compare,
                      departures, details, exceptions, open_stage, page_table, reading, save, sensitivity_rows, show, stage_rate, steady_table, steady_words,
                      verdict_of, verdicts)
 
@@ -252,9 +252,9 @@ def figure(data, figures_dir=FIGURES):
     ax2.set_xlabel(f"TTFT p99 change, % (geometric mean over seeds, {LEVEL:.0%} interval)")
     ax2.set_title(f"Paired comparisons (dotted: the material bounds, {RELATIVE_BOUNDS[0]:+.1f} and "
                   f"{RELATIVE_BOUNDS[1]:+g} %)"
-                  + ("; below: the step-cost variants at 50 ms" if sensitivity(data) else ""), fontsize=10)
+                  + (";\nbelow: the step-cost variants at 50 ms" if sensitivity(data) else ""), fontsize=10)
     rate = stage_rate(data["fresh"])
-    fig.suptitle(f"Claim 3: stale signals, {data['fresh'].sizes['replica']} replicas at {rate:g} req/s, "
+    fig.suptitle(f"Claim 3 {ON_PAGE}: stale signals, {data['fresh'].sizes['replica']} replicas at {rate:g} req/s, "
                  f"{data['fresh'].sizes['seed']} seeds, steady state", fontsize=10)
     fig.tight_layout()
     return save(fig, "lor-claim3-staleness", figures_dir)
