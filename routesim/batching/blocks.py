@@ -32,6 +32,14 @@ whatever entry it holds; so a table has at least as many slots as owners). Inser
 deletion keep the lists (an entry moved by backward-shift deletion keeps its place in
 its list), so one owner's entries are enumerated, or dropped (:func:`drop_nb`), in time
 proportional to their number, not to the table's size.
+
+**Changed entries first.** An entry whose length changes (:func:`_changed_nb`) or that is
+put moves to the front of its owner's list and is marked changed in ``plen`` (−1: not in
+the owner's published view; ``-2 - l``: changed since it was published with length l;
+``l >= 0``: published with its length, unchanged since), so the entries changed since the
+owner's last publication are a prefix of its list and a publication walks only them
+(:func:`publish_nb`): in time proportional to the changes, not to the owner's entries.
+The order of a list is read by nothing else (a view's contents do not depend on it).
 """
 
 import numba as nb
@@ -96,6 +104,33 @@ def _link_nb(tab, h):
         tab[e.next].prev = h
 
 
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def published_len_nb(plen):
+    """The length an entry's ``plen`` says its owner's view holds it with, -1 none
+    (module docstring: "Changed entries first")."""
+    return plen if plen >= -1 else -2 - plen
+
+
+@nb.njit(**JIT)
+def _changed_nb(tab, h):
+    """Slot h's length has just changed: count the change for its owner (``mods``) and,
+    if it was unchanged since its owner's last publication, mark it changed and move it
+    to the front of its owner's list (changed entries are a prefix of the list)."""
+    e = tab[h]
+    tab[e.replica].mods += 1
+    if e.plen < 0:  # changed already, or not published: in the prefix
+        return
+    e.plen = -2 - e.plen
+    if e.prev < 0:  # first already
+        return
+    tab[e.prev].next = e.next
+    if e.next >= 0:
+        tab[e.next].prev = e.prev
+    e.prev = -1
+    e.next = tab[e.replica].head
+    _link_nb(tab, h)
+
+
 @nb.njit(**JIT)
 def _put_nb(tab, replica, key, length, ref, last, pos0, gen, full, comp, tail):
     mask = tab.shape[0] - 1
@@ -130,7 +165,7 @@ def _delete_nb(tab, h):
     mask = cap - 1
     e = tab[h]  # out of its owner's list
     tab[e.replica].mods += 1
-    if e.plen >= 0:  # its owner's view holds it: the next publication deletes it there
+    if e.plen != -1:  # its owner's view holds it: the next publication deletes it there
         tab[e.replica].vgone += 1
     if e.prev >= 0:
         tab[e.prev].next = e.next
@@ -182,7 +217,7 @@ def reserve_nb(tab, used, extra):
         e = tab[h]
         if e.used:
             g = _put_nb(out, e.replica, e.key, e.length, e.ref, e.last, e.pos0, e.gen, e.full, e.comp, e.tail)
-            out[g].plen = e.plen
+            out[g].plen = e.plen if e.plen < 0 else -2 - e.plen  # changed: the lists' order is new
     for h in range(tab.shape[0]):  # (the same entries: no change for a publication to see)
         out[h].mods = tab[h].mods
         out[h].vgone = tab[h].vgone
@@ -295,7 +330,7 @@ def evict_nb(tab, heap, heap_n, rep, i, need):
                             allowed = min(allowed, max(k, 1))
                 take = min(need, allowed)
                 e.length -= take
-                tab[i].mods += 1
+                _changed_nb(tab, h)
                 e.comp = e.length  # cached: every resident block is computed
                 e.tail = False
                 r.cached -= take
@@ -357,7 +392,7 @@ def extend_nb(tab, h, r):
     e = tab[h]
     r.idref += e.full - resident_nb(e)
     e.length = e.full
-    tab[e.replica].mods += 1
+    _changed_nb(tab, h)
 
 
 @nb.njit(**JIT)
@@ -375,7 +410,7 @@ def unref_nb(tab, heap, heap_n, rep, i, key, t):
         r.idref -= e.length
         if e.comp < e.full:  # some block is uncomputed: the resident prefix shrinks to the computed one
             e.length = e.comp
-            tab[i].mods += 1
+            _changed_nb(tab, h)
         res = resident_nb(e)
         r.cached += res
         if res == 0:
@@ -418,6 +453,7 @@ def set_len_nb(tab, owner, key, length):
     h = find_nb(tab, owner, key)
     if h >= 0:
         tab[h].length = length
+        _changed_nb(tab, h)
     else:
         _put_nb(tab, owner, key, length, _ZERO, 0.0, _ZERO, _ZERO, length, _ZERO, _NO)
 
@@ -426,25 +462,27 @@ def set_len_nb(tab, owner, key, length):
 def publish_nb(view, tab, owner):
     """Make ``view``'s entries under ``owner`` the resident segments of ``tab``'s
     replica ``owner``, key and length (room reserved by the caller), changing only what
-    differs: each of the replica's entries whose length is not the one it was published
-    with (``plen``; -1 for one not published) is found in the view (its length set) or
-    put there; then, if any entry the view holds has left the table since (``vgone``
-    of the owner's slot), the owner's view entries whose key the table no longer holds
-    are deleted. The same entries as deleting all of the owner's and putting the
-    replica's again (:func:`drop_nb`, :func:`set_len_nb`), in time proportional to the
-    owner's entries and, when one left, its view's. Returns (entries put, entries deleted)."""
+    differs: each of the replica's entries changed since the last publication (the
+    prefix of its list whose ``plen`` is negative: module docstring, "Changed entries
+    first") whose length is not the one it was published with is found in the view (its
+    length set) or put there, and every one of them is marked published with its length;
+    then, if any entry the view holds has left the table since (``vgone`` of the owner's
+    slot), the owner's view entries whose key the table no longer holds are deleted. The
+    same entries as deleting all of the owner's and putting the replica's again
+    (:func:`drop_nb`, :func:`set_len_nb`), in time proportional to the entries changed
+    and, when one left, the view's. Returns (entries put, entries deleted)."""
     put = 0
     h = tab[owner].head
-    while h >= 0:
+    while h >= 0 and tab[h].plen < 0:  # the entries changed since the last publication
         e = tab[h]
-        if e.plen != e.length:
+        if published_len_nb(e.plen) != e.length:
             g = find_nb(view, owner, e.key)
             if g >= 0:
                 view[g].length = e.length
             else:
                 _put_nb(view, owner, e.key, e.length, _ZERO, 0.0, _ZERO, _ZERO, e.length, _ZERO, _NO)
                 put += 1
-            e.plen = e.length
+        e.plen = e.length
         h = e.next
     deleted = 0
     if tab[owner].vgone > 0:
