@@ -627,6 +627,12 @@ need about 18,000x real time per core on two cores.
      run by the commit before and by this, every Dataset identical; the publication's
      test against its definition (tests/test_heaps.py) fails when an entry that changes is
      not moved to the front.
+   - **At the study's scale**: `python -m routesim.sweep sweeps/token-routing-staleness.toml
+     --stage server --stage server-routers` (claim 3's server stages, 112 vLLM runs, 16
+     seeds), 278.6 s wall, 493 CPU-seconds, the machine otherwise idle; both Datasets
+     identical to the study's run's (at 837f28b's sweep files), where these stages took
+     9 min 9 s wall beside other work (not a like-for-like time). The whole study was not
+     timed again.
    - **What is left** of `publish_nb` (37.7 % of a 3.86 CPU s periodic run): when an entry
      the view holds has left the table since the last publication, the publication still
      walks the owner's whole view to find which. Recording the keys that left would
