@@ -92,6 +92,21 @@ def test_a_prediction_held_or_failed():
     assert server.held({"mechanism": "does not hold", "added": None}, ("does not hold", "none added")) == "held"
 
 
+def test_the_steady_state_in_brief_counts_runs_and_cells():
+    """routesim.steady's rules (docs/model.md): a run is not steady when its backlog grew
+    by more than 5 % of its arrivals, a cell also when its median grew by more than 2 %.
+    Policy a: runs of 60 and 0 in 1,000 arrivals (one run over 5 %, median 3 %); policy
+    b: 30 and 30 (no run over 5 %, median 3 %); policy c: 0 and 0."""
+    dims = ("policy", "seed")
+    ds = xr.Dataset({"arrivals": (dims, np.full((3, 2), 1000.0)),
+                     "backlog_growth": (dims, [[60.0, 0.0], [30.0, 30.0], [0.0, 0.0]]),
+                     "kv_occupancy_first": (dims, np.full((3, 2), 0.5)),
+                     "kv_occupancy_last": (dims, np.full((3, 2), 0.5))},
+                    coords={"policy": ["a", "b", "c"], "seed": [1, 2]})
+    assert server._steady_brief([("s", ds)]) == "runs not steady: 1 of 6; cells not steady: 2 of 3"
+    assert server._steady_brief([("s", ds.sel(policy=["c"])), ("t", ds.sel(policy=["c"]))]) == "every arm steady"
+
+
 def test_a_load_is_named_against_the_servers_capacity():
     cap = xr.Dataset({"capacity_rps": ("policy", [32.0, 48.0])}, coords={"policy": ["least_kv", "least_tokens"]})
     ds = xr.Dataset({"assigned": ("replica", np.ones(8))}, coords={"replica": np.arange(1, 9)},

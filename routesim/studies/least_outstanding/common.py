@@ -458,8 +458,7 @@ def shared_design() -> str:
     return (f"**The design every claim shares** (a claim's design names only what differs). "
             f"{c['replicas']} default replicas of two kinds: the server (vLLM's default loop, a roofline step cost "
             "of Llama-3.1-8B on an H100), the main arm, and the page's replica (its reserve scheduler and linear 8B "
-            "step cost), the sensitivity arm (a claim's section gives the server's comparisons, then the page's "
-            "replica's figure and reading); the "
+            "step cost), the sensitivity arm (each claim's figure and reading); the "
             "default workload with its long class (2 % of requests: prompts of median 12,000 tokens, outputs "
             f"of median 2,000), a {c['warmup_s']:,.0f} s warm-up, a {c['measure_s']:g} s window whose arrivals "
             f"are followed to the end (drained, up to {c['drain_s']:g} s), {c['seeds']} seeds; every arm sees "
@@ -547,18 +546,24 @@ def steady_table(ds, by, dims=("seed",)):
     return "\n".join(lines)
 
 
-def steady_words(ds, by=("policy",)):
-    """Whether each cell of the axes ``by`` of ``ds`` was steady by
-    :func:`routesim.steady.cell_steady` (its medians, and each of its runs: the count of
-    runs flagged is given), in words (the rule itself is stated once, at the document's
-    top: :func:`shared_design`)."""
+def unsteady_cells(ds, by=("policy",)) -> tuple:
+    """({cell's words: (runs flagged, runs)} of the cells of the axes ``by`` of ``ds`` not
+    steady by :func:`routesim.steady.cell_steady`, the number of cells)."""
     import itertools
 
     from ... import steady
     by = (by,) if isinstance(by, str) else tuple(by)
     cells = {cell_label(by, key) or "its runs": ds.sel(dict(zip(by, key)))
              for key in itertools.product(*(ds[b].values for b in by))}
-    flagged = {k: steady.count_unsteady(sub) for k, sub in cells.items() if not steady.cell_steady(sub)}
+    return {k: steady.count_unsteady(sub) for k, sub in cells.items() if not steady.cell_steady(sub)}, len(cells)
+
+
+def steady_words(ds, by=("policy",)):
+    """Whether each cell of the axes ``by`` of ``ds`` was steady by
+    :func:`routesim.steady.cell_steady` (its medians, and each of its runs: the count of
+    runs flagged is given), in words (the rule itself is stated once, at the document's
+    top: :func:`shared_design`)."""
+    flagged = unsteady_cells(ds, by)[0]
     if not flagged:
         return "every arm steady by `routesim.steady`'s rule"
     return "not steady by `routesim.steady`'s rule: " + ", ".join(

@@ -21,7 +21,7 @@ import numpy as np
 from ... import capacity as capacity_mod
 from . import capacities, counts, factorial, workloads
 from .common import (FIGURES, SERVER_CAPACITY, SERVER_SEARCH, SERVER_SWEEP, arm_cell, details, finished, mark_finished, open_stage, read, save,
-                     show, squeeze, steady_words, verdict_cells, verdict_word, verdicts)
+                     show, squeeze, steady_words, unsteady_cells, verdict_cells, verdict_word, verdicts)
 
 SWEEP = SERVER_SWEEP
 SWEEPS = (SWEEP,)
@@ -222,15 +222,18 @@ UNITS = " (a ratio in %, a share in pp, a count or goodput as a difference)"
 
 
 def _steady_brief(stages) -> str:
-    """'every arm steady' or 'runs flagged not steady: 3 of 96' over the stages
-    (:func:`_stages`' pairs), by :func:`routesim.steady.count_unsteady` per run and
-    :func:`.common.steady_words`' cells."""
+    """'every arm steady', or the runs flagged not steady by
+    :func:`routesim.steady.count_unsteady` and the cells not steady
+    (:func:`.common.unsteady_cells`, by their medians or their runs), each of how many,
+    over the stages (:func:`_stages`' pairs)."""
     from ... import steady
-    bad = [steady.count_unsteady(ds) for _, ds in stages]
-    cells = all(steady_words(ds, _by(ds)).startswith("every") for _, ds in stages)
-    if cells and not sum(b for b, _ in bad):
+    runs = [steady.count_unsteady(ds) for _, ds in stages]
+    cells = [unsteady_cells(ds, _by(ds)) for _, ds in stages]
+    bad_runs, bad_cells = sum(b for b, _ in runs), sum(len(c) for c, _ in cells)
+    if not (bad_runs or bad_cells):
         return "every arm steady"
-    return f"runs flagged not steady: {sum(b for b, _ in bad)} of {sum(n for _, n in bad)}"
+    return "; ".join([f"runs not steady: {bad_runs} of {sum(n for _, n in runs)}",
+                      *([f"cells not steady: {bad_cells} of {sum(n for _, n in cells)}"] if bad_cells else [])])
 
 
 def why_not(claim) -> str:
