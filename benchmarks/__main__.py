@@ -627,6 +627,11 @@ need about 18,000x real time per core on two cores.
      run by the commit before and by this, every Dataset identical; the publication's
      test against its definition (tests/test_heaps.py) fails when an entry that changes is
      not moved to the front.
+   - **On the page's replica**, `python -m benchmarks.batching signals '{}'` (least_tokens
+     at 46 req/s, seeds 1-4, 1,200 s + 60 s, one thread, best of 6 interleaved rounds;
+     the commit before and b243a2b one after the other, load average about 1): a 50 ms
+     `periodic` run 1.82 fresh ones before, 1.43 after; a 10 ms one 2.89 and 2.21;
+     `periodic_local` at 50 ms 1.99 and 1.52.
    - **At the study's scale**: `python -m routesim.sweep sweeps/token-routing-staleness.toml
      --stage server --stage server-routers` (claim 3's server stages, 112 vLLM runs, 16
      seeds), 278.6 s wall, 493 CPU-seconds, the machine otherwise idle; both Datasets
