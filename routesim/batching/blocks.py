@@ -105,6 +105,27 @@ def _link_nb(tab, h):
 
 
 @nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _unlink_nb(tab, h):
+    """Take slot h out of its owner's list: its neighbours (or its owner's head) skip it."""
+    e = tab[h]
+    if e.prev >= 0:
+        tab[e.prev].next = e.next
+    else:
+        tab[e.replica].head = e.next
+    if e.next >= 0:
+        tab[e.next].prev = e.prev
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
+def _push_front_nb(tab, h):
+    """Make slot h the first of its owner's list."""
+    e = tab[h]
+    e.prev = -1
+    e.next = tab[e.replica].head
+    _link_nb(tab, h)
+
+
+@nb.njit(inline="always", **JIT)  # inlined: see routesim/nrt.py
 def published_len_nb(plen):
     """The length an entry's ``plen`` says its owner's view holds it with, -1 none
     (module docstring: "Changed entries first")."""
@@ -121,14 +142,9 @@ def _changed_nb(tab, h):
     if e.plen < 0:  # changed already, or not published: in the prefix
         return
     e.plen = -2 - e.plen
-    if e.prev < 0:  # first already
-        return
-    tab[e.prev].next = e.next
-    if e.next >= 0:
-        tab[e.next].prev = e.prev
-    e.prev = -1
-    e.next = tab[e.replica].head
-    _link_nb(tab, h)
+    if e.prev >= 0:  # not first already
+        _unlink_nb(tab, h)
+        _push_front_nb(tab, h)
 
 
 @nb.njit(**JIT)
@@ -150,9 +166,7 @@ def _put_nb(tab, replica, key, length, ref, last, pos0, gen, full, comp, tail):
     e.comp = comp
     e.tail = tail
     e.plen = -1  # not published yet
-    e.prev = -1  # first of its owner's list
-    e.next = tab[replica].head
-    _link_nb(tab, h)
+    _push_front_nb(tab, h)  # first of its owner's list
     tab[replica].mods += 1
     return h
 
@@ -167,12 +181,7 @@ def _delete_nb(tab, h):
     tab[e.replica].mods += 1
     if e.plen != -1:  # its owner's view holds it: the next publication deletes it there
         tab[e.replica].vgone += 1
-    if e.prev >= 0:
-        tab[e.prev].next = e.next
-    else:
-        tab[e.replica].head = e.next
-    if e.next >= 0:
-        tab[e.next].prev = e.prev
+    _unlink_nb(tab, h)
     i = h
     j = (h + 1) & mask
     while tab[j].used:
