@@ -288,7 +288,7 @@ def measured(ds, command, arm) -> list:
     the interval, the grid, whether every row is steady at capacity; then its table
     (:func:`table`)."""
     bound, seeds, rule = float(ds.attrs["capacity_bound"]), ds.sizes["seed"], rule_of(ds)
-    unsteady = [str(p) for p in ds.policy.values if at_capacity(ds, p)[7] is not None and not at_capacity(ds, p)[7][2]]
+    unsteady = [str(p) for p in ds.policy.values if (at := at_capacity(ds, p)[7]) is not None and not at[2]]
     return [
         f"{arm} **How it was measured.** `python -m routesim.capacity {' '.join(command)}`: for each policy, the "
         f"largest evaluated rate at which {rule.text(f'TTFT p99 ≤ {bound:,.0f} ms')} (a window steady by the rule at "
