@@ -98,6 +98,26 @@ def test_regenerating_gives_identical_bytes(rendered, tmp_path, stem):
         assert (tmp_path / f"{stem}.{ext}").read_bytes() == (out / f"{stem}.{ext}").read_bytes(), ext
 
 
+def test_a_frozen_layout_fits_the_pngs_text(tmp_path):
+    """A constrained layout frozen by ``save`` is computed at the PNG's resolution: text
+    measured at the figure's own 100 dpi is not the width it renders at 110 dpi, and the
+    long tick labels at the left edge overran the PNG (claim 7's figure lost the first
+    letters of its arms' names). Every edge of the PNG keeps a margin with no ink."""
+    import matplotlib.image as mpimg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(12, 6.4), layout="constrained")
+    axes = fig.subplots(1, 3, sharey=True)
+    for ax in axes:
+        ax.plot([1, 2], [0, 3])
+    axes[0].set_yticks(range(4), ["client a, next window, no incident, 20 % budget"] * 4, fontsize=7.5)
+    fig.suptitle("a title")
+    png, _ = plotting.save(fig, tmp_path, "frozen", 110, freeze_layout=True)
+    ink = mpimg.imread(png)[..., :3].min(axis=2) < 0.8      # (rows, columns): darker than light grey
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    assert cols[0] > 0 and cols[-1] < ink.shape[1] - 1 and rows[0] > 0 and rows[-1] < ink.shape[0] - 1, (
+        cols[0], cols[-1], rows[0], rows[-1], ink.shape)
+
+
 def test_one_colour_per_policy_and_the_accent():
     policies = list(NAMES)
     colours = [F.colour(p) for p in policies]

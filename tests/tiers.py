@@ -69,7 +69,7 @@ MODULES = {
     "test_dependencies": "unit",
     "test_dtypes_policies": "unit",
     "test_engine_vs_reference": "differential",
-    "test_figures": "engine",
+    "test_figures": ("engine", {"unit": ("test_a_frozen_layout_fits_the_pngs_text",)}),
     "test_heaps": ("unit", {"subprocess": ("test_the_eviction_loop_compiles_without_numba_warnings",)}),
     "test_ieee_math": ("unit", {"subprocess": ("test_compiled_equals_interpreted",)}),
     "test_keys": "unit",

@@ -26,7 +26,8 @@ def save(fig, out_dir, stem, dpi, *, svg_dpi=None, rc=SALT, freeze_layout=False)
     ``svg_dpi`` is the resolution of any raster image in the SVG (None: the figure's
     own, matplotlib's default). A figure with a layout engine is laid out once, for the
     PNG, and the SVG keeps that layout; with ``freeze_layout`` it is laid out first
-    (``layout="constrained"``: at the figure's own dpi) and its axes' positions rounded
+    (``layout="constrained"``: at ``dpi``, the PNG's, whose text it must fit; laid out at
+    another resolution, text measured there can overrun the PNG's edge) and its axes' positions rounded
     to 1e-6 of the figure: that layout can differ in the last bits from one process to
     the next, which changes the SVG's clip-path ids; frozen, the files are the same
     bytes every time.
@@ -36,7 +37,10 @@ def save(fig, out_dir, stem, dpi, *, svg_dpi=None, rc=SALT, freeze_layout=False)
     if freeze_layout:
         engine = fig.get_layout_engine()
         if engine is not None and not isinstance(engine, PlaceHolderLayoutEngine):
+            own = fig.dpi
+            fig.set_dpi(dpi)  # laid out at the PNG's resolution, whose text it must fit
             fig.draw_without_rendering()
+            fig.set_dpi(own)
             for ax in fig.axes:
                 ax.set_position([round(v, 6) for v in ax.get_position().bounds])
             fig.set_layout_engine("none")

@@ -142,7 +142,7 @@ def figure(data, figures_dir=FIGURES):
     from matplotlib.figure import Figure
     ds = data["capacity"]
     pols = [str(p) for p in ds.policy.values]
-    fig = Figure(figsize=(6.0, 4.0))
+    fig = Figure(figsize=(6.0, 4.0), layout="constrained")  # laid out at the PNG's dpi (.common.save)
     ax = fig.subplots()
     y = np.arange(len(pols))
     arms = ((_page_file(data["root"]), +0.14, "o", "#444444", "page's replica (reserve, linear 8B cost)"),
@@ -163,7 +163,6 @@ def figure(data, figures_dir=FIGURES):
                   "(req/s; bar: 95 % interval over seeds)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
     ax.set_title("Capacity of 8 replicas: the page's replica against the server", fontsize=10)
-    fig.tight_layout()
     return save(fig, "lor-server", figures_dir)
 
 
