@@ -21,7 +21,7 @@ from conftest import SWEEPS, run_reduced, swap_labels, write_results
 from routesim.studies.least_outstanding import (admission, affinity, choices, cold_start, counts, learning,
                                                 preemption, retries, server, staleness, summary,
                                                 workloads)
-from routesim.studies.least_outstanding.common import verdict_cells, verdicts
+from routesim.studies.least_outstanding.common import SERVER_ARM, verdict_cells, verdicts
 from test_least_outstanding_preemption import arms
 from test_least_outstanding_workloads import capacity_stand_in, reduced_doors
 
@@ -168,6 +168,24 @@ def test_claim5_on_the_server_least_kv_places_less_often_on_a_full_replica(tmp_p
     assert all(r not in kept and r in appendix.split("### The page's replica's table")[1] for r in page_rows)
     alone = preemption.section(d)
     assert all(r in alone for r in page_rows) and "**On the server**" not in alone and "**Reading.**" in alone
+    # the server's figure: drawn from the arm alone (no other claim's arm ran), named
+    # after the page's with its suffix, its title saying which arm it shows, and linked
+    # in the section after the server's table, the page's figure before the page's reading
+    figs = tmp_path / "figures"
+    paths = server.claim_figures({"claims": {preemption.__name__: d}, "root": root}, figs)
+    assert sorted(p.name for p in paths) == ["lor-claim5-preemption-server.png", "lor-claim5-preemption-server.svg"]
+    assert sorted(p.name for p in figs.iterdir()) == sorted(p.name for p in paths)
+    titles = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(preemption, "save", lambda fig, stem, _: titles.append((stem, fig.get_suptitle())) or [])
+        preemption.main_figure(a, figs, SERVER_ARM)
+        preemption.figure(d, figs)
+    assert [(stem, t.split(":")[0]) for stem, t in titles] == [("lor-claim5-preemption-server", "Claim 5 on the server"),
+                                                                ("lor-claim5-preemption", "Claim 5 on the page's replica")]
+    link, page_link = "![On the server](../figures/lor-claim5-preemption-server.png)", "(../figures/lor-claim5-preemption.png)"
+    assert kept.index(workloads.clause_table(preemption, a)[-1]) < kept.index(link) < kept.index(page_link) < kept.index(
+        "**Reading, on the page's replica.**")
+    assert link not in alone and page_link in alone
     # exchanging the two policies' runs: least_kv's tail now above least_requests', a
     # comparison that cannot go as predicted
     flipped = {"preemption": swap_labels(a["preemption"], "policy", "least_kv", "least_requests")}

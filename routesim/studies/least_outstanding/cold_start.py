@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import (ON_PAGE, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, details, load_stages, page_table, reading, results_root, save, show, steady_table,
+from .common import (ON_PAGE, PAGE_ARM, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, details, load_stages, page_table, reading, results_root, save, show, steady_table,
                      verdict_of)
 
 SWEEPS = ("sweeps/token-routing-cold.toml",)
@@ -229,7 +229,7 @@ def row(data):
 
 # -- figures -------------------------------------------------------------------------
 
-def _summary_figure(data):
+def _summary_figure(data, arm):
     ds = data["cold"]
     cfs = cold_factors(ds, warm=True)
     ams = arms(ds)
@@ -283,7 +283,7 @@ def _summary_figure(data):
                                label=f"the {ds.sizes['replica'] - 1} warm replicas "
                                "(mean of their per-replica values)")],
                loc="outside lower center", ncol=2, fontsize=8)
-    fig.suptitle(f"Claim 6 {ON_PAGE}: {POLICY}, {rate_rps(ds):g} req/s on {ds.sizes['replica']} replicas;\n"
+    fig.suptitle(f"Claim 6 {arm.words}: {POLICY}, {rate_rps(ds):g} req/s on {ds.sizes['replica']} replicas;\n"
                  f"TTFT of the requests arriving in the {_window_s(ds):g} s after replica {c_rep} recovers "
                  f"(ready delay {rd:g} s, slow start {ss:g} s; {ds.sizes['seed']} seeds)", fontsize=9.5)
     return fig
@@ -410,12 +410,22 @@ def _timeline_figure(data, tl):
     return fig
 
 
+FIGURE = "lor-claim6-cold"
+"""The stem of the claim's main figure (:func:`main_figure`)."""
+
+
 def figure(data, figures_dir=FIGURES):
-    """figures/lor-claim6-cold.png/.svg (TTFT per arm and the flood) and
+    """The page's replica's figures: the main one (:func:`main_figure`) and
     figures/lor-claim6-timeline.png/.svg (a trace of the first seed at the largest cold factor)."""
-    paths = save(_summary_figure(data), "lor-claim6-cold", figures_dir)
+    paths = main_figure(data, figures_dir)
     paths += save(_timeline_figure(data, timeline(data)), "lor-claim6-timeline", figures_dir)
     return paths
+
+
+def main_figure(data, figures_dir=FIGURES, arm=PAGE_ARM):
+    """figures/<FIGURE><arm's suffix>.png/.svg: the recovered replica's TTFT against the
+    warm ones' per arm and cold factor, and the flood (its first-second share), on ``arm``."""
+    return save(_summary_figure(data, arm), FIGURE + arm.suffix, figures_dir)
 
 
 # -- section -------------------------------------------------------------------------
@@ -483,7 +493,7 @@ def section(data, main=()):
         f"eligible (at the recovery, or at the end of the readiness delay), at cold_factor "
         f"{flood_factor(data):g}.", "",
         *page_table(main, f"The claim's tests at cold_factor {cf_hi:g}:", "", *tests, ""),
-        "![Claim 6](../figures/lor-claim6-cold.png)", "",
+        f"![Claim 6](../figures/{FIGURE}.png)", "",
         f"{reading(main)} The flood is real: in the first second after it recovers, plain {POLICY} sends "
         f"replica {c_rep} a median {float(fs_plain.median()):.0f} % of the attempts (fair share "
         f"{fair(ds) * 100:.1f} %; {show(c['flood'][0], 1, 'pp')} above it), since a count cannot see a cold "

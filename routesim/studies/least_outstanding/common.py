@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -277,7 +278,8 @@ RULE = (
     "goes the other way, and *does not hold* otherwise. `identical` marks a comparison "
     "whose arms gave the same value on every seed, `no data` one with fewer than two "
     "seeds where both arms have a value (e.g. a ratio to 0), and `v (no spread)` one whose "
-    "seeds repeat one run. Intervals are written `mean [low, high]`.")
+    "seeds repeat one run. Intervals are written `mean [low, high]`: a ratio's in %, a "
+    "share's in pp, a count's or goodput's as a difference in its unit.")
 """The rule stated once at the top of the document; :func:`compare` applies it."""
 
 _VERSION = ["new"]
@@ -458,7 +460,7 @@ def shared_design() -> str:
     return (f"**The design every claim shares** (a claim's design names only what differs). "
             f"{c['replicas']} default replicas of two kinds: the server (vLLM's default loop, a roofline step cost "
             "of Llama-3.1-8B on an H100), the main arm, and the page's replica (its reserve scheduler and linear 8B "
-            "step cost), the sensitivity arm (each claim's figure and reading); the "
+            "step cost), the sensitivity arm (each claim's reading and the figure before it); the "
             "default workload with its long class (2 % of requests: prompts of median 12,000 tokens, outputs "
             f"of median 2,000), a {c['warmup_s']:,.0f} s warm-up, a {c['measure_s']:g} s window whose arrivals "
             f"are followed to the end (drained, up to {c['drain_s']:g} s), {c['seeds']} seeds; every arm sees "
@@ -498,7 +500,23 @@ def details(label, *lines) -> list:
 
 ON_PAGE = "on the page's replica"
 """What a claim's figure shows, in its title: the page's replica's runs (reserve
-scheduler, linear 8B cost), the sensitivity arm; the server's are its section's table."""
+scheduler, linear 8B cost), the sensitivity arm (:data:`PAGE_ARM`)."""
+
+
+class Arm(NamedTuple):
+    """The arm a claim's main figure draws (a claim module's ``main_figure(data,
+    figures_dir, arm)``): the words its title says it shows, the suffix of its files' stem
+    (after the module's ``FIGURE``) and the capacity stage its capacities are read from
+    (:func:`capacity`'s ``stage``)."""
+    words: str
+    suffix: str
+    capacity: str
+
+
+PAGE_ARM = Arm(ON_PAGE, "", "default")
+"""The page's replica's runs: figures/<FIGURE>.png, beside each claim's reading."""
+SERVER_ARM = Arm("on the server", "-server", "server")
+"""The server arm's runs (:mod:`.server`): figures/<FIGURE>-server.png, beside its table."""
 PAGE_TABLE = "The page's replica's table"
 """The appendix heading of a claim section's main table on the page's replica, moved
 there when the section shows the main arm's (:func:`page_table`)."""

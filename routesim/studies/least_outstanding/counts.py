@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from ... import step_cost
 from ..intervals import LEVEL
-from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, departures, details, in_short,
+from .common import (ON_PAGE, PAGE_ARM, ADDED, FIGURES, MECHANISM, RELATIVE_BOUNDS, STEADY, capacity, compare, departures, details, in_short,
                      page_table, reading,
                      on_trace, open_stage, save, show,
                      steady_table, rate_text, verdict_of, verdicts)
@@ -525,7 +525,28 @@ def worked_example(prompt=1000, short=50, long=4000, n=10):
 
 # -- figures --------------------------------------------------------------------------
 
+FIGURE = "lor-claim1-counts"
+"""The stem of the claim's main figure (:func:`main_figure`)."""
+
+
 def figure(data, figures_dir=FIGURES):
+    """The page's replica's figures: the main one (:func:`main_figure`), the paired
+    effects of the mechanism's and conditions' stages when they ran and the latency
+    distributions at :data:`CDF_RATE` (traced from the counts sweep)."""
+    counts = data["counts"]
+    paths = main_figure(data, figures_dir)
+    mech, conds = mechanism_rows(data), condition_rows(data)
+    if len(mech) > 1 or len(conds) > 1:
+        paths += figure_effects(mech, conds, figures_dir)
+    if CDF_RATE in counts.rate_rps.values:
+        paths += figure_cdf(cohort_latencies(counts), figures_dir)
+    return paths
+
+
+def main_figure(data, figures_dir=FIGURES, arm=PAGE_ARM):
+    """figures/<FIGURE><arm's suffix>.png/.svg: each policy's TTFT, TPOT and ITL p99 and
+    attainment against the load on ``arm`` (median and interquartile range over seeds),
+    each policy's capacity there dotted."""
     counts = data["counts"]
     root = data["root"]
     fig = Figure(figsize=(13, 3.6))
@@ -535,16 +556,16 @@ def figure(data, figures_dir=FIGURES):
                                               ("itl_p99", "ITL p99 (ms)", 1),
                                               ("attainment", "SLO attainment (%)", 100))):
         for p in (*POLICIES, "exact"):
-            arm = _arm(data, "counts", p)
-            if arm is None:
+            runs = _arm(data, "counts", p)
+            if runs is None:
                 continue
-            v = arm[var] * scale
+            v = runs[var] * scale
             label = "least_tokens, exact outputs" if p == "exact" else p
             ax.plot(x, v.median("seed"), "o-" if p != "exact" else "x--", color=COLORS[p], label=label)
             if p != "exact":
                 ax.fill_between(x, v.quantile(0.25, "seed"), v.quantile(0.75, "seed"), color=COLORS[p], alpha=0.15)
         for p in POLICIES:
-            c = capacity(root, p)[0]
+            c = capacity(root, p, arm.capacity)[0]
             if np.isfinite(c):
                 ax.axvline(c, color=COLORS[p], lw=0.7, ls=":")
         ax.set_title(title, fontsize=10)
@@ -552,17 +573,11 @@ def figure(data, figures_dir=FIGURES):
         if var == "ttft_p99":
             ax.set_yscale("log")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"Claim 1 {ON_PAGE}: counts against tokens, 8 replicas, long class on, 1,200 s warm-up, drained "
+    fig.suptitle(f"Claim 1 {arm.words}: counts against tokens, 8 replicas, long class on, 1,200 s warm-up, drained "
                  f"(median and interquartile range over {counts.sizes['seed']} seeds; dotted: each policy's capacity)",
                  fontsize=10)
     fig.tight_layout()
-    paths = save(fig, "lor-claim1-counts", figures_dir)
-    mech, conds = mechanism_rows(data), condition_rows(data)
-    if len(mech) > 1 or len(conds) > 1:
-        paths += figure_effects(mech, conds, figures_dir)
-    if CDF_RATE in counts.rate_rps.values:
-        paths += figure_cdf(cohort_latencies(counts), figures_dir)
-    return paths
+    return save(fig, FIGURE + arm.suffix, figures_dir)
 
 
 def figure_effects(mech, conds, figures_dir=FIGURES):
@@ -633,7 +648,7 @@ def section(data, main=()):
         "baseline. ITL p99 (every gap between two tokens, a prefill chunk's stall included) stands beside TPOT p99.",
         "",
         *page_table(main, main_table(data), ""),
-        "![Claim 1](../figures/lor-claim1-counts.png)",
+        f"![Claim 1](../figures/{FIGURE}.png)",
         "",
         f"{reading(main)} {_short_reading(comps)}. Why the gain is in TTFT, not TPOT: the seed's worked example "
         "by this model's step cost (in the appendix).",

@@ -7,7 +7,7 @@ rate_rps × seed × replica). Comparisons are paired by seed (:func:`common.comp
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ON_PAGE, FIGURES, MECHANISM, MOONCAKE_ABOVE, capacity, compare, departures, details, exceptions, load_stages, open_stage, page_table, rate_text, reading, results_root, save, show,
+from .common import (PAGE_ARM, FIGURES, MECHANISM, MOONCAKE_ABOVE, capacity, compare, departures, details, exceptions, load_stages, open_stage, page_table, rate_text, reading, results_root, save, show,
                      steady_table, times_text, verdict_of)
 
 SWEEPS = ("sweeps/token-routing-hetero.toml",)
@@ -108,7 +108,18 @@ def verdict(ds):
     return verdict_of([v[0][3] for v in c.values()], [v[1] for v in c.values()])
 
 
+FIGURE = "lor-claim8-hetero"
+"""The stem of the claim's figure (:func:`main_figure`)."""
+
+
 def figure(ds, figures_dir=FIGURES):
+    """The page's replica's figure (:func:`main_figure`)."""
+    return main_figure(ds, figures_dir)
+
+
+def main_figure(ds, figures_dir=FIGURES, arm=PAGE_ARM):
+    """figures/<FIGURE><arm's suffix>.png/.svg: the fast replica's share of attempts and the
+    TTFT p99 per policy and load on ``arm`` (a dot per seed, a bar at the median)."""
     rs = rates(ds)
     fig = Figure(figsize=(10, 3.8), layout="constrained")
     ax, ax2 = fig.subplots(1, 2)
@@ -131,10 +142,10 @@ def figure(ds, figures_dir=FIGURES):
     ax.legend(fontsize=7.5, loc="upper left")
     ax2.set_ylabel("TTFT p99 (ms)")
     ax2.set_yscale("log")
-    fig.suptitle(f"Claim 8 {ON_PAGE}: replica 1 {_faster_pct(ds):.0f} % faster, {ds.sizes['replica']} replicas, "
+    fig.suptitle(f"Claim 8 {arm.words}: replica 1 {_faster_pct(ds):.0f} % faster, {ds.sizes['replica']} replicas, "
                  f"{' and '.join(f'{r:g}' for r in rs)} req/s (o, ^; a dot per seed, bar at the median; "
                  f"{ds.sizes['seed']} seeds)", fontsize=9.5)
-    return save(fig, "lor-claim8-hetero", figures_dir)
+    return save(fig, FIGURE + arm.suffix, figures_dir)
 
 
 def section(ds, main=()):
@@ -181,7 +192,7 @@ def section(ds, main=()):
         f"completions of the last {float(ds.attrs['window_ms']):g} ms) against least_tokens and round_robin"
         f"{departures(ds)}.", "",
         *page_table(main, "The claim's tests:", "", *tests, ""),
-        "![Claim 8](../figures/lor-claim8-hetero.png)", "",
+        f"![Claim 8](../figures/{FIGURE}.png)", "",
         f"{reading(main)} {exceptions([(k, r, p) for k, r, p, _ in clauses(ds)])}: "
         + ("rate_weighted over-learns" if over_any else "rate_weighted under-learns rather than over-learns")
         + "; its TTFT p99 against least_tokens': " + "; ".join(f"{show(ttft[r], 0, '%')} at {r:g} req/s" for r in rs)

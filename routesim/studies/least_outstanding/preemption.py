@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..intervals import LEVEL
-from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, against, capacities, cell, compare, departures, details,
+from .common import (PAGE_ARM, ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, against, capacities, cell, compare, departures, details,
                      exceptions, open_stage, page_table, reading, save,
                      sensitivity_rows, show, stage_rate, steady_table, steady_words, tally, verdict_of,
                      verdicts)
@@ -192,7 +192,19 @@ def sensitivity(data):
     return out
 
 
+FIGURE = "lor-claim5-preemption"
+"""The stem of the claim's figure (:func:`main_figure`)."""
+
+
 def figure(data, figures_dir=FIGURES):
+    """The page's replica's figure (:func:`main_figure`)."""
+    return main_figure(data, figures_dir)
+
+
+def main_figure(data, figures_dir=FIGURES, arm=PAGE_ARM):
+    """figures/<FIGURE><arm's suffix>.png/.svg: every run's placements above 90 % against
+    its preemptions, and each KV-aware policy's paired effects against least_requests on
+    every stage of ``arm`` that ran (mean and interval)."""
     ds = data["preemption"]
     fig = Figure(figsize=(12, 4.8))
     a1, a2 = fig.subplots(1, 2)
@@ -227,10 +239,10 @@ def figure(data, figures_dir=FIGURES):
                               label="Δ placements above 90 % (pp)")], fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.14), ncol=2)
     a2.set_title("KV-aware policy minus least_requests", fontsize=10)
-    fig.suptitle(f"Claim 5 {ON_PAGE}: KV pressure, 8 replicas, {int(ds.attrs['kv_blocks']):,} blocks each, "
+    fig.suptitle(f"Claim 5 {arm.words}: KV pressure, 8 replicas, {int(ds.attrs['kv_blocks']):,} blocks each, "
                  f"{stage_rate(ds):g} req/s, {ds.sizes['seed']} seeds, steady state", fontsize=10)
     fig.tight_layout()
-    return save(fig, "lor-claim5-preemption", figures_dir)
+    return save(fig, FIGURE + arm.suffix, figures_dir)
 
 
 def relation(ds):
@@ -370,7 +382,7 @@ def section(data, main=()):
            "and `periodic_local` scrape. " if _present(data, "signals") else "The realistic-signal arm has not been run. ")
         .rstrip(), "",
         *page_table(main, "KV-aware policy against least_requests, paired by seed (bold: a lead):", "", *eff, ""),
-        "![Claim 5](../figures/lor-claim5-preemption.png)", "",
+        f"![Claim 5](../figures/{FIGURE}.png)", "",
         f"{reading(main)} Fresh signals, against least_requests: "
         + "; ".join(f"{p} {exceptions([(var, c, -1) for var, c in effects(ds, p).items()], start=False)}"
                     for p in KV_AWARE)

@@ -13,7 +13,7 @@ cohort is drained, so ``attempts`` counts every attempt of every cohort request:
 import numpy as np
 from matplotlib.figure import Figure
 
-from .common import (ON_PAGE, ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, departures, details, exceptions, load_stages, page_table, reading,
+from .common import (PAGE_ARM, ADDED, FIGURES, MECHANISM, MOONCAKE_BELOW, capacity, compare, departures, details, exceptions, load_stages, page_table, reading,
                      replicas_at,
                      results_root, save, scenario_events, show, steady_table, verdict_of)
 
@@ -205,9 +205,18 @@ def _colour(label):
     return "#444444"
 
 
+FIGURE = "lor-claim7-retry"
+"""The stem of the claim's figure (:func:`main_figure`)."""
+
+
 def figure(data, figures_dir=FIGURES):
-    """figures/lor-claim7-retry.png/.svg: attempts per request, wasted tokens and
-    attainment per arm (a dot per seed, a bar at the median)."""
+    """The page's replica's figure (:func:`main_figure`)."""
+    return main_figure(data, figures_dir)
+
+
+def main_figure(data, figures_dir=FIGURES, arm=PAGE_ARM):
+    """figures/<FIGURE><arm's suffix>.png/.svg: attempts per request, wasted tokens and
+    attainment per arm of the design on ``arm`` (a dot per seed, a bar at the median)."""
     arms = _arms(data)
     fig = Figure(figsize=(12, 6.4), layout="constrained")
     axes = fig.subplots(1, 3, sharey=True)
@@ -227,11 +236,11 @@ def figure(data, figures_dir=FIGURES):
     axes[0].set_yticks(y, [label for label, _ in arms], fontsize=7.5)
     axes[0].invert_yaxis()
     a = data["crash-a"]
-    fig.suptitle(f"Claim 7 {ON_PAGE}: the retry trap — {POLICY}, {a.sizes['replica']} replicas at "
+    fig.suptitle(f"Claim 7 {arm.words}: the retry trap — {POLICY}, {a.sizes['replica']} replicas at "
                  f"{float(a.attrs['rate_rps']):g} req/s, up to {int(a.attrs['max_attempts'])} attempts\n"
                  f"client a: {client(a)}; client b: {client(data['crash-b'])} "
                  f"({a.sizes['seed']} seeds: a dot each, bar at the median)", fontsize=9.5)
-    return save(fig, "lor-claim7-retry", figures_dir)
+    return save(fig, FIGURE + arm.suffix, figures_dir)
 
 
 # -- the document ---------------------------------------------------------------------
@@ -332,7 +341,7 @@ def section(data, main=()):
         f"**The control is {'calm' if both_calm else 'not calm'}** (calm: median attempts per request at "
         f"most {CALM[0]:g} and attainment at least {CALM[1] * 100:g} %): {calm_txt}, without the budget.", "",
         *page_table(main, "The claim's tests:", "", *_tests(data), ""),
-        "![Claim 7](../figures/lor-claim7-retry.png)", "",
+        f"![Claim 7](../figures/{FIGURE}.png)", "",
         f"{reading(main)} {exceptions([(k, r, p) for k, r, p, _ in clauses(data)])}"
         + (": the degradation does not outlast its trigger, so there is no metastable trap here."
            if c["lingers"][0][3] != -1 else ": the degradation outlasts its trigger."), "",

@@ -20,7 +20,7 @@ import numpy as np
 
 from ... import capacity as capacity_mod
 from . import capacities, counts, factorial, workloads
-from .common import (FIGURES, SERVER_CAPACITY, SERVER_SEARCH, SERVER_SWEEP, arm_cell, details, finished, mark_finished, open_stage, read, save,
+from .common import (FIGURES, SERVER_ARM, SERVER_CAPACITY, SERVER_SEARCH, SERVER_SWEEP, arm_cell, details, finished, mark_finished, open_stage, read, save,
                      show, squeeze, steady_words, unsteady_cells, verdict_cells, verdict_word, verdicts)
 
 SWEEP = SERVER_SWEEP
@@ -137,6 +137,38 @@ def row(data):
 
 
 def figure(data, figures_dir=FIGURES):
+    """The capacities' figure (:func:`capacity_figure`) and each claim's main figure of its
+    server arm (:func:`claim_figures`)."""
+    return capacity_figure(data, figures_dir) + claim_figures(data, figures_dir)
+
+
+def drawn(claim):
+    """The claim's ``main_figure(data, figures_dir, arm)`` (:class:`.common.Arm`), or None:
+    the claims whose figure reads only their design's main stages draw it for the server
+    arm too; the others' figures read stages that run on the page's replica alone
+    (mechanism, sensitivity)."""
+    return getattr(claim, "main_figure", None)
+
+
+def claim_figures(data, figures_dir=FIGURES) -> list:
+    """Each claim's main figure (:func:`drawn`) of its server arm that ran
+    (figures/<its FIGURE>-server.png/.svg, :data:`.common.SERVER_ARM`); the paths written."""
+    paths = []
+    for claim in CLAIMS:
+        draw, a = drawn(claim), arm_of(claim, data)
+        if draw is not None and a is not None:
+            paths += draw(a, figures_dir, SERVER_ARM)
+    return paths
+
+
+def figure_line(claim) -> list:
+    """The lines linking ``claim``'s server figure (:func:`claim_figures`), [] if it has none."""
+    if drawn(claim) is None:
+        return []
+    return [f"![On the server](../figures/{claim.FIGURE}{SERVER_ARM.suffix}.png)", ""]
+
+
+def capacity_figure(data, figures_dir=FIGURES):
     """Each policy's capacity at the SLO on the page's replica and on the server, each with
     its bootstrap interval over seeds (lor-server.png and .svg)."""
     from matplotlib.figure import Figure
@@ -180,7 +212,7 @@ def arm_of(claim, server):
     if server is None:
         return None
     if claim is counts:
-        return claim1(server)
+        return claim1(server) if server.get("counts") is not None else None
     return workloads.arm(claim, server.get("claims", {}).get(claim.__name__), "server")
 
 
@@ -189,14 +221,15 @@ def section_lines(claim, server) -> list:
     section's ``main``: :func:`.common.page_table`): the server arm's loads against the
     server's capacity, its seeds and steady state in brief, each comparison of its verdict
     (claim 1: :func:`comparison_table`, the claim's own columns; any other claim:
-    :func:`.workloads.clause_table`) and whether the verdicts its prediction named held; the prediction and
-    the steady state cell by cell as details. [] when the arm did not run."""
+    :func:`.workloads.clause_table`) and whether the verdicts its prediction named held,
+    then its figure (:func:`figure_line`); the prediction and the steady state cell by cell
+    as details. [] when the arm did not run."""
     a = arm_of(claim, server)
     if a is None:
         return []
     if claim is counts:
         where, table, pred = f"stage `counts` of `{SWEEP}`", comparison_table(server).split("\n"), PREDICTION
-        stages, held_words, units = [("counts", a["counts"])], "", ""
+        stages, held_words = [("counts", a["counts"])], ""
     else:
         stages = _stages(a)
         names = workloads._and([f"`{ds.attrs.get('stage', k)}`" for k, ds in stages])
@@ -205,19 +238,12 @@ def section_lines(claim, server) -> list:
         want = getattr(claim, "SERVER_PREDICTED", None)
         held_words = (f" The verdicts its prediction named before its runs: {held(verdicts(claim.clauses(a)), want)}."
                       if want else "")
-        units = UNITS
     seeds = "/".join(str(n) for n in sorted({int(ds.sizes.get("seed", 0)) for _, ds in stages}))
     return [f"**On the server** ({where}; {seeds} seeds; {_steady_brief(stages)}): its verdict's "
-            f"comparisons, paired by seed{units}." + held_words, "", *table, "",
+            "comparisons, paired by seed." + held_words, "", *table, "", *figure_line(claim),
             *details("The server's prediction and steady state", pred, "",
                      "; ".join(f"Stage `{ds.attrs.get('stage', k)}`: {steady_words(ds, _by(ds))}"
                                for k, ds in stages) + "."), ""]
-
-
-UNITS = " (a ratio in %, a share in pp, a count or goodput as a difference)"
-"""How a claim's comparisons are measured, for the mean column of
-:func:`.workloads.clause_table` (:func:`.common.compare`: "relative" in %, "points" in pp,
-"absolute" in the values' unit)."""
 
 
 def _steady_brief(stages) -> str:
@@ -434,8 +460,9 @@ def comparison_table(data):
 
 def section(data):
     """The document's section: the design, the capacity table and figure, claim 1's
-    verdicts on the server; the prediction, claim 1's comparisons and the steady state as
-    details (:func:`.common.details`, the appendix)."""
+    verdicts on the server; the prediction, claim 1's comparisons (with its figure on the
+    server, when claim 1's own section did not run) and the steady state as details
+    (:func:`.common.details`, the appendix)."""
     cap, cts = data["capacity"], data["counts"]
     v = verdicts_of(data)
     page = page_capacities(data["root"])
@@ -457,7 +484,8 @@ def section(data):
         f"*{v['mechanism']}*; added: *{v['added']}*.", "",
         *details("The claims on the server", *claims_lines(data)),
         *([] if counts.__name__ in data.get("claims", {}) else
-          details("Claim 1 on the server (its section did not run)", PREDICTION, "", comparison_table(data))),
+          details("Claim 1 on the server (its section did not run)", PREDICTION, "", comparison_table(data), "",
+                  *figure_line(counts))),
         *(factorial.lines(data["factorial"]) if data.get("factorial") is not None else []),
         *details("The search, the placement, the reading",
                  PLACEMENT, "",
