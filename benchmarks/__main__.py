@@ -636,8 +636,13 @@ need about 18,000x real time per core on two cores.
      --stage server --stage server-routers` (claim 3's server stages, 112 vLLM runs, 16
      seeds), 278.6 s wall, 493 CPU-seconds, the machine otherwise idle; both Datasets
      identical to the study's run's (at 837f28b's sweep files), where these stages took
-     9 min 9 s wall beside other work (not a like-for-like time). The whole study was not
-     timed again.
+     9 min 9 s wall beside other work (not a like-for-like time). The whole study, rerun
+     at 828fec2 (README, "The least-outstanding-routing study"): 81 min 17 s wall and 7,799
+     CPU-seconds, with test suites beside it for about 17 of its first 28 minutes; every
+     Dataset identical to 837f28b's run. Stage by stage it took -11 to +45 % against that
+     run, most stages 10 to 30 % longer (the server's capacity search, with nothing beside
+     it here, 1,036 s against 869 s); both runs had other work beside them at times, so
+     the two whole-study times do not measure the change.
    - **What is left** of `publish_nb` (37.7 % of a 3.86 CPU s periodic run): when an entry
      the view holds has left the table since the last publication, the publication still
      walks the owner's whole view to find which. Recording the keys that left would
